@@ -5,6 +5,7 @@
     │   ├── InvalidName              a dataset/project/job name that does not validate
     │   ├── InvalidSpec              malformed --data, --param, empty command, ...
     │   └── UnsafePath               traversal, absolute paths, special files, links leaving a tree
+    ├── Unauthorized                 no or a wrong API token on TCP (401)
     ├── NotFound                     a dataset, version, job, project or object that does not exist (404)
     ├── Conflict                     already exists / immutable / in use / daemon already running (409)
     ├── StoreError                   the store itself
@@ -27,6 +28,7 @@ __all__ = [
     "InvalidName",
     "InvalidSpec",
     "UnsafePath",
+    "Unauthorized",
     "NotFound",
     "Conflict",
     "StoreError",
@@ -77,6 +79,11 @@ class UnsafePath(UserError):
     code = "unsafe_path"
 
 
+class Unauthorized(FloyddError):
+    code = "unauthorized"
+    status = 401
+
+
 class NotFound(FloyddError):
     code = "not_found"
     status = 404
@@ -112,7 +119,7 @@ class InternalError(FloyddError):
 
 
 _BY_NAME = {cls.__name__: cls for cls in (
-    FloyddError, UserError, InvalidName, InvalidSpec, UnsafePath, NotFound, Conflict,
+    FloyddError, UserError, InvalidName, InvalidSpec, UnsafePath, Unauthorized, NotFound, Conflict,
     StoreError, IntegrityError, StoreFull, Unavailable, InternalError)}
 
 

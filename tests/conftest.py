@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
@@ -19,3 +20,17 @@ def wait_until(cond: Callable[[], object], timeout: float = 10.0, interval: floa
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", help="also run tests marked slow (CI always does)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow system tests run in CI (CI set) or with --slow; locally the default run stays fast."""
+    if config.getoption("--slow") or os.environ.get("CI"):
+        return
+    skip = pytest.mark.skip(reason="slow: runs in CI, or locally with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

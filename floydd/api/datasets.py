@@ -1,0 +1,106 @@
+"""``/v1/datasets`` and ``/v1/store``: versioned datasets over the encrypted store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from aiohttp import web
+
+from floydd.api import keys
+from floydd.api.request import body, check_dest, ndjson
+from floydd.errors import UserError
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/v1/datasets")
+async def list_datasets(request: web.Request) -> web.Response:
+    store = request.app[keys.STORE]
+    versions = await asyncio.to_thread(store.catalog.list, request.query.get("name") or None)
+    return web.json_response([v.to_dict() for v in versions])
+
+
+@routes.get("/v1/datasets/info")
+async def info(request: web.Request) -> web.Response:
+    store = request.app[keys.STORE]
+    ref = request.query.get("ref", "")
+    if not ref:
+        raise UserError("name a dataset", hint="floyd data info NAME[:VERSION]")
+
+    def describe() -> dict:
+        version = store.catalog.resolve(ref)
+        tree = store.read_tree(version.tree)
+        entries = [{"path": e.path, "kind": e.kind, "size": e.size, "mode": e.mode} for e in tree.entries]
+        return {**version.to_dict(), "entries": entries[:1000], "truncated": len(entries) > 1000}
+    return web.json_response(await asyncio.to_thread(describe))
+
+
+@routes.post("/v1/datasets")
+async def upload(request: web.Request) -> web.StreamResponse:
+    """Snapshot a folder on this machine into a new version; streams progress."""
+    store = request.app[keys.STORE]
+    data = await body(request)
+    name, path, message = data.get("name"), data.get("path"), data.get("message") or ""
+    if not isinstance(name, str) or not name:
+        raise UserError("name the dataset", hint="floyd data upload PATH --name NAME")
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise UserError("path must be an absolute path", hint="floyd data upload PATH --name NAME")
+    if not os.path.exists(path):
+        raise UserError(f"{path} does not exist", hint="check the path you gave to floyd data upload")
+    if not os.path.isdir(path):
+        raise UserError(f"{path} is not a folder", hint="put the file(s) in a folder and upload the folder")
+    await asyncio.to_thread(store.catalog.check_name, name)
+
+    def work(progress):
+        return store.upload(Path(path), name, message=str(message), progress=progress)
+
+    async def finish(version) -> dict:
+        return {"result": version.to_dict()}
+    return await ndjson(request, work, finish)
+
+
+@routes.post("/v1/datasets/clone")
+async def clone(request: web.Request) -> web.StreamResponse:
+    store = request.app[keys.STORE]
+    data = await body(request)
+    dest = check_dest(data.get("dest"))
+    version = await asyncio.to_thread(store.catalog.resolve, str(data.get("ref", "")))
+
+    async def finish(_result) -> dict:
+        return {"result": {**version.to_dict(), "dest": dest}}
+    return await ndjson(request, lambda p: store.restore(version.tree, Path(dest), progress=p), finish)
+
+
+@routes.post("/v1/datasets/delete")
+async def delete(request: web.Request) -> web.Response:
+    store = request.app[keys.STORE]
+    ref = str((await body(request)).get("ref", ""))
+    name, _, version = ref.partition(":")
+    if version == "latest":
+        version = str((await asyncio.to_thread(store.catalog.resolve, ref)).version)
+    if version and not version.isdigit():
+        raise UserError(f"{ref!r}: version must be a number", hint="floyd data delete NAME or NAME:3")
+    await asyncio.to_thread(store.catalog.resolve, ref)
+    await asyncio.to_thread(store.catalog.delete, name, int(version) if version else None)
+    return web.json_response({"deleted": ref})
+
+
+@routes.post("/v1/store/verify")
+async def verify(request: web.Request) -> web.StreamResponse:
+    store = request.app[keys.STORE]
+    name = (await body(request)).get("name") or None
+    if name is not None:
+        await asyncio.to_thread(store.catalog.resolve, name)
+
+    async def finish(report) -> dict:
+        return {"result": report.to_dict()}
+    return await ndjson(request, lambda p: store.verify(name, progress=p), finish)
+
+
+@routes.post("/v1/store/gc")
+async def gc(request: web.Request) -> web.Response:
+    store = request.app[keys.STORE]
+    report = await asyncio.to_thread(store.gc)
+    return web.json_response(report.to_dict())

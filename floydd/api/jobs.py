@@ -1,0 +1,187 @@
+"""``/v1/jobs``: submit, list, inspect, stop, restart, delete, logs, outputs, compare."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from aiohttp import web
+
+from floydd.api import keys
+from floydd.api.request import body, caller, check_dest, ndjson
+from floydd.errors import NotFound, UserError
+from floydd.jobs.service import FINAL_STATES
+from floydd.jobs.spec import parse_job_key
+
+routes = web.RouteTableDef()
+
+_JOB = "/v1/jobs/{project}/{number}"
+
+
+def _key(request: web.Request) -> str:
+    key = f"{request.match_info['project']}/{request.match_info['number']}"
+    parse_job_key(key)
+    return key
+
+
+@routes.post("/v1/jobs")
+async def submit(request: web.Request) -> web.Response:
+    job = await request.app[keys.JOBS].submit(await body(request), user=caller(request))
+    return web.json_response(job, status=201)
+
+
+@routes.get("/v1/jobs")
+async def list_jobs(request: web.Request) -> web.Response:
+    q = request.query
+    return web.json_response(await request.app[keys.JOBS].list(q.get("project"), q.get("state")))
+
+
+@routes.get(_JOB)
+async def get_job(request: web.Request) -> web.Response:
+    service = request.app[keys.JOBS]
+    key = _key(request)
+    job = await service.get(key)
+    project, number = parse_job_key(key)
+    job["events"] = await asyncio.to_thread(service.records.events, project, number)
+    return web.json_response(job)
+
+
+@routes.get(_JOB + "/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    project, number = parse_job_key(_key(request))
+    records = request.app[keys.RECORDS]
+    await asyncio.to_thread(records.get_job, project, number)
+    series = await asyncio.to_thread(records.metric_series, project, number)
+    samples = await asyncio.to_thread(records.system_samples, project, number)
+    return web.json_response({"metrics": {k: [list(p) for p in v] for k, v in series.items()},
+                              "system": samples})
+
+
+@routes.get(_JOB + "/wait")
+async def wait(request: web.Request) -> web.Response:
+    raw = request.query.get("timeout")
+    try:
+        timeout = float(raw) if raw else None
+    except ValueError:
+        raise UserError(f"timeout {raw!r} is not a number", hint="give seconds, e.g. timeout=60") from None
+    return web.json_response(await request.app[keys.JOBS].wait(_key(request), timeout))
+
+
+@routes.post(_JOB + "/stop")
+async def stop(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[keys.JOBS].stop(_key(request)))
+
+
+@routes.post(_JOB + "/restart")
+async def restart(request: web.Request) -> web.Response:
+    job = await request.app[keys.JOBS].restart(_key(request), await body(request), user=caller(request))
+    return web.json_response(job, status=201)
+
+
+@routes.delete(_JOB)
+async def delete(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[keys.JOBS].delete(_key(request)))
+
+
+@routes.get(_JOB + "/logs")
+async def logs(request: web.Request) -> web.StreamResponse:
+    """The raw job log from ``offset``; with ``follow=1`` until the job has ended."""
+    service = request.app[keys.JOBS]
+    config = request.app[keys.CONFIG]
+    key = _key(request)
+    follow = request.query.get("follow") in ("1", "true", "yes")
+    try:
+        offset = max(0, int(request.query.get("offset", "0")))
+    except ValueError:
+        raise UserError("offset must be a whole number", hint="offset=0 reads from the start") from None
+    job = await service.get(key)
+    resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+    await resp.prepare(request)
+    path = Path(job["workspace"]) / "job.log" if job.get("workspace") else None
+    while True:
+        final = job["state"] in FINAL_STATES
+        chunk = await asyncio.to_thread(_read_from, path, offset) if path else b""
+        # while the job runs, send only whole lines; once it ended, everything
+        end = len(chunk) if final else chunk.rfind(b"\n") + 1
+        if end:
+            await resp.write(chunk[:end])
+            offset += end
+            continue
+        if not follow or final:
+            break
+        await asyncio.sleep(config.tail_interval)
+        job = await service.get(key)
+        if path is None and job.get("workspace"):
+            path = Path(job["workspace"]) / "job.log"
+    await resp.write_eof()
+    return resp
+
+
+def _read_from(path: Path, offset: int, limit: int = 4 * 1024 * 1024) -> bytes:
+    if not path.exists():
+        return b""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(limit)
+
+
+async def _restore(request: web.Request, which: str) -> web.StreamResponse:
+    service = request.app[keys.JOBS]
+    store = request.app[keys.STORE]
+    key = _key(request)
+    dest = check_dest((await body(request)).get("dest"))
+    job = await service.get(key)
+    if which == "output":
+        if not job.get("output_version"):
+            hint = "it has not ended yet" if job["state"] not in FINAL_STATES else "it saved nothing to /output"
+            raise NotFound(f"job {key} has no output", hint=hint)
+        tree = (await asyncio.to_thread(store.catalog.resolve, job["output_version"])).tree
+    else:
+        tree = job["code_tree"]
+    return await ndjson(request, lambda progress: store.restore(tree, Path(dest), progress=progress),
+                        finish=_done(dest))
+
+
+def _done(dest: str):
+    async def finish(_result) -> dict:
+        return {"result": {"dest": dest}}
+    return finish
+
+
+@routes.post(_JOB + "/output")
+async def output(request: web.Request) -> web.StreamResponse:
+    return await _restore(request, "output")
+
+
+@routes.post(_JOB + "/code")
+async def code(request: web.Request) -> web.StreamResponse:
+    return await _restore(request, "code")
+
+
+@routes.get("/v1/compare")
+async def compare(request: web.Request) -> web.Response:
+    """Params and last/best metrics of several jobs side by side."""
+    names = [j for j in request.query.get("jobs", "").split(",") if j]
+    if len(names) < 1:
+        raise UserError("name at least one job", hint="floyd compare digits/1 digits/2")
+    service = request.app[keys.JOBS]
+    jobs = [await service.get(n) for n in names]
+    params = sorted({p for j in jobs for p in j["params"]})
+    metrics = sorted({m for j in jobs for m in j["metrics"]})
+    rows = []
+    for j in jobs:
+        rows.append({
+            "id": j["id"], "state": j["state"], "message": j["message"], "command": j["command"],
+            "params": {p: j["params"].get(p) for p in params},
+            "metrics": {m: _last_best(m, j["metrics"].get(m)) for m in metrics},
+        })
+    return web.json_response({"params": params, "metrics": metrics, "jobs": rows})
+
+
+def _last_best(name: str, summary: dict | None) -> dict | None:
+    """Best is the minimum for losses and errors, else the maximum."""
+    if not summary:
+        return None
+    lower = any(w in name.lower() for w in ("loss", "err", "perplexity", "mse", "mae"))
+    return {"last": summary["last"], "best": summary["min"] if lower else summary["max"],
+            "goal": "min" if lower else "max", "count": summary["count"]}

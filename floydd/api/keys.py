@@ -1,0 +1,13 @@
+"""Typed keys for what the app shares between handlers (``web.AppKey``)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+CONFIG = web.AppKey("config", object)
+RECORDS = web.AppKey("records", object)
+STORE = web.AppKey("store", object)
+JOBS = web.AppKey("jobs", object)
+INVENTORY = web.AppKey("inventory", object)
+STARTED = web.AppKey("started", float)
+TCP_TOKEN = web.AppKey("tcp_token", str)

@@ -1,0 +1,87 @@
+"""``/v1/openapi.json``: the published API description, kept true by a test.
+
+Errors everywhere are ``{"error": {"code", "message", "hint", "kind"}}`` with
+the matching status. Streams (``application/x-ndjson``) send ``{"progress":
+[done, total]}`` events and end with ``{"result": ...}`` or ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+import floydd
+
+routes = web.RouteTableDef()
+
+_JOB = [{"name": "project", "in": "path", "required": True, "schema": {"type": "string"}},
+        {"name": "number", "in": "path", "required": True, "schema": {"type": "integer"}}]
+_JSON = {"content": {"application/json": {"schema": {"type": "object"}}}}
+_NDJSON = {"content": {"application/x-ndjson": {"schema": {"type": "object"}}}}
+_DEST = {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["dest"], "properties": {"dest": {"type": "string"}}}}}}
+
+
+def _op(summary: str, *, params=None, body=None, stream=False, status="200") -> dict:
+    op = {"summary": summary, "responses": {status: {"description": "ok", **(_NDJSON if stream else _JSON)},
+                                             "default": {"description": "error", **_JSON}}}
+    if params:
+        op["parameters"] = params
+    if body:
+        op["requestBody"] = body
+    return op
+
+
+def _q(*names: str) -> list[dict]:
+    return [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}} for n in names]
+
+
+SUBMIT = {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["project", "command"],
+    "properties": {
+        "project": {"type": "string"}, "command": {"type": "string"},
+        "code_path": {"type": "string", "description": "absolute path of the code folder on the daemon's machine"},
+        "gpus": {"type": "integer", "minimum": 0}, "env": {"type": "string"},
+        "data": {"type": "array", "items": {"type": "string", "description": "NAME[:VER]:MOUNT"}},
+        "params": {"type": "object", "additionalProperties": {"type": "string"}},
+        "message": {"type": "string"}, "max_runtime": {"type": "number"}, "mode": {"type": "string"}}}}}}
+
+PATHS = {
+    "/v1/info": {"get": _op("This daemon: version, node, state dir, uptime")},
+    "/v1/nodes": {"get": _op("Nodes with CPUs, memory, disk, GPUs and which job holds each GPU")},
+    "/v1/jobs": {"get": _op("Jobs, newest first", params=_q("project", "state")),
+                 "post": _op("Submit a job", body=SUBMIT, status="201")},
+    "/v1/jobs/{project}/{number}": {"get": _op("One job with metric summary and events", params=_JOB),
+                                    "delete": _op("Delete an ended job, its records and output", params=_JOB)},
+    "/v1/jobs/{project}/{number}/metrics": {"get": _op("Metric series and system samples", params=_JOB)},
+    "/v1/jobs/{project}/{number}/wait": {"get": _op("Block until the job ended", params=_JOB + _q("timeout"))},
+    "/v1/jobs/{project}/{number}/stop": {"post": _op("Stop a queued or running job", params=_JOB)},
+    "/v1/jobs/{project}/{number}/restart": {"post": _op("Run the job again with overrides", params=_JOB,
+                                                        status="201")},
+    "/v1/jobs/{project}/{number}/logs": {"get": {
+        **_op("The job log, raw lines '<ts> <o|e> <text>'", params=_JOB + _q("offset", "follow")),
+        "responses": {"200": {"description": "log", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+    "/v1/jobs/{project}/{number}/output": {"post": _op("Restore the job's /output into dest", params=_JOB,
+                                                       body=_DEST, stream=True)},
+    "/v1/jobs/{project}/{number}/code": {"post": _op("Restore the job's code snapshot into dest", params=_JOB,
+                                                     body=_DEST, stream=True)},
+    "/v1/compare": {"get": _op("Params and last/best metrics of jobs side by side", params=_q("jobs"))},
+    "/v1/datasets": {"get": _op("Dataset versions", params=_q("name")),
+                     "post": _op("Upload a folder as a new dataset version", stream=True)},
+    "/v1/datasets/info": {"get": _op("One dataset version and its files", params=_q("ref"))},
+    "/v1/datasets/clone": {"post": _op("Restore a dataset version into dest", body=_DEST, stream=True)},
+    "/v1/datasets/delete": {"post": _op("Delete a dataset version or a whole dataset")},
+    "/v1/store/verify": {"post": _op("Re-read and re-hash every object (or one dataset's)", stream=True)},
+    "/v1/store/gc": {"post": _op("Remove objects no version or running upload needs")},
+    "/v1/openapi.json": {"get": _op("This document")},
+}
+
+
+def spec() -> dict:
+    return {"openapi": "3.1.0",
+            "info": {"title": "floydd node API", "version": floydd.__version__},
+            "paths": PATHS}
+
+
+@routes.get("/v1/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(spec())

@@ -1,0 +1,108 @@
+"""Small helpers every handler uses: the JSON body, the caller, NDJSON streams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pwd
+import socket
+import struct
+import time
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from floydd import log
+from floydd.errors import FloyddError, InternalError, UserError
+
+__all__ = ["body", "caller", "ndjson", "Progress", "check_dest"]
+
+
+async def body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object; a clear 400 for anything else."""
+    if not request.can_read_body:
+        return {}
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise UserError(f"request body is not valid JSON: {exc}", hint="send a JSON object") from None
+    if not isinstance(data, dict):
+        raise UserError("request body must be a JSON object", hint="send {...}, not a list or a value")
+    return data
+
+
+def caller(request: web.Request) -> str:
+    """Who is calling: the unix user behind the socket (SO_PEERCRED), else ``""``."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is None or sock.family != socket.AF_UNIX:
+        return ""
+    try:
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                               struct.calcsize("3i")))
+    except OSError:
+        return ""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+class Progress:
+    """Thread-safe progress callback that the stream below turns into events."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, every: float = 0.1) -> None:
+        self._loop, self._queue, self._every, self._last = loop, queue, every, 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self._last >= self._every or done >= total:
+            self._last = now
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, {"progress": [done, total]})
+
+
+async def ndjson(request: web.Request, work: Callable[[Progress], Any],
+                 finish: Callable[[Any], Awaitable[dict]] | None = None) -> web.StreamResponse:
+    """Run blocking ``work(progress)`` in a thread, streaming progress events, then its result.
+
+    The result event is ``finish(result)`` (or ``{"result": result}``); an error
+    becomes a final ``{"error": ...}`` event, since the status line is already sent.
+    """
+    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await resp.prepare(request)
+    queue: asyncio.Queue = asyncio.Queue()
+    progress = Progress(asyncio.get_running_loop(), queue)
+    task = asyncio.create_task(asyncio.to_thread(work, progress))
+    try:
+        while not task.done() or not queue.empty():
+            getter = asyncio.create_task(queue.get())
+            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                await resp.write(json.dumps(getter.result()).encode() + b"\n")
+            else:
+                getter.cancel()
+        try:
+            result = task.result()
+            event = await finish(result) if finish else {"result": result}
+        except FloyddError as exc:
+            event = exc.to_payload()
+        except Exception as exc:  # reported as JSON: no traceback reaches the user
+            log.api.exception("streamed request failed")
+            event = InternalError(f"internal error: {type(exc).__name__}: {exc}",
+                                  hint="this is a bug; see the daemon log").to_payload()
+        await resp.write(json.dumps(event).encode() + b"\n")
+    finally:
+        if not task.done():
+            # the client went away; the thread finishes on its own, its result is dropped
+            task.add_done_callback(lambda t: t.exception())
+    await resp.write_eof()
+    return resp
+
+
+def check_dest(path: Any) -> str:
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise UserError("dest must be an absolute path", hint="the CLI sends an absolute path; pass one")
+    return path

@@ -1,0 +1,127 @@
+"""What every CLI command shares: finding (or starting) the daemon, errors, output."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from floydd.client import Client
+from floydd.config import default_state_dir, socket_path_for
+from floydd.errors import FloyddError, Unavailable
+
+__all__ = ["connect", "handle_errors", "echo_json", "fail", "human_bytes", "human_duration", "SYSTEM_STATE_DIR"]
+
+SYSTEM_STATE_DIR = Path("/var/lib/floydd")
+"""Where a daemon installed as a system service keeps its state (packaging/)."""
+_AUTOSTART_TIMEOUT = 30.0
+
+
+def connect(*, autostart: bool = True) -> Client:
+    """The daemon to talk to: FLOYD_HOST, the user's socket, the system socket, or a new one.
+
+    Only when none answers does it start a single-node daemon in the background
+    (state under the user's data dir, log there), and says so once on stderr.
+    """
+    host = os.environ.get("FLOYD_HOST")
+    if host:
+        return Client(address=host, token=os.environ.get("FLOYD_TOKEN"))
+    explicit = os.environ.get("FLOYDD_STATE_DIR")
+    state_dir = Path(explicit).expanduser().absolute() if explicit else default_state_dir()
+    client = Client(socket_path_for(state_dir))
+    if client.ping():
+        return client
+    if not explicit:
+        system = Client(socket_path_for(SYSTEM_STATE_DIR))
+        if system.socket_path.exists() and system.ping():
+            return system
+    if not autostart:
+        raise Unavailable(f"no floydd daemon answers at {client.where}", hint="start one with `floydd start`")
+    _start_background(state_dir, client)
+    return client
+
+
+def _start_background(state_dir: Path, client: Client) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log_path = state_dir / "floydd.log"
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen([sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir", str(state_dir)],
+                                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + _AUTOSTART_TIMEOUT
+    while time.monotonic() < deadline:
+        if client.ping():
+            click.echo(f"floyd: started a single-node floydd in the background (state {state_dir}, "
+                       f"log {log_path}); stop it with `floydd stop`", err=True)
+            return
+        if proc.poll() is not None and not client.ping():
+            if client.ping():  # another floyd started one at the same moment
+                return
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            raise Unavailable("the background floydd exited at start: " + (" / ".join(tail) or "no output"),
+                              hint=f"see {log_path}; or run `floydd start` in a terminal to watch it")
+        time.sleep(0.05)
+    raise Unavailable(f"the background floydd did not answer within {_AUTOSTART_TIMEOUT:.0f}s",
+                      hint=f"see {log_path}")
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Turn FloyddError into 'error: message' + hint on stderr and exit 1; never a traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FloyddError as exc:
+            fail(exc.message, exc.hint)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            sys.exit(0)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+            raise
+        except Exception as exc:
+            if os.environ.get("FLOYD_DEBUG"):
+                raise
+            fail(f"internal error: {type(exc).__name__}: {exc}",
+                 "this is a bug in floyd; run again with FLOYD_DEBUG=1 for the traceback and report it")
+    return wrapper
+
+
+def fail(message: str, hint: str = "") -> None:
+    click.echo(f"error: {message}", err=True)
+    if hint:
+        click.echo(f"  hint: {hint}", err=True)
+    sys.exit(1)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

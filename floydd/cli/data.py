@@ -1,0 +1,139 @@
+"""``floyd data``: versioned, encrypted, deduplicated datasets (FloydHub's verbs)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+from floydd.cli.common import connect, echo_json, fail, handle_errors, human_bytes
+from floydd.cli.progress import follow_progress
+
+__all__ = ["data"]
+
+
+@click.group()
+def data() -> None:
+    """Upload, list, inspect, clone and check datasets."""
+
+
+@data.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--name", required=True, help="Dataset name; each upload adds a version (name:1, name:2, ...).")
+@click.option("-m", "--message", default="", help="A note recorded with the version.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def upload(path: Path, name: str, message: str, as_json: bool) -> None:
+    """Store the folder PATH as the next version of dataset NAME.
+
+    Unchanged data is not stored twice; an interrupted upload run again skips
+    what is already stored.
+    """
+    path = path.expanduser().absolute()
+    if not path.exists():
+        fail(f"{path} does not exist", "give the folder to upload")
+    version = follow_progress(connect().upload(path, name, message), f"uploading {path.name}")
+    if as_json:
+        echo_json(version)
+        return
+    click.echo(f"{version['name']}:{version['version']}: {version['files']} files, "
+               f"{human_bytes(version['size'])}   (mount it with --data {version['name']}:/input)")
+
+
+@data.command(name="ls")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
+@handle_errors
+def ls(name: str | None, as_json: bool) -> None:
+    """List datasets and their versions (or the versions of NAME)."""
+    versions = connect().datasets(name)
+    if as_json:
+        echo_json(versions)
+        return
+    if not versions:
+        click.echo("no datasets yet: floyd data upload PATH --name NAME")
+        return
+    width = max(len(f"{v['name']}:{v['version']}") for v in versions)
+    for v in versions:
+        ref = f"{v['name']}:{v['version']}"
+        when = datetime.fromtimestamp(v["created"]).strftime("%Y-%m-%d %H:%M")
+        click.echo(f"{ref:<{width}}  {when}  {v['files']:>7} files  {human_bytes(v['size']):>10}  {v['message']}")
+
+
+@data.command()
+@click.argument("ref")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def info(ref: str, as_json: bool) -> None:
+    """Show dataset version REF (NAME, NAME:N or NAME:latest) and its files."""
+    v = connect().dataset(ref)
+    if as_json:
+        echo_json(v)
+        return
+    click.echo(f"{v['name']}:{v['version']}  {v['files']} files, {human_bytes(v['size'])}")
+    click.echo(f"created  {datetime.fromtimestamp(v['created']):%Y-%m-%d %H:%M:%S}")
+    click.echo(f"tree     {v['tree']}")
+    if v["message"]:
+        click.echo(f"message  {v['message']}")
+    for e in v["entries"][:50]:
+        click.echo(f"  {e['mode']:o} {human_bytes(e['size']) if e['kind'] == 'file' else e['kind']:>10}  {e['path']}")
+    more = len(v["entries"]) - 50 + (1000 if v.get("truncated") else 0)
+    if more > 0:
+        click.echo(f"  ... and {more}{'+' if v.get('truncated') else ''} more (floyd data clone to see all)")
+
+
+@data.command()
+@click.argument("ref")
+@click.argument("dest", required=False, type=click.Path(path_type=Path))
+@handle_errors
+def clone(ref: str, dest: Path | None) -> None:
+    """Restore dataset version REF into DEST (default ./NAME), byte-identical."""
+    dest = (dest or Path(ref.partition(":")[0].replace("/", "-"))).expanduser().absolute()
+    result = follow_progress(connect().clone(ref, dest), f"cloning {ref}")
+    click.echo(f"{result.get('name', ref)}:{result.get('version', '')} written to {dest}")
+
+
+@data.command()
+@click.argument("ref")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask.")
+@handle_errors
+def delete(ref: str, yes: bool) -> None:
+    """Delete version NAME:N, or every version of NAME. Space returns with `floyd data gc`."""
+    if not yes and sys.stdin.isatty():
+        what = f"version {ref}" if ":" in ref else f"dataset {ref} and all its versions"
+        click.confirm(f"delete {what}?", abort=True)
+    connect().delete_dataset(ref)
+    click.echo(f"deleted {ref} (run `floyd data gc` to free the space)")
+
+
+@data.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def verify(name: str | None, as_json: bool) -> None:
+    """Re-read and re-hash every stored object (or those of dataset NAME)."""
+    report = follow_progress(connect().verify(name), "verifying")
+    if as_json:
+        echo_json(report)
+    damaged = report.get("damaged") or []
+    if not as_json:
+        click.echo(f"checked {report.get('objects', 0)} objects, {human_bytes(report.get('bytes', 0))}")
+        for item in damaged:
+            users = ", ".join(item.get("versions") or []) or "no dataset version"
+            click.echo(f"DAMAGED {item['object']}: {item.get('error', 'failed verification')} (used by {users})")
+    if damaged:
+        sys.exit(1)
+
+
+@data.command()
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def gc(as_json: bool) -> None:
+    """Remove stored objects that no dataset version or running upload needs."""
+    report = connect().gc()
+    if as_json:
+        echo_json(report)
+        return
+    click.echo(f"removed {report.get('removed', 0)} objects, freed {human_bytes(report.get('freed', 0))}")

@@ -1,0 +1,44 @@
+"""``floyd``: the user's command line (FloydHub's verbs), thin over :mod:`floydd.client`."""
+
+from __future__ import annotations
+
+import click
+
+import floydd
+from floydd.cli import data, jobs, nodes, project, run
+
+__all__ = ["main", "cli"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(floydd.__version__, prog_name="floyd")
+def cli() -> None:
+    """Run, track and compare experiments on your lab's own GPU boxes.
+
+    \b
+    floyd init NAME                       make this folder a project
+    floyd data upload PATH --name NAME    store a dataset version
+    floyd run --gpu --data NAME:/input "python train.py"
+    floyd status / logs -f / compare      watch and compare runs
+
+    Talks to the local floydd daemon (started in the background when none runs),
+    or to FLOYD_HOST (with FLOYD_TOKEN).
+    """
+
+
+cli.add_command(project.init)
+cli.add_command(run.run)
+cli.add_command(run.restart)
+for command in (jobs.status, jobs.info, jobs.logs, jobs.stop, jobs.output, jobs.clone, jobs.delete,
+                jobs.compare):
+    cli.add_command(command)
+cli.add_command(data.data)
+cli.add_command(nodes.nodes)
+
+
+def main() -> None:
+    cli(prog_name="floyd")
+
+
+if __name__ == "__main__":
+    main()

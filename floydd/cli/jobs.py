@@ -1,0 +1,233 @@
+"""Job verbs: status, info, logs, stop, output, clone, delete, compare."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+from floydd.cli.common import connect, echo_json, fail, handle_errors, human_duration
+from floydd.cli.progress import follow_progress
+from floydd.cli.project import find_project, job_key
+from floydd.client import Client
+from floydd.errors import UserError
+
+__all__ = ["status", "info", "logs", "stop", "output", "clone", "delete", "compare", "follow_logs", "print_final"]
+
+_FINAL = {"success", "failed", "stopped", "timeout", "lost"}
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for h in headers:
+        table.add_column(h, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+def _duration(job: dict) -> str:
+    if not job.get("started"):
+        return "-"
+    return human_duration((job.get("ended") or time.time()) - job["started"])
+
+
+def _metrics_text(metrics: dict, limit: int = 3) -> str:
+    return "  ".join(f"{k}={_num(v['last'])}" for k, v in list(metrics.items())[:limit]) or "-"
+
+
+def _num(v) -> str:
+    return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
+
+@click.command()
+@click.argument("job", required=False)
+@click.option("--all", "all_projects", is_flag=True, help="Jobs of every project, not only this one.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
+@handle_errors
+def status(job, all_projects, as_json) -> None:
+    """This project's jobs (state, duration, GPUs, latest metrics), or one JOB."""
+    client = connect()
+    if job:
+        jobs = [client.job(job_key(job))]
+    else:
+        project = None
+        if not all_projects:
+            try:
+                project = find_project()[0]
+            except UserError:
+                project = None
+        jobs = client.jobs(project)
+    if as_json:
+        echo_json(jobs)
+        return
+    if not jobs:
+        click.echo("no jobs yet: floyd run \"python train.py\"")
+        return
+    rows = []
+    for j in jobs:
+        state = j["state"] + (f" ({j['waiting_for']})" if j["state"] == "queued" and j.get("waiting_for") else "")
+        gpus = ",".join(str(g) for g in j.get("gpus") or []) or ("cpu" if not j["resources"].get("gpus") else "-")
+        rows.append([j["id"], state, _duration(j), gpus, _metrics_text(j.get("metrics") or {}), j["message"]])
+    _table(["JOB", "STATE", "DURATION", "GPUS", "METRICS", "MESSAGE"], rows)
+
+
+@click.command()
+@click.argument("job")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def info(job, as_json) -> None:
+    """Everything recorded about JOB."""
+    j = connect().job(job_key(job))
+    if as_json:
+        echo_json(j)
+        return
+    when = lambda t: datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"  # noqa: E731
+    lines = [
+        ("job", j["id"]), ("state", j["state"] + (f": {j['reason']}" if j.get("reason") else "")),
+        ("command", j["command"]), ("message", j["message"] or "-"),
+        ("resources", f"{j['resources'].get('gpus') or 0} GPU(s)" if j["resources"].get("gpus") else "CPU"),
+        ("gpus", ",".join(map(str, j.get("gpus") or [])) or "-"), ("env", j["env"]),
+        ("node", j.get("node") or "-"), ("user", j.get("user") or "-"),
+        ("code", j.get("code_tree") or "-"),
+        ("created", when(j["created"])), ("started", when(j.get("started"))), ("ended", when(j.get("ended"))),
+        ("duration", _duration(j)), ("exit code", _num(j.get("exit_code"))),
+        ("output", j.get("output_version") or "-"),
+    ]
+    if j["state"] == "queued" and j.get("waiting_for"):
+        lines.insert(2, ("waiting", j["waiting_for"]))
+    width = max(len(k) for k, _ in lines)
+    for k, v in lines:
+        click.echo(f"{k:<{width}}  {v}")
+    for title, items in (("params", j["params"]), ):
+        if items:
+            click.echo(f"{title}:")
+            for k, v in items.items():
+                click.echo(f"  {k} = {v}")
+    if j["data"]:
+        click.echo("data:")
+        for d in j["data"]:
+            click.echo(f"  {d['ref']} at {d['mount']}")
+    if j.get("metrics"):
+        click.echo("metrics:")
+        for name, m in j["metrics"].items():
+            click.echo(f"  {name}: last {_num(m['last'])} (step {_num(m.get('last_step'))}), "
+                       f"min {_num(m['min'])}, max {_num(m['max'])}, {m['count']} points")
+
+
+def follow_logs(client: Client, key: str, *, timestamps: bool, follow: bool = True) -> None:
+    out = sys.stdout
+    for raw in client.logs(key, follow=follow):
+        line = raw.decode(errors="replace")
+        ts, _, rest = line.partition(" ")
+        _stream, _, text = rest.partition(" ")
+        if timestamps:
+            try:
+                stamp = datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+            except ValueError:
+                stamp = ts
+            out.write(f"{stamp} {text}")
+        else:
+            out.write(text)
+        if not text.endswith("\n"):
+            out.write("\n")
+        out.flush()
+
+
+def print_final(job: dict) -> None:
+    reason = f": {job['reason']}" if job.get("reason") else ""
+    click.echo(f"job {job['id']} {job['state']}{reason}", err=True)
+    if job.get("metrics"):
+        click.echo("  " + _metrics_text(job["metrics"], limit=10), err=True)
+    if job.get("output_version"):
+        click.echo(f"  output: {job['output_version']}   (floyd output {job['id']})", err=True)
+    if job["state"] != "success":
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("job")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@click.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
+@handle_errors
+def logs(job, follow, timestamps) -> None:
+    """Print the output of JOB (stdout and stderr)."""
+    follow_logs(connect(), job_key(job), timestamps=timestamps, follow=follow)
+
+
+@click.command()
+@click.argument("job")
+@handle_errors
+def stop(job) -> None:
+    """Stop a queued or running JOB."""
+    j = connect().stop(job_key(job))
+    click.echo(f"job {j['id']}: {j['state']}" + (" (stopping)" if j["state"] not in _FINAL else ""))
+
+
+def _restore(events, dest: Path, what: str) -> None:
+    follow_progress(events, what)
+    click.echo(f"{what} written to {dest}")
+
+
+@click.command()
+@click.argument("job")
+@click.argument("dest", required=False, type=click.Path(path_type=Path))
+@handle_errors
+def output(job, dest) -> None:
+    """Copy what JOB wrote to /output into DEST (default ./PROJECT-N-output)."""
+    key = job_key(job)
+    dest = (dest or Path(key.replace("/", "-") + "-output")).absolute()
+    _restore(connect().job_output(key, dest), dest, f"output of {key}")
+
+
+@click.command()
+@click.argument("job")
+@click.argument("dest", required=False, type=click.Path(path_type=Path))
+@handle_errors
+def clone(job, dest) -> None:
+    """Copy the code JOB ran with into DEST (default ./PROJECT-N-code)."""
+    key = job_key(job)
+    dest = (dest or Path(key.replace("/", "-") + "-code")).absolute()
+    _restore(connect().job_code(key, dest), dest, f"code of {key}")
+
+
+@click.command()
+@click.argument("job")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask.")
+@handle_errors
+def delete(job, yes) -> None:
+    """Delete an ended JOB with its records and output."""
+    key = job_key(job)
+    if not yes and sys.stdin.isatty():
+        click.confirm(f"delete job {key}, its records and its output?", abort=True)
+    connect().delete(key)
+    click.echo(f"deleted {key}")
+
+
+@click.command()
+@click.argument("jobs", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
+@handle_errors
+def compare(jobs, as_json) -> None:
+    """Params and last/best metrics of JOBS side by side."""
+    if len(jobs) < 2 and not as_json:
+        fail("compare needs at least two jobs", "floyd compare digits/1 digits/2")
+    data = connect().compare([job_key(j) for j in jobs])
+    if as_json:
+        echo_json(data)
+        return
+    headers = [""] + [j["id"] for j in data["jobs"]]
+    rows = [["state"] + [j["state"] for j in data["jobs"]]]
+    rows += [[f"param {p}"] + [str(j["params"].get(p, "-")) for j in data["jobs"]] for p in data["params"]]
+    for m in data["metrics"]:
+        cells = [j["metrics"].get(m) for j in data["jobs"]]
+        goal = next((c["goal"] for c in cells if c), "max")
+        rows.append([f"{m} (last)"] + [_num(c["last"]) if c else "-" for c in cells])
+        rows.append([f"{m} ({goal})"] + [_num(c["best"]) if c else "-" for c in cells])
+    _table(headers, rows)

@@ -1,0 +1,33 @@
+"""``floyd nodes``: the machines of the cluster, their CPUs, GPUs and who uses them."""
+
+from __future__ import annotations
+
+import click
+
+from floydd.cli.common import connect, echo_json, handle_errors, human_bytes
+
+__all__ = ["nodes"]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
+@handle_errors
+def nodes(as_json: bool) -> None:
+    """Every node with its role, health, CPUs, memory, disk and GPUs."""
+    listing = connect().nodes()
+    if as_json:
+        echo_json(listing)
+        return
+    for n in listing:
+        click.echo(f"{n['name']}  {n['role']}  {n['health']}  {n['cpus']} CPUs ({n['cpu_percent']:.0f}% busy)  "
+                   f"RAM {human_bytes(n['memory_total'] - n['memory_available'])}/{human_bytes(n['memory_total'])}  "
+                   f"disk free {human_bytes(n['disk_free'])}/{human_bytes(n['disk_total'])}")
+        if not n["gpus"]:
+            click.echo(f"  no GPUs ({n['gpu_source']})")
+        for g in n["gpus"]:
+            util = "-" if g["utilization"] is None else f"{g['utilization']}%"
+            temp = "-" if g["temperature"] is None else f"{g['temperature']}°C"
+            power = "-" if g["power_w"] is None else f"{g['power_w']:.0f} W"
+            click.echo(f"  GPU {g['index']}  {g['name']}  mem {human_bytes(g['memory_used'])}/"
+                       f"{human_bytes(g['memory_total'])}  util {util}  {temp}  {power}  "
+                       f"{g.get('job') or 'free'}")

@@ -1,0 +1,115 @@
+"""``floyd run`` and ``floyd restart``: FloydHub's flags, validated before anything is sent."""
+
+from __future__ import annotations
+
+import click
+
+from floydd.cli.common import connect, echo_json, handle_errors
+from floydd.cli.jobs import follow_logs, print_final
+from floydd.cli.project import find_project, job_key
+from floydd.errors import InvalidSpec
+from floydd.jobs.spec import parse_data, parse_param
+
+__all__ = ["run", "restart"]
+
+
+class _OptionalGpuCount(click.Command):
+    """``--gpu`` alone means one GPU; ``--gpu 2`` / ``--gpu=2`` ask for more."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        fixed = []
+        for i, arg in enumerate(args):
+            if arg == "--" :
+                fixed.extend(args[i:])
+                break
+            if arg == "--gpu" and (i + 1 >= len(args) or not args[i + 1].isdigit()):
+                arg = "--gpu=1"
+            fixed.append(arg)
+        return super().parse_args(ctx, fixed)
+
+
+@click.command(cls=_OptionalGpuCount, context_settings={"allow_interspersed_args": False})
+@click.option("--gpu", "gpu", type=int, default=None, metavar="[N]", help="Run on N GPUs (default 1).")
+@click.option("--cpu", is_flag=True, help="Run on CPU only (the default without --gpu).")
+@click.option("--data", "data", multiple=True, metavar="NAME[:VER]:MOUNT",
+              help="Mount a dataset version read-only, e.g. mnist:/input or digits/2/output:/model. Repeatable.")
+@click.option("--env", default="default", show_default=True, help="Environment to run in.")
+@click.option("-m", "--message", default="", help="A note recorded with the job.")
+@click.option("-f", "--follow", is_flag=True, help="Stream the logs until the job ends.")
+@click.option("--max-runtime", type=float, default=None, metavar="SECONDS", help="Stop the job after this long.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Recorded with the job and passed to it as an environment variable. Repeatable.")
+@click.option("--mode", default="job", show_default=True, type=click.Choice(["job"]), help="Run mode.")
+@click.option("--json", "as_json", is_flag=True, help="Print the submitted job as JSON.")
+@click.argument("command", nargs=-1, required=False)
+@handle_errors
+def run(gpu, cpu, data, env, message, follow, max_runtime, params, mode, as_json, command) -> None:
+    """Run COMMAND on the cluster with a snapshot of this project's code.
+
+    \b
+    floyd run "python train.py"
+    floyd run --gpu --data mnist:/input --param lr=0.01 -f "python train.py"
+    """
+    text = " ".join(command).strip()
+    if not text:
+        raise InvalidSpec("the command is empty", hint='floyd run "python train.py"')
+    if gpu is not None and cpu:
+        raise InvalidSpec("--gpu and --cpu exclude each other", hint="pick one")
+    if gpu is not None and gpu < 1:
+        raise InvalidSpec(f"--gpu {gpu}: ask for at least one GPU", hint="or use --cpu")
+    if max_runtime is not None and max_runtime <= 0:
+        raise InvalidSpec("--max-runtime must be a positive number of seconds", hint="e.g. --max-runtime 3600")
+    mounts = [parse_data(d) for d in data]
+    parsed = dict(parse_param(p) for p in params)
+    project, folder = find_project()
+    client = connect()
+    job = client.submit({
+        "project": project, "command": text, "code_path": str(folder), "gpus": gpu or 0,
+        "data": [f"{m['ref']}:{m['mount']}" for m in mounts], "env": env, "message": message,
+        "max_runtime": max_runtime, "params": parsed, "mode": mode,
+    })
+    _announce(job, as_json)
+    if follow:
+        follow_logs(client, job["id"], timestamps=False)
+        print_final(client.wait(job["id"]))
+
+
+@click.command(cls=_OptionalGpuCount)
+@click.argument("job")
+@click.option("--gpu", "gpu", type=int, default=None, metavar="[N]", help="Change the GPU count.")
+@click.option("--cpu", is_flag=True, help="Run on CPU this time.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter.")
+@click.option("--command", "command", default=None, help="Run another command with the same code.")
+@click.option("-m", "--message", default=None)
+@click.option("--max-runtime", type=float, default=None, metavar="SECONDS")
+@click.option("-f", "--follow", is_flag=True, help="Stream the logs until the job ends.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def restart(job, gpu, cpu, params, command, message, max_runtime, follow, as_json) -> None:
+    """Run JOB again with the same code, data and params, with overrides."""
+    overrides: dict = {}
+    if gpu is not None or cpu:
+        overrides["gpus"] = 0 if cpu else gpu
+    if params:
+        overrides["params"] = dict(parse_param(p) for p in params)
+    for key, value in (("command", command), ("message", message), ("max_runtime", max_runtime)):
+        if value is not None:
+            overrides[key] = value
+    client = connect()
+    new = client.restart(job_key(job), overrides)
+    _announce(new, as_json)
+    if follow:
+        follow_logs(client, new["id"], timestamps=False)
+        print_final(client.wait(new["id"]))
+
+
+def _announce(job: dict, as_json: bool) -> None:
+    if as_json:
+        echo_json(job)
+        return
+    gpus = job["resources"].get("gpus") or 0
+    where = f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "CPU"
+    click.echo(f"job {job['id']} submitted ({where}, env {job['env']})")
+    for mount in job["data"]:
+        click.echo(f"  {mount['ref']} mounted at {mount['mount']}")
+    click.echo(f"  floyd logs -f {job['id']}    floyd status    floyd info {job['id']}")

@@ -1,0 +1,217 @@
+"""The typed HTTP client: the CLI and the TUI reach the daemon only through it.
+
+Synchronous and light (``http.client`` over the daemon's unix socket or TCP), so
+``floyd`` starts fast; the TUI calls it from a worker thread. Every daemon error
+comes back as the :mod:`floydd.errors` class the daemon raised, with its hint.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+from pathlib import Path
+from typing import Any, Iterator
+
+from floydd.errors import InvalidSpec, Unavailable, from_payload
+
+__all__ = ["Client"]
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.timeout is not None:
+            sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class Client:
+    """Talks to one daemon, on a unix socket path or ``host:port``."""
+
+    def __init__(self, socket_path: Path | None = None, *, address: str | None = None,
+                 token: str | None = None, timeout: float | None = 30.0) -> None:
+        if (socket_path is None) == (address is None):
+            raise ValueError("give exactly one of socket_path and address")
+        self.socket_path = socket_path
+        self.address = address
+        self.token = token
+        self.timeout = timeout
+
+    @property
+    def where(self) -> str:
+        return str(self.socket_path) if self.socket_path else f"http://{self.address}"
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self.socket_path is not None:
+            return _UnixConnection(os.fspath(self.socket_path), timeout)
+        host, _, port = self.address.rpartition(":")
+        return http.client.HTTPConnection(host, int(port), timeout=timeout)
+
+    def _open(self, method: str, path: str, body: Any = None, *, query: dict | None = None,
+              timeout: float | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        if query:
+            clean = {k: v for k, v in query.items() if v is not None}
+            if clean:
+                path += "?" + urllib.parse.urlencode(clean)
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        conn = self._connection(self.timeout if timeout is None else timeout)
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            conn.close()
+            raise Unavailable(f"no floydd daemon answers at {self.where} ({exc.strerror})",
+                              hint="start one with `floydd start`, or run any `floyd` command to start one") from None
+        except socket.timeout:
+            conn.close()
+            raise Unavailable(f"floydd at {self.where} did not answer in time",
+                              hint="check the daemon log; `floydd status` shows whether it is alive") from None
+        except OSError as exc:
+            conn.close()
+            raise Unavailable(f"cannot talk to floydd at {self.where}: {exc}",
+                              hint="check that the daemon is running: `floydd status`") from None
+        if resp.status >= 400:
+            raw = resp.read()
+            conn.close()
+            try:
+                payload = json.loads(raw)
+            except ValueError:
+                payload = {"error": {"message": raw.decode(errors="replace").strip() or f"HTTP {resp.status}"}}
+            raise from_payload(payload, resp.status)
+        return conn, resp
+
+    def _call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        conn, resp = self._open(method, path, body, **kw)
+        try:
+            raw = resp.read()
+        finally:
+            conn.close()
+        return json.loads(raw) if raw else None
+
+    def _stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Iterator[dict]:
+        """An NDJSON stream: one event per line; an ``error`` event is raised."""
+        conn, resp = self._open(method, path, body, timeout=None, **kw)
+        try:
+            for line in resp:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if "error" in event:
+                    raise from_payload(event, 500)
+                yield event
+        finally:
+            conn.close()
+
+    # -- daemon -----------------------------------------------------------------------
+
+    def ping(self) -> bool:
+        try:
+            self._call("GET", "/v1/info", timeout=2.0)
+            return True
+        except Unavailable:
+            return False
+
+    def info(self) -> dict:
+        return self._call("GET", "/v1/info")
+
+    def nodes(self) -> list[dict]:
+        return self._call("GET", "/v1/nodes")
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def submit(self, spec: dict) -> dict:
+        return self._call("POST", "/v1/jobs", spec, timeout=None)
+
+    def jobs(self, project: str | None = None, state: str | None = None) -> list[dict]:
+        return self._call("GET", "/v1/jobs", query={"project": project, "state": state})
+
+    def job(self, job: str) -> dict:
+        return self._call("GET", f"/v1/jobs/{_job_path(job)}")
+
+    def metrics(self, job: str) -> dict:
+        return self._call("GET", f"/v1/jobs/{_job_path(job)}/metrics")
+
+    def stop(self, job: str) -> dict:
+        return self._call("POST", f"/v1/jobs/{_job_path(job)}/stop", {})
+
+    def restart(self, job: str, overrides: dict) -> dict:
+        return self._call("POST", f"/v1/jobs/{_job_path(job)}/restart", overrides, timeout=None)
+
+    def delete(self, job: str) -> dict:
+        return self._call("DELETE", f"/v1/jobs/{_job_path(job)}")
+
+    def logs(self, job: str, *, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
+        """Raw log lines (``b"<ts> <o|e> <text>\\n"``), following until the job ends."""
+        conn, resp = self._open("GET", f"/v1/jobs/{_job_path(job)}/logs",
+                                query={"follow": int(follow), "offset": offset}, timeout=None)
+        try:
+            yield from resp
+        finally:
+            conn.close()
+
+    def wait(self, job: str, timeout: float | None = None) -> dict:
+        """Block until the job is in a final state; returns the job."""
+        return self._call("GET", f"/v1/jobs/{_job_path(job)}/wait",
+                          query={"timeout": timeout}, timeout=None)
+
+    def job_output(self, job: str, dest: Path) -> Iterator[dict]:
+        return self._stream("POST", f"/v1/jobs/{_job_path(job)}/output", {"dest": os.fspath(dest)})
+
+    def job_code(self, job: str, dest: Path) -> Iterator[dict]:
+        return self._stream("POST", f"/v1/jobs/{_job_path(job)}/code", {"dest": os.fspath(dest)})
+
+    def compare(self, jobs: list[str]) -> dict:
+        return self._call("GET", "/v1/compare", query={"jobs": ",".join(jobs)})
+
+    # -- datasets ---------------------------------------------------------------------
+
+    def datasets(self, name: str | None = None) -> list[dict]:
+        return self._call("GET", "/v1/datasets", query={"name": name})
+
+    def dataset(self, ref: str) -> dict:
+        return self._call("GET", "/v1/datasets/info", query={"ref": ref})
+
+    def upload(self, path: Path, name: str, message: str = "") -> Iterator[dict]:
+        return self._stream("POST", "/v1/datasets", {"path": os.fspath(path), "name": name, "message": message})
+
+    def clone(self, ref: str, dest: Path) -> Iterator[dict]:
+        return self._stream("POST", "/v1/datasets/clone", {"ref": ref, "dest": os.fspath(dest)})
+
+    def delete_dataset(self, ref: str) -> dict:
+        return self._call("POST", "/v1/datasets/delete", {"ref": ref})
+
+    def verify(self, name: str | None = None) -> Iterator[dict]:
+        return self._stream("POST", "/v1/store/verify", {"name": name})
+
+    def gc(self) -> dict:
+        return self._call("POST", "/v1/store/gc", {}, timeout=None)
+
+
+def _job_path(job: str) -> str:
+    """``"digits/3"`` -> URL path part; the daemon validates the rest."""
+    project, sep, number = str(job).rpartition("/")
+    if not sep or not project or not number:
+        raise InvalidSpec(f"{job!r} is not a job name",
+                          hint="jobs are named PROJECT/NUMBER, e.g. digits/3 (see `floyd status`)")
+    return f"{urllib.parse.quote(project, safe='')}/{urllib.parse.quote(number, safe='')}"
+

@@ -1,0 +1,129 @@
+"""Run one daemon in the foreground: lock the state dir, serve the API, stop cleanly.
+
+The API listens on a unix socket in the state dir (owner-only: the folder is
+0700 and the socket 0600) and, when asked, on a loopback TCP port that needs the
+token in ``STATE/api-token``. A second daemon on the same state dir refuses to
+start: the first holds an exclusive ``flock`` on ``STATE/floydd.lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import ipaddress
+import logging
+import os
+import secrets
+import signal
+
+from aiohttp import web
+
+from floydd import log
+from floydd.api import keys
+from floydd.api.server import create_app
+from floydd.config import Config
+from floydd.errors import Conflict, UserError
+
+__all__ = ["run", "StateLock", "api_token"]
+
+
+class StateLock:
+    """Exclusive ownership of a state dir for the life of the process."""
+
+    def __init__(self, config: Config) -> None:
+        self.path = config.lock_path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise Conflict(f"another floydd (pid {other}) is already running on {self.path.parent}",
+                           hint="use that one (`floydd status`), stop it first, or pick another --state-dir") \
+                from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def api_token(config: Config) -> str:
+    """The bearer token TCP clients must send; made on first use, owner-only."""
+    path = config.state_dir / "api-token"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token
+
+
+def _tcp_address(config: Config) -> tuple[str, int]:
+    host, _, port = config.tcp.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        if not ipaddress.ip_address("127.0.0.1" if host == "localhost" else host).is_loopback:
+            raise ValueError
+        return host, int(port)
+    except ValueError:
+        raise UserError(f"--tcp {config.tcp!r} must be a loopback HOST:PORT, e.g. 127.0.0.1:7654",
+                        hint="nothing listens beyond loopback until a cluster is initialised") from None
+
+
+async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set (used by :func:`run` and by in-process tests)."""
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(config.state_dir, 0o700)
+    app = create_app(config)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    try:
+        sock_path = config.socket_path
+        sock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        sock_path.unlink(missing_ok=True)  # stale: we hold the lock
+        old_umask = os.umask(0o177)
+        try:
+            await web.UnixSite(runner, str(sock_path)).start()
+        finally:
+            os.umask(old_umask)
+        os.chmod(sock_path, 0o600)
+        if config.tcp:
+            host, port = _tcp_address(config)
+            app[keys.TCP_TOKEN] = api_token(config)
+            await web.TCPSite(runner, host, port).start()
+            log.daemon.info("API also on http://%s:%d (token in %s)", host, port, config.state_dir / "api-token")
+        log.daemon.info("floydd %s serving on %s (state %s)", config.node_name, sock_path, config.state_dir)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        config.socket_path.unlink(missing_ok=True)
+
+
+def run(config: Config) -> None:
+    """``floydd start``: the daemon in the foreground until SIGINT/SIGTERM."""
+    logging.basicConfig(level=config.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    lock = StateLock(config)
+    lock.acquire()
+    try:
+        async def main() -> None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await serve(config, stop)
+        asyncio.run(main())
+    finally:
+        lock.release()

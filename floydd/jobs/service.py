@@ -1,0 +1,309 @@
+"""The job service: submit, queue, place, stop, restart, delete.
+
+Submission is synchronous up to the record: the code folder is snapshotted into
+the store and every data reference resolved to an exact version *before* the job
+exists, so a job never starts with inputs that changed after ``floyd run``.
+Afterwards one scheduler task (woken on submit, finish and stop) feeds queued
+jobs, in order, through :func:`floydd.scheduler.place` and hands placements to
+the node runtime. The runtime owns a job from ``starting`` to its final state.
+
+    submit ──► queued ──(placed)──► runtime: starting → running → final
+                 │                                         │
+                 └──(stop)──► stopped          on_finished ┘──► wake the queue
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from floydd import log
+from floydd.errors import Conflict, InvalidSpec, NotFound, UserError
+from floydd.jobs.codesnap import snapshot_code
+from floydd.jobs.spec import ENVIRONMENTS, check_project, parse_data, parse_job_key, parse_param
+from floydd.scheduler import NodeSnapshot, PendingJob, place, unplaceable
+
+__all__ = ["JobService", "FINAL_STATES", "ACTIVE_STATES"]
+
+FINAL_STATES = frozenset({"success", "failed", "stopped", "timeout", "lost"})
+ACTIVE_STATES = frozenset({"starting", "running"})
+
+
+class JobService:
+    """Owns the queue of this node; all blocking work goes to threads."""
+
+    def __init__(self, *, config, records, store, runtime, inventory_state) -> None:
+        self.config = config
+        self.records = records
+        self.store = store
+        self.runtime = runtime
+        self._inventory = inventory_state  # object with .latest (NodeInfo | None)
+        self._wake = asyncio.Event()
+        self._starting: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._loop_task: asyncio.Task | None = None
+        self._finished = asyncio.Condition()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.runtime.reattach()
+        self._loop_task = asyncio.create_task(self._schedule_forever(), name="floydd.scheduler")
+        self.wake()
+
+    async def close(self) -> None:
+        if self._loop_task:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def on_finished(self, project: str, number: int) -> None:
+        """Called by the runtime when a job reached its final state."""
+        self.wake()
+        self._spawn(self._notify_finished())
+
+    async def _notify_finished(self) -> None:
+        async with self._finished:
+            self._finished.notify_all()
+
+    # -- submission -----------------------------------------------------------------------
+
+    async def submit(self, body: dict[str, Any], *, user: str = "") -> dict:
+        project = check_project(body.get("project", ""))
+        command = body.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise InvalidSpec("the command is empty", hint='give the command to run, e.g. floyd run "python train.py"')
+        gpus = _int(body.get("gpus", 0), "--gpu", minimum=0)
+        max_runtime = body.get("max_runtime")
+        if max_runtime is not None:
+            max_runtime = _number(max_runtime, "--max-runtime")
+        env = body.get("env") or "default"
+        if env not in ENVIRONMENTS:
+            raise InvalidSpec(f"unknown environment {env!r}",
+                              hint=f"available: {', '.join(ENVIRONMENTS)}; add packages with a floyd_requirements.txt")
+        params = _params(body.get("params") or {})
+        mode = body.get("mode") or "job"
+        if mode != "job":
+            raise InvalidSpec(f"--mode {mode} is not supported", hint="use --mode job (the default)")
+        mounts = await asyncio.to_thread(self._resolve_data, body.get("data") or [])
+        self._check_placeable(gpus)
+
+        code_path = body.get("code_path")
+        code_tree = body.get("code_tree")
+        if code_tree is None:
+            if not isinstance(code_path, str) or not os.path.isabs(code_path):
+                raise InvalidSpec("code_path must be an absolute path to the project folder",
+                                  hint="run floyd from inside the project folder")
+            code_tree = await asyncio.to_thread(snapshot_code, self.store, Path(code_path),
+                                                int(self.config.max_code_mb * 1024 * 1024))
+        await asyncio.to_thread(self.records.ensure_project, project, owner=user)
+        fields = dict(command=command, params=params, code_tree=str(code_tree), data=mounts,
+                      resources={"gpus": gpus, "cpu": gpus == 0}, env=env, message=str(body.get("message") or ""),
+                      mode=mode, max_runtime=max_runtime, created=time.time(), user=user,
+                      node=self.config.node_name)
+        number = await asyncio.to_thread(self.records.allocate_job, project, fields)
+        log.scheduler.info("submitted %s/%d: %s", project, number, command)
+        self.wake()
+        return await self.get(f"{project}/{number}")
+
+    def _resolve_data(self, items: list) -> list[dict]:
+        mounts: list[dict] = []
+        seen: set[str] = set()
+        for item in items:
+            spec = parse_data(item) if isinstance(item, str) else item
+            if not isinstance(spec, dict) or "ref" not in spec or "mount" not in spec:
+                raise InvalidSpec(f"data mount {item!r} is malformed", hint="write NAME[:VERSION]:MOUNT")
+            mount = os.path.normpath(spec["mount"])
+            if mount in seen:
+                raise InvalidSpec(f"two --data mounts at {mount}", hint="give each dataset its own mount point")
+            seen.add(mount)
+            version = self.store.catalog.resolve(spec["ref"])
+            mounts.append({"ref": version.ref, "tree": str(version.tree), "mount": mount})
+        return mounts
+
+    def _check_placeable(self, gpus: int) -> None:
+        why = unplaceable([self._node_snapshot()], gpus)
+        if why:
+            raise UserError(f"cannot run with --gpu {gpus}: {why}",
+                            hint="use --cpu, or a smaller --gpu count (floyd nodes lists the GPUs)",
+                            code="no_such_resources")
+
+    # -- queue ------------------------------------------------------------------------------
+
+    def _node_snapshot(self) -> NodeSnapshot:
+        info = self._inventory.latest
+        held: dict[int, str] = {}
+        for (project, number), gpus in {**self.runtime.running(), **self._starting}.items():
+            for g in gpus:
+                held[g] = f"{project}/{number}"
+        return NodeSnapshot(name=self.config.node_name,
+                            gpus=tuple(g.index for g in info.gpus) if info else (), held=held)
+
+    async def _schedule_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._schedule_once()
+            except Exception:  # keep the queue alive; the cause is in the log
+                log.scheduler.exception("scheduling pass failed")
+
+    async def _schedule_once(self) -> None:
+        queued = await asyncio.to_thread(self.records.list_jobs, None, ["queued"])
+        queued.sort(key=lambda j: (j["created"] or 0, j["project"], j["number"]))
+        if not queued:
+            return
+        pending = [PendingJob(key=j["id"], gpus=int(j["resources"].get("gpus", 0))) for j in queued]
+        plan = place([self._node_snapshot()], pending)
+        by_key = {j["id"]: j for j in queued}
+        for key, why in plan.waiting.items():
+            if by_key[key].get("waiting_for") != why:
+                project, number = parse_job_key(key)
+                await asyncio.to_thread(self.records.update_job, project, number, waiting_for=why)
+        for placement in plan.placements:
+            project, number = parse_job_key(placement.key)
+            self._starting[(project, number)] = placement.gpus
+            if by_key[placement.key].get("waiting_for"):
+                await asyncio.to_thread(self.records.update_job, project, number, waiting_for="")
+            self._spawn(self._start(project, number, list(placement.gpus)))
+
+    async def _start(self, project: str, number: int, gpus: list[int]) -> None:
+        try:
+            await self.runtime.start_job(project, number, gpus)
+        except Exception as exc:
+            log.runtime.exception("starting %s/%d failed", project, number)
+            job = await asyncio.to_thread(self.records.get_job, project, number)
+            if job["state"] not in FINAL_STATES:
+                await asyncio.to_thread(self.records.set_state, project, number, "failed",
+                                        f"could not start: {exc}")
+            self.on_finished(project, number)
+        finally:
+            self._starting.pop((project, number), None)
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- queries and actions ------------------------------------------------------------------
+
+    async def get(self, key: str) -> dict:
+        project, number = parse_job_key(key)
+        return await asyncio.to_thread(self._get_full, project, number)
+
+    def _get_full(self, project: str, number: int) -> dict:
+        job = self.records.get_job(project, number)
+        job["metrics"] = self.records.metric_summary(project, number)
+        return job
+
+    async def list(self, project: str | None = None, state: str | None = None) -> list[dict]:
+        if project is not None:
+            check_project(project)
+        states = [s.strip() for s in state.split(",")] if state else None
+
+        def query() -> list[dict]:
+            jobs = self.records.list_jobs(project, states)
+            for job in jobs:
+                job["metrics"] = self.records.metric_summary(job["project"], job["number"])
+            return jobs
+        return await asyncio.to_thread(query)
+
+    async def stop(self, key: str, reason: str = "stopped by user") -> dict:
+        project, number = parse_job_key(key)
+        job = await asyncio.to_thread(self.records.get_job, project, number)
+        if job["state"] in FINAL_STATES:
+            raise Conflict(f"job {key} already ended ({job['state']})", hint="nothing to stop")
+        if job["state"] == "queued" and (project, number) not in self._starting:
+            await asyncio.to_thread(self.records.set_state, project, number, "stopped", reason)
+            self.wake()
+        else:
+            await self.runtime.stop_job(project, number, reason)
+        return await self.get(key)
+
+    async def wait(self, key: str, timeout: float | None = None) -> dict:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = await self.get(key)
+            if job["state"] in FINAL_STATES:
+                return job
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return job
+            async with self._finished:
+                try:
+                    await asyncio.wait_for(self._finished.wait(), min(remaining or 1.0, 1.0))
+                except asyncio.TimeoutError:
+                    pass
+
+    async def restart(self, key: str, overrides: dict[str, Any], *, user: str = "") -> dict:
+        project, number = parse_job_key(key)
+        old = await asyncio.to_thread(self.records.get_job, project, number)
+        allowed = {"gpus", "command", "params", "message", "max_runtime", "env", "data"}
+        unknown = set(overrides) - allowed
+        if unknown:
+            raise InvalidSpec(f"cannot override {', '.join(sorted(unknown))} on restart",
+                              hint=f"restart accepts: {', '.join(sorted(allowed))}")
+        params = dict(old["params"])
+        params.update(overrides.get("params") or {})
+        body = {
+            "project": project, "code_tree": old["code_tree"],
+            "command": overrides.get("command") or old["command"],
+            "gpus": overrides.get("gpus", old["resources"].get("gpus", 0)),
+            "env": overrides.get("env") or old["env"], "params": params,
+            "message": overrides.get("message") or f"restart of {key}",
+            "max_runtime": overrides.get("max_runtime", old["max_runtime"]),
+            "data": overrides.get("data") or [{"ref": d["ref"], "mount": d["mount"]} for d in old["data"]],
+        }
+        return await self.submit(body, user=user)
+
+    async def delete(self, key: str) -> dict:
+        project, number = parse_job_key(key)
+        job = await asyncio.to_thread(self.records.get_job, project, number)
+        if job["state"] not in FINAL_STATES and job["state"] != "queued":
+            raise Conflict(f"job {key} is {job['state']}", hint=f"stop it first: floyd stop {key}")
+        if job["state"] == "queued":
+            await self.stop(key, "deleted")
+
+        def remove() -> None:
+            self.records.delete_job(project, number)
+            if job.get("output_version"):
+                name = job["output_version"].rpartition(":")[0]
+                try:
+                    self.store.catalog.delete(name)
+                except NotFound:
+                    pass
+            ws = job.get("workspace")
+            if ws and Path(ws).is_relative_to(self.config.jobs_dir):
+                shutil.rmtree(ws, ignore_errors=True)
+        await asyncio.to_thread(remove)
+        return job
+
+
+def _int(value: Any, flag: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidSpec(f"{flag} {value!r} must be a whole number ≥ {minimum}", hint=f"e.g. {flag} 1")
+    return value
+
+
+def _number(value: Any, flag: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidSpec(f"{flag} {value!r} must be a positive number of seconds", hint=f"e.g. {flag} 3600")
+    return float(value)
+
+
+def _params(raw: Any) -> dict[str, str]:
+    if isinstance(raw, list):
+        return dict(parse_param(p) for p in raw)
+    if not isinstance(raw, dict):
+        raise InvalidSpec("params must be an object of KEY: VALUE", hint="use --param KEY=VALUE")
+    return dict(parse_param(f"{k}={v}") for k, v in raw.items())

@@ -1,0 +1,115 @@
+"""Placement: a pure function from a snapshot to a plan.
+
+``place(nodes, pending)`` decides which queued jobs start where and, for the
+others, says in words why they wait. No I/O and no clock reads: everything it
+needs is in its arguments, so tests call it directly and the leader can re-check
+a plan against current state before committing it.
+
+Policy (``fifo``): jobs are taken in submission order. A GPU job that cannot be
+placed blocks later GPU jobs (no starvation of big jobs by a stream of small
+ones); CPU-only jobs never wait for GPUs. Among nodes that fit, the one with the
+fewest free GPUs left afterwards wins (best fit keeps big holes for big jobs),
+ties broken by name; within a node the lowest free GPU indices are taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["NodeSnapshot", "PendingJob", "Placement", "Plan", "place", "unplaceable"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSnapshot:
+    """What placement knows of one node."""
+
+    name: str
+    gpus: tuple[int, ...] = ()
+    """Indices of all GPUs on the node."""
+    held: dict[int, str] = field(default_factory=dict)
+    """GPU index -> key of the job holding it."""
+    healthy: bool = True
+
+    @property
+    def free(self) -> tuple[int, ...]:
+        return tuple(g for g in self.gpus if g not in self.held)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingJob:
+    key: str
+    gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    key: str
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    placements: tuple[Placement, ...] = ()
+    waiting: dict[str, str] = field(default_factory=dict)
+    """Job key -> why it waits (one sentence, shown by ``floyd status``)."""
+
+
+def unplaceable(nodes: list[NodeSnapshot], gpus: int) -> str | None:
+    """Why a job wanting ``gpus`` GPUs can never run on these nodes, or None if it can."""
+    if gpus <= 0:
+        return None if any(n.healthy for n in nodes) else "no healthy node"
+    best = max((len(n.gpus) for n in nodes), default=0)
+    if best >= gpus:
+        return None
+    have = ", ".join(f"{n.name} has {_count(len(n.gpus))}" for n in nodes) or "no nodes"
+    return f"no node has {_count(gpus)} ({have})"
+
+
+def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
+    """Place ``pending`` (in submission order) on ``nodes``."""
+    free = {n.name: list(n.free) for n in nodes if n.healthy}
+    held = {n.name: dict(n.held) for n in nodes}
+    placements: list[Placement] = []
+    waiting: dict[str, str] = {}
+    blocked_by: str | None = None
+    healthy = sorted(n.name for n in nodes if n.healthy)
+
+    for job in pending:
+        if job.gpus <= 0:
+            if healthy:
+                placements.append(Placement(key=job.key, node=healthy[0], gpus=()))
+            else:
+                waiting[job.key] = "waiting for a healthy node"
+            continue
+        if blocked_by is not None:
+            waiting[job.key] = f"queued behind {blocked_by}, which waits for GPUs"
+            continue
+        fits = [name for name in free if len(free[name]) >= job.gpus]
+        if not fits:
+            waiting[job.key] = _why_waiting(job, nodes, free, held)
+            blocked_by = job.key
+            continue
+        name = min(fits, key=lambda n: (len(free[n]) - job.gpus, n))
+        take, free[name] = free[name][:job.gpus], free[name][job.gpus:]
+        for g in take:
+            held[name][g] = job.key
+        placements.append(Placement(key=job.key, node=name, gpus=tuple(take)))
+    return Plan(placements=tuple(placements), waiting=waiting)
+
+
+def _why_waiting(job: PendingJob, nodes: list[NodeSnapshot], free: dict[str, list[int]],
+                 held: dict[str, dict[int, str]]) -> str:
+    parts = []
+    for n in sorted(nodes, key=lambda n: n.name):
+        if not n.healthy:
+            parts.append(f"{n.name} is unhealthy")
+            continue
+        holders = sorted(set(held[n.name].values()))
+        busy = f" (held by {', '.join(holders)})" if holders else ""
+        parts.append(f"{n.name} has {len(free.get(n.name, []))} free{busy}")
+    return f"waiting for {_count(job.gpus)}: " + "; ".join(parts)
+
+
+def _count(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
