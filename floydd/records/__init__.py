@@ -1,1 +1,11 @@
+"""Experiment records of one node in SQLite (``records.db``): jobs, metrics, events, samples.
 
+One writer connection (``BEGIN IMMEDIATE`` under a lock), per-thread read connections,
+WAL with ``synchronous=NORMAL``; the schema is built by sqlite-utils ``Migrations``.
+"""
+
+from floydd.records._jobs import FINAL_STATES, STATES, TRANSITIONS
+from floydd.records._records import Records
+from floydd.records._schema import MIGRATIONS
+
+__all__ = ["Records", "STATES", "FINAL_STATES", "TRANSITIONS", "MIGRATIONS"]

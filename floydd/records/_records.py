@@ -1,0 +1,274 @@
+"""The experiment records of one node: :class:`Records`, a synchronous, thread-safe API.
+
+The daemon calls it from worker threads (``asyncio.to_thread``). Writes are serialised
+on one connection (see :mod:`._db`); reads run in parallel on per-thread connections.
+Jobs are named by ``(project, number)``; their key string is ``"project/number"``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from floydd import log
+from floydd.errors import NotFound
+from floydd.records import _series
+from floydd.records._db import Connections
+from floydd.records._jobs import (
+    COLUMNS, FINAL_STATES, check_project, check_state, check_transition, decode_row, encode_fields,
+)
+
+__all__ = ["Records"]
+
+_JOB_COLUMNS = ("project", "number", "state", *COLUMNS)
+_SELECT_JOB = ("SELECT p.name, j.number, j.state, " + ", ".join(f'j."{c}"' for c in COLUMNS)
+               + " FROM jobs j JOIN projects p ON p.id = j.project_id")
+
+
+class Records:
+    """SQLite records of the jobs that ran on this node (``records.db``), WAL, one writer."""
+
+    def __init__(self, path: Path) -> None:
+        """Open (creating and migrating as needed) the records database at ``path``."""
+        self.path = Path(path)
+        self._db = Connections(self.path)
+        self._metric_names: dict[str, int] = {}  # committed interned ids only
+
+    def close(self) -> None:
+        """Close every connection; idempotent. Later calls raise ``Unavailable``."""
+        self._db.close()
+
+    def __enter__(self) -> Records:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def pragmas(self) -> dict[str, dict[str, Any]]:
+        """The effective pragmas of the write connection and of this thread's read one."""
+        return self._db.pragmas()
+
+    # -- projects ----------------------------------------------------------------------------
+
+    def ensure_project(self, name: str, *, owner: str = "") -> None:
+        """Create the project if missing; an ownerless project takes ``owner``."""
+        check_project(name)
+        with self._db.write() as conn:
+            _ensure_project(conn, name, owner)
+
+    def list_projects(self) -> list[dict]:
+        """``[{"name", "owner", "created", "jobs", "last_number"}]`` by name."""
+        with self._db.read() as conn:
+            rows = conn.execute(
+                "SELECT p.name, p.owner, p.created, count(j.id), p.last_number FROM projects p "
+                "LEFT JOIN jobs j ON j.project_id = p.id GROUP BY p.id ORDER BY p.name").fetchall()
+        return [dict(zip(("name", "owner", "created", "jobs", "last_number"), row)) for row in rows]
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def allocate_job(self, project: str, fields: dict) -> int:
+        """Insert a ``queued`` job under the project's next number (creating the project if
+        needed) and return the number. Numbers run 1, 2, ... and are never reused."""
+        check_project(project)
+        values = encode_fields(fields)
+        values.setdefault("created", time.time())
+        owner = fields.get("user", "")
+        with self._db.write() as conn:
+            project_id = _ensure_project(conn, project, owner)
+            conn.execute("UPDATE projects SET last_number = last_number + 1 WHERE id = ?", (project_id,))
+            (number,) = conn.execute("SELECT last_number FROM projects WHERE id = ?", (project_id,)).fetchone()
+            values.update(project_id=project_id, number=number, state="queued")
+            conn.execute(f"INSERT INTO jobs ({', '.join(map(_quote, values))}) "
+                         f"VALUES ({', '.join('?' * len(values))})", tuple(values.values()))
+        log.records.debug("allocated job %s/%d", project, number)
+        return number
+
+    def update_job(self, project: str, number: int, **fields: Any) -> None:
+        """Set job fields (not ``state``: see :meth:`set_state`)."""
+        values = encode_fields(fields)
+        with self._db.write() as conn:
+            job_id = _job_id(conn, project, number)
+            _update(conn, job_id, values)
+
+    def set_state(self, project: str, number: int, state: str, reason: str = "", **fields: Any) -> None:
+        """Move the job to ``state`` (a valid transition, else ``Conflict``) with its other fields.
+
+        Writes a ``state`` event; entering ``running`` sets ``started``, entering a final
+        state sets ``ended`` (unless given); leaving ``queued`` clears ``waiting_for``.
+        """
+        check_state(state)
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be str, not {type(reason).__name__}")
+        values = encode_fields(fields)
+        key = f"{project}/{number}"
+        now = time.time()
+        with self._db.write() as conn:
+            job_id = _job_id(conn, project, number)
+            (old,) = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            check_transition(key, old, state)
+            values.update(state=state, reason=reason)
+            if state == "running":
+                values.setdefault("started", now)
+            if state in FINAL_STATES:
+                values.setdefault("ended", now)
+            if old == "queued":
+                values.setdefault("waiting_for", "")
+            _update(conn, job_id, values)
+            message = f"{old} → {state}: {reason}" if reason else f"{old} → {state}"
+            _series.insert_event(conn, job_id, now, "state", message, {"from": old, "to": state})
+        log.records.info("job %s: %s", key, message)
+
+    def get_job(self, project: str, number: int) -> dict:
+        """The job as a dict of every column plus ``"id"``; ``NotFound`` if there is none."""
+        with self._db.read() as conn:
+            row = conn.execute(f"{_SELECT_JOB} WHERE p.name = ? AND j.number = ?", (project, number)).fetchone()
+        if row is None:
+            raise _job_not_found(project, number)
+        return decode_row(_JOB_COLUMNS, row)
+
+    def list_jobs(self, project: str | None = None, states: Iterable[str] | None = None,
+                  limit: int | None = None) -> list[dict]:
+        """Jobs, newest first, optionally of one project and/or in some states."""
+        where, args = [], []
+        if project is not None:
+            where.append("p.name = ?")
+            args.append(project)
+        if states is not None:
+            wanted = [check_state(s) for s in ([states] if isinstance(states, str) else states)]
+            if not wanted:
+                return []
+            where.append(f"j.state IN ({', '.join('?' * len(wanted))})")
+            args.extend(wanted)
+        sql = _SELECT_JOB + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY j.id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        with self._db.read() as conn:
+            rows = conn.execute(sql, args).fetchall()
+        return [decode_row(_JOB_COLUMNS, row) for row in rows]
+
+    def delete_job(self, project: str, number: int) -> None:
+        """Delete the job with its metrics, events and samples (its number stays used)."""
+        with self._db.write() as conn:
+            job_id = _job_id(conn, project, number)
+            conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))  # ON DELETE CASCADE
+        log.records.info("deleted job %s/%s", project, number)
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    def add_metrics(self, project: str, number: int,
+                    points: Iterable[tuple[str, float, int | None, float]], *,
+                    log_offset: int | None = None) -> int:
+        """Record ``(name, value, step, unix_ts)`` points in one transaction; return the count.
+
+        A batch with a non-numeric value or step raises ``InvalidSpec`` and records nothing.
+        ``log_offset``, if given, is stored in the same transaction (so the tailer's offset
+        never runs ahead of what it recorded).
+        """
+        if log_offset is not None:
+            _check_offset(log_offset)
+        fresh: dict[str, int] = {}
+        with self._db.write() as conn:
+            job_id = _job_id(conn, project, number)
+            count = _series.insert_metrics(conn, job_id, points, self._metric_names, fresh)
+            if log_offset is not None:
+                _set_log_offset(conn, job_id, log_offset)
+        self._metric_names.update(fresh)  # only once committed: a rolled-back id must not stick
+        return count
+
+    def metric_series(self, project: str, number: int,
+                      name: str | None = None) -> dict[str, list[tuple[int | None, float, float]]]:
+        """``name -> [(step, value, ts)]`` in insertion order (only names with points)."""
+        with self._db.read(snapshot=True) as conn:
+            return _series.metric_series(conn, _job_id(conn, project, number), name)
+
+    def metric_summary(self, project: str, number: int) -> dict[str, dict]:
+        """``name -> {"last", "last_step", "last_ts", "min", "max", "count"}``.
+
+        ``min``/``max`` ignore NaN (``None`` if every value was NaN); ``last`` may be NaN.
+        """
+        with self._db.read(snapshot=True) as conn:
+            return _series.metric_summary(conn, _job_id(conn, project, number))
+
+    # -- events, system samples, log offset ------------------------------------------------------
+
+    def add_event(self, project: str, number: int, kind: str, message: str, data: dict | None = None) -> None:
+        """Append an event (``kind`` is a short word such as ``state``, ``agent``, ``output``)."""
+        if not isinstance(kind, str) or not kind or not isinstance(message, str):
+            raise TypeError("an event needs a non-empty str kind and a str message")
+        with self._db.write() as conn:
+            _series.insert_event(conn, _job_id(conn, project, number), time.time(), kind, message, data)
+
+    def events(self, project: str, number: int, *, after: int = 0) -> list[dict]:
+        """``[{"seq", "ts", "kind", "message", "data"}]`` oldest first; ``after`` resumes past a seq."""
+        with self._db.read(snapshot=True) as conn:
+            return _series.events(conn, _job_id(conn, project, number), after)
+
+    def add_system_samples(self, project: str, number: int, samples: Iterable[dict]) -> None:
+        """Append ``{"ts", "cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_bytes"}`` samples."""
+        with self._db.write() as conn:
+            _series.insert_samples(conn, _job_id(conn, project, number), samples)
+
+    def system_samples(self, project: str, number: int) -> list[dict]:
+        """The job's system samples in the order they were added."""
+        with self._db.read(snapshot=True) as conn:
+            return _series.samples(conn, _job_id(conn, project, number))
+
+    def set_log_offset(self, project: str, number: int, offset: int) -> None:
+        """Remember where the log tailer got to, to resume there after a daemon restart."""
+        _check_offset(offset)
+        with self._db.write() as conn:
+            _set_log_offset(conn, _job_id(conn, project, number), offset)
+
+    def get_log_offset(self, project: str, number: int) -> int:
+        """The offset last set (0 for a new job)."""
+        with self._db.read() as conn:
+            row = conn.execute("SELECT j.log_offset FROM jobs j JOIN projects p ON p.id = j.project_id "
+                               "WHERE p.name = ? AND j.number = ?", (project, number)).fetchone()
+        if row is None:
+            raise _job_not_found(project, number)
+        return row[0]
+
+
+def _quote(column: str) -> str:
+    return f'"{column}"'  # column names come from COLUMNS only, never from callers
+
+
+def _ensure_project(conn: sqlite3.Connection, name: str, owner: str) -> int:
+    row = conn.execute("SELECT id, owner FROM projects WHERE name = ?", (name,)).fetchone()
+    if row is None:
+        cur = conn.execute("INSERT INTO projects (name, owner, created) VALUES (?, ?, ?)",
+                           (name, owner, time.time()))
+        return int(cur.lastrowid)  # type: ignore[arg-type]
+    if owner and not row[1]:
+        conn.execute("UPDATE projects SET owner = ? WHERE id = ?", (owner, row[0]))
+    return row[0]
+
+
+def _job_id(conn: sqlite3.Connection, project: str, number: int) -> int:
+    row = conn.execute("SELECT j.id FROM jobs j JOIN projects p ON p.id = j.project_id "
+                       "WHERE p.name = ? AND j.number = ?", (project, number)).fetchone()
+    if row is None:
+        raise _job_not_found(project, number)
+    return row[0]
+
+
+def _job_not_found(project: str, number: int) -> NotFound:
+    return NotFound(f"job {project}/{number} not found", hint="floyd status lists this project's jobs")
+
+
+def _update(conn: sqlite3.Connection, job_id: int, values: dict[str, Any]) -> None:
+    if values:
+        conn.execute(f"UPDATE jobs SET {', '.join(f'{_quote(c)} = ?' for c in values)} WHERE id = ?",
+                     (*values.values(), job_id))
+
+
+def _check_offset(offset: object) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise TypeError(f"a log offset is an int >= 0, not {offset!r}")
+
+
+def _set_log_offset(conn: sqlite3.Connection, job_id: int, offset: int) -> None:
+    conn.execute("UPDATE jobs SET log_offset = ? WHERE id = ?", (offset, job_id))
