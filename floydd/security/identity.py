@@ -1,0 +1,175 @@
+"""This node's identity: a stable node id, its private key, its certificate, the cluster CA.
+
+Files in the identity folder (the daemon uses ``STATE/tls/``, kept 0700):
+
+    node-id   16 hex digits, made once, never changes
+    node.key  the node's EC P-256 private key (0600)
+    node.pem  the node certificate followed by the CA certificate (the chain TLS presents)
+    ca.pem    the cluster CA certificate this node trusts
+
+A fresh box has a node id and key but no certificate until ``floydd init`` (which makes
+the CA and signs its own certificate, :func:`init_cluster`) or ``floydd join``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.x509.oid import NameOID
+
+from floydd.errors import InvalidSpec, NotFound
+from floydd.security._files import ensure_private_dir, read_private, read_public, write_private, write_public
+from floydd.security._x509 import (check_node_id, fingerprint_of_der, load_certs, new_node_id, node_id_of_cert,
+                                   short_fingerprint)
+from floydd.security.ca import ClusterCA
+
+__all__ = ["NodeIdentity", "make_csr", "init_cluster"]
+
+log = logging.getLogger("floydd.security")
+
+
+def make_csr(key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey, node_id: str) -> bytes:
+    """A PEM CSR with subject exactly ``CN=<node id>``, signed by ``key`` (EC P-256 or Ed25519)."""
+    check_node_id(node_id)
+    csr = (x509.CertificateSigningRequestBuilder()
+           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_id)]))
+           .sign(key, None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()))
+    return csr.public_bytes(serialization.Encoding.PEM)
+
+
+class NodeIdentity:
+    """Who this node is. Make one with :meth:`load_or_create` (fresh box) or :meth:`load` (member)."""
+
+    ID_FILE = "node-id"
+    KEY_FILE = "node.key"
+    CERT_FILE = "node.pem"
+    CA_FILE = "ca.pem"
+
+    def __init__(self, folder: Path, node_id: str, key: ec.EllipticCurvePrivateKey,
+                 cert: x509.Certificate | None = None, ca_cert: x509.Certificate | None = None) -> None:
+        self.folder = Path(folder)
+        self.node_id = check_node_id(node_id)
+        self._key = key
+        self.cert = cert
+        self.ca_cert = ca_cert
+
+    @classmethod
+    def load_or_create(cls, folder: Path) -> NodeIdentity:
+        """Load the identity in ``folder``, first making a node id and key if it has none."""
+        folder = ensure_private_dir(Path(folder))
+        id_path, key_path = folder / cls.ID_FILE, folder / cls.KEY_FILE
+        if not id_path.exists():
+            write_public(id_path, (new_node_id() + "\n").encode())
+        if not key_path.exists():
+            key = ec.generate_private_key(ec.SECP256R1())
+            write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                      serialization.NoEncryption()))
+        return cls._read(folder)
+
+    @classmethod
+    def load(cls, folder: Path) -> NodeIdentity:
+        """Load a node that is a cluster member (has a certificate); NotFound otherwise."""
+        folder = Path(folder)
+        if not (folder / cls.CERT_FILE).exists() or not (folder / cls.KEY_FILE).exists():
+            raise NotFound(f"this node has no cluster certificate in {folder}",
+                           hint="run 'floydd init' to start a cluster, or 'floydd join TOKEN' to join one")
+        return cls._read(folder)
+
+    @classmethod
+    def _read(cls, folder: Path) -> NodeIdentity:
+        node_id = read_public(folder / cls.ID_FILE).decode().strip()
+        key = serialization.load_pem_private_key(read_private(folder / cls.KEY_FILE), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise InvalidSpec(f"the node key in {folder} is not an EC key", hint="remove node.key to make a new one")
+        cert = ca_cert = None
+        if (folder / cls.CERT_FILE).exists():
+            cert = load_certs(read_public(folder / cls.CERT_FILE), "node.pem")[0]
+            ca_cert = load_certs(read_public(folder / cls.CA_FILE), "ca.pem")[0]
+        return cls(folder, node_id, key, cert, ca_cert)
+
+    @property
+    def key(self) -> ec.EllipticCurvePrivateKey:
+        return self._key
+
+    @property
+    def is_member(self) -> bool:
+        return self.cert is not None and self.ca_cert is not None
+
+    @property
+    def key_path(self) -> Path:
+        return self.folder / self.KEY_FILE
+
+    @property
+    def cert_path(self) -> Path:
+        """The chain file: node certificate, then the CA certificate."""
+        return self.folder / self.CERT_FILE
+
+    @property
+    def ca_path(self) -> Path:
+        return self.folder / self.CA_FILE
+
+    @property
+    def ca_pem(self) -> bytes:
+        return self._member_ca().public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def cluster_fingerprint(self) -> str:
+        """sha256 (hex) of the cluster CA certificate this node trusts."""
+        return fingerprint_of_der(self._member_ca().public_bytes(serialization.Encoding.DER))
+
+    def make_csr(self) -> bytes:
+        return make_csr(self._key, self.node_id)
+
+    def install(self, cert_pem: bytes | str, ca_pem: bytes | str, *, expect_ca_fingerprint: str | None = None) -> None:
+        """Check and save the node certificate and CA a cluster gave this node."""
+        cert = load_certs(_b(cert_pem), "the node certificate")[0]
+        ca = load_certs(_b(ca_pem), "the CA certificate")[0]
+        fingerprint = fingerprint_of_der(ca.public_bytes(serialization.Encoding.DER))
+        if expect_ca_fingerprint is not None and fingerprint != expect_ca_fingerprint:
+            raise InvalidSpec("the CA certificate is not the one expected (CA fingerprint mismatch)",
+                              hint="make a new join token on a node of the cluster you mean to join")
+        try:
+            cert.verify_directly_issued_by(ca)
+        except (InvalidSignature, ValueError, TypeError) as exc:
+            raise InvalidSpec("the node certificate was not issued by the cluster CA",
+                              hint="join again with a fresh token") from exc
+        if cert.public_key() != self._key.public_key():
+            raise InvalidSpec("the node certificate is for another key", hint="join again with a fresh token")
+        if node_id_of_cert(cert) != self.node_id:
+            raise InvalidSpec(f"the node certificate does not name this node ({self.node_id})",
+                              hint="join again with a fresh token")
+        ca_bytes = ca.public_bytes(serialization.Encoding.PEM)
+        write_public(self.ca_path, ca_bytes)
+        write_public(self.cert_path, cert.public_bytes(serialization.Encoding.PEM) + ca_bytes)
+        self.cert, self.ca_cert = cert, ca
+        log.info("node %s holds a certificate of cluster %s", self.node_id, short_fingerprint(fingerprint))
+
+    def __repr__(self) -> str:
+        fp = short_fingerprint(self.cluster_fingerprint) if self.is_member else None
+        return f"NodeIdentity(node_id={self.node_id!r}, cluster={fp!r}, folder={str(self.folder)!r})"
+
+    def _member_ca(self) -> x509.Certificate:
+        if self.ca_cert is None:
+            raise NotFound(f"node {self.node_id} is not in a cluster yet",
+                           hint="run 'floydd init' to start a cluster, or 'floydd join TOKEN' to join one")
+        return self.ca_cert
+
+
+def init_cluster(ca_folder: Path, tls_folder: Path, cluster_name: str, addresses: Iterable[str] = (), *,
+                 clock: Callable[[], float] = time.time) -> tuple[ClusterCA, NodeIdentity]:
+    """``floydd init``: make the cluster CA and sign this node's own certificate with it."""
+    ca = ClusterCA.create(ca_folder, cluster_name, clock=clock)
+    identity = NodeIdentity.load_or_create(tls_folder)
+    identity.install(ca.issue_node_cert(identity.make_csr(), identity.node_id, addresses), ca.cert_pem)
+    return ca, identity
+
+
+def _b(text: bytes | str) -> bytes:
+    return text.encode() if isinstance(text, str) else text

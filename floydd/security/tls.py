@@ -1,0 +1,142 @@
+"""Mutual TLS between nodes: SSL contexts, the peer's node id, and the guard on ``/cluster/v1/``.
+
+Both ends present their node certificate and trust only the cluster CA. The server asks
+for a client certificate but does not demand it at the handshake (``CERT_OPTIONAL``), so a
+box that has no certificate yet can reach the join route; every other node-to-node route
+is behind :func:`require_peer_cert`, which refuses a request without a verified one. A peer
+certificate from another CA fails the handshake itself.
+
+Peers are named by node id, not host name: a client either checks the id after connecting
+(:func:`check_peer`) or lets the handshake do it with ``client_context(identity,
+verify_node_id=True)`` and ``server_hostname=<node id>`` (the id is the cert's DNS SAN).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any, Callable, Iterable
+
+from aiohttp import web
+from cryptography import x509
+
+from floydd.errors import Unauthorized
+from floydd.security._x509 import fingerprint_of_der, node_id_of_cert
+from floydd.security.identity import NodeIdentity
+
+__all__ = ["server_context", "client_context", "peer_node_id", "check_peer", "require_peer_cert",
+           "fingerprint_of_der", "CLUSTER_PREFIX", "OPEN_ROUTES"]
+
+log = logging.getLogger("floydd.security")
+
+CLUSTER_PREFIX = "/cluster/v1/"
+OPEN_ROUTES = ("/cluster/v1/join", "/cluster/v1/ca")
+"""The node-to-node routes a box without a certificate may call: the CA (public) and join."""
+
+_TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+
+
+def server_context(identity: NodeIdentity) -> ssl.SSLContext:
+    """For the node-to-node listener: our chain, peers verified against the cluster CA when they send one."""
+    ctx = _base(ssl.PROTOCOL_TLS_SERVER, identity)
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def client_context(identity: NodeIdentity, *, verify_node_id: bool = False) -> ssl.SSLContext:
+    """For calls to other nodes: present our certificate, require one from the cluster CA.
+
+    With ``verify_node_id`` the handshake also checks the peer's node id: pass the expected id
+    as ``server_hostname`` (aiohttp: ``session.get(url, ssl=ctx, server_hostname=node_id)``).
+    """
+    ctx = _base(ssl.PROTOCOL_TLS_CLIENT, identity)
+    ctx.check_hostname = verify_node_id
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def peer_node_id(obj: Any) -> str | None:
+    """The node id in the peer's *verified* certificate, or None (no TLS, no cert, unverified).
+
+    ``obj`` may be an aiohttp request, an asyncio transport or stream writer, an
+    ``ssl.SSLObject``/``ssl.SSLSocket``, or an aiohttp client response whose connection is
+    still held (aiohttp releases it as soon as a small body has arrived: on the client side
+    prefer ``client_context(..., verify_node_id=True)``).
+    """
+    ssl_object = _ssl_object(obj)
+    if ssl_object is None or ssl_object.context.verify_mode == ssl.CERT_NONE:
+        return None
+    if not ssl_object.getpeercert():  # empty unless the chain was verified
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    return node_id_of_cert(x509.load_der_x509_certificate(der)) if der else None
+
+
+def check_peer(obj: Any, expected_node_id: str) -> str:
+    """Raise Unauthorized unless the verified peer is ``expected_node_id``; returns it."""
+    got = peer_node_id(obj)
+    if got != expected_node_id:
+        raise Unauthorized(f"the peer is not node {expected_node_id} (its certificate names {got or 'no node'})",
+                           hint="the address may now belong to another node; refresh the member list",
+                           code="wrong_peer")
+    return got
+
+
+def require_peer_cert(prefix: str = CLUSTER_PREFIX, exempt: Iterable[str] = OPEN_ROUTES, *,
+                      is_member: Callable[[str], bool] | None = None):
+    """aiohttp middleware: under ``prefix`` (but not ``exempt``), refuse callers without a node certificate.
+
+    ``is_member(node_id)``, when given, also refuses certificates of nodes that have left or
+    been removed (a cheap stand-in for revocation). Refusals are 403 with floydd's JSON error.
+    """
+    exempt = frozenset(exempt)
+
+    @web.middleware
+    async def peer_cert_middleware(request: web.Request, handler):
+        paths = {request.path}
+        resource = getattr(request.match_info.route, "resource", None)
+        if resource is not None:
+            paths.add(resource.canonical)
+        if not any(p.startswith(prefix) for p in paths) or paths <= exempt:
+            return await handler(request)
+        node_id = peer_node_id(request)
+        if node_id is None:
+            log.warning("refused %s %s from %s: no valid node certificate", request.method, request.path,
+                        request.remote)
+            return _refuse("peer_certificate_required", "this route needs a node certificate of this cluster",
+                           "only cluster nodes may call /cluster/v1/; join first with floydd join TOKEN")
+        if is_member is not None and not is_member(node_id):
+            log.warning("refused %s %s from node %s: not a member", request.method, request.path, node_id)
+            return _refuse("not_a_member", f"node {node_id} is not a member of this cluster",
+                           "the node was removed; it must join again with a new token")
+        return await handler(request)
+
+    return peer_cert_middleware
+
+
+def _base(protocol: int, identity: NodeIdentity) -> ssl.SSLContext:
+    ca_pem = identity.ca_pem.decode()  # NotFound, with a hint, on a node not yet in a cluster
+    ctx = ssl.SSLContext(protocol)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # 1.3 is negotiated whenever both ends have it
+    ctx.set_ciphers(_TLS12_CIPHERS)
+    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
+    ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+    ctx.load_cert_chain(identity.cert_path, identity.key_path)
+    ctx.load_verify_locations(cadata=ca_pem)
+    return ctx
+
+
+def _ssl_object(obj: Any) -> ssl.SSLObject | ssl.SSLSocket | None:
+    if isinstance(obj, (ssl.SSLObject, ssl.SSLSocket)):
+        return obj
+    transport = getattr(obj, "transport", None)  # aiohttp web.Request
+    if transport is None and getattr(obj, "connection", None) is not None:  # aiohttp ClientResponse
+        transport = obj.connection.transport
+    if transport is None and hasattr(obj, "get_extra_info"):  # an asyncio transport
+        transport = obj
+    return transport.get_extra_info("ssl_object") if transport is not None else None
+
+
+def _refuse(code: str, message: str, hint: str) -> web.Response:
+    body = Unauthorized(message, hint=hint, code=code).to_payload()
+    return web.json_response(body, status=403)
