@@ -1,1 +1,15 @@
+"""The per-job supervisor (``python -m floydd.agent WORKSPACE``) and the tiny in-job SDK.
 
+The agent is a separate, detached process per job: it outlives daemon restarts, runs
+the job (in bubblewrap where available), captures its output into ``job.log`` and
+reports through ``status.json``. Modules:
+
+    spec        AgentSpec: what the daemon asks the agent to run (spec.json)
+    status      Status: what the agent reports (status.json, rewritten atomically)
+    sandbox     the bubblewrap command line and the job's environment
+    capture     stdout/stderr pipes -> job.log lines ``<ts> <o|e> <text>``
+    supervisor  the main loop: spawn, capture, max-runtime, stop, final status
+    sdk         ``log(name, value, step)`` for use inside jobs (imports nothing heavy)
+
+Importing this package imports nothing: jobs import :mod:`floydd.agent.sdk`.
+"""

@@ -1,0 +1,376 @@
+"""The agent's main loop: one job, from spec.json to a final status.json.
+
+    read spec ─► status starting ─► spawn job ─► status running ─► capture loop ─► status exited
+                       │                                              │
+                       └─ spec unreadable / stop file / no sandbox ───┴─► status exited
+
+The capture loop waits (poll) on the job's stdout and stderr pipes, a pidfd of the
+job and a wakeup pipe for signals. Bursts are read 64 KiB at a time and written to
+``job.log`` in one write per burst; after a burst it naps a few milliseconds so a job
+printing many short lines is read in few large gulps rather than one wakeup per line.
+
+Termination: on SIGTERM/SIGINT (the daemon's ``floyd stop``; reason from the
+``stop`` file) or when ``max_runtime`` passes, every process of the job gets SIGTERM
+and, ``stop_grace`` seconds later, SIGKILL. The agent is a child subreaper, so
+processes the job leaves behind stay its descendants; when the job's main process
+ends they are killed, and the job counts as over.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from floydd.agent import sandbox
+from floydd.agent.capture import LogWriter
+from floydd.agent.spec import AgentSpec
+from floydd.agent.status import Status, process_start_time, write_status
+from floydd.errors import FloyddError
+
+__all__ = ["Supervisor", "main", "outcome_of"]
+
+log = logging.getLogger("floydd.agent")
+
+READ_SIZE = 64 * 1024
+PIPE_SIZE = 1024 * 1024
+NAP = 0.01
+"""Pause after a burst so the job's many small writes pile up into one big read."""
+DRAIN_LIMIT = 2.0
+"""After the job ended, how long to wait for its pipes to close."""
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m floydd.agent WORKSPACE", file=sys.stderr)
+        return 2
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s agent[%(process)d] %(levelname)s %(message)s")
+    return Supervisor(Path(argv[0])).run()
+
+
+def outcome_of(returncode: int, ending: tuple[str, str] | None) -> tuple[str, str, int, str | None]:
+    """``(outcome, reason, exit_code, signal_name)`` for a job that ended with ``returncode``.
+
+    ``ending`` is ``(outcome, reason)`` when the agent itself ended the job (stop or
+    timeout); that outcome wins over how the process happened to exit. Exit codes
+    128+N from a shell or bubblewrap read as "killed by signal N".
+    """
+    signame = None
+    if returncode < 0:
+        signame = _signame(-returncode)
+        exit_code = 128 - returncode
+    else:
+        exit_code = returncode
+        if 128 < returncode < 128 + signal.NSIG:
+            signame = _signame(returncode - 128)
+    if ending is not None:
+        return ending[0], ending[1], exit_code, signame
+    if returncode == 0:
+        return "success", "exit code 0", 0, None
+    if returncode < 0:
+        return "failed", f"killed by {signame}", exit_code, signame
+    if signame:
+        return "failed", f"killed by {signame} (exit code {exit_code})", exit_code, signame
+    return "failed", f"exit code {exit_code}", exit_code, None
+
+
+class Supervisor:
+    """Runs the job of one workspace; :meth:`run` returns when status.json says exited."""
+
+    def __init__(self, ws: Path) -> None:
+        self.ws = Path(ws).absolute()
+        self.status = Status(agent_pid=os.getpid(), agent_start_time=process_start_time(os.getpid()) or 0.0)
+        self._signalled = False
+        self._ending: tuple[str, str] | None = None
+        self._kill_at: float | None = None
+        self._killed = False
+
+    def run(self) -> int:
+        wake_r = self._install_signals()
+        write_status(self.ws, self.status)
+        try:
+            spec = AgentSpec.from_json((self.ws / "spec.json").read_bytes())
+        except (OSError, FloyddError) as exc:
+            return self._finish("failed", f"cannot read spec.json: {exc}")
+        if self._signalled or (self.ws / "stop").exists():
+            return self._finish("stopped", self._stop_reason())
+        try:
+            launch = sandbox.build_launch(spec, self.ws, sandbox.resolve_sandbox(spec.sandbox))
+        except FloyddError as exc:
+            return self._finish("failed", exc.message)
+        log.info("job %s: %s (sandbox %s)", spec.job, spec.command, launch.sandbox)
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        log_fd = os.open(self.ws / "job.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        out_r, out_w = _pipe()
+        err_r, err_w = _pipe()
+        try:
+            proc = subprocess.Popen(
+                launch.argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, cwd=launch.cwd,
+                env=launch.env, start_new_session=True, close_fds=True, preexec_fn=_die_with_agent)
+        except OSError as exc:
+            return self._finish("failed", f"could not start the job: {exc}")
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        self.status = self.status.evolve(state="running", job_pid=proc.pid, started=time.time(),
+                                         sandbox=launch.sandbox)
+        write_status(self.ws, self.status)
+        writer = LogWriter(log_fd)
+        returncode = self._loop(spec, proc, writer, {out_r: b"o", err_r: b"e"}, wake_r)
+        writer.flush_partial(time.time())
+        writer.write()
+        os.fsync(log_fd)
+        os.close(log_fd)
+        outcome, reason, exit_code, signame = outcome_of(returncode, self._ending)
+        return self._finish(outcome, reason, exit_code=exit_code, signal=signame)
+
+    # -- the capture loop ------------------------------------------------------------------
+
+    def _loop(self, spec: AgentSpec, proc: subprocess.Popen, writer: LogWriter,
+              streams: dict[int, bytes], wake_r: int) -> int:
+        # poll(2), not epoll: epoll stays hooked on the pipes between waits and runs a
+        # callback on every write the job makes; poll is hooked only while we wait
+        sel = selectors.PollSelector()
+        for fd in streams:
+            sel.register(fd, selectors.EVENT_READ)
+        sel.register(wake_r, selectors.EVENT_READ)
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+            sel.register(pidfd, selectors.EVENT_READ)
+        except (AttributeError, OSError):
+            pidfd = None
+        deadline = time.monotonic() + spec.max_runtime if spec.max_runtime else None
+        returncode: int | None = None
+        drain_until = None
+        while streams or returncode is None:
+            now = time.monotonic()
+            timeouts = [t for t in (deadline if self._ending is None else None,
+                                    None if self._killed else self._kill_at, drain_until) if t is not None]
+            if pidfd is None and returncode is None:
+                timeouts.append(now + 0.05)
+            timeout = max(0.0, min(timeouts) - now) if timeouts else None
+            got = 0
+            for key, _ in sel.select(timeout):
+                fd = key.fd
+                if fd in streams:
+                    got += self._read(fd, streams, writer, sel)
+                elif fd == wake_r:
+                    _drain_fd(wake_r)
+                elif fd == pidfd:
+                    sel.unregister(pidfd)
+            writer.write()
+            now = time.monotonic()
+            if returncode is None and self._ending is None:
+                if self._signalled:
+                    self._terminate(spec, proc, ("stopped", self._stop_reason()))
+                elif deadline is not None and now >= deadline:
+                    self._terminate(spec, proc, ("timeout", f"exceeded --max-runtime {spec.max_runtime:g}s"))
+            if self._kill_at is not None and not self._killed and now >= self._kill_at and returncode is None:
+                log.info("job still running %gs after SIGTERM; sending SIGKILL", spec.stop_grace)
+                self._signal_job(proc, signal.SIGKILL, sandboxed=False)
+                self._killed = True
+            if returncode is None and _exited(proc, pidfd, sel):
+                # the main process is over: whatever it left behind goes too, then reap
+                self._kill_leftovers(proc)
+                returncode = proc.wait()
+                drain_until = time.monotonic() + DRAIN_LIMIT
+                log.info("job process %d ended with %d", proc.pid, returncode)
+            if drain_until is not None and time.monotonic() >= drain_until and streams:
+                log.warning("job output still open %gs after it ended; closing it", DRAIN_LIMIT)
+                for fd in list(streams):
+                    self._close_stream(fd, streams, sel)
+            if got and returncode is None:
+                time.sleep(NAP)
+        sel.close()
+        if pidfd is not None:
+            os.close(pidfd)
+        _reap_orphans()
+        return returncode
+
+    def _read(self, fd: int, streams: dict[int, bytes], writer: LogWriter, sel: selectors.BaseSelector) -> int:
+        total = 0
+        ts = time.time()
+        while True:
+            try:
+                data = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                return total
+            if not data:
+                self._close_stream(fd, streams, sel)
+                return total
+            writer.add(streams[fd], data, ts)
+            total += len(data)
+            if len(data) < READ_SIZE:
+                return total
+
+    @staticmethod
+    def _close_stream(fd: int, streams: dict[int, bytes], sel: selectors.BaseSelector) -> None:
+        sel.unregister(fd)
+        os.close(fd)
+        del streams[fd]
+
+    # -- ending the job ----------------------------------------------------------------------
+
+    def _terminate(self, spec: AgentSpec, proc: subprocess.Popen, ending: tuple[str, str]) -> None:
+        self._ending = ending
+        log.info("ending the job (%s: %s): SIGTERM, SIGKILL after %gs", *ending, spec.stop_grace)
+        self._kill_at = time.monotonic() + spec.stop_grace
+        self._signal_job(proc, signal.SIGTERM, sandboxed=self.status.sandbox == "bwrap")
+
+    def _signal_job(self, proc: subprocess.Popen, sig: int, *, sandboxed: bool) -> None:
+        """Send ``sig`` to every process of the job.
+
+        Under bubblewrap the bwrap processes themselves are spared a SIGTERM: killing
+        them would SIGKILL the sandbox at once (``--die-with-parent``) and the job
+        would get no chance to save a checkpoint.
+        """
+        if not sandboxed:
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        import psutil
+        for child in _descendants():
+            try:
+                if sandboxed and child.name() == "bwrap":
+                    continue
+                child.send_signal(sig)
+            except psutil.Error:
+                pass
+
+    def _kill_leftovers(self, proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the leader is unreaped: its group id is still ours
+        except (ProcessLookupError, PermissionError):
+            pass
+        import psutil
+        for child in _descendants():
+            if child.pid != proc.pid:
+                try:
+                    child.kill()
+                except psutil.Error:
+                    pass
+
+    def _stop_reason(self) -> str:
+        try:
+            text = (self.ws / "stop").read_text(errors="replace").strip()
+        except OSError:
+            text = ""
+        return text or "stopped"
+
+    def _finish(self, outcome: str, reason: str, **fields) -> int:
+        self.status = self.status.evolve(state="exited", ended=time.time(), outcome=outcome, reason=reason,
+                                         **fields)
+        write_status(self.ws, self.status)
+        log.info("job over: %s (%s)", outcome, reason)
+        return 0
+
+    def _install_signals(self) -> int:
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+        def on_stop(signum, frame) -> None:
+            self._signalled = True
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        return wake_r
+
+
+def _exited(proc: subprocess.Popen, pidfd: int | None, sel: selectors.BaseSelector) -> bool:
+    """Whether the job's main process has ended, without reaping it (its group id stays ours)."""
+    if pidfd is not None:
+        try:
+            sel.get_key(pidfd)
+            return False  # still registered: not readable yet
+        except KeyError:
+            return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _descendants() -> list:
+    """Every process below the agent (psutil is imported only when a job is ended)."""
+    import psutil
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _reap_orphans() -> None:
+    """Reap processes the job left behind (they were re-parented to us, the subreaper)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _pipe() -> tuple[int, int]:
+    r, w = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(r, False)
+    for size in (PIPE_SIZE, 256 * 1024):
+        try:
+            fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, size)
+            break
+        except (OSError, AttributeError):
+            continue
+    return r, w
+
+
+def _drain_fd(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _prctl(option: int, value: int) -> None:
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+_agent_pid = os.getpid()
+
+
+def _die_with_agent() -> None:
+    """In the child (between fork and exec): die when the agent dies.
+
+    Without a sandbox this is the job's --die-with-parent. Under bubblewrap it closes
+    the window before bwrap sets its own: an agent killed in that moment would
+    otherwise leave the sandbox running. If the agent is already gone, give up.
+    """
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != _agent_pid:  # the agent is the process that imported this module
+        os._exit(137)

@@ -1,0 +1,136 @@
+"""Which Python a job runs with.
+
+``--env default`` is the daemon's own interpreter (its ``bin`` folder goes first on
+the job's PATH). A project with a ``floyd_requirements.txt`` gets a cached virtual
+environment on top of it::
+
+    STATE/envs/<sha256 of the file>/      python -m venv --system-site-packages
+                                          + pip install -r floyd_requirements.txt
+    STATE/envs/<sha256>.lock              flock: one build at a time, the others wait
+    STATE/envs/<sha256>/.floydd-ready     written last: the env is complete (and for which base)
+
+pip runs with the machine's own configuration (pip.conf, ``PIP_INDEX_URL``,
+``PIP_FIND_LINKS``...): floydd passes no index, so an air-gapped wheelhouse works.
+Packages the base interpreter already has are not installed again. A failed build
+leaves nothing behind and fails the job with the last line pip printed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+from floydd import log
+from floydd.errors import InvalidSpec
+
+__all__ = ["python_bin_for", "ensure_env", "REQUIREMENTS", "ENVIRONMENTS"]
+
+REQUIREMENTS = "floyd_requirements.txt"
+ENVIRONMENTS = ("default",)
+_READY = ".floydd-ready"
+
+
+def python_bin_for(state_dir: Path, code_dir: Path, env: str | None = "default", *,
+                   log_path: Path | None = None) -> str:
+    """The ``bin`` folder to put first on the job's PATH (may build a venv: minutes)."""
+    if env not in (None, "", *ENVIRONMENTS):
+        raise InvalidSpec(f"unknown environment {env!r}",
+                          hint=f"available: {', '.join(ENVIRONMENTS)}; add packages with a {REQUIREMENTS}")
+    req = Path(code_dir) / REQUIREMENTS
+    if not req.is_file() or not _has_requirements(req):
+        return str(Path(sys.executable).parent)
+    return str(ensure_env(Path(state_dir) / "envs", req, log_path=log_path) / "bin")
+
+
+def ensure_env(envs_dir: Path, requirements: Path, *, log_path: Path | None = None) -> Path:
+    """The venv for ``requirements`` under ``envs_dir``, built once (blocking)."""
+    data = requirements.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    env_dir = envs_dir / digest
+    if _ready(env_dir):
+        return env_dir
+    envs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(envs_dir / f"{digest}.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _ready(env_dir):  # another job built it while we waited
+            _note(log_path, f"floydd: using the environment built for {REQUIREMENTS} ({digest[:12]})")
+            return env_dir
+        _note(log_path, f"floydd: building an environment for {REQUIREMENTS} ({digest[:12]})")
+        started = time.monotonic()
+        try:
+            _build(env_dir, requirements, log_path)
+        except BaseException:
+            shutil.rmtree(env_dir, ignore_errors=True)
+            raise
+        log.runtime.info("built env %s in %.1fs", digest[:12], time.monotonic() - started)
+    return env_dir
+
+
+def _build(env_dir: Path, requirements: Path, log_path: Path | None) -> None:
+    shutil.rmtree(env_dir, ignore_errors=True)
+    venv = [sys.executable, "-m", "venv", "--system-site-packages"]
+    has_pip = importlib.util.find_spec("pip") is not None
+    if has_pip:
+        venv.append("--without-pip")  # the base's pip is visible through system site-packages
+    _run(venv + [str(env_dir)], requirements.parent, log_path, "creating the virtual environment")
+    if sys.prefix != sys.base_prefix:  # the daemon itself runs in a venv: make its packages visible too
+        purelib = sysconfig.get_path("purelib", vars={"base": str(env_dir), "platbase": str(env_dir)})
+        lines = [f"import site; site.addsitedir({p!r})" for p in site.getsitepackages()]
+        Path(purelib).mkdir(parents=True, exist_ok=True)
+        (Path(purelib) / "_floydd_base.pth").write_text("\n".join(lines) + "\n")
+    _run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+          "-r", str(requirements)], requirements.parent, log_path, f"installing {REQUIREMENTS}")
+    (env_dir / _READY).write_text(json.dumps({"python": sys.executable, "version": sys.version}))
+
+
+def _run(argv: list[str], cwd: Path, log_path: Path | None, what: str) -> None:
+    """Run a build step, streaming its output into the job's log; raise with its last line."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env)
+    last = ""
+    assert proc.stdout is not None
+    with proc.stdout:
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            if line.strip():
+                last = line.strip()
+            _note(log_path, line)
+    if proc.wait() != 0:
+        raise InvalidSpec(f"{what} failed: {last or f'exit code {proc.returncode}'}",
+                          hint=f"see the job's log (floyd logs); fix {REQUIREMENTS} or the pip configuration")
+
+
+def _ready(env_dir: Path) -> bool:
+    try:
+        info = json.loads((env_dir / _READY).read_text())
+    except (OSError, ValueError):
+        return False
+    return info.get("python") == sys.executable and info.get("version") == sys.version
+
+
+def _has_requirements(req: Path) -> bool:
+    for line in req.read_text(errors="replace").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            return True
+    return False
+
+
+def _note(log_path: Path | None, text: str) -> None:
+    """Append one stdout line to job.log in the agent's format."""
+    if log_path is None:
+        return
+    with open(log_path, "ab") as f:
+        f.write(b"%.6f o %s\n" % (time.time(), text.encode(errors="replace")))

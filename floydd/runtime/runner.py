@@ -1,0 +1,292 @@
+"""The job lifecycle on this node, as idempotent steps (Nomad's task-runner hooks).
+
+::
+
+    queued ──start_job──► starting ─────────────────────► running ───────────────► success | failed
+                           prestart steps:                 agent runs the job;     stopped | timeout
+                           1. workspace.prepare            JobWatch tails job.log   (exited steps:
+                           2. envs.python_bin_for          into records, samples,   drain log, save
+                           3. spawn.start_agent            waits for the exit       /output, final
+                              │                               │                    state, release)
+                              └─ a step fails ──► failed      └─ agent gone without a final
+                              └─ stop_job ──────► stopped        status ──► lost
+
+    stop_job   starting: the next prestart step sees it → stopped;
+               running:  WORKSPACE/stop + SIGTERM to the agent → the agent ends the job → stopped
+    reattach   (daemon start) every starting/running job: agent alive → watch it again from
+               the saved log offset; status exited → run the exited steps; agent gone without
+               a final status → lost; starting and never spawned → redo the prestart steps
+    close      stop watching; agents are never killed (they outlive the daemon)
+
+Each step can run again after a crash: prepare records what it restored, the log
+offset is stored with each metric batch, /output is saved once (``output_version``),
+and a final state is set only from starting/running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+from floydd import log
+from floydd.agent.sandbox import probe_bwrap
+from floydd.agent.spec import SANDBOX_MODES, AgentSpec
+from floydd.agent.status import read_status
+from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
+from floydd.runtime import envs, spawn, workspace
+from floydd.runtime.watch import JobWatch
+
+__all__ = ["NodeRuntime"]
+
+Key = tuple[str, int]
+_FINAL = frozenset({"success", "failed", "stopped", "timeout", "lost"})
+
+
+class _StopRequested(Exception):
+    pass
+
+
+class NodeRuntime:
+    """Starts, watches, stops and re-adopts the jobs of this node (one per daemon)."""
+
+    def __init__(self, *, state_dir: Path, store, records, sandbox: str = "auto",
+                 sample_interval: float = 5.0, tail_interval: float = 0.2, stop_grace: float = 10.0,
+                 on_finished: Callable[[str, int], None] | None = None,
+                 sampler: Callable[[int], dict | None] | None = None) -> None:
+        if sandbox not in SANDBOX_MODES:
+            raise InvalidSpec(f"sandbox {sandbox!r} is unknown", hint=f"use one of {', '.join(SANDBOX_MODES)}")
+        self.state_dir = Path(state_dir).absolute()
+        self._store, self._records = store, records
+        self._sandbox = sandbox
+        self._sample_interval, self._tail_interval, self._stop_grace = sample_interval, tail_interval, stop_grace
+        self._on_finished = on_finished
+        self._sampler = sampler or _default_sampler
+        self._forget = None if sampler else _default_forget
+        self._held: dict[Key, list[int]] = {}
+        self._released: dict[Key, asyncio.Event] = {}
+        self._watches: dict[Key, asyncio.Task] = {}
+        self._stop_requests: dict[Key, str] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._bwrap: str | None | bool = False  # False: not probed yet
+        self._closed = False
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def running(self) -> dict[Key, list[int]]:
+        """Every job this runtime holds (starting or running) → the GPUs it holds."""
+        return {key: list(gpus) for key, gpus in self._held.items()}
+
+    @property
+    def sandbox_mode(self) -> str:
+        """The sandbox jobs get here: "bwrap" or "none" (probed once for "auto")."""
+        if self._sandbox != "auto":
+            return self._sandbox
+        if self._bwrap is False:
+            self._bwrap = probe_bwrap()[0]
+        return "bwrap" if self._bwrap else "none"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start_job(self, project: str, number: int, gpus: list[int]) -> None:
+        """Take a queued job through the prestart steps to running (or to failed, with why)."""
+        if self._closed:
+            raise Unavailable("the node runtime is shutting down", hint="retry once the daemon is back")
+        key = (project, number)
+        if key in self._held:
+            return
+        gpus = [int(g) for g in gpus]
+        self._hold(key, gpus)  # before any await: a second call for the same job returns above
+        try:
+            job = await asyncio.to_thread(self._records.get_job, project, number)
+            ws = workspace.job_dir(self.state_dir, project, number)
+            if job["state"] == "queued":
+                await asyncio.to_thread(self._records.set_state, project, number, "starting", "",
+                                        gpus=gpus, workspace=str(ws))
+            elif job["state"] == "starting":
+                await asyncio.to_thread(self._records.update_job, project, number, gpus=gpus, workspace=str(ws))
+            else:
+                raise Conflict(f"job {project}/{number} is {job['state']}; only a queued job can start",
+                               hint="run it again with floyd restart")
+        except BaseException:
+            self._release(key, notify=False)
+            raise
+        await self._prestart(job, ws, gpus)
+
+    async def stop_job(self, project: str, number: int, reason: str = "stopped by user") -> None:
+        """Stop a starting or running job and wait (up to stop_grace + 30 s) until it is recorded."""
+        key = (project, number)
+        job = await asyncio.to_thread(self._records.get_job, project, number)
+        if job["state"] in _FINAL:
+            return
+        if job["state"] == "queued" and key not in self._held:
+            raise Conflict(f"job {project}/{number} is still queued; the queue stops it, not the runtime",
+                           hint="floyd stop handles queued jobs")
+        self._stop_requests[key] = reason
+        ws = Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, project, number)
+        await asyncio.to_thread(spawn.request_stop, ws, reason)
+        if key not in self._held:  # a job of a previous daemon nobody re-adopted yet
+            await self._adopt(job)
+        released = self._released.get(key)
+        if released is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(released.wait()), self._stop_grace + 30)
+            except asyncio.TimeoutError:
+                log.runtime.warning("job %s/%d: still not over %gs after stop", project, number,
+                                    self._stop_grace + 30)
+
+    async def reattach(self) -> None:
+        """At daemon start: take every starting/running job of the records back in hand."""
+        await asyncio.to_thread(lambda: self.sandbox_mode)
+        jobs = await asyncio.to_thread(self._records.list_jobs, None, ["starting", "running"])
+        for job in jobs:
+            try:
+                await self._adopt(job)
+            except Exception:
+                log.runtime.exception("re-adopting job %s failed", job.get("id"))
+
+    async def close(self) -> None:
+        """Stop watching (the agents keep running and are re-adopted by the next daemon)."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    async def _prestart(self, job: dict, ws: Path, gpus: list[int]) -> None:
+        project, number = job["project"], job["number"]
+        key = (project, number)
+        started = time.monotonic()
+        try:
+            mounts = await asyncio.to_thread(workspace.prepare, ws, job, self._store)
+            self._check_stop(key)
+            python_bin = await asyncio.to_thread(envs.python_bin_for, self.state_dir, ws / "code",
+                                                 job.get("env") or "default", log_path=ws / "job.log")
+            self._check_stop(key)
+            spec = AgentSpec(job=f"{project}/{number}", command=job["command"],
+                             env={str(k): str(v) for k, v in (job.get("params") or {}).items()},
+                             gpus=tuple(str(g) for g in gpus), max_runtime=job.get("max_runtime"),
+                             python_bin=python_bin, mounts=mounts,
+                             sandbox=await asyncio.to_thread(lambda: self.sandbox_mode),
+                             stop_grace=self._stop_grace, state_dir=str(self.state_dir))
+            handle = await asyncio.to_thread(spawn.start_agent, ws, spec)
+        except _StopRequested:
+            await self._end_before_start(key, "stopped", self._stop_requests.get(key) or "stopped")
+            return
+        except FloyddError as exc:
+            await self._end_before_start(key, "failed", exc.message)
+            return
+        except Exception as exc:
+            log.runtime.exception("job %s/%d: prestart failed", project, number)
+            await self._end_before_start(key, "failed", f"could not start the job: {exc!r}")
+            return
+        try:
+            await asyncio.to_thread(self._records.set_state, project, number, "running", "", agent_pid=handle.pid)
+        except Exception:  # the agent runs regardless: watch it, the exited steps settle the record
+            log.runtime.exception("job %s/%d: recording running failed", project, number)
+        log.runtime.info("job %s/%d running (agent %d, %.0f ms to start)", project, number, handle.pid,
+                         (time.monotonic() - started) * 1000)
+        if key in self._stop_requests:  # stop_job came while the agent was being started
+            await asyncio.to_thread(spawn.request_stop, ws, self._stop_requests[key])
+        self._watch(project, number, ws, handle.process)
+
+    def _check_stop(self, key: Key) -> None:
+        if key in self._stop_requests:
+            raise _StopRequested
+
+    async def _end_before_start(self, key: Key, state: str, reason: str) -> None:
+        log.runtime.info("job %s/%d %s before it ran: %s", *key, state, reason)
+        try:
+            await asyncio.to_thread(self._records.set_state, *key, state, reason)
+        finally:
+            self._release(key)
+
+    async def _adopt(self, job: dict) -> None:
+        project, number = job["project"], job["number"]
+        key = (project, number)
+        if key in self._held:
+            return
+        gpus = [int(g) for g in job.get("gpus") or ()]
+        self._hold(key, gpus)  # before any await, as in start_job
+        ws = Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, project, number)
+        try:
+            status = await asyncio.to_thread(read_status, ws)
+            if status is None:
+                if job["state"] == "starting":  # the daemon died before the agent started: redo the steps
+                    log.runtime.info("job %s/%d: resuming its start", project, number)
+                    self._spawn(self._prestart(job, ws, gpus), f"floydd.runtime.prestart {project}/{number}")
+                else:
+                    await self._end_before_start(key, "lost", "the job's agent never reported (see agent.log)")
+                return
+            if job["state"] == "starting" and status.started:
+                await asyncio.to_thread(self._records.set_state, project, number, "running", "",
+                                        agent_pid=status.agent_pid, started=status.started)
+        except BaseException:
+            self._release(key, notify=False)
+            raise
+        log.runtime.info("job %s/%d: watching agent %d again", project, number, status.agent_pid)
+        self._watch(project, number, ws, None)
+
+    def _watch(self, project: str, number: int, ws: Path, process) -> None:
+        key = (project, number)
+        task = self._spawn(self._run_watch(project, number, ws, process), f"floydd.runtime.watch {project}/{number}")
+        self._watches[key] = task
+
+    async def _run_watch(self, project: str, number: int, ws: Path, process) -> None:
+        key = (project, number)
+        delay = self._tail_interval
+        try:
+            while True:
+                watch = JobWatch(project=project, number=number, ws=ws, records=self._records, store=self._store,
+                                 sample_interval=self._sample_interval, tail_interval=self._tail_interval,
+                                 sampler=self._sampler, forget=self._forget, process=process)
+                try:
+                    outcome = await watch.run()
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # e.g. the records briefly unavailable: watch again, from the saved offset
+                    log.runtime.exception("watching job %s/%d failed; retrying in %.1fs", project, number, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+        finally:
+            self._watches.pop(key, None)
+        log.runtime.info("job %s/%d ended: %s (%s)", project, number, outcome.state, outcome.reason)
+        self._release(key)
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+
+    def _hold(self, key: Key, gpus: list[int]) -> None:
+        self._held[key] = gpus
+        self._released[key] = asyncio.Event()
+
+    def _release(self, key: Key, *, notify: bool = True) -> None:
+        self._held.pop(key, None)
+        self._stop_requests.pop(key, None)
+        event = self._released.pop(key, None)
+        if event is not None:
+            event.set()
+        if notify and self._on_finished is not None:
+            try:
+                self._on_finished(*key)
+            except Exception:
+                log.runtime.exception("on_finished(%s, %d) failed", *key)
+
+    def _spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+
+def _default_sampler(pid: int) -> dict | None:
+    """``floydd.node.sample_process_tree`` (the node's psutil + NVML view of a process tree)."""
+    from floydd.node import sample_process_tree
+    return sample_process_tree(pid)
+
+
+def _default_forget(pid: int) -> None:
+    from floydd.node import forget_process_tree
+    forget_process_tree(pid)

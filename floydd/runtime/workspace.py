@@ -1,0 +1,163 @@
+"""A job's workspace on this node: ``STATE/jobs/<project>/<n>/``.
+
+::
+
+    code/       the code snapshot (→ /code, writable, the job's cwd)
+    input/      the /input mount (→ read-only); other mounts mirror their target: /data → data/
+    output/     empty at start (→ /output); becomes the dataset version PROJECT/N/output
+    home/       $HOME          tmp/   $TMPDIR without a sandbox
+    spec.json   what the agent runs         status.json   what the agent reports
+    job.log     ``<ts> <o|e> <text>`` lines agent.log     the agent's own log
+    stop        why the job was stopped (written before the agent gets SIGTERM)
+
+:func:`prepare` is idempotent: every step records what it did in ``.prepared``, and a
+step interrupted half-way (daemon killed during a restore) is redone from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from floydd import log
+from floydd.agent.spec import Mount, check_mount_target
+from floydd.agent.status import atomic_write
+from floydd.errors import InvalidSpec, UnsafePath
+
+__all__ = ["job_dir", "prepare", "plan_mounts", "release_inputs", "DIRS"]
+
+DIRS = ("code", "input", "output", "home", "tmp")
+_STEPS = ".prepared"
+
+
+def job_dir(state_dir: Path, project: str, number: int) -> Path:
+    """``STATE/jobs/<project>/<number>`` (the project name must be a plain name)."""
+    if not project or "/" in project or project in (".", "..") or project.startswith(".") or "\0" in project:
+        raise UnsafePath(f"{project!r} cannot name a workspace folder", hint="project names are plain words")
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise UnsafePath(f"job number {number!r} must be a whole number ≥ 1", hint="jobs are PROJECT/N")
+    return Path(state_dir).absolute() / "jobs" / project / str(number)
+
+
+def plan_mounts(data: list[dict[str, Any]] | None) -> tuple[Mount, ...]:
+    """The job's data mounts as workspace folders, shallowest first (``/input`` → ``input``)."""
+    mounts: list[Mount] = []
+    seen: set[str] = set()
+    for item in data or ():
+        target = check_mount_target(item.get("mount"))
+        if target in seen:
+            raise InvalidSpec(f"two data mounts at {target}", hint="give each dataset its own mount point")
+        seen.add(target)
+        mounts.append(Mount(source=target.lstrip("/"), target=target))
+    return tuple(sorted(mounts, key=lambda m: (m.target.count("/"), m.target)))
+
+
+def prepare(ws: Path, job: dict[str, Any], store) -> tuple[Mount, ...]:
+    """Make ``ws`` ready for the agent: folders, code, data mounts, an empty output/.
+
+    Synchronous (restores can be large): call it in a thread. Returns the mounts to
+    put in the agent's spec.
+    """
+    ws = Path(ws)
+    mounts = plan_mounts(job.get("data"))
+    trees = {m.target: str(item["tree"]) for m in mounts for item in job.get("data") or ()
+             if item.get("mount") == m.target}
+    for folder in (ws.parent.parent, ws.parent, ws):  # STATE/jobs, STATE/jobs/<project>, the workspace
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(ws, 0o700)
+    for name in DIRS:
+        (ws / name).mkdir(mode=0o700, exist_ok=True)
+    done = _load_steps(ws)
+
+    code_tree = job.get("code_tree")
+    if done.get("/code") != (code_tree or ""):
+        done.pop("/code", None)
+        _save_steps(ws, done)
+        _restore(store, code_tree, ws / "code")
+        os.chmod(ws / "code", 0o700)
+        done["/code"] = code_tree or ""
+        _save_steps(ws, done)
+
+    for mount in mounts:
+        tree = trees[mount.target]
+        if done.get(mount.target) == tree:
+            continue
+        dest = ws / mount.source
+        if mount.target in done:  # our own earlier restore (maybe cut short): redo it and what it holds
+            _clear(dest)
+        for nested in [t for t in done if t.startswith(mount.target + "/")]:
+            done.pop(nested)
+        if dest.exists() and any(dest.iterdir()):
+            raise InvalidSpec(f"data mount {mount.target} collides with a folder of another mount",
+                              hint="mount the datasets at separate paths, e.g. /input and /data")
+        done[mount.target] = "pending:" + tree
+        _save_steps(ws, done)
+        dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        store.restore(_tree_id(tree), dest)
+        os.chmod(dest, 0o700)
+        done[mount.target] = tree
+        _save_steps(ws, done)
+
+    _clear(ws / "output")
+    (ws / "output").mkdir(mode=0o700)
+    (ws / "job.log").touch(mode=0o600)  # floyd logs works from the start
+    log.runtime.debug("workspace %s ready (%d mounts)", ws, len(mounts))
+    return mounts
+
+
+def release_inputs(ws: Path, mounts: tuple[Mount, ...] | None = None) -> None:
+    """After the job: drop the restored data copies and tmp/ (the store keeps the data)."""
+    ws = Path(ws)
+    if mounts is None:
+        mounts = tuple(Mount(source=t.lstrip("/"), target=t) for t in _load_steps(ws) if t != "/code")
+    for mount in mounts:
+        _clear(ws / mount.source)
+    _clear(ws / "tmp")
+
+
+def _restore(store, tree: str | None, dest: Path) -> None:
+    if dest.exists():
+        _clear(dest)
+    if not tree:
+        dest.mkdir(mode=0o700)
+        return
+    store.restore(_tree_id(tree), dest)
+
+
+def _tree_id(tree: str):
+    try:
+        from floydd.store.ids import ObjectId
+    except ImportError:  # pragma: no cover - the store always ships ids
+        return tree
+    return ObjectId.from_hex(tree)
+
+
+def _clear(path: Path) -> None:
+    """Remove ``path`` (a folder, possibly with read-only parts), if present."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+        return
+    if not path.exists():
+        return
+    try:
+        shutil.rmtree(path)
+    except PermissionError:  # read-only folders from a restored tree: open them up, retry
+        os.chmod(path, 0o700)
+        for root, dirs, _ in os.walk(path):  # top-down: each folder is opened before it is read
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o700)
+        shutil.rmtree(path)
+
+
+def _load_steps(ws: Path) -> dict[str, str]:
+    try:
+        return dict(json.loads((ws / _STEPS).read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def _save_steps(ws: Path, done: dict[str, str]) -> None:
+    atomic_write(ws / _STEPS, json.dumps(done).encode())

@@ -1,0 +1,19 @@
+"""Fixtures for tests that run real agents and the node runtime."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def state_dir():
+    """A state dir outside /tmp: the sandbox hides /tmp anyway, this must hide STATE itself."""
+    base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
+    path = Path(tempfile.mkdtemp(prefix="floydd-test-", dir=base))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

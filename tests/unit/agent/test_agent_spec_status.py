@@ -1,0 +1,113 @@
+"""spec.json and status.json: round trips, validation, pid identity, outcomes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import psutil
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from floydd.agent.spec import AgentSpec, Mount, check_mount_target
+from floydd.agent.status import Status, atomic_write, process_start_time, read_status, write_status
+from floydd.agent.supervisor import outcome_of
+from floydd.errors import InvalidSpec, UnsafePath
+
+
+def test_spec_round_trips_through_json():
+    spec = AgentSpec(job="digits/3", command="python train.py", env={"LR": "0.1"}, gpus=("0", "2"),
+                     max_runtime=3600, python_bin="/opt/py/bin", mounts=(Mount(source="input", target="/input"),),
+                     sandbox="bwrap", stop_grace=5, state_dir="/var/lib/floydd")
+    assert AgentSpec.from_json(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize("fields,error", [
+    ({"command": "  "}, InvalidSpec),
+    ({"sandbox": "docker"}, InvalidSpec),
+    ({"env": {"A=B": "x"}}, InvalidSpec),
+    ({"max_runtime": 0}, InvalidSpec),
+    ({"mounts": (Mount(source="../x", target="/input"),)}, UnsafePath),
+    ({"mounts": (Mount(source="code", target="/data"),)}, UnsafePath),
+    ({"mounts": (Mount(source="input", target="/etc/passwd"),)}, UnsafePath),
+])
+def test_spec_refuses_what_the_agent_must_not_run(fields, error):
+    with pytest.raises(error):
+        AgentSpec(**{"job": "p/1", "command": "true", **fields})
+
+
+@pytest.mark.parametrize("text", ["", "[]", "{}", '{"job": "p/1"}', "not json"])
+def test_a_malformed_spec_file_is_an_invalid_spec(text):
+    with pytest.raises(InvalidSpec):
+        AgentSpec.from_json(text)
+
+
+@pytest.mark.parametrize("target", ["/input", "/input/x", "/data", "/datasets/mnist", "/floyd/input"])
+def test_mount_targets_that_are_fine(target):
+    assert check_mount_target(target) == target
+
+
+@pytest.mark.parametrize("target", ["", "input", "/", "/code", "/code/x", "/output", "/output/ckpt",
+                                    "/proc/x", "/dev", "/sys/fs", "/usr/lib", "/bin", "/lib64", "/lib/x",
+                                    "/etc", "/tmp/x", "/home/me", "/root", "/run/x", "/var/lib",
+                                    "/input/", "/input/../etc", "/a//b", "/./input", "/job.log", "/stop"])
+def test_mount_targets_that_are_refused(target):
+    with pytest.raises(UnsafePath):
+        check_mount_target(target)
+
+
+@given(st.text(alphabet="/.abc", max_size=12))
+def test_an_accepted_target_is_absolute_normalized_and_no_system_path(target):
+    try:
+        check_mount_target(target)
+    except UnsafePath:
+        return
+    assert target.startswith("/") and os.path.normpath(target) == target and target != "/"
+    assert target.split("/")[1] not in ("code", "output", "etc", "tmp", "home", "root")
+
+
+def test_status_round_trip_and_atomic_rewrite(tmp_path):
+    assert read_status(tmp_path) is None
+    first = Status(agent_pid=1, agent_start_time=2.5)
+    write_status(tmp_path, first)
+    assert read_status(tmp_path) == first
+    final = first.evolve(state="exited", outcome="timeout", reason="exceeded --max-runtime 5s", exit_code=143)
+    write_status(tmp_path, final)
+    assert read_status(tmp_path) == final and read_status(tmp_path).exited
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temp file left behind
+
+
+def test_a_torn_status_file_reads_as_no_status(tmp_path):
+    (tmp_path / "status.json").write_text('{"agent_pid": 1, "agent_st')
+    assert read_status(tmp_path) is None
+
+
+def test_atomic_write_replaces_content_whole(tmp_path):
+    path = tmp_path / "f"
+    atomic_write(path, b"a" * 100_000)
+    atomic_write(path, b"b", durable=True)
+    assert path.read_bytes() == b"b"
+
+
+def test_process_start_time_matches_psutil_and_tells_reused_pids_apart():
+    me = os.getpid()
+    assert process_start_time(me) == round(psutil.Process(me).create_time(), 2)
+    child = subprocess.Popen(["sleep", "0.01"])
+    child.wait()
+    assert process_start_time(child.pid) in (None, process_start_time(child.pid))  # gone or reused
+    assert process_start_time(2 ** 22 + 12345) is None
+
+
+@pytest.mark.parametrize("returncode,ending,expected", [
+    (0, None, ("success", "exit code 0", 0, None)),
+    (3, None, ("failed", "exit code 3", 3, None)),
+    (-signal.SIGKILL, None, ("failed", "killed by SIGKILL", 137, "SIGKILL")),
+    (128 + signal.SIGSEGV, None, ("failed", "killed by SIGSEGV (exit code 139)", 139, "SIGSEGV")),
+    (0, ("stopped", "stopped by user"), ("stopped", "stopped by user", 0, None)),
+    (-signal.SIGTERM, ("timeout", "exceeded --max-runtime 5s"),
+     ("timeout", "exceeded --max-runtime 5s", 143, "SIGTERM")),
+])
+def test_outcome_of_an_exit(returncode, ending, expected):
+    assert outcome_of(returncode, ending) == expected
