@@ -1,1 +1,47 @@
+"""The encrypted content-addressed store (restic's layers, DESIGN §5 "Store").
 
+    Store            open a store folder; snapshot / restore / read_tree / gc / verify
+    ├── catalog      Catalog: named, numbered, immutable dataset versions (+ gc pins)
+    ├── snapshot     walk + chunk + metadata cache -> one tree id
+    ├── restore      tree -> folder, never outside it
+    ├── maintenance  gc (lock scheme in its docstring) and verify
+    ├── tree, paths  manifests and the safe-path rules (untrusted input on restore)
+    ├── objects      seal/open over a backend; Writer = one upload
+    ├── backend      Backend protocol; local (disk) and memory implementations
+    ├── chunker      FastCDC (pyfastcdc)
+    ├── crypto       keys, keyed BLAKE3 ids, AES-256-GCM; nothing else touches a key
+    ├── cache        file-metadata cache (unchanged files are not re-read)
+    └── ignore       .floydignore (gitignore-style)
+"""
+
+from floydd.store.backend import Backend, Batch
+from floydd.store.catalog import Catalog, DatasetVersion, check_name
+from floydd.store.ids import ObjectId
+from floydd.store.ignore import IGNORE_FILE, IgnoreRules
+from floydd.store.local import LocalBackend
+from floydd.store.maintenance import Damage, GcReport, VerifyReport
+from floydd.store.memory import MemoryBackend
+from floydd.store.snapshot import SnapshotResult
+from floydd.store.store import Store
+from floydd.store.tree import Entry, Kind, Tree
+
+__all__ = [
+    "Store",
+    "ObjectId",
+    "Tree",
+    "Entry",
+    "Kind",
+    "Catalog",
+    "DatasetVersion",
+    "check_name",
+    "GcReport",
+    "VerifyReport",
+    "Damage",
+    "SnapshotResult",
+    "IgnoreRules",
+    "IGNORE_FILE",
+    "Backend",
+    "Batch",
+    "LocalBackend",
+    "MemoryBackend",
+]

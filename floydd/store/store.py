@@ -1,0 +1,167 @@
+"""``Store``: the one object the daemon, the CLI and the runtime use.
+
+Layout of a store folder (created on first use, mode 0700)::
+
+    key          the store secret (0600); without it objects are noise and names unknown
+    objects/     sealed objects, objects/ab/ab12… (see local.py)
+    catalog.db   dataset versions and gc pins (SQLite, WAL, synchronous=FULL)
+    cache/       file-metadata cache (keyed path hashes -> chunk ids), safe to delete
+    locks/       the store lock (shared: uploads, restores, verify; exclusive: gc)
+
+Synchronous and thread-safe: call it from worker threads (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Iterable
+
+from floydd.errors import FloyddError, IntegrityError
+from floydd.store import maintenance
+from floydd.store.backend import Backend
+from floydd.store.catalog import UPLOAD_LEASE_S, Catalog, DatasetVersion
+from floydd.store.chunker import DEFAULT_PARAMS, Chunker
+from floydd.store.crypto import Keys, load_or_create_secret
+from floydd.store.ids import ObjectId
+from floydd.store.ignore import Ignore
+from floydd.store.local import LocalBackend
+from floydd.store.locks import StoreLock
+from floydd.store.objects import Objects
+from floydd.store.restore import restore as _restore
+from floydd.store.snapshot import Progress, SnapshotResult, snapshot as _snapshot
+from floydd.store.tree import Tree
+
+__all__ = ["Store"]
+
+
+class Store:
+    def __init__(self, root: Path, keys: Keys, backend: Backend, *, workers: int = 2) -> None:
+        self.root = Path(root)
+        self.backend = backend
+        self.workers = workers
+        self._keys = keys
+        self._objects = Objects(backend, keys)
+        self._lock = StoreLock(self.root / "locks" / "store.lock")
+        self._trees: OrderedDict[ObjectId, Tree] = OrderedDict()
+        self._trees_lock = threading.Lock()
+        self.catalog = Catalog(self.root / "catalog.db", self.tree_stats)
+
+    @classmethod
+    def open(cls, root: Path, *, backend: Backend | None = None, workers: int = 2) -> Store:
+        """Open the store at ``root``, creating it (key, objects/, catalog.db, cache/) on first use."""
+        root = Path(root)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (root / "cache").mkdir(mode=0o700, exist_ok=True)
+        keys = Keys(load_or_create_secret(root / "key"))
+        if backend is None:
+            backend = LocalBackend(root / "objects")
+        return cls(root, keys, backend, workers=workers)
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r}, {self.backend.description})"
+
+    def close(self) -> None:
+        self.catalog.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- snapshots and trees ------------------------------------------------------------
+
+    def snapshot(self, src: Path, *, ignore: Ignore | None = None, progress: Progress | None = None) -> ObjectId:
+        """Store the folder ``src``; returns its tree id. The tree is pinned for a day (or
+        until ``catalog.add_version``) so gc keeps it meanwhile."""
+        return self.snapshot_report(src, ignore=ignore, progress=progress).tree
+
+    def snapshot_report(self, src: Path, *, ignore: Ignore | None = None,
+                        progress: Progress | None = None) -> SnapshotResult:
+        """``snapshot`` with what it cost: new objects and bytes, cache hits."""
+        with self._lock.shared():
+            result = _snapshot(self._objects, Path(src), cache_path=self.root / "cache" / "files.db",
+                               chunker=Chunker(DEFAULT_PARAMS, seed=self._keys.chunker_seed),
+                               ignore=ignore, progress=progress, exclude=self.root, workers=self.workers)
+            self.catalog.pin(result.tree, f"upload:{secrets.token_hex(8)}", ttl_s=UPLOAD_LEASE_S)
+        return result
+
+    def upload(self, src: Path, name: str, *, message: str = "", ignore: Ignore | None = None,
+               progress: Progress | None = None) -> DatasetVersion:
+        """Snapshot ``src`` and add it as the next version of dataset ``name``."""
+        self.catalog.check_name(name)
+        tree = self.snapshot(src, ignore=ignore, progress=progress)
+        return self.catalog.add_version(name, tree, message=message)
+
+    def restore(self, tree_id: ObjectId, dest: Path, *, progress: Progress | None = None) -> None:
+        """Write tree ``tree_id`` into ``dest`` (absent or empty), byte-identical."""
+        with self._lock.shared():
+            try:
+                tree = self.read_tree(tree_id)
+                _restore(self._objects.get, tree, Path(dest), progress=progress, workers=self.workers)
+            except IntegrityError as e:
+                raise self._explain(e) from None
+
+    def read_tree(self, tree_id: ObjectId) -> Tree:
+        """The validated manifest of ``tree_id``."""
+        with self._trees_lock:
+            tree = self._trees.get(tree_id)
+            if tree is not None:
+                self._trees.move_to_end(tree_id)
+                return tree
+        try:
+            tree = Tree.decode(self._objects.get(tree_id), name=f"tree {tree_id.short}")
+        except IntegrityError as e:
+            if getattr(e, "object", None) is None:
+                e.object = tree_id
+            raise
+        with self._trees_lock:
+            self._trees[tree_id] = tree
+            while len(self._trees) > 8:
+                self._trees.popitem(last=False)
+        return tree
+
+    def tree_stats(self, tree_id: ObjectId) -> tuple[int, int]:
+        """(bytes in files, number of files) of a tree."""
+        tree = self.read_tree(tree_id)
+        return tree.size, tree.files
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def gc(self, *, keep: Iterable[ObjectId] = (), timeout: float = 600.0) -> maintenance.GcReport:
+        """Remove objects no version, pin, running upload or ``keep`` tree needs."""
+        with self._trees_lock:
+            self._trees.clear()
+        return maintenance.gc(self._objects, self.catalog, self._lock, keep=keep, timeout=timeout)
+
+    def verify(self, name: str | None = None, progress: Progress | None = None) -> maintenance.VerifyReport:
+        """Re-read and re-hash every object (or those of dataset ``name``)."""
+        return maintenance.verify(self._objects, self.catalog, self._lock, name=name, progress=progress,
+                                  workers=self.workers)
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _explain(self, err: IntegrityError) -> IntegrityError:
+        """Add the versions that use the damaged object to a read error."""
+        oid = getattr(err, "object", None)
+        if oid is None:
+            return err
+        users: set[str] = set()
+        for tree_id, holders in self.catalog.roots().items():
+            named = [h for h in holders if not h.startswith("upload:")]
+            if tree_id == oid:
+                users.update(named)
+                continue
+            try:
+                if oid in self.read_tree(tree_id).chunk_ids():
+                    users.update(named)
+            except FloyddError:
+                continue
+        if not users:
+            return err
+        out = IntegrityError(f"{err.message}; it is used by {', '.join(sorted(users))}", hint=err.hint)
+        out.object = oid
+        return out

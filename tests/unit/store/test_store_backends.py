@@ -1,0 +1,172 @@
+"""One conformance suite, run against every backend (STYLE 13)."""
+
+from __future__ import annotations
+
+import errno
+import threading
+from pathlib import Path
+
+import pytest
+
+from floydd.errors import IntegrityError, NotFound, StoreFull
+from floydd.store import Backend, LocalBackend, MemoryBackend, ObjectId
+from floydd.store.crypto import Keys
+
+KEYS = Keys(b"k" * 32)
+
+
+def _obj(text: bytes) -> tuple[ObjectId, bytes]:
+    oid = KEYS.object_id(text)
+    return oid, KEYS.seal(oid, text)
+
+
+def _check(oid: ObjectId):
+    return lambda stored: KEYS.open(oid, stored)
+
+
+@pytest.fixture(params=["local-batch", "local-object", "memory"])
+def backend(request, tmp_path: Path) -> Backend:
+    if request.param == "memory":
+        return MemoryBackend()
+    return LocalBackend(tmp_path / "objects", sync=request.param.split("-")[1])
+
+
+def _save(backend: Backend, *objs: tuple[ObjectId, bytes]) -> None:
+    with backend.batch() as batch:
+        for oid, data in objs:
+            batch.save(oid, data, _check(oid))
+        batch.commit()
+
+
+def test_satisfies_the_protocol(backend):
+    assert isinstance(backend, Backend)
+    assert isinstance(backend.batch(), __import__("floydd.store", fromlist=["Batch"]).Batch)
+    assert backend.description
+
+
+def test_save_load_has_stat_list_remove(backend):
+    a, b = _obj(b"alpha"), _obj(b"beta" * 1000)
+    assert not backend.has(a[0])
+    _save(backend, a, b)
+    assert backend.has(a[0]) and backend.has(b[0])
+    assert backend.load(a[0]) == a[1]
+    assert backend.load(b[0], bypass_cache=True) == b[1]
+    assert backend.stat(b[0]) == len(b[1])
+    assert sorted(backend.list()) == sorted([a[0], b[0]])
+    backend.remove(a[0])
+    assert not backend.has(a[0])
+    assert list(backend.list()) == [b[0]]
+    backend.remove(a[0])  # removing a missing object is a no-op
+
+
+def test_missing_object_is_not_found(backend):
+    oid, _ = _obj(b"nope")
+    with pytest.raises(NotFound) as e:
+        backend.load(oid)
+    assert oid.short in e.value.message
+    with pytest.raises(NotFound):
+        backend.stat(oid)
+
+
+def test_abort_leaves_nothing_half_written(backend):
+    a = _obj(b"aborted")
+    with backend.batch() as batch:
+        batch.save(*a, _check(a[0]))
+    # never committed: invisible, or (a backend that publishes early) complete and valid
+    for oid in backend.list():
+        assert KEYS.open(oid, backend.load(oid)) == b"aborted"
+    assert backend.clean_temp() == 0
+    if not isinstance(backend, LocalBackend) or backend.sync == "batch":
+        assert list(backend.list()) == []
+
+
+def test_check_sees_the_stored_bytes_and_can_refuse(backend):
+    a = _obj(b"checked")
+    seen = []
+    with backend.batch() as batch:
+        batch.save(a[0], a[1], seen.append)
+        batch.commit()
+    assert seen == [a[1]]
+
+    b = _obj(b"refused")
+
+    def refuse(stored: bytes) -> None:
+        raise IntegrityError("refused on purpose")
+
+    with backend.batch() as batch:
+        with pytest.raises(IntegrityError):
+            batch.save(b[0], b[1], refuse)
+        batch.commit()
+    assert not backend.has(b[0])
+    assert backend.clean_temp() == 0  # the refused temp file was removed at once
+
+
+def test_write_once_same_id_twice(backend):
+    a = _obj(b"twice")
+    _save(backend, a)
+    again = (a[0], KEYS.seal(a[0], b"twice"))  # same content, another nonce
+    _save(backend, again)
+    assert list(backend.list()) == [a[0]]
+    assert KEYS.open(a[0], backend.load(a[0])) == b"twice"
+
+
+def test_concurrent_saves_from_threads(backend):
+    objs = [_obj(f"object {i}".encode() * 50) for i in range(64)]
+    with backend.batch() as batch:
+        threads = [threading.Thread(target=lambda part=objs[i::4]: [batch.save(o, d, _check(o)) for o, d in part])
+                   for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        batch.commit()
+    assert sorted(backend.list()) == sorted(o for o, _ in objs)
+
+
+def test_list_skips_temp_files_and_clean_temp_removes_them(tmp_path: Path):
+    backend = LocalBackend(tmp_path / "objects")
+    a = _obj(b"real")
+    _save(backend, a)
+    leftover = backend.path(a[0]).with_name(".tmp-" + "ab" * 32 + "-dead")
+    leftover.write_bytes(b"half")
+    (backend.root / "00" / "not-an-id").write_bytes(b"x")
+    assert list(backend.list()) == [a[0]]
+    assert backend.clean_temp() == 1
+    assert not leftover.exists()
+
+
+def test_objects_fan_out_by_prefix(tmp_path: Path):
+    backend = LocalBackend(tmp_path / "objects")
+    a = _obj(b"fan")
+    _save(backend, a)
+    assert backend.path(a[0]) == tmp_path / "objects" / a[0].hex[:2] / a[0].hex
+    assert backend.path(a[0]).is_file()
+
+
+def test_batch_mode_publishes_only_at_commit(tmp_path: Path):
+    backend = LocalBackend(tmp_path / "objects", sync="batch")
+    a = _obj(b"later")
+    with backend.batch() as batch:
+        batch.save(*a, _check(a[0]))
+        assert not backend.has(a[0])
+        batch.commit()
+        assert backend.has(a[0])
+
+
+@pytest.mark.parametrize("sync", ["batch", "object"])
+def test_disk_full_is_store_full_and_leaves_nothing(tmp_path: Path, monkeypatch, sync):
+    backend = LocalBackend(tmp_path / "objects", sync=sync)
+    import floydd.store.local as local
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(local.os, "write", full)
+    a = _obj(b"x" * 10000)
+    with pytest.raises(StoreFull) as e:
+        _save(backend, a)
+    assert "no space left" in e.value.message and e.value.hint
+    monkeypatch.undo()
+    assert list(backend.list()) == []
+    assert backend.clean_temp() == 0
+    assert not [p for p in (tmp_path / "objects").rglob("*") if p.is_file()]
