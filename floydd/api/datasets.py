@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from floydd.api import keys
-from floydd.api.request import body, check_dest, ndjson
+from floydd.api.request import body, check_dest, ndjson, reply
 from floydd.errors import UserError
 
 routes = web.RouteTableDef()
@@ -19,7 +19,7 @@ routes = web.RouteTableDef()
 async def list_datasets(request: web.Request) -> web.Response:
     store = request.app[keys.STORE]
     versions = await asyncio.to_thread(store.catalog.list, request.query.get("name") or None)
-    return web.json_response([v.to_dict() for v in versions])
+    return reply([v.to_dict() for v in versions])
 
 
 @routes.get("/v1/datasets/info")
@@ -34,7 +34,7 @@ async def info(request: web.Request) -> web.Response:
         tree = store.read_tree(version.tree)
         entries = [{"path": e.path, "kind": e.kind, "size": e.size, "mode": e.mode} for e in tree.entries]
         return {**version.to_dict(), "entries": entries[:1000], "truncated": len(entries) > 1000}
-    return web.json_response(await asyncio.to_thread(describe))
+    return reply(await asyncio.to_thread(describe))
 
 
 @routes.post("/v1/datasets")
@@ -84,7 +84,7 @@ async def delete(request: web.Request) -> web.Response:
         raise UserError(f"{ref!r}: version must be a number", hint="floyd data delete NAME or NAME:3")
     await asyncio.to_thread(store.catalog.resolve, ref)
     await asyncio.to_thread(store.catalog.delete, name, int(version) if version else None)
-    return web.json_response({"deleted": ref})
+    return reply({"deleted": ref})
 
 
 @routes.post("/v1/store/verify")
@@ -103,4 +103,4 @@ async def verify(request: web.Request) -> web.StreamResponse:
 async def gc(request: web.Request) -> web.Response:
     store = request.app[keys.STORE]
     report = await asyncio.to_thread(store.gc)
-    return web.json_response(report.to_dict())
+    return reply(report.to_dict())

@@ -8,10 +8,11 @@ from pathlib import Path
 from aiohttp import web
 
 from floydd.api import keys
-from floydd.api.request import body, caller, check_dest, ndjson
+from floydd.api.request import body, caller, check_dest, ndjson, reply
 from floydd.errors import NotFound, UserError
 from floydd.jobs.service import FINAL_STATES
 from floydd.jobs.spec import parse_job_key
+from floydd.store import ObjectId
 
 routes = web.RouteTableDef()
 
@@ -27,13 +28,13 @@ def _key(request: web.Request) -> str:
 @routes.post("/v1/jobs")
 async def submit(request: web.Request) -> web.Response:
     job = await request.app[keys.JOBS].submit(await body(request), user=caller(request))
-    return web.json_response(job, status=201)
+    return reply(job, status=201)
 
 
 @routes.get("/v1/jobs")
 async def list_jobs(request: web.Request) -> web.Response:
     q = request.query
-    return web.json_response(await request.app[keys.JOBS].list(q.get("project"), q.get("state")))
+    return reply(await request.app[keys.JOBS].list(q.get("project"), q.get("state")))
 
 
 @routes.get(_JOB)
@@ -43,7 +44,7 @@ async def get_job(request: web.Request) -> web.Response:
     job = await service.get(key)
     project, number = parse_job_key(key)
     job["events"] = await asyncio.to_thread(service.records.events, project, number)
-    return web.json_response(job)
+    return reply(job)
 
 
 @routes.get(_JOB + "/metrics")
@@ -53,7 +54,7 @@ async def metrics(request: web.Request) -> web.Response:
     await asyncio.to_thread(records.get_job, project, number)
     series = await asyncio.to_thread(records.metric_series, project, number)
     samples = await asyncio.to_thread(records.system_samples, project, number)
-    return web.json_response({"metrics": {k: [list(p) for p in v] for k, v in series.items()},
+    return reply({"metrics": {k: [list(p) for p in v] for k, v in series.items()},
                               "system": samples})
 
 
@@ -64,23 +65,23 @@ async def wait(request: web.Request) -> web.Response:
         timeout = float(raw) if raw else None
     except ValueError:
         raise UserError(f"timeout {raw!r} is not a number", hint="give seconds, e.g. timeout=60") from None
-    return web.json_response(await request.app[keys.JOBS].wait(_key(request), timeout))
+    return reply(await request.app[keys.JOBS].wait(_key(request), timeout))
 
 
 @routes.post(_JOB + "/stop")
 async def stop(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[keys.JOBS].stop(_key(request)))
+    return reply(await request.app[keys.JOBS].stop(_key(request)))
 
 
 @routes.post(_JOB + "/restart")
 async def restart(request: web.Request) -> web.Response:
     job = await request.app[keys.JOBS].restart(_key(request), await body(request), user=caller(request))
-    return web.json_response(job, status=201)
+    return reply(job, status=201)
 
 
 @routes.delete(_JOB)
 async def delete(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[keys.JOBS].delete(_key(request)))
+    return reply(await request.app[keys.JOBS].delete(_key(request)))
 
 
 @routes.get(_JOB + "/logs")
@@ -137,7 +138,7 @@ async def _restore(request: web.Request, which: str) -> web.StreamResponse:
             raise NotFound(f"job {key} has no output", hint=hint)
         tree = (await asyncio.to_thread(store.catalog.resolve, job["output_version"])).tree
     else:
-        tree = job["code_tree"]
+        tree = ObjectId.from_hex(job["code_tree"])
     return await ndjson(request, lambda progress: store.restore(tree, Path(dest), progress=progress),
                         finish=_done(dest))
 
@@ -175,7 +176,7 @@ async def compare(request: web.Request) -> web.Response:
             "params": {p: j["params"].get(p) for p in params},
             "metrics": {m: _last_best(m, j["metrics"].get(m)) for m in metrics},
         })
-    return web.json_response({"params": params, "metrics": metrics, "jobs": rows})
+    return reply({"params": params, "metrics": metrics, "jobs": rows})
 
 
 def _last_best(name: str, summary: dict | None) -> dict | None:

@@ -7,6 +7,8 @@ import time
 
 from aiohttp import web
 
+from floydd.api.request import reply
+
 import floydd
 from floydd.api import keys
 
@@ -17,7 +19,7 @@ routes = web.RouteTableDef()
 async def info(request: web.Request) -> web.Response:
     config = request.app[keys.CONFIG]
     jobs = request.app[keys.JOBS]
-    return web.json_response({
+    return reply({
         "version": floydd.__version__, "node": config.node_name, "pid": os.getpid(),
         "state_dir": str(config.state_dir), "socket": str(config.socket_path),
         "log": str(config.log_path), "started": request.app[keys.STARTED],
@@ -39,4 +41,4 @@ async def nodes(request: web.Request) -> web.Response:
     for gpu in node["gpus"]:
         gpu["job"] = held.get(gpu["index"])
     node.update(name=config.node_name, role="leader", health="healthy", address=str(config.socket_path))
-    return web.json_response([node])
+    return reply([node])

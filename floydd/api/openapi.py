@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from floydd.api.request import reply
+
 import floydd
 
 routes = web.RouteTableDef()
@@ -84,4 +86,4 @@ def spec() -> dict:
 
 @routes.get("/v1/openapi.json")
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(spec())
+    return reply(spec())

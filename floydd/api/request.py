@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import pwd
 import socket
@@ -16,7 +17,30 @@ from aiohttp import web
 from floydd import log
 from floydd.errors import FloyddError, InternalError, UserError
 
-__all__ = ["body", "caller", "ndjson", "Progress", "check_dest"]
+__all__ = ["body", "caller", "ndjson", "Progress", "check_dest", "reply", "dumps"]
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities (a diverged loss) become null: JSON has no NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(data: Any) -> str:
+    """Strict JSON for every answer of the API."""
+    try:
+        return json.dumps(data, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(data), allow_nan=False)
+
+
+def reply(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=dumps)
 
 
 async def body(request: web.Request) -> dict[str, Any]:
@@ -81,7 +105,7 @@ async def ndjson(request: web.Request, work: Callable[[Progress], Any],
             getter = asyncio.create_task(queue.get())
             done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
             if getter in done:
-                await resp.write(json.dumps(getter.result()).encode() + b"\n")
+                await resp.write(dumps(getter.result()).encode() + b"\n")
             else:
                 getter.cancel()
         try:
@@ -93,7 +117,7 @@ async def ndjson(request: web.Request, work: Callable[[Progress], Any],
             log.api.exception("streamed request failed")
             event = InternalError(f"internal error: {type(exc).__name__}: {exc}",
                                   hint="this is a bug; see the daemon log").to_payload()
-        await resp.write(json.dumps(event).encode() + b"\n")
+        await resp.write(dumps(event).encode() + b"\n")
     finally:
         if not task.done():
             # the client went away; the thread finishes on its own, its result is dropped

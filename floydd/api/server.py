@@ -100,8 +100,6 @@ async def _inventory_ctx(app: web.Application):
     inventory = Inventory(disk_path=config.state_dir, fake_gpus=config.dev_fake_gpus or None)
     state = InventoryState(inventory, config.inventory_interval)
     await state.start()
-    if config.dev_fake_gpus:
-        log.node.warning("DEV/TEST: using fake GPUs %r instead of NVML", config.dev_fake_gpus)
     app[keys.INVENTORY] = state
     yield
     await state.close()

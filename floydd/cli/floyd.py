@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 import floydd
-from floydd.cli import data, jobs, nodes, project, run
+from floydd.cli import data, jobs, nodes, project, run, top
 
 __all__ = ["main", "cli"]
 
@@ -20,6 +20,7 @@ def cli() -> None:
     floyd data upload PATH --name NAME    store a dataset version
     floyd run --gpu --data NAME:/input "python train.py"
     floyd status / logs -f / compare      watch and compare runs
+    floyd top                             the whole cluster in a terminal UI
 
     Talks to the local floydd daemon (started in the background when none runs),
     or to FLOYD_HOST (with FLOYD_TOKEN).
@@ -34,6 +35,7 @@ for command in (jobs.status, jobs.info, jobs.logs, jobs.stop, jobs.output, jobs.
     cli.add_command(command)
 cli.add_command(data.data)
 cli.add_command(nodes.nodes)
+cli.add_command(top.top)
 
 
 def main() -> None:

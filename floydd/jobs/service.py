@@ -25,6 +25,7 @@ from floydd import log
 from floydd.errors import Conflict, InvalidSpec, NotFound, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.jobs.spec import ENVIRONMENTS, check_project, parse_data, parse_job_key, parse_param
+from floydd.store import ObjectId
 from floydd.scheduler import NodeSnapshot, PendingJob, place, unplaceable
 
 __all__ = ["JobService", "FINAL_STATES", "ACTIVE_STATES"]
@@ -110,10 +111,16 @@ class JobService:
                       resources={"gpus": gpus, "cpu": gpus == 0}, env=env, message=str(body.get("message") or ""),
                       mode=mode, max_runtime=max_runtime, created=time.time(), user=user,
                       node=self.config.node_name)
-        number = await asyncio.to_thread(self.records.allocate_job, project, fields)
+        number = await asyncio.to_thread(self._allocate, project, fields, code_tree)
         log.scheduler.info("submitted %s/%d: %s", project, number, command)
         self.wake()
         return await self.get(f"{project}/{number}")
+
+    def _allocate(self, project: str, fields: dict, code_tree) -> int:
+        number = self.records.allocate_job(project, fields)
+        # the code snapshot is a gc root for as long as the job exists
+        self.store.catalog.pin(ObjectId.from_hex(str(code_tree)), _pin(project, number))
+        return number
 
     def _resolve_data(self, items: list) -> list[dict]:
         mounts: list[dict] = []
@@ -276,6 +283,7 @@ class JobService:
 
         def remove() -> None:
             self.records.delete_job(project, number)
+            self.store.catalog.unpin(_pin(project, number))
             if job.get("output_version"):
                 name = job["output_version"].rpartition(":")[0]
                 try:
@@ -287,6 +295,10 @@ class JobService:
                 shutil.rmtree(ws, ignore_errors=True)
         await asyncio.to_thread(remove)
         return job
+
+
+def _pin(project: str, number: int) -> str:
+    return f"job:{project}/{number}"
 
 
 def _int(value: Any, flag: str, *, minimum: int) -> int:
