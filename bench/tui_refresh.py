@@ -1,0 +1,217 @@
+"""``floyd top`` at scale: 64 nodes × 8 GPUs and 1,000 jobs served by the stub API.
+
+Figures (targets: a refresh renders in < 100 ms; < 15 % of one core at 1 Hz):
+
+* poll: one :class:`Poller` poll per view over the real client and socket
+  (wall ms, and the CPU ms it costs this process: HTTP + JSON), the baseline of
+  what any client must spend;
+* render: a snapshot handed to the running app (headless, 160×50) until the
+  screen is idle again, per screen: ``draw`` is the handler alone, ``draw+paint``
+  the wall time until Textual has laid out and composited the screen (it waits
+  for the next frame tick), and the CPU that took; the baseline is the same
+  wait with no new snapshot;
+* CPU: ``python -m floydd.tui --refresh 1`` on a real pty (the real terminal
+  driver, found through ``FLOYDD_STATE_DIR`` as ``floyd top`` finds a daemon),
+  CPU % of one core on the cluster and jobs screens; the baseline is an empty
+  Textual app on the same pty.
+
+The stub server runs in its own process (its CPU is not the TUI's) and moves
+the cluster every second, so every poll brings new numbers to draw.
+
+    python bench/tui_refresh.py [--smoke] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import os
+import pty
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from floydd.client import Client  # noqa: E402
+from floydd.tui.app import FloydTop, SnapshotReady  # noqa: E402
+from floydd.tui.poller import Poller  # noqa: E402
+from floydd.tui.snapshot import View, Want  # noqa: E402
+
+SIZE = (160, 50)
+NODES, GPUS, JOBS = 64, 8, 1000
+
+
+@contextmanager
+def stub_server(state_dir: Path) -> Iterator[Path]:
+    sock = state_dir / "floydd.sock"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.tui.stub_api", "--socket", str(sock), "--nodes", str(NODES),
+                             "--gpus", str(GPUS), "--jobs", str(JOBS), "--tick", "1"], cwd=ROOT, env=env)
+    try:
+        client = Client(sock, timeout=2)
+        deadline = time.monotonic() + 30
+        while not (sock.exists() and client.ping()):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the stub API did not start")
+            time.sleep(0.05)
+        yield sock
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def bench_poll(sock: Path, rounds: int) -> dict[str, tuple[float, float]]:
+    """view -> (median wall ms, median CPU ms of this process)."""
+    wants = {"cluster": Want(view=View.CLUSTER), "jobs": Want(view=View.JOBS),
+             "detail": Want(view=View.DETAIL, job="mnist/300"),
+             "experiments": Want(view=View.EXPERIMENTS, compare=("mnist/300", "mnist/299", "mnist/298"))}
+    poller = Poller(Client(sock))
+    out = {}
+    for name, want in wants.items():
+        poller.poll(want)  # warm: caches on both sides
+        walls, cpus = [], []
+        for _ in range(rounds):
+            w0, c0 = time.perf_counter(), time.process_time()
+            snap = poller.poll(want)
+            walls.append((time.perf_counter() - w0) * 1000)
+            cpus.append((time.process_time() - c0) * 1000)
+            assert snap.reachable, snap.error
+        out[name] = (statistics.median(walls), statistics.median(cpus))
+    return out
+
+
+async def bench_render(sock: Path, rounds: int) -> dict[str, tuple[float, float, float, float]]:
+    """screen -> (median draw ms, median draw+paint wall ms, max of it, median CPU ms); "idle": the baseline."""
+    feeder = Poller(Client(sock))
+    app = FloydTop(Client(sock), refresh=3600)
+    out: dict[str, tuple[float, float, float, float]] = {}
+    async with app.run_test(size=SIZE) as pilot:
+        while app.polls < 1:
+            await pilot.pause(0.01)
+        steps = [("cluster", "1", Want(view=View.CLUSTER)), ("jobs", "2", Want(view=View.JOBS)),
+                 ("experiments", "3", None), ("detail", None, Want(view=View.DETAIL, job="mnist/300"))]
+        for name, key, want in steps:
+            if key:
+                await pilot.press(key)
+            else:
+                app.open_job("mnist/300")
+            await pilot.pause(0.3)
+            want = want or app._want
+            draws, paints, cpus = [], [], []
+            for _ in range(rounds):
+                snap = feeder.poll(want)
+                t0, c0 = time.perf_counter(), time.process_time()
+                app.post_message(SnapshotReady(snap))
+                await pilot.pause()
+                paints.append((time.perf_counter() - t0) * 1000)
+                cpus.append((time.process_time() - c0) * 1000)
+                draws.append(app.draw_ms)
+            out[name] = (statistics.median(draws), statistics.median(paints), max(paints), statistics.median(cpus))
+        idle, idle_cpu = [], []
+        for _ in range(rounds):
+            t0, c0 = time.perf_counter(), time.process_time()
+            await pilot.pause()
+            idle.append((time.perf_counter() - t0) * 1000)
+            idle_cpu.append((time.process_time() - c0) * 1000)
+        out["idle"] = (0.0, statistics.median(idle), max(idle), statistics.median(idle_cpu))
+    return out
+
+
+def cpu_on_pty(argv: list[str], env: dict[str, str], warmup: float, seconds: float,
+               keys: list[tuple[bytes, str]]) -> dict[str, float]:
+    """Run ``argv`` on a pty of SIZE; for each (keys to type, label): CPU % of one core over ``seconds``."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
+    env = {**env, "TERM": "xterm-256color", "COLUMNS": str(SIZE[0]), "LINES": str(SIZE[1])}
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT,
+                            start_new_session=True)
+    os.close(slave)
+    done = threading.Event()
+
+    def drain() -> None:  # the terminal: read everything the app writes
+        while not done.is_set():
+            try:
+                if not os.read(master, 65536):
+                    return
+            except OSError:
+                return
+
+    threading.Thread(target=drain, daemon=True).start()
+    out = {}
+    try:
+        ps = psutil.Process(proc.pid)
+        for typed, label in keys:
+            if typed:
+                os.write(master, typed)
+            time.sleep(warmup)
+            t0 = ps.cpu_times()
+            time.sleep(seconds)
+            t1 = ps.cpu_times()
+            out[label] = (t1.user + t1.system - t0.user - t0.system) / seconds * 100
+    finally:
+        done.set()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        os.close(master)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="a quick run: fewer rounds, 3 s windows")
+    ap.add_argument("--seconds", type=float, default=10.0, help="CPU window per screen (default 10)")
+    args = ap.parse_args()
+    rounds, seconds, warmup = (5, 3.0, 2.0) if args.smoke else (20, args.seconds, 3.0)
+    with tempfile.TemporaryDirectory(prefix="ftb") as tmp, stub_server(Path(tmp)) as sock:
+        polls = bench_poll(sock, rounds)
+        renders = asyncio.run(bench_render(sock, rounds))
+        env = {**os.environ, "FLOYDD_STATE_DIR": tmp, "PYTHONPATH": str(ROOT)}
+        env.pop("FLOYD_HOST", None)
+        empty = cpu_on_pty([sys.executable, "-c", "from textual.app import App; App().run()"], env, warmup,
+                           seconds, [(b"", "empty")])
+        tui = cpu_on_pty([sys.executable, "-m", "floydd.tui", "--refresh", "1"], env, warmup, seconds,
+                         [(b"", "cluster"), (b"2", "jobs")])
+    print(f"floyd top bench: {NODES} nodes × {GPUS} GPUs, {JOBS} jobs, stub API on a unix socket"
+          f"{' (smoke)' if args.smoke else ''}")
+    print("poll alone (baseline: HTTP + JSON through floydd.client), median of", rounds)
+    for name, (wall, cpu) in polls.items():
+        print(f"  {name:12} {wall:7.1f} ms wall  {cpu:6.1f} ms CPU  (= {cpu / 10:4.1f} % of a core at 1 Hz)")
+    print(f"render a refresh, headless {SIZE[0]}×{SIZE[1]} (target < 100 ms), median of {rounds}")
+    idle = renders.pop("idle")
+    for name, (draw, paint, worst, cpu) in renders.items():
+        ok = "ok" if paint < 100 else "OVER"
+        print(f"  {name:12} draw {draw:5.1f} ms  draw+paint {paint:5.1f} ms wall (max {worst:5.1f}), "
+              f"{cpu:5.1f} ms CPU  {ok}")
+    print(f"  {'baseline':12} the same wait with no new snapshot: {idle[1]:.1f} ms wall (max {idle[2]:.1f}), "
+          f"{idle[3]:.1f} ms CPU")
+    print(f"CPU on a real pty at --refresh 1, over {seconds:.0f} s (target < 15 % of a core)")
+    print(f"  {'empty app':12} {empty['empty']:5.1f} %   (baseline: an empty Textual app, idle)")
+    for name in ("cluster", "jobs"):
+        ok = "ok" if tui[name] < 15 else "OVER"
+        alone = polls[name][1] / 10
+        print(f"  {name:12} {tui[name]:5.1f} %   {tui[name] - empty['empty']:+5.1f} points over the empty app, "
+              f"{tui[name] / max(alone, 0.1):4.1f}x the poll alone  {ok}")
+    worst_paint = max(r[1] for r in renders.values())
+    worst_cpu = max(tui.values())
+    print(f"result: render {worst_paint:.1f} ms (< 100), CPU {worst_cpu:.1f} % (< 15): "
+          + ("PASS" if worst_paint < 100 and worst_cpu < 15 else "FAIL"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""The jobs screen: the queue and every run, filtered and sorted, with stop/restart/logs keys."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Iterable, Mapping, Sequence
+
+from textual.binding import Binding
+from textual.widget import Widget
+from textual.widgets import Input
+
+from floydd.tui.format import duration, job_seconds, metric_summary, state_style
+from floydd.tui.screens.base import SnapshotScreen
+from floydd.tui.snapshot import ACTIVE, FAILED, FINISHED, Snapshot, View
+from floydd.tui.widgets.panel import Panel
+from floydd.tui.widgets.table import Column, Row, RowTable
+
+__all__ = ["JobsScreen", "job_rows", "STATE_FILTERS", "SORTS", "COLUMNS"]
+
+COLUMNS = (
+    Column("Job", 12), Column("State", 8), Column("User", 7), Column("Node", 8), Column("GPUs", 5),
+    Column("Time", 7, "right"), Column("Latest metrics", 30), Column("Command"),
+)
+STATE_FILTERS: dict[str, frozenset[str] | None] = {
+    "all": None, "active": ACTIVE, "running": frozenset({"running"}), "queued": frozenset({"queued", "starting"}),
+    "succeeded": FINISHED, "failed": FAILED,
+}
+SORTS = ("newest", "oldest", "state", "project", "user", "time")
+_STATE_ORDER = {s: i for i, s in enumerate(("running", "starting", "queued", "failed", "timeout", "lost",
+                                            "stopped", "success"))}
+_SORT_BY_COLUMN = {0: "project", 1: "state", 2: "user", 5: "time"}
+
+
+class JobsScreen(SnapshotScreen):
+    VIEW = View.JOBS
+    DEFAULT_CSS = """
+    JobsScreen #filter { dock: bottom; margin-bottom: 1; }
+    """
+    BINDINGS = [
+        Binding("l", "logs", "Logs"),
+        Binding("s", "stop", "Stop"),
+        Binding("R", "restart", "Restart"),
+        Binding("slash", "filter", "Filter"),
+        Binding("f", "state_filter", "State"),
+        Binding("o", "sort", "Sort"),
+        Binding("escape", "clear_filter", "Clear", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = ""
+        self.state_filter = "all"
+        self.sort = "newest"
+
+    def compose_body(self) -> Iterable[Widget]:
+        yield Panel(id="status", classes="summary")
+        yield RowTable(COLUMNS, id="jobs", empty="waiting for the daemon…")
+        yield Input(placeholder="filter: part of a job, user, node, state, param or command; enter to apply, escape to clear",
+                    id="filter")
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+
+    def draw(self, snap: Snapshot) -> None:
+        jobs = snap.jobs if snap.all_jobs and snap.jobs else ()  # not the cluster view's running-only list
+        rows = job_rows(jobs, snap.now, text=self.text, states=STATE_FILTERS[self.state_filter], sort=self.sort)
+        table = self.query_one(RowTable)
+        table.set_rows(rows, empty="no jobs match" if jobs else
+                       ("no jobs yet: submit one with `floyd run`" if snap.all_jobs else "loading jobs…"))
+        shown = f"{len(rows)} of {len(jobs)} jobs" if len(rows) != len(jobs) else f"{len(jobs)} jobs"
+        queued = sum(1 for j in jobs if j.get("state") in ("queued", "starting"))
+        running = sum(1 for j in jobs if j.get("state") == "running")
+        filt = f" · filter “{self.text}”" if self.text else ""
+        self.query_one("#status", Panel).show(
+            f"{shown} · {running} running, {queued} queued · state: {self.state_filter} (f) · "
+            f"sort: {self.sort} (o){filt}")
+
+    def _redraw(self) -> None:
+        if self.app.snapshot is not None:
+            self.draw(self.app.snapshot)
+
+    # -- selection ------------------------------------------------------------------------
+
+    def _current(self) -> Mapping[str, Any] | None:
+        key = self.query_one(RowTable).cursor_key
+        snap = self.app.snapshot
+        if key is None or snap is None:
+            return None
+        return next((j for j in snap.jobs or () if j.get("id") == key), None)
+
+    def on_row_table_selected(self, event: RowTable.Selected) -> None:
+        event.stop()
+        self.app.open_job(event.key)
+
+    def on_row_table_header_clicked(self, event: RowTable.HeaderClicked) -> None:
+        event.stop()
+        if event.column in _SORT_BY_COLUMN:
+            self.sort = _SORT_BY_COLUMN[event.column]
+            self._redraw()
+
+    def action_logs(self) -> None:
+        job = self._current()
+        if job:
+            self.app.open_job(job["id"], logs=True)
+
+    def action_stop(self) -> None:
+        job = self._current()
+        if job:
+            self.app.confirm_stop(job)
+
+    def action_restart(self) -> None:
+        job = self._current()
+        if job:
+            self.app.confirm_restart(job)
+
+    # -- filter and sort ------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.value = self.text
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.text = event.value.strip()
+        self._redraw()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.input.display = False
+        self.query_one(RowTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.display = False
+        self.text = ""
+        self.query_one(RowTable).focus()
+        self._redraw()
+
+    def action_state_filter(self) -> None:
+        names = list(STATE_FILTERS)
+        self.state_filter = names[(names.index(self.state_filter) + 1) % len(names)]
+        self._redraw()
+
+    def action_sort(self) -> None:
+        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+        self._redraw()
+
+
+def job_rows(jobs: Sequence[Mapping[str, Any]], now: float, *, text: str = "",
+             states: frozenset[str] | None = None, sort: str = "newest") -> list[Row]:
+    """The rows for ``jobs`` (newest first, as the API lists them) after filter and sort."""
+    needle = text.lower()
+    picked = [j for j in jobs if (states is None or j.get("state") in states)
+              and (not needle or needle in _haystack(j))]
+    if sort == "oldest":
+        picked.reverse()
+    elif sort == "state":
+        picked.sort(key=lambda j: _STATE_ORDER.get(j.get("state"), 99))
+    elif sort == "project":
+        picked.sort(key=lambda j: (str(j.get("project", "")), -int(j.get("number") or 0)))
+    elif sort == "user":
+        picked.sort(key=lambda j: str(j.get("user") or ""))
+    elif sort == "time":
+        picked.sort(key=lambda j: -(job_seconds(j, now) or 0.0))
+    return [Row(str(j.get("id", "?")), partial(_cells, j, now)) for j in picked]
+
+
+def _haystack(job: Mapping[str, Any]) -> str:
+    params = " ".join(f"{k}={v}" for k, v in (job.get("params") or {}).items())
+    return " ".join(str(job.get(k) or "") for k in ("id", "state", "user", "node", "command")).lower() + " " + params.lower()
+
+
+def _cells(job: Mapping[str, Any], now: float) -> tuple:
+    state = str(job.get("state", "?"))
+    gpus = job.get("gpus") or ()
+    wants = (job.get("resources") or {}).get("gpus") or 0
+    gpu_text = ",".join(map(str, gpus)) if gpus else (f"({wants})" if wants else "cpu")
+    if state in ("queued", "starting") and job.get("waiting_for"):
+        metrics: Any = (f"waiting: {job['waiting_for']}", "dim")
+    elif state in FAILED and job.get("message"):
+        metrics = (str(job["message"]), "red")
+    else:
+        metrics = metric_summary(job.get("metrics"))
+    return (
+        (str(job.get("id", "?")), "bold"),
+        (state, state_style(state)),
+        str(job.get("user") or "-"),
+        str(job.get("node") or "-"),
+        gpu_text,
+        duration(job_seconds(job, now)),
+        metrics,
+        (str(job.get("command") or ""), "dim"),
+    )

@@ -1,0 +1,108 @@
+"""What the poller hands the screens: one immutable picture of the cluster.
+
+A :class:`Snapshot` is made by :class:`floydd.tui.poller.Poller` about once a
+second and only ever replaced, never changed; screens draw from the latest one
+and nothing else. ``now`` is the poller's clock at the time of the poll, so a
+duration shown on screen is a pure function of the snapshot (tests inject the
+clock and get the same picture every time).
+
+The dicts inside (nodes, jobs, ...) are the API's JSON as the client returned
+it; treat them as read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["View", "Want", "LogLine", "Detail", "Comparison", "Snapshot", "ACTIVE", "FINISHED", "FAILED"]
+
+ACTIVE = frozenset({"queued", "starting", "running"})
+"""Job states that can still change (and be stopped)."""
+FINISHED = frozenset({"success"})
+FAILED = frozenset({"failed", "stopped", "timeout", "lost"})
+
+Points = tuple[tuple[float, float], ...]
+"""A metric series as ``((step, value), ...)``, in step order."""
+
+
+class View:
+    """Which screen is visible; it decides what the poller fetches."""
+
+    CLUSTER = "cluster"
+    JOBS = "jobs"
+    DETAIL = "detail"
+    EXPERIMENTS = "experiments"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Want:
+    """What the visible screen needs; the app sets it, the poller reads it.
+
+    cluster: info, nodes, running jobs (who holds a GPU).
+    jobs, experiments: info, every job; experiments adds ``compare`` and curves.
+    detail: info, the job in ``job``, its metric series and log tail.
+    """
+
+    view: str = View.CLUSTER
+    job: str | None = None
+    compare: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    ts: float
+    stream: str  # "o" stdout, "e" stderr
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Detail:
+    """One job in depth, for the job detail screen."""
+
+    key: str
+    job: Mapping[str, Any] | None = None
+    metrics: Mapping[str, Points] = field(default_factory=dict)
+    system: tuple[Mapping[str, Any], ...] = ()
+    log: tuple[LogLine, ...] = ()
+    log_total: int = 0
+    """How many log lines the poller has read for this job so far (the tail is ``log``)."""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison:
+    """Runs side by side, for the experiments screen."""
+
+    keys: tuple[str, ...]
+    table: Mapping[str, Any] | None = None
+    """``Client.compare(keys)``: params, metrics and one entry per job."""
+    curves: Mapping[str, Mapping[str, Points]] = field(default_factory=dict)
+    """job -> metric -> points."""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """Everything a screen may draw, as of ``now``."""
+
+    seq: int
+    now: float
+    want: Want
+    reachable: bool
+    error: str | None = None
+    """Why the daemon could not be read (shown in the banner), or None."""
+    hint: str = ""
+    where: str = ""
+    last_ok: float | None = None
+    """When the daemon last answered (data below is that old when unreachable)."""
+    info: Mapping[str, Any] | None = None
+    nodes: tuple[Mapping[str, Any], ...] | None = None
+    jobs: tuple[Mapping[str, Any], ...] | None = None
+    """Every job (jobs and experiments views) or only the running ones (cluster view)."""
+    all_jobs: bool = False
+    history: Mapping[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+    """(node, gpu index) -> recent utilisation %, oldest first; gpu index -1 is the node's CPU."""
+    detail: Detail | None = None
+    comparison: Comparison | None = None
+    poll_ms: float = 0.0

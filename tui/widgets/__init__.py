@@ -1,0 +1,1 @@
+"""Widgets that draw parts of a snapshot; none of them talks to the daemon."""
