@@ -1,0 +1,136 @@
+"""Raft's durable state in SQLite: WAL, ``synchronous=FULL``, one transaction per ready.
+
+Tables (a database of its own, or tables beside others in one file)::
+
+    raft_hard_state  one row: term, vote, commit
+    raft_snapshot    one row: index, term, voters/learners (msgpack), data
+    raft_log         one row per entry: idx (primary key), term, kind, data
+
+:meth:`SqliteStorage.save` writes a whole ready in one ``BEGIN IMMEDIATE ...
+COMMIT``: with WAL and ``synchronous=FULL`` the commit is one fsync of the WAL,
+and a crash leaves either all of the ready or none of it. Entries are bytes the
+caller encoded; nothing is pickled. The connection is not thread-safe: the
+driver uses it from one writer thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Sequence
+
+import msgpack
+
+from .codec import decode_conf, encode_conf
+from .errors import RaftInvariantError
+from .messages import ConfState, Entry, EntryKind, HardState, Snapshot
+from .storage import DurableState, bootstrap_state, check_save
+
+__all__ = ["SqliteStorage"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS raft_hard_state (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    term INTEGER NOT NULL, vote, commit_index INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS raft_snapshot (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    idx INTEGER NOT NULL, term INTEGER NOT NULL, conf BLOB NOT NULL, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS raft_log (
+    idx INTEGER PRIMARY KEY, term INTEGER NOT NULL, kind INTEGER NOT NULL, data BLOB NOT NULL);
+"""
+
+
+class SqliteStorage:
+    def __init__(self, path: str | Path, *, check_same_thread: bool = True) -> None:
+        self.path = str(path)
+        self._db = sqlite3.connect(self.path, isolation_level=None,
+                                   check_same_thread=check_same_thread)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        snap = self._load_snapshot()
+        self._snapshot_index = snap.index
+        row = self._db.execute("SELECT max(idx) FROM raft_log").fetchone()
+        self._last_index = row[0] if row[0] is not None else snap.index
+
+    @classmethod
+    def bootstrap(cls, path: str | Path, conf: ConfState, **kwargs) -> "SqliteStorage":
+        """Open ``path`` for a founding member: record the initial membership unless
+        the database already holds state."""
+        storage = cls(path, **kwargs)
+        if storage._db.execute("SELECT count(*) FROM raft_snapshot").fetchone()[0] == 0:
+            state = bootstrap_state(conf)
+            storage.save(state.hard_state, (), state.snapshot)
+        return storage
+
+    def load(self) -> DurableState:
+        db = self._db
+        row = db.execute("SELECT term, vote, commit_index FROM raft_hard_state").fetchone()
+        hs = HardState(*row) if row else HardState()
+        snap = self._load_snapshot()
+        entries = tuple(Entry(term, idx, bytes(data), EntryKind(kind)) for idx, term, kind, data
+                        in db.execute("SELECT idx, term, kind, data FROM raft_log "
+                                      "WHERE idx > ? ORDER BY idx", (snap.index,)))
+        return DurableState(hard_state=hs, snapshot=snap, entries=entries)
+
+    def save(self, hard_state: HardState | None, entries: Sequence[Entry],
+             snapshot: Snapshot | None) -> None:
+        if hard_state is None and not entries and snapshot is None:
+            return
+        db = self._db
+        snapshot_index, last_index = self._snapshot_index, self._last_index
+        if snapshot is not None:
+            snapshot_index = last_index = snapshot.index
+        check_save(last_index, snapshot_index, entries)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if snapshot is not None:
+                self._write_snapshot(snapshot)
+                db.execute("DELETE FROM raft_log")
+            if entries:
+                first = entries[0].index
+                if first <= last_index:
+                    db.execute("DELETE FROM raft_log WHERE idx >= ?", (first,))
+                db.executemany("INSERT INTO raft_log (idx, term, kind, data) VALUES (?, ?, ?, ?)",
+                               [(e.index, e.term, int(e.kind), e.data) for e in entries])
+                last_index = entries[-1].index
+            if hard_state is not None:
+                db.execute("INSERT OR REPLACE INTO raft_hard_state (id, term, vote, commit_index) "
+                           "VALUES (0, ?, ?, ?)",
+                           (hard_state.term, hard_state.vote, hard_state.commit))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._snapshot_index, self._last_index = snapshot_index, last_index
+
+    def compact(self, snapshot: Snapshot) -> None:
+        if snapshot.index <= self._snapshot_index:
+            return
+        if snapshot.index > self._last_index:
+            raise RaftInvariantError(f"cannot compact at {snapshot.index}: log ends at {self._last_index}")
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._write_snapshot(snapshot)
+            db.execute("DELETE FROM raft_log WHERE idx <= ?", (snapshot.index,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._snapshot_index = snapshot.index
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _write_snapshot(self, snapshot: Snapshot) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO raft_snapshot (id, idx, term, conf, data) VALUES (0, ?, ?, ?, ?)",
+            (snapshot.index, snapshot.term, msgpack.packb(encode_conf(snapshot.conf)), snapshot.data))
+
+    def _load_snapshot(self) -> Snapshot:
+        row = self._db.execute("SELECT idx, term, conf, data FROM raft_snapshot").fetchone()
+        if row is None:
+            return Snapshot()
+        idx, term, conf, data = row
+        return Snapshot(index=idx, term=term, conf=decode_conf(msgpack.unpackb(conf)), data=bytes(data))
