@@ -24,7 +24,7 @@ def measure(pid: int, seconds: float) -> tuple[float, float]:
     t0 = proc.cpu_times()
     time.sleep(seconds)
     t1 = proc.cpu_times()
-    cpu = (t1.user + t1.system - t0.user - t0.system) / seconds * 100
+    cpu = max(0.0, (t1.user + t1.system - t0.user - t0.system) / seconds * 100)
     return proc.memory_info().rss / 2**20, cpu
 
 

@@ -75,13 +75,25 @@ def caller(request: web.Request) -> str:
         return str(uid)
 
 
+class Cancelled(Exception):
+    """The client went away: the work stops at its next progress report."""
+
+
 class Progress:
-    """Thread-safe progress callback that the stream below turns into events."""
+    """Thread-safe progress callback that the stream below turns into events.
+
+    Once ``cancelled`` is set (the caller hung up, e.g. Ctrl-C on ``floyd data
+    upload``) the next report raises :class:`Cancelled` in the worker thread, so an
+    upload stops before it commits a version; what it stored is reused by a re-run.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, every: float = 0.1) -> None:
         self._loop, self._queue, self._every, self._last = loop, queue, every, 0.0
+        self.cancelled = False
 
     def __call__(self, done: int, total: int) -> None:
+        if self.cancelled:
+            raise Cancelled("the client went away")
         now = time.monotonic()
         if now - self._last >= self._every or done >= total:
             self._last = now
@@ -118,10 +130,13 @@ async def ndjson(request: web.Request, work: Callable[[Progress], Any],
             event = InternalError(f"internal error: {type(exc).__name__}: {exc}",
                                   hint="this is a bug; see the daemon log").to_payload()
         await resp.write(dumps(event).encode() + b"\n")
-    finally:
-        if not task.done():
-            # the client went away; the thread finishes on its own, its result is dropped
-            task.add_done_callback(lambda t: t.exception())
+    except (ConnectionError, asyncio.CancelledError) as exc:
+        progress.cancelled = True  # the client went away: stop the work at its next report
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        log.api.info("%s %s: the client went away; stopping the work", request.method, request.path)
+        return resp
     await resp.write_eof()
     return resp
 

@@ -170,31 +170,22 @@ def stop(job) -> None:
     click.echo(f"job {j['id']}: {j['state']}" + (" (stopping)" if j["state"] not in _FINAL else ""))
 
 
-def _restore(events, dest: Path, what: str) -> None:
-    follow_progress(events, what)
-    click.echo(f"{what} written to {dest}")
+def _restore_command(name: str, what: str, fetch: str, help: str):
+    """``floyd output`` and ``floyd clone``: restore a tree of JOB into DEST."""
+    @click.command(name=name, help=f"{help} (default DEST: ./PROJECT-N-{what}).")
+    @click.argument("job")
+    @click.argument("dest", required=False, type=click.Path(path_type=Path))
+    @handle_errors
+    def command(job, dest) -> None:
+        key = job_key(job)
+        dest = (dest or Path(f"{key.replace('/', '-')}-{what}")).absolute()
+        follow_progress(getattr(connect(), fetch)(key, dest), f"{what} of {key}")
+        click.echo(f"{what} of {key} written to {dest}")
+    return command
 
 
-@click.command()
-@click.argument("job")
-@click.argument("dest", required=False, type=click.Path(path_type=Path))
-@handle_errors
-def output(job, dest) -> None:
-    """Copy what JOB wrote to /output into DEST (default ./PROJECT-N-output)."""
-    key = job_key(job)
-    dest = (dest or Path(key.replace("/", "-") + "-output")).absolute()
-    _restore(connect().job_output(key, dest), dest, f"output of {key}")
-
-
-@click.command()
-@click.argument("job")
-@click.argument("dest", required=False, type=click.Path(path_type=Path))
-@handle_errors
-def clone(job, dest) -> None:
-    """Copy the code JOB ran with into DEST (default ./PROJECT-N-code)."""
-    key = job_key(job)
-    dest = (dest or Path(key.replace("/", "-") + "-code")).absolute()
-    _restore(connect().job_code(key, dest), dest, f"code of {key}")
+output = _restore_command("output", "output", "job_output", "Copy what JOB wrote to /output into DEST")
+clone = _restore_command("clone", "code", "job_code", "Copy the code JOB ran with into DEST")
 
 
 @click.command()

@@ -198,3 +198,29 @@ def test_floyd_starts_a_daemon_when_none_runs_and_says_so_once(tmp_path):
     finally:
         subprocess.run([sys.executable, "-m", "floydd.cli.floydd", "stop", "--state-dir", str(state)],
                        env=env, capture_output=True, timeout=60)
+
+
+def test_tcp_api_needs_the_token(daemon):
+    import socket as _socket
+    with _socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    daemon.kill(signal.SIGTERM)
+    daemon.start("--tcp", f"127.0.0.1:{port}")
+    env = {**daemon.env, "FLOYD_HOST": f"127.0.0.1:{port}"}
+    run = lambda extra: subprocess.run([sys.executable, "-m", "floydd.cli.floyd", "nodes", "--json"],  # noqa: E731
+                                       env={**env, **extra}, capture_output=True, text=True, timeout=60)
+    denied = run({})
+    assert denied.returncode == 1 and "API token" in denied.stderr and "Traceback" not in denied.stderr
+    token = (daemon.state / "api-token").read_text().strip()
+    assert oct((daemon.state / "api-token").stat().st_mode & 0o777) == "0o600"
+    allowed = run({"FLOYD_TOKEN": token})
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)[0]["gpu_source"] == "fake"
+
+
+def test_tcp_refuses_non_loopback_addresses(daemon):
+    res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir",
+                          str(daemon.state.parent / "other"), "--tcp", "0.0.0.0:7654"],
+                         env=daemon.env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "loopback" in res.stderr and "Traceback" not in res.stderr
