@@ -6,10 +6,13 @@
     python bench/store_ingest.py --smoke       # everything tiny, a few seconds (CI)
 
 Builds a mixed tree (a few large random files + ~10k small files) in a temp folder on the
-disk of --dir, then measures, in this order: cp -r (and cp -r + sync, a durable copy),
-restic backup into a fresh repository (first and second run), our first ingest and
-re-ingest, restore vs cp -r, verify throughput, a 1-byte change in the middle of a
-500 MiB file (new chunks stored), the fsync policies, and the chunker alternatives.
+disk of --dir, then measures, in this order: --rounds rounds of cp -r, cp -r && sync (a
+durable copy), restic backup into a fresh repository and our first ingest into a fresh
+store, back to back (ratios are per round: the box is shared and its load moves); then
+restic's second run and our re-ingest, restore vs cp -r, verify throughput, a 1-byte
+change in the middle of a 500 MiB file (new chunks stored), the fsync policies, and the
+chunker alternatives. Every timing shows wall time, CPU time (user+sys of this process
+and the children it waited for) and the load average.
 All runs are warm-cache: the source was just written and sits in the page cache for
 every contender (dropping caches needs root and is not reliable here); an untimed
 ``sync`` before each timed run keeps one contender's dirty data out of the next one's time.
@@ -21,11 +24,13 @@ import argparse
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,10 +49,14 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     ap.add_argument("--dir", default=None, help="where to make the temp folder (default: system temp)")
     ap.add_argument("--skip-restic", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="times cp -r, cp -r && sync, restic and our first ingest are each run, "
+                         "back to back per round (default 3)")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder")
     args = ap.parse_args()
     if args.smoke:
-        args.size_mb, args.small_files, args.change_mb = 24, 300, 16
+        args.size_mb, args.small_files, args.change_mb, args.rounds = 24, 300, 16, 1
+    args.rounds = max(1, args.rounds)
 
     base = Path(tempfile.mkdtemp(prefix="floydd-bench-", dir=args.dir))
     try:
@@ -73,65 +82,85 @@ def run(args, base: Path) -> int:
         rows.append((name, value))
         print(f"  {name:<44} {value}", flush=True)
 
-    # -- baselines ---------------------------------------------------------------------
-    t_cp = timed(lambda: subprocess.run(["cp", "-r", str(src), str(base / "cp1")], check=True))
-    row("cp -r", f"{t_cp:.2f}s  {mb / t_cp:.0f} MB/s")
-    t_cps = timed(lambda: subprocess.run(["sh", "-c", f"cp -r '{src}' '{base / 'cp2'}' && sync"], check=True))
-    row("cp -r && sync (durable copy)", f"{t_cps:.2f}s  {mb / t_cps:.0f} MB/s")
-    shutil.rmtree(base / "cp2")
-
-    restic = shutil.which("restic")
-    t_r1 = t_r2 = None
-    if restic and not args.skip_restic:
-        env = {**os.environ, "RESTIC_PASSWORD": "bench", "RESTIC_REPOSITORY": str(base / "restic-repo"),
-               "RESTIC_CACHE_DIR": str(base / "restic-cache")}
-        subprocess.run([restic, "init", "-q"], env=env, check=True, capture_output=True)
-        backup = [restic, "backup", "-q", str(src)]
-        t_r1 = timed(lambda: subprocess.run(backup, env=env, check=True, capture_output=True))
-        row("restic backup (first)", f"{t_r1:.2f}s  {mb / t_r1:.0f} MB/s")
-        t_r2 = timed(lambda: subprocess.run(backup, env=env, check=True, capture_output=True))
-        row("restic backup (second, unchanged)", f"{t_r2:.2f}s")
-        shutil.rmtree(base / "restic-repo")
+    # -- first ingest against cp -r and restic, in rounds ------------------------------
+    # The box is shared: its load moves within seconds, so every round times all four
+    # contenders back to back and the ratios are taken per round (median reported).
+    wait_out_racy_window(src)  # (for the re-ingest: the metadata cache skips newer files)
+    restic = shutil.which("restic") if not args.skip_restic else None
+    env = {**os.environ, "RESTIC_PASSWORD": "bench", "RESTIC_REPOSITORY": str(base / "restic-repo"),
+           "RESTIC_CACHE_DIR": str(base / "restic-cache")}
+    backup = [restic, "backup", "-q", str(src)] if restic else []
+    cps, cpss, r1s, o1s = [], [], [], []
+    r2 = store = res1 = None
+    for k in range(args.rounds):
+        last = k == args.rounds - 1
+        cps.append(timed(lambda: subprocess.run(["cp", "-r", str(src), str(base / "cp1")], check=True)))
+        shutil.rmtree(base / "cp1")
+        cpss.append(timed(lambda: subprocess.run(["sh", "-c", f"cp -r '{src}' '{base / 'cp2'}' && sync"],
+                                                  check=True)))
+        shutil.rmtree(base / "cp2")
+        if restic:
+            subprocess.run([restic, "init", "-q"], env=env, check=True, capture_output=True)
+            r1s.append(timed(lambda: subprocess.run(backup, env=env, check=True, capture_output=True)))
+            if last:
+                r2 = timed(lambda: subprocess.run(backup, env=env, check=True, capture_output=True))
+            shutil.rmtree(base / "restic-repo")
+            shutil.rmtree(base / "restic-cache", ignore_errors=True)
+        store = Store.open(base / "store")
+        first = [None]
+        o1s.append(timed(lambda: first.__setitem__(0, store.snapshot_report(src))))
+        res1 = first[0]
+        if not last:
+            store.close()
+            shutil.rmtree(base / "store")
+    cp, cps_, o1 = median(cps), median(cpss), median(o1s)
+    r1 = median(r1s) if r1s else None
+    row(f"cp -r (median of {args.rounds})", f"{cp.show(mb)}{walls(cps)}")
+    row("cp -r && sync (durable copy)", f"{cps_.show(mb)}{walls(cpss)}")
+    if r1:
+        row("restic backup (first)", f"{r1.show(mb)}{walls(r1s)}")
+        row("restic backup (second, unchanged)", r2.show())
     else:
         row("restic", "not run (missing or --skip-restic)")
-
-    # -- ours --------------------------------------------------------------------------
-    wait_out_racy_window(src)
-    store = Store.open(base / "store")
-    first = [None]
-    t_o1 = timed(lambda: first.__setitem__(0, store.snapshot_report(src)))
-    r1 = first[0]
-    row("floydd first ingest", f"{t_o1:.2f}s  {mb / t_o1:.0f} MB/s  ({r1.stats.written_objects} objects)")
+    row("floydd first ingest", f"{o1.show(mb)}{walls(o1s)}  {res1.stats.written_objects} objects")
     second = [None]
-    t_o2 = timed(lambda: second.__setitem__(0, store.snapshot_report(src)))
-    r2 = second[0]
-    assert r2.tree == r1.tree, "re-ingest of unchanged data must give the same tree"
-    row("floydd re-ingest (unchanged)", f"{t_o2:.2f}s  ({r2.cache_hits} files from the metadata cache, "
-        f"{r2.stats.written_objects} new objects)")
+    o2 = timed(lambda: second.__setitem__(0, store.snapshot_report(src)))
+    res2 = second[0]
+    assert res2.tree == res1.tree, "re-ingest of unchanged data must give the same tree"
+    row("floydd re-ingest (unchanged)", f"{o2.show()}  {res2.cache_hits} files from the metadata cache, "
+        f"{res2.stats.written_objects} new objects")
+    subprocess.run(["cp", "-r", str(src), str(base / "cp1")], check=True)  # restore's baseline is cp -r
 
-    t_rs = timed(lambda: store.restore(r1.tree, base / "restored"))
-    row("floydd restore", f"{t_rs:.2f}s  {mb / t_rs:.0f} MB/s")
+    rs = timed(lambda: store.restore(res1.tree, base / "restored"))
+    row("floydd restore", rs.show(mb))
     same = subprocess.run(["diff", "-r", "-q", str(src), str(base / "restored")], capture_output=True)
     row("restore byte-identical (diff -r)", "yes" if same.returncode == 0 else "NO: " + same.stdout.decode()[:200])
     shutil.rmtree(base / "restored")
     shutil.rmtree(base / "cp1")
 
     vr = [None]
-    t_v = timed(lambda: vr.__setitem__(0, store.verify()))
-    row("floydd verify (reads the disk, bypasses cache)",
-        f"{t_v:.2f}s  {vr[0].checked_bytes / 1e6 / t_v:.0f} MB/s  ok={vr[0].ok}")
+    v = timed(lambda: vr.__setitem__(0, store.verify()))
+    row("floydd verify (reads the disk, bypasses cache)", f"{v.show(vr[0].checked_bytes / 1e6)}  ok={vr[0].ok}")
 
     aes = openssl_aes_gcm_mbps()
+    gil = aead_threads_scaling()
+    cores = len(os.sched_getaffinity(0))
     # -- ratios ------------------------------------------------------------------------
-    print("ratios")
-    row("ingest speed / cp -r speed (target >= 0.5)", f"{t_cp / t_o1:.2f}x")
-    row("ingest speed / (cp -r && sync) speed", f"{t_cps / t_o1:.2f}x")
-    if t_r1:
-        row("ingest speed / restic first backup (>= 3)", f"{t_r1 / t_o1:.2f}x")
-        row("re-ingest time / restic second (<= 1)", f"{t_o2 / t_r2:.2f}  ({t_o2:.2f}s vs {t_r2:.2f}s)")
-    row("restore speed / cp -r speed", f"{t_cp / t_rs:.2f}x")
+    print(f"ratios (median of the {args.rounds} per-round ratios; CPU = user+sys of the process and "
+          "the children it waited for, all threads)")
+    row("ingest speed / cp -r speed (target >= 0.5)", ratio(cps, o1s))
+    row("ingest speed / (cp -r && sync) speed", ratio(cpss, o1s))
+    if r1:
+        row("ingest speed / restic first backup (>= 3)", ratio(r1s, o1s))
+        row("re-ingest time / restic second (<= 1)", f"{o2.wall / r2.wall:.2f}  ({o2.wall:.2f}s vs {r2.wall:.2f}s)")
+    row("restore speed / cp -r speed", f"{cp.wall / rs.wall:.2f}x")
+    row("CPU ms per MB: ingest | restic | cp -r", f"{o1.cpu_ms(mb):.2f} | "
+        f"{r1.cpu_ms(mb) if r1 else float('nan'):.2f} | {cp.cpu_ms(mb):.2f}")
+    row(f"ingest CPU / {cores} cores (its floor here)", f"{o1.cpu / cores:.2f}s = {cp.wall / (o1.cpu / cores):.2f}x cp -r; "
+        f"it used {o1.cpu / o1.wall:.2f} cores")
+    row("AES-GCM on 2 threads (1.0: holds the GIL)", gil)
     if aes:
-        row("ingest / openssl aes-256-gcm (1 core)", f"{mb / t_o1 / aes:.2f}  (openssl: {aes:.0f} MB/s)")
+        row("ingest / openssl aes-256-gcm (1 core)", f"{mb / o1.wall / aes:.2f}  (openssl: {aes:.0f} MB/s)")
     store.close()
     shutil.rmtree(base / "store")
 
@@ -161,8 +190,7 @@ def run(args, base: Path) -> int:
         s = Store.open(base / f"store-{sync}", backend=LocalBackend(base / f"store-{sync}" / "objects", sync=sync))
         res = [None]
         t_s = timed(lambda: res.__setitem__(0, s.snapshot_report(src)))
-        row(f"sync={sync}", f"{t_s:.2f}s  {mb / t_s:.0f} MB/s  {res[0].files} files in "
-            f"{res[0].stats.written_objects} objects")
+        row(f"sync={sync}", f"{t_s.show(mb)}  {res[0].files} files in {res[0].stats.written_objects} objects")
         s.close()
         shutil.rmtree(base / f"store-{sync}")
 
@@ -221,11 +249,47 @@ def wait_out_racy_window(src: Path) -> None:
 
 # -- measurements ------------------------------------------------------------------------
 
-def timed(fn) -> float:
+@dataclass(frozen=True)
+class Timing:
+    wall: float   # seconds
+    cpu: float    # user + sys seconds of this process (all threads) and of the children it waited for
+    load: float   # 1-minute load average when the run ended (the box is shared)
+
+    def show(self, mb: float | None = None) -> str:
+        speed = f"{mb / self.wall:6.0f} MB/s  cpu {self.cpu_ms(mb):5.2f} ms/MB  " if mb else ""
+        return f"{self.wall:6.2f}s {speed}(cpu {self.cpu:.2f}s, load {self.load:.2f})"
+
+    def cpu_ms(self, mb: float) -> float:
+        return self.cpu / mb * 1000
+
+
+def median(ts: list[Timing]) -> Timing:
+    return sorted(ts, key=lambda t: t.wall)[len(ts) // 2]
+
+
+def walls(ts: list[Timing]) -> str:
+    return "  [" + " ".join(f"{t.wall:.2f}" for t in ts) + "]" if len(ts) > 1 else ""
+
+
+def ratio(base: list[Timing], ours: list[Timing]) -> str:
+    """How many times faster than ``base`` we were, per round: median [each round]."""
+    r = sorted(b.wall / o.wall for b, o in zip(base, ours))
+    each = " ".join(f"{b.wall / o.wall:.2f}" for b, o in zip(base, ours))
+    return f"{r[len(r) // 2]:.2f}x" + (f"  [{each}]" if len(r) > 1 else "")
+
+
+def _cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(fn) -> Timing:
     os.sync()  # untimed: start from no dirty data of earlier runs
+    c = _cpu()
     t = time.perf_counter()
     fn()
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    return Timing(wall, _cpu() - c, os.getloadavg()[0])
 
 
 def openssl_aes_gcm_mbps() -> float | None:
@@ -236,6 +300,31 @@ def openssl_aes_gcm_mbps() -> float | None:
         return None
     m = re.search(r"^aes-256-gcm\s+([\d.]+)k", out, re.IGNORECASE | re.MULTILINE)
     return float(m.group(1)) * 1000 / 1e6 if m else None
+
+
+def aead_threads_scaling() -> str:
+    """Two threads sealing 4 MiB objects: CPU seconds per wall second. About 1.0 means
+    ``cryptography`` holds the GIL during AES-GCM (before 50.0), so sealing on threads
+    uses one core; up to 2.0 means it releases it (50.0 on)."""
+    import threading
+
+    import cryptography
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    aead, data, nonce = AESGCM(bytes(32)), bytes(4 << 20), bytes(12)
+
+    def work() -> None:
+        out = bytearray(len(data) + 16)
+        for _ in range(40):
+            aead.encrypt_into(nonce, data, b"", out)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    c, t = time.process_time(), time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return f"{(time.process_time() - c) / (time.perf_counter() - t):.2f}  (cryptography {cryptography.__version__})"
 
 
 def chunker_comparison(mib: int) -> list[tuple[str, str]]:
@@ -273,7 +362,7 @@ def chunker_comparison(mib: int) -> list[tuple[str, str]]:
             out.append((name, "not installed (pip install fastcdc to compare)"))
             continue
         buf = data[:sample]
-        t = timed(lambda: fn(buf))
+        t = timed(lambda: fn(buf)).wall
         speed = sample / 1e6 / t
         if sample == len(data):
             before = {hashlib.blake2b(bytes(c), digest_size=16).digest() for c in fn(data)}

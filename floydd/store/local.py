@@ -13,6 +13,11 @@ Durability (``sync``), measured in ``bench/store_ingest.py``:
   upload saved or reused (at most 256, most already clean), so nothing is acknowledged
   before its name is durable too. Small files are packed (see ``snapshot``), so a 10k
   small-file tree costs ~100 fsyncs, not 10k. The cost depends only on our own writes.
+  The fsync and the rename run on the batch's own thread (:class:`_Publisher`), in the
+  order objects were verified: ``save`` returns once the object is written, started to
+  write back and verified, so the caller's thread never sleeps in fsync; ``commit``
+  first waits for every queued object to be fsynced and named. Same order per object
+  (write, read back, check, fsync, rename), same acknowledgement point (``commit``).
 - ``"batch"``: temp files are written without fsync (writeback is started at once);
   ``commit`` calls ``syncfs`` (all their data is on disk), renames them all and calls
   ``syncfs`` again. Two flushes per commit instead of one fsync per object, but
@@ -32,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import queue
 import secrets
 import threading
 from pathlib import Path
@@ -49,6 +55,8 @@ _TMP = ".tmp-"
 _HEXCHARS = frozenset("0123456789abcdef")
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _WRITEBACK_MIN = 256 << 10
+_UNSYNCED_MAX = 64
+_READBACK_MIN = 5 << 20  # above the largest object a snapshot makes: one buffer per thread
 
 
 class LocalBackend:
@@ -154,8 +162,10 @@ class _LocalBatch:
         self._lock = threading.Lock()
         self._pending: list[tuple[Path, Path]] = []  # (temp, final) waiting for commit
         self._dirs: set[str] = set()                 # fan-out folders to make durable
+        self._pub: _Publisher | None = None           # object mode: fsync + rename, in order
 
     def save(self, oid: ObjectId, data: bytes | memoryview, check: Check) -> None:
+        self._raise_failed()
         final = self._b.path(oid)
         tmp = final.with_name(f"{_TMP}{oid.hex}-{secrets.token_hex(4)}")
         try:
@@ -165,11 +175,9 @@ class _LocalBatch:
         try:
             try:
                 _write_all(fd, data)
-                if self._b.sync == "object":
-                    os.fsync(fd)
+                if len(data) >= _WRITEBACK_MIN:
+                    _start_writeback(fd)  # the disk works while we verify; fsync finds little left
                 stored = _read_back(fd, len(data))
-                if self._b.sync == "batch" and len(data) >= _WRITEBACK_MIN:
-                    _start_writeback(fd)  # so commit's flush finds little left to do
             except OSError as e:
                 raise _translate(e, oid, self._b) from e
             check(stored)
@@ -177,19 +185,22 @@ class _LocalBatch:
             os.close(fd)
             _unlink_quiet(tmp)
             raise
-        os.close(fd)
         with self._lock:
             self._dirs.add(oid.hex[:2])
-            if self._b.sync == "object":
-                os.rename(tmp, final)
-            else:
+            if self._b.sync == "batch":
                 self._pending.append((tmp, final))
+        if self._b.sync == "batch":
+            os.close(fd)
+        else:
+            self._publisher().put((fd, tmp, final, oid))  # fsync, then rename: see _Publisher
 
     def uses(self, oid: ObjectId) -> None:
         with self._lock:
             self._dirs.add(oid.hex[:2])
 
     def commit(self) -> None:
+        if self._pub is not None:
+            self._pub.drain()  # every object saved so far is durable and named (or raises)
         with self._lock:
             pending, self._pending = self._pending, []
             dirs, self._dirs = self._dirs, set()
@@ -213,14 +224,100 @@ class _LocalBatch:
         with self._lock:
             pending, self._pending = self._pending, []
             self._dirs.clear()
+            pub, self._pub = self._pub, None
+        if pub is not None:
+            pub.close(discard=True)
         for tmp, _ in pending:
             _unlink_quiet(tmp)
+
+    def _publisher(self) -> _Publisher:
+        with self._lock:
+            if self._pub is None:
+                self._pub = _Publisher(self._b)
+            return self._pub
+
+    def _raise_failed(self) -> None:
+        pub = self._pub
+        if pub is not None:
+            pub.raise_failed()
 
     def __enter__(self) -> _LocalBatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.abort()
+
+
+class _Publisher:
+    """Object mode's second stage: ``fsync(temp)`` then ``rename(temp, final)`` for each
+    verified temp file, in the order they were verified, on one thread of its own.
+
+    A name still always means a durable, verified object (the rename follows the file's
+    fsync); ``drain`` (called by ``commit``) returns only once every queued object is
+    named, and ``commit`` then fsyncs the fan-out folders. What moved is *who waits*: the
+    worker that wrote and verified an object goes on to the next one instead of sleeping
+    in fsync, and the disk flushes while we hash and encrypt (``save`` started writeback).
+    At most ``_UNSYNCED_MAX`` files wait here (each holds an fd); ``put`` blocks beyond.
+    The first failed fsync or rename stops publishing: the files behind it are removed
+    and ``save``/``commit`` raise it.
+    """
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self._b = backend
+        self._q: queue.Queue = queue.Queue(maxsize=_UNSYNCED_MAX)
+        self._failed: tuple[OSError, ObjectId] | None = None
+        self._discard = False
+        self._thread = threading.Thread(target=self._run, name="floydd-store-publish", daemon=True)
+        self._thread.start()
+
+    def put(self, item: tuple[int, Path, Path, ObjectId]) -> None:
+        self._q.put(item)
+
+    def drain(self) -> None:
+        self._q.join()
+        self.raise_failed()
+
+    def raise_failed(self) -> None:
+        if self._failed is not None:
+            e, oid = self._failed
+            raise _translate(e, oid, self._b) from e
+
+    def close(self, *, discard: bool) -> None:
+        """Stop the thread; with ``discard``, queued files are removed, not published."""
+        self._discard = discard
+        self._q.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            item = self._q.get()
+            try:
+                if item is None:
+                    return
+                self._publish(*item)
+            except BaseException as e:  # noqa: BLE001 - never leave drain() waiting for nothing
+                if self._failed is None:
+                    self._failed = (e if isinstance(e, OSError) else OSError(errno.EIO, repr(e)), item[3])
+            finally:
+                self._q.task_done()
+
+    def _publish(self, fd: int, tmp: Path, final: Path, oid: ObjectId) -> None:
+        published = False
+        try:
+            if self._failed is None and not self._discard:
+                os.fsync(fd)
+                os.rename(tmp, final)
+                published = True
+        except OSError as e:
+            if self._failed is None:
+                self._failed = (e, oid)
+        finally:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the data was fsynced (or the file is being dropped): nothing to lose
+            if not published:
+                _unlink_quiet(tmp)
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -303,7 +400,7 @@ def _read_back(fd: int, size: int) -> memoryview:
     buffer; the view is valid until this thread's next read-back."""
     buf = getattr(_tls, "buf", None)
     if buf is None or len(buf) < size + 1:
-        buf = _tls.buf = bytearray(size + 1)
+        buf = _tls.buf = bytearray(max(size + 1, _READBACK_MIN))
     view = memoryview(buf)[:size + 1]
     got = 0
     while got < size + 1:
@@ -317,8 +414,8 @@ def _read_back(fd: int, size: int) -> memoryview:
 def _unlink_quiet(path: Path) -> None:
     try:
         os.unlink(path)
-    except FileNotFoundError:
-        pass
+    except OSError:
+        pass  # gone, or unremovable now: a temp name, which list() skips and gc removes
 
 
 def _missing(oid: ObjectId) -> NotFound:

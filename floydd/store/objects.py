@@ -2,9 +2,18 @@
 
 This is the only layer that holds both keys and a backend (restic's ``repository``).
 Every ``get`` authenticates and re-hashes, so wrong data is never returned. A ``Writer``
-is one upload: it skips what is stored, seals and saves the rest on worker threads
-(hashing and AES-GCM release the GIL), bounds the bytes in flight, and checkpoints
-(commits) every ``checkpoint_bytes`` so a killed upload keeps most of its work.
+is one upload: it skips what is stored, seals the rest on the calling thread straight
+from the caller's buffer (the sealed copy is the only copy of the plaintext), and saves
+them on worker threads (write, read back, check: see ``backend.Batch``), bounding the
+objects in flight, and checkpoints (commits) every ``checkpoint_bytes`` so a killed
+upload keeps most of its work.
+
+Threads and the GIL: reading, FastCDC, BLAKE3, file writes, read-backs and fsync release
+the GIL. AES-GCM releases it only from ``cryptography`` 50 (pyca/cryptography#15361;
+measured: 49.0.0 holds it, 50.0.2 releases it); with older versions sealing and the
+read-back's decryption serialise the threads, and an upload uses about one core
+(``bench/README.md``). Buffers: up to ``2 * workers + 2`` sealed objects of
+``BUFFER_SIZE`` in flight, reused for the whole upload.
 """
 
 from __future__ import annotations
@@ -17,7 +26,12 @@ from floydd.store.backend import Backend
 from floydd.store.crypto import OVERHEAD, Keys
 from floydd.store.ids import ObjectId
 
-__all__ = ["Objects", "Writer", "WriteStats"]
+__all__ = ["Objects", "Writer", "WriteStats", "BUFFER_SIZE"]
+
+BUFFER_SIZE = (4 << 20) + (256 << 10) + OVERHEAD
+"""A sealed object of the largest size a snapshot makes: a 4 MiB chunk (chunker
+``max_size``) or a pack (under ``snapshot.PACK_MAX + PACK_FILE_MAX``). Writers reuse
+buffers of this size; a larger object (a tree of a huge folder) gets a one-off buffer."""
 
 
 class Objects:
@@ -52,7 +66,8 @@ class Writer:
         self._backend = objects.backend
         self._batch = objects.backend.batch()
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="floydd-store")
-        self._slots = threading.BoundedSemaphore(2 * max(1, workers) + 2)
+        self._slots = threading.BoundedSemaphore(2 * max(1, workers) + 2)  # objects in flight
+        self._free: list[bytearray] = []  # sealed-object buffers of BUFFER_SIZE, reused
         self._futures: list[Future] = []
         self._seen: set[ObjectId] = set()
         self._since_checkpoint = 0
@@ -73,22 +88,42 @@ class Writer:
             self.stats.reused_objects += 1
             return oid
         self._seen.add(oid)
-        payload = data if isinstance(data, bytes) else bytes(data)
-        self._slots.acquire()
-        try:
-            future = self._pool.submit(self._store, oid, payload)
-        except BaseException:
-            self._slots.release()
-            raise
-        future.add_done_callback(lambda _f: self._slots.release())
-        self._futures.append(future)
         self.stats.written_objects += 1
-        self.stats.written_bytes += len(payload)
-        self._since_checkpoint += len(payload)
-        self._reap()
+        self.stats.written_bytes += len(data)
+        self._since_checkpoint += len(data)
+        self._submit(oid, data)
         if self._since_checkpoint >= self._checkpoint_bytes:
             self.checkpoint()
         return oid
+
+    def _submit(self, oid: ObjectId, data: bytes | memoryview) -> None:
+        """Seal on this thread into a free buffer (``data`` may be a view the chunker
+        reuses as soon as we return), then write and check on a worker thread."""
+        self._slots.acquire()
+        buf = None
+        try:
+            n = len(data) + OVERHEAD
+            buf = self._free.pop() if self._free and n <= BUFFER_SIZE else bytearray(max(n, BUFFER_SIZE))
+            sealed = self._keys.seal_into(oid, data, buf)
+            future = self._pool.submit(self._save, oid, sealed, buf)
+        except BaseException:
+            self._release(buf)
+            raise
+        self._futures.append(future)
+        self._reap()
+
+    def _save(self, oid: ObjectId, sealed: memoryview, buf: bytearray) -> None:
+        try:
+            scratch = _buffer(self._tls, "plain", len(sealed))
+            self._batch.save(oid, sealed, lambda stored: self._keys.check(oid, stored, scratch))
+        finally:
+            del sealed
+            self._release(buf)
+
+    def _release(self, buf: bytearray | None) -> None:
+        if buf is not None and len(buf) == BUFFER_SIZE:
+            self._free.append(buf)  # (list.append/pop are atomic)
+        self._slots.release()
 
     def reuse(self, oid: ObjectId) -> bool:
         """Rely on an object stored earlier (a cache hit); False if it is gone."""
@@ -128,13 +163,6 @@ class Writer:
 
     # -- internals ----------------------------------------------------------------------
 
-    def _store(self, oid: ObjectId, plaintext: bytes) -> None:
-        # per-thread buffers: no fresh memory (and page faults) for every object
-        n = len(plaintext) + OVERHEAD
-        sealed = self._keys.seal_into(oid, plaintext, _buffer(self._tls, "sealed", n))
-        scratch = _buffer(self._tls, "plain", n)
-        self._batch.save(oid, sealed, lambda stored: self._keys.check(oid, stored, scratch))
-
     def _reap(self) -> None:
         """Drop finished writes; the first failure (disk full, ...) is raised at once."""
         done, pending = [], []
@@ -156,6 +184,6 @@ def _buffer(tls: threading.local, name: str, size: int) -> bytearray:
     the old one may still be alive, e.g. in a traceback)."""
     buf = getattr(tls, name, None)
     if buf is None or len(buf) < size:
-        buf = bytearray(max(size, 1 << 20))
+        buf = bytearray(max(size, BUFFER_SIZE))
         setattr(tls, name, buf)
     return buf

@@ -162,7 +162,7 @@ class _Ingest:
     def _flush_pack(self) -> None:
         if not self._members:
             return
-        pack_id = self.writer.put(bytes(self._pack))
+        pack_id = self.writer.put(self._pack)  # sealed (copied) before put returns
         end = len(self._pack)
         for index, offset, it, fp, mode in reversed(self._members):
             size = end - offset

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import errno
+import os
+import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from floydd.errors import IntegrityError, NotFound, StoreFull
+from floydd.errors import IntegrityError, NotFound, StoreError, StoreFull
 from floydd.store import Backend, LocalBackend, MemoryBackend, ObjectId
 from floydd.store.crypto import Keys
+from store_testlib import wait_until_set
 
 KEYS = Keys(b"k" * 32)
 
@@ -170,3 +174,82 @@ def test_disk_full_is_store_full_and_leaves_nothing(tmp_path: Path, monkeypatch,
     assert list(backend.list()) == []
     assert backend.clean_temp() == 0
     assert not [p for p in (tmp_path / "objects").rglob("*") if p.is_file()]
+
+
+# -- object mode: fsync and rename on the batch's publishing thread -----------------------
+
+def _publish_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "floydd-store-publish"]
+
+
+def _failing_fsync(monkeypatch, err: int, fail_on: int) -> None:
+    """fsync fails (``err``) on its ``fail_on``-th call on a regular file."""
+    real, calls = os.fsync, []
+
+    def fsync(fd):
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            calls.append(fd)
+            if len(calls) == fail_on:
+                raise OSError(err, os.strerror(err))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.parametrize("err, kind", [(errno.EIO, StoreError), (errno.ENOSPC, StoreFull)])
+def test_a_failed_fsync_names_nothing_after_it_and_commit_raises(tmp_path: Path, monkeypatch, err, kind):
+    backend = LocalBackend(tmp_path / "objects", sync="object")
+    objs = [_obj(f"object {i}".encode() * 1000) for i in range(5)]
+    _failing_fsync(monkeypatch, err, fail_on=2)
+    with pytest.raises(kind) as e:
+        with backend.batch() as batch:
+            for oid, data in objs:
+                batch.save(oid, data, _check(oid))  # may already raise: the publisher failed
+            batch.commit()
+    assert e.value.hint
+    monkeypatch.undo()
+    # the object before the failure was durable, so it is named; none from the failure on
+    assert list(backend.list()) == [objs[0][0]]
+    for oid in backend.list():
+        assert KEYS.open(oid, backend.load(oid)) == b"object 0" * 1000
+    assert backend.clean_temp() == 0  # every temp file was removed at once
+    assert not _publish_threads()
+
+
+def test_abort_drops_what_is_verified_but_not_yet_fsynced(tmp_path: Path, monkeypatch):
+    backend = LocalBackend(tmp_path / "objects", sync="object")
+    objs = [_obj(f"queued {i}".encode() * 1000) for i in range(4)]
+    entered, real = threading.Event(), os.fsync
+    batch = backend.batch()
+
+    def slow_fsync(fd):  # the first object's fsync lasts until abort has begun
+        publisher = batch._pub  # set before anything was queued; abort clears it
+        entered.set()
+        deadline = time.monotonic() + 30
+        while not publisher._discard and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    for oid, data in objs:
+        batch.save(oid, data, _check(oid))
+    wait_until_set(entered)
+    batch.abort()  # the first object finishes its fsync and is named; the rest are dropped
+    monkeypatch.undo()
+    assert list(backend.list()) == [objs[0][0]]
+    for oid in backend.list():
+        assert KEYS.open(oid, backend.load(oid)) == b"queued 0" * 1000
+    assert backend.clean_temp() == 0
+    assert not _publish_threads()
+
+
+def test_commit_returns_only_once_every_object_is_named(tmp_path: Path):
+    backend = LocalBackend(tmp_path / "objects", sync="object")
+    objs = [_obj(f"named {i}".encode() * 3000) for i in range(40)]
+    with backend.batch() as batch:
+        for oid, data in objs:
+            batch.save(oid, data, _check(oid))
+        batch.commit()
+        assert sorted(backend.list()) == sorted(o for o, _ in objs)  # before the batch ends
+        assert not [p for p in (tmp_path / "objects").rglob(".tmp-*")]
+    assert not _publish_threads()

@@ -1,0 +1,61 @@
+"""The Writer seals on the caller's thread, straight from the caller's buffer."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+from floydd.store import LocalBackend, MemoryBackend, Store
+from floydd.store.crypto import Keys
+from floydd.store.objects import BUFFER_SIZE, Objects
+from store_testlib import describe, write_tree
+
+
+@pytest.fixture(params=["local", "memory"])
+def objects(request, tmp_path: Path) -> Objects:
+    backend = LocalBackend(tmp_path / "objects") if request.param == "local" else MemoryBackend()
+    return Objects(backend, Keys(os.urandom(32)))
+
+
+def test_the_caller_may_reuse_its_buffer_as_soon_as_put_returns(objects: Objects):
+    buf = bytearray(random.Random(1).randbytes(3 << 20))
+    original = bytes(buf)
+    with objects.writer(workers=2) as w:
+        oid = w.put(memoryview(buf))
+        buf[:] = bytes(len(buf))  # what the chunker does with its read buffer
+        w.commit()
+    assert objects.get(oid) == original
+
+
+def test_objects_larger_than_the_reused_buffers_are_stored_whole(objects: Objects):
+    big = random.Random(2).randbytes(BUFFER_SIZE + 12345)  # a tree of a huge folder
+    small = [random.Random(3 + i).randbytes(100_000) for i in range(20)]
+    with objects.writer(workers=2) as w:
+        ids = [w.put(s) for s in small[:10]] + [w.put(big)] + [w.put(s) for s in small[10:]]
+        w.commit()
+    assert [objects.get(i) for i in ids] == small[:10] + [big] + small[10:]
+
+
+def test_many_objects_in_flight_then_nothing_left_running(objects: Objects):
+    datas = [random.Random(10 + i).randbytes(random.Random(i).randint(1, 2 << 20)) for i in range(30)]
+    before = set(threading.enumerate())
+    with objects.writer(workers=3, checkpoint_bytes=8 << 20) as w:  # several checkpoints
+        ids = [w.put(d) for d in datas]
+        w.commit()
+    assert [objects.get(i) for i in ids] == datas
+    assert w.stats.written_objects == len(set(ids))
+    assert set(threading.enumerate()) <= before
+
+
+def test_a_file_over_several_read_blocks_restores_byte_identical(store: Store, tmp_path: Path):
+    rnd = random.Random(4)
+    spec = {"big.bin": rnd.randbytes(40 << 20),  # three 16 MiB reads of the chunker
+            **{f"small/{i}": rnd.randbytes(rnd.randint(1, 50_000)) for i in range(200)}}
+    write_tree(tmp_path / "src", spec)
+    tree = store.snapshot(tmp_path / "src")
+    store.restore(tree, tmp_path / "out")
+    assert describe(tmp_path / "out") == describe(tmp_path / "src")
