@@ -137,6 +137,15 @@ class Client:
     def nodes(self) -> list[dict]:
         return self._call("GET", "/v1/nodes")
 
+    def cluster(self) -> dict:
+        return self._call("GET", "/v1/cluster")
+
+    def create_token(self, ttl: float) -> dict:
+        return self._call("POST", "/v1/cluster/tokens", {"ttl": ttl})
+
+    def leave(self) -> dict:
+        return self._call("POST", "/v1/cluster/leave", {}, timeout=None)
+
     # -- jobs -------------------------------------------------------------------------
 
     def submit(self, spec: dict) -> dict:

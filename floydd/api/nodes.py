@@ -24,12 +24,22 @@ async def info(request: web.Request) -> web.Response:
         "state_dir": str(config.state_dir), "socket": str(config.socket_path),
         "log": str(config.log_path), "started": request.app[keys.STARTED],
         "uptime": time.time() - request.app[keys.STARTED], "sandbox": jobs.runtime.sandbox_mode,
-        "running": len(jobs.runtime.running()), "role": "leader", "cluster_size": 1,
+        "running": len(jobs.runtime.running()), **_cluster_info(request.app[keys.CLUSTER]),
     })
+
+
+def _cluster_info(service) -> dict:
+    if service is None:
+        return {"role": "leader", "cluster_size": 1, "cluster": None, "leader": None}
+    roles = {m["id"]: m for m in service.members()}
+    me = roles.get(service.node_id, {})
+    return {"role": "leader" if service.is_leader else me.get("role", "none"), "cluster_size": len(roles),
+            "cluster": service.node_id, "leader": service.leader_id}
 
 
 @routes.get("/v1/nodes")
 async def nodes(request: web.Request) -> web.Response:
+    """This node, or with a cluster every node (``stale=1`` reads this node's copy)."""
     config = request.app[keys.CONFIG]
     state = request.app[keys.INVENTORY]
     info = state.latest or await state.refresh()
@@ -37,8 +47,38 @@ async def nodes(request: web.Request) -> web.Response:
     for (project, number), gpus in request.app[keys.JOBS].runtime.running().items():
         for g in gpus:
             held[g] = f"{project}/{number}"
-    node = info.to_dict()
-    for gpu in node["gpus"]:
+    local = info.to_dict()
+    for gpu in local["gpus"]:
         gpu["job"] = held.get(gpu["index"])
-    node.update(name=config.node_name, role="leader", health="healthy", address=str(config.socket_path))
-    return reply([node])
+    service = request.app[keys.CLUSTER]
+    if service is None:
+        local.update(name=config.node_name, role="leader", health="healthy", address=str(config.socket_path))
+        return reply([local])
+    stale = request.query.get("stale") in ("1", "true", "yes")
+    roles = {m["id"]: ("leader" if m["leader"] else m["role"]) for m in service.members()}
+    listing = []
+    for node in await service.nodes(stale=stale):
+        entry = local if node["id"] == service.node_id else _remote(node)
+        entry.update(id=node["id"], name=node.get("name") or node["id"], role=roles.get(node["id"], "none"),
+                     health=node.get("health", node.get("status")), address=node.get("address"))
+        listing.append(entry)
+    return reply(listing)
+
+
+def _remote(node: dict) -> dict:
+    """What the cluster knows of another node: its last heartbeat's inventory."""
+    usage = dict(node.get("usage") or {})
+    resources = node.get("resources") or {}
+    usage.setdefault("cpus", resources.get("cpus", 0))
+    usage.setdefault("cpu_percent", 0.0)
+    usage.setdefault("memory_total", resources.get("memory", 0))
+    usage.setdefault("memory_available", 0)
+    usage.setdefault("disk_total", 0)
+    usage.setdefault("disk_free", 0)
+    usage.setdefault("gpu_source", "unknown")
+    usage.setdefault("gpus", [{"index": i, "name": name, "uuid": "", "memory_total": 0, "memory_used": 0,
+                               "utilization": None, "temperature": None, "power_w": None, "fake": False}
+                              for i, name in zip(resources.get("gpus", []), resources.get("gpu_names", []))])
+    for gpu in usage["gpus"]:
+        gpu.setdefault("job", None)
+    return usage

@@ -74,6 +74,9 @@ PATHS = {
     "/v1/datasets/delete": {"post": _op("Delete a dataset version or a whole dataset")},
     "/v1/store/verify": {"post": _op("Re-read and re-hash every object (or one dataset's)", stream=True)},
     "/v1/store/gc": {"post": _op("Remove objects no version or running upload needs")},
+    "/v1/cluster": {"get": _op("Membership: this node, the leader, voters and learners")},
+    "/v1/cluster/tokens": {"post": _op("Make a one-time join token (on the node holding the CA)", status="201")},
+    "/v1/cluster/leave": {"post": _op("Leave the cluster for good")},
     "/v1/openapi.json": {"get": _op("This document")},
 }
 

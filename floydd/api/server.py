@@ -15,8 +15,9 @@ import time
 from aiohttp import web
 
 from floydd import log
-from floydd.api import datasets, jobs, keys, nodes, openapi
+from floydd.api import cluster, datasets, jobs, keys, nodes, openapi
 from floydd.config import Config
+from floydd.daemon.cluster import cluster_ctx
 from floydd.daemon.inventory import InventoryState
 from floydd.errors import FloyddError, InternalError, Unauthorized, UserError
 from floydd.jobs.service import JobService
@@ -32,8 +33,8 @@ def create_app(config: Config) -> web.Application:
     app = web.Application(middlewares=[error_middleware, auth_middleware], client_max_size=16 * 1024 * 1024)
     app[keys.CONFIG] = config
     app[keys.STARTED] = time.time()
-    app.cleanup_ctx.extend([_records_ctx, _store_ctx, _inventory_ctx, _jobs_ctx])
-    for module in (nodes, jobs, datasets, openapi):
+    app.cleanup_ctx.extend([_records_ctx, _store_ctx, _inventory_ctx, cluster_ctx, _jobs_ctx])
+    for module in (nodes, jobs, datasets, cluster, openapi):
         app.router.add_routes(module.routes)
     return app
 

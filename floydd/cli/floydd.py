@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 import floydd
+from floydd.cli import cluster
 from floydd.cli.common import echo_json, handle_errors, human_duration
 from floydd.client import Client
 from floydd.config import load
@@ -94,6 +95,10 @@ def stop(state_dir, config_file, timeout) -> None:
             return
         time.sleep(0.05)
     raise Unavailable(f"floydd (pid {pid}) did not stop within {timeout:.0f}s", hint=f"kill {pid}")
+
+
+for _command in (cluster.init, cluster.token, cluster.join, cluster.members, cluster.leave, cluster.recover):
+    cli.add_command(_command)
 
 
 def main() -> None:

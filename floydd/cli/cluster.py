@@ -1,0 +1,184 @@
+"""Operator verbs for the cluster: ``floydd init``, ``token create``, ``join``, ``members``,
+``leave``, ``recover``."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import click
+
+from floydd.cli.common import echo_json, handle_errors
+from floydd.client import Client
+from floydd.config import load
+from floydd.errors import Conflict, InvalidSpec, UserError
+
+__all__ = ["init", "token", "join", "members", "leave", "recover"]
+
+
+def _state_option(fn):
+    return click.option("--state-dir", type=click.Path(path_type=Path), default=None,
+                        help="State folder (default: the user's data dir; env FLOYDD_STATE_DIR).")(fn)
+
+
+def _config(state_dir):
+    return load({"state_dir": state_dir})
+
+
+def _client(config) -> Client:
+    return Client(config.socket_path, timeout=30.0)
+
+
+def _refuse_if_running(config, what: str) -> None:
+    if _client(config).ping():
+        raise Conflict(f"floydd is running on {config.state_dir}", hint=f"stop it first (floydd stop), then {what}")
+
+
+def _network_options(fn):
+    fn = click.option("--advertise", default=None, metavar="HOST:PORT",
+                      help="Address peers reach this node at (default: its first LAN address).")(fn)
+    fn = click.option("--listen", default="0.0.0.0:7654", show_default=True, metavar="HOST:PORT",
+                      help="Where the node-to-node mTLS listener binds.")(fn)
+    fn = click.option("--seed", "seeds", multiple=True, metavar="HOST:PORT",
+                      help="A peer to contact when multicast does not reach it. Repeatable.")(fn)
+    return fn
+
+
+@click.command()
+@_state_option
+@click.option("--name", "cluster_name", default="floydd", show_default=True, help="Cluster name.")
+@_network_options
+@handle_errors
+def init(state_dir, cluster_name, listen, advertise, seeds) -> None:
+    """Make this box the first node of a new cluster (CA, certificate, raft log)."""
+    from floydd.daemon.cluster_files import ClusterSettings, guess_address, split_address, write_settings
+    from floydd.security.identity import init_cluster
+    config = _config(state_dir)
+    _refuse_if_running(config, "run floydd init again")
+    if (config.state_dir / "cluster.json").exists() or (config.state_dir / "tls" / "node.crt").exists():
+        raise Conflict(f"{config.state_dir} already belongs to a cluster",
+                       hint="floydd members shows it; floydd recover rebuilds one from this node")
+    _host, port = split_address(listen)
+    advertise = advertise or f"{guess_address()}:{port}"
+    adv_host, _ = split_address(advertise)
+    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ca, identity = init_cluster(config.state_dir / "ca", config.state_dir / "tls", cluster_name, [adv_host])
+    write_settings(config.state_dir, ClusterSettings(name=cluster_name, listen=listen, advertise=advertise,
+                                                     seeds=list(seeds), pending="bootstrap"))
+    click.echo(f"cluster {cluster_name} created: CA {ca.short_fingerprint}, this node {identity.node_id}")
+    click.echo(f"start the daemon (floydd start) to listen on {listen}, then `floydd token create` "
+               "here and `floydd join TOKEN` on the next box")
+
+
+def _parse_ttl(text: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
+    if not m:
+        raise InvalidSpec(f"--ttl {text!r} is not a duration", hint="e.g. 3600, 30m, 24h or 7d")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+@click.group()
+def token() -> None:
+    """One-time join tokens for new nodes."""
+
+
+@token.command(name="create")
+@_state_option
+@click.option("--ttl", default="24h", show_default=True, help="How long the token works (e.g. 30m, 24h).")
+@handle_errors
+def token_create(state_dir, ttl) -> None:
+    """Print a one-time join token carrying the cluster CA's fingerprint."""
+    answer = _client(_config(state_dir)).create_token(_parse_ttl(ttl))
+    click.echo(answer["token"])
+    click.echo(f"on the new box: floydd join {answer['token']}   (works once, for {ttl})", err=True)
+
+
+@click.command()
+@_state_option
+@click.argument("join_token", metavar="TOKEN")
+@click.argument("address", required=False)
+@_network_options
+@handle_errors
+def join(state_dir, join_token, address, listen, advertise, seeds) -> None:
+    """Join the cluster TOKEN was made for (at ADDRESS, or the address inside the token).
+
+    The CA fingerprint in the token is checked before anything is sent.
+    """
+    from floydd.daemon.cluster_files import ClusterSettings, guess_address, install_store_secret, \
+        split_address, write_settings
+    from floydd.security.identity import NodeIdentity
+    from floydd.security.join import join as do_join
+    from floydd.security.tokens import parse_token
+    config = _config(state_dir)
+    _refuse_if_running(config, "join")
+    if (config.state_dir / "cluster.json").exists():
+        raise Conflict(f"{config.state_dir} already belongs to a cluster",
+                       hint="leave it first (floydd leave), or use another --state-dir")
+    parsed = parse_token(join_token)
+    target = address or parsed.address
+    if not target:
+        raise UserError("the token names no address", hint="give the address of a member: floydd join TOKEN HOST:PORT")
+    _host, port = split_address(listen)
+    advertise = advertise or f"{guess_address()}:{port}"
+    adv_host, _ = split_address(advertise)
+    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    identity = NodeIdentity.load_or_create(config.state_dir / "tls")
+    result = asyncio.run(do_join(join_token, target, identity.node_id, identity.key, addresses=[adv_host]))
+    install_store_secret(config.store_dir, result.store_secret)
+    identity.install(result.cert_pem, result.ca_pem, expect_ca_fingerprint=result.ca_fingerprint)
+    write_settings(config.state_dir, ClusterSettings(name=result.cluster, listen=listen, advertise=advertise,
+                                                     seeds=list(seeds), pending="join", join=[target]))
+    click.echo(f"joined cluster {result.cluster} as node {identity.node_id}; start the daemon: floydd start")
+
+
+@click.command()
+@_state_option
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def members(state_dir, as_json) -> None:
+    """The cluster's nodes with their raft role (voter, learner) and the leader."""
+    data = _client(_config(state_dir)).cluster()
+    if as_json:
+        echo_json(data)
+        return
+    if not data["initialised"]:
+        click.echo("not part of a cluster: this box is a cluster of one (floydd init makes a cluster)")
+        return
+    for m in data["members"]:
+        role = "leader" if m["leader"] else m["role"]
+        here = "  (this node)" if m["id"] == data["node_id"] else ""
+        click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['status'] or '-'}{here}")
+
+
+@click.command()
+@_state_option
+@click.option("-y", "--yes", is_flag=True, help="Do not ask.")
+@handle_errors
+def leave(state_dir, yes) -> None:
+    """Leave the cluster for good (running jobs here keep running)."""
+    if not yes:
+        click.confirm("leave the cluster for good? this node's certificate will be refused afterwards", abort=True)
+    answer = _client(_config(state_dir)).leave()
+    click.echo(f"node {answer['left']} left the cluster")
+
+
+@click.command()
+@_state_option
+@click.option("--yes-i-know", is_flag=True, help="Confirm that the other voters are gone for good.")
+@handle_errors
+def recover(state_dir, yes_i_know) -> None:
+    """Turn this survivor into a new single-node cluster (when quorum is lost for good)."""
+    from floydd.daemon.cluster_files import read_settings, write_settings
+    config = _config(state_dir)
+    _refuse_if_running(config, "recover")
+    settings = read_settings(config.state_dir)
+    if settings is None:
+        raise Conflict("this node is not part of a cluster", hint="nothing to recover")
+    if not yes_i_know:
+        raise UserError("recover makes this node a NEW single-node cluster; the other nodes must join it again",
+                        hint="run again with --yes-i-know if the other voters are gone for good")
+    settings.pending = "recover"
+    write_settings(config.state_dir, settings)
+    click.echo("WARNING: on its next start this node forms a new single-node cluster from its own log; "
+               "make new tokens for the others. Start it now: floydd start", err=True)

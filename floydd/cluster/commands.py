@@ -1,0 +1,155 @@
+"""The replicated log's commands: validated dicts, msgpack on the wire and on disk.
+
+A command is a small dict with an ``op`` and the fields its schema names, nothing else;
+every one carries ``ts`` (unix seconds) set by the node that proposed it, because the
+state machine reads no clock. A leader action also carries ``term``, the leader's term
+stamped as it entered the log (a fencing token: the state machine refuses it unless it is
+the term of its entry); ``job.place`` always does, and such commands are never forwarded.
+:func:`check` validates a command before it is proposed (and again when applied, so a
+malformed entry is rejected the same way on every node); :func:`encode` / :func:`decode`
+turn it into the bytes of a raft entry. Nothing is pickled.
+
+    op                    fields (besides op, ts)                          idempotent by
+    node.upsert           id, name, address, cluster_port, api_port?,       being an upsert
+                          resources?, labels?, rejoin?
+    node.health           id, status (up|draining|off|down), usage?         being a set
+    node.remove           id                                                tombstone
+    job.submit            idem_key, project, spec, origin?, user?           idem_key
+    job.place             job, node, gpus (and term: fenced)                job must be queued
+    job.update            job, state?, reason?, exit_code?, output_version?, same state = no-op
+                          summary?, waiting_for?, attempt?, node?
+    job.delete            job                                               NotFound on retry
+    dataset.add_version   name, tree, size?, files?, message?, node?,       idem_key
+                          idem_key?
+    dataset.delete        name, version? (None: every version)              NotFound on retry
+    dataset.holders       name, version, node, holds                        being a set
+
+Membership changes are not commands of the state machine: they travel as raft conf
+changes; :data:`CONF_OP` (``raft.conf``) names them when forwarded to the leader.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import msgpack
+
+from floydd.errors import InvalidSpec
+
+__all__ = ["OPS", "FENCED_OPS", "CONF_OP", "CONF_CHANGES", "NODE_STATUSES", "check", "encode", "decode"]
+
+CONF_OP = "raft.conf"
+"""A membership change forwarded to the leader: ``{"op": "raft.conf", "change", "node"}``."""
+CONF_CHANGES = ("add_learner", "promote", "remove")
+NODE_STATUSES = ("up", "draining", "off", "down")
+
+_STR = (str,)
+_OPT_STR = (str, type(None))
+_INT = (int,)
+_OPT_INT = (int, type(None))
+_NUM = (int, float)
+_DICT = (dict,)
+_LIST = (list, tuple)
+_BOOL = (bool,)
+
+# op -> field -> (accepted types, required). ``op``, ``ts`` (and ``term``) are implied for every op.
+_SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
+    "node.upsert": {"id": (_STR, True), "name": (_STR, True), "address": (_STR, True),
+                    "cluster_port": (_INT, True), "api_port": (_OPT_INT, False),
+                    "resources": (_DICT, False), "labels": (_DICT, False), "rejoin": (_BOOL, False)},
+    "node.health": {"id": (_STR, True), "status": (_STR, True), "usage": (_DICT, False)},
+    "node.remove": {"id": (_STR, True)},
+    "job.submit": {"idem_key": (_STR, True), "project": (_STR, True), "spec": (_DICT, True),
+                   "origin": (_STR, False), "user": (_STR, False)},
+    "job.place": {"job": (_STR, True), "node": (_STR, True), "gpus": (_LIST, True)},
+    "job.update": {"job": (_STR, True), "state": (_STR, False), "reason": (_STR, False),
+                   "exit_code": (_OPT_INT, False), "output_version": (_OPT_STR, False),
+                   "summary": (_DICT, False), "waiting_for": (_STR, False), "attempt": (_INT, False),
+                   "node": (_STR, False)},
+    "job.delete": {"job": (_STR, True)},
+    "dataset.add_version": {"name": (_STR, True), "tree": (_STR, True), "size": (_INT, False),
+                            "files": (_INT, False), "message": (_STR, False), "node": (_STR, False),
+                            "idem_key": (_STR, False)},
+    "dataset.delete": {"name": (_STR, True), "version": (_OPT_INT, False)},
+    "dataset.holders": {"name": (_STR, True), "version": (_INT, True), "node": (_STR, True),
+                        "holds": (_BOOL, True)},
+}
+OPS = frozenset(_SCHEMAS)
+FENCED_OPS = frozenset({"job.place"})
+"""Leader actions that must carry the leader's term (the driver's ``fenced=True``)."""
+
+_MAX_STR = 4096
+_MAX_ENTRY = 256 * 1024
+"""A command is small, critical state; bulky data never goes through Raft."""
+
+
+def check(command: object) -> dict[str, Any]:
+    """Return ``command`` if it is a well-formed command, else raise :class:`InvalidSpec`."""
+    if not isinstance(command, dict):
+        raise InvalidSpec("a cluster command is a dict", hint="this is a bug in the caller")
+    op = command.get("op")
+    schema = _SCHEMAS.get(op) if isinstance(op, str) else None
+    if schema is None:
+        raise InvalidSpec(f"unknown cluster command {op!r}", hint=f"commands are: {', '.join(sorted(OPS))}")
+    ts = command.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, _NUM):
+        raise InvalidSpec(f"{op}: ts (the proposer's clock) must be a number")
+    term = command.get("term")
+    if (term is not None or op in FENCED_OPS) and (type(term) is not int or term < 0):
+        raise InvalidSpec(f"{op}: term (the leader's fencing token) must be a non-negative int")
+    extra = set(command) - set(schema) - {"op", "ts", "term"}
+    if extra:
+        raise InvalidSpec(f"{op}: unknown fields {', '.join(sorted(extra))}")
+    for name, (types, required) in schema.items():
+        if name not in command:
+            if required:
+                raise InvalidSpec(f"{op}: {name} is required")
+            continue
+        value = command[name]
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise InvalidSpec(f"{op}: {name} must be {' or '.join(t.__name__ for t in types)}, "
+                              f"not {type(value).__name__}")
+        if isinstance(value, str) and len(value) > _MAX_STR:
+            raise InvalidSpec(f"{op}: {name} is longer than {_MAX_STR} characters")
+    for name in schema:
+        if name in command and isinstance(command[name], (dict, list, tuple)):
+            _check_plain(command[name], f"{op}: {name}", 0)
+    if op == "job.place" and not all(type(g) is int and g >= 0 for g in command["gpus"]):
+        raise InvalidSpec("job.place: gpus must be GPU indices (non-negative ints)")
+    if op == "node.health" and command["status"] not in NODE_STATUSES:
+        raise InvalidSpec(f"node.health: status must be one of {', '.join(NODE_STATUSES)}")
+    return command
+
+
+def _check_plain(value: object, where: str, depth: int) -> None:
+    """Only what msgpack and JSON both carry: str-keyed dicts, lists, scalars; 16 levels."""
+    if depth > 16:
+        raise InvalidSpec(f"{where} is nested too deeply")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidSpec(f"{where}: keys must be strings, not {type(key).__name__}")
+            _check_plain(item, where, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_plain(item, where, depth + 1)
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        raise InvalidSpec(f"{where}: {type(value).__name__} values cannot be replicated")
+
+
+def encode(command: Mapping[str, Any]) -> bytes:
+    data = msgpack.packb(command, use_bin_type=True)
+    if len(data) > _MAX_ENTRY:
+        raise InvalidSpec(f"{command.get('op')}: {len(data)} bytes is too big for the replicated log",
+                          hint="keep bulky data (logs, metric series, files) out of the control plane")
+    return data
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise InvalidSpec(f"a log entry is not msgpack: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidSpec("a log entry is not a command")
+    return value

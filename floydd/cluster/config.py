@@ -1,0 +1,79 @@
+"""Timing and sizing knobs of the control plane, each documented where it is defined.
+
+Raft's own knobs (tick, election and heartbeat ticks) are in
+:class:`floydd.cluster.raft.RaftConfig`; autopilot's in
+:class:`floydd.cluster.autopilot.AutopilotConfig`. :data:`TEST_CONFIG` is the preset for
+in-process cluster tests (tight timings on loopback).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from floydd.cluster.autopilot import AutopilotConfig
+from floydd.cluster.raft import DEFAULT_CONFIG, RaftConfig
+
+__all__ = ["ClusterConfig", "DEFAULT_CLUSTER_CONFIG", "TEST_CONFIG"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterConfig:
+    raft: RaftConfig = DEFAULT_CONFIG
+    """Ticks and timeouts of the raft core; defaults: 50 ms tick, 0.5-1 s election timeout."""
+
+    autopilot: AutopilotConfig = field(default_factory=AutopilotConfig)
+    """Voter count and grace period for crashed voters."""
+
+    autopilot_interval: float = 1.0
+    """Seconds between the leader's autopilot rounds (one membership change per round)."""
+
+    snapshot_every: int = 10_000
+    """Applied entries between snapshots of the state machine; the log before a snapshot is
+    dropped, and peers that need it get the snapshot instead."""
+
+    propose_timeout: float = 10.0
+    """Default seconds a proposal may take to commit, retries and forwarding included."""
+
+    read_timeout: float = 5.0
+    """Default seconds a linearizable read (ReadIndex) may take."""
+
+    heartbeat_interval: float = 5.0
+    """Seconds between a node's ``node.health`` proposals (its heartbeat in the state)."""
+
+    stale_after: float = 20.0
+    """A node whose last heartbeat is older than this is listed as ``stale``."""
+
+    rejoin_interval: float = 2.0
+    """Seconds without a leader after which a node asks its peers to add it back as a learner
+    (after a restart that followed a clean leave, or a removal by autopilot)."""
+
+    leave_timeout: float = 5.0
+    """Seconds a clean shutdown may spend handing over leadership and leaving the voters."""
+
+    transport_queue: int = 4096
+    """Raft messages queued per peer before new ones are dropped (raft retransmits)."""
+
+    transport_batch: int = 512
+    """Raft messages coalesced into one POST at most."""
+
+    transport_backoff: tuple[float, float] = (0.02, 1.0)
+    """First and longest pause, in seconds, after a failed POST to a peer."""
+
+    request_timeout: float = 5.0
+    """Seconds one POST of raft messages may take."""
+
+    @property
+    def election_timeout(self) -> float:
+        """The shortest election timeout, in seconds."""
+        return self.raft.election_ticks * self.raft.tick_interval_ms / 1000
+
+
+DEFAULT_CLUSTER_CONFIG = ClusterConfig()
+
+TEST_CONFIG = ClusterConfig(
+    raft=RaftConfig(tick_interval_ms=20, election_ticks=10, heartbeat_ticks=2),
+    autopilot=AutopilotConfig(grace=1.0, stabilize=0.2, contact_timeout=0.5),
+    autopilot_interval=0.1, snapshot_every=200, propose_timeout=10.0, read_timeout=5.0,
+    heartbeat_interval=1.0, stale_after=5.0, rejoin_interval=0.5, leave_timeout=5.0,
+    transport_backoff=(0.01, 0.1), request_timeout=2.0)
+"""In-process cluster tests: 20 ms ticks (0.2-0.4 s election timeout), 1 s grace."""

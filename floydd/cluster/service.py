@@ -1,0 +1,401 @@
+"""ClusterService: the control plane of one node, as the daemon hosts it.
+
+It holds this node's identity, the raft driver (log in ``STATE/cluster/raft.db``), the
+replicated :class:`~floydd.cluster.state.ClusterState` and the transport, and offers the
+small API the rest of the daemon calls. Expected wiring (``floydd/api/server.py``)::
+
+    async def _cluster_ctx(app):                       # a cleanup_ctx, after records/store
+        identity = NodeIdentity.load(config.state_dir / "tls")
+        service = ClusterService(identity, config.state_dir / "cluster", name=config.node_name,
+                                 advertise=f"{host}:{cluster_port}", api_port=api_port,
+                                 resources=inventory_resources(), labels=config.labels,
+                                 usage=lambda: inventory_usage())
+        mtls_app = service.create_app()                  # /cluster/v1/ routes behind require_peer_cert
+        mtls_app.add_routes(join_routes(...))            # (is_member=service.is_member_cert), mTLS only
+        service.on_apply(runtime_hook)                   # before start: replays after a restart too
+        await service.start(**start_mode)                # see start(); from `floydd init/join/recover`
+        Discovery(..., on_change=service.on_discovered)  # optional: mDNS peers and static seeds
+        app[keys.CLUSTER] = service
+        yield
+        await service.close()                            # clean: hand over leadership, leave the voters
+
+    floydd init      -> start(bootstrap=True)
+    floydd join T    -> security.join(...) then start(join=[address], rejoin=True)
+    (restart)        -> start()
+    floydd recover   -> start(recover=True)      (loud warning; the others must join again)
+    floydd leave     -> await service.leave()    (for good: also removed from the node table)
+    floydd members   -> service.members()
+    job path         -> submit_job(spec, idem_key) on any node (forwarded to the leader,
+                        answered once committed); the leader's scheduler calls place(...)
+                        (fenced by its term); each node's runtime watches on_apply for
+                        job.place with node == its id and reports with update_job(...).
+
+Listing calls read through the leader (ReadIndex) unless ``stale=True``.
+``python -m floydd.cluster.devnode`` runs one service alone (dev, system tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from aiohttp import web
+
+from floydd import log
+from floydd.cluster import commands
+from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
+from floydd.cluster.driver import Applied, DriverStatus, RaftDriver
+from floydd.cluster.recover import recover as recover_log
+from floydd.cluster.state import ClusterState
+from floydd.cluster.transport import Transport
+from floydd.errors import Conflict, FloyddError, Unavailable
+from floydd.security.identity import NodeIdentity
+from floydd.security.tls import require_peer_cert, server_context
+
+__all__ = ["ClusterService"]
+
+_log = log.cluster.getChild("service")
+
+
+class ClusterService:
+    def __init__(self, identity: NodeIdentity, state_dir: str | Path, *, name: str | None = None,
+                 advertise: str | None = None, api_port: int | None = None, resources: dict | None = None,
+                 labels: dict | None = None, usage: Callable[[], dict] | None = None,
+                 config: ClusterConfig = DEFAULT_CLUSTER_CONFIG, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None) -> None:
+        self.identity = identity
+        self.node_id = identity.node_id
+        self.name = name or self.node_id
+        self.state_dir = Path(state_dir)
+        self.config = config
+        self.api_port, self.resources, self.labels = api_port, resources or {}, labels or {}
+        self._seeds: list[str] = []
+        self._usage, self._clock = usage, clock
+        self.transport = Transport(identity, advertise=advertise, queue_size=config.transport_queue,
+                                   max_batch=config.transport_batch, backoff=config.transport_backoff,
+                                   request_timeout=config.request_timeout)
+        self.state = ClusterState()
+        self.driver = RaftDriver(self.node_id, self.state_dir / "raft.db", transport=self.transport,
+                                 state=self.state, config=config, rng=rng)
+        self.driver.on_apply(self._learn_addresses)
+        self.transport.on_peer = self._peer_learnt
+        self._peers_file = self.state_dir / "peers.json"
+        self._peers_dirty = False
+        self._closing = False
+        self._rejoin = False
+        self._tasks: set[asyncio.Task] = set()
+        self._runner: web.AppRunner | None = None
+        self._announced = False
+
+    # -- the node-to-node listener --------------------------------------------------------------
+
+    def routes(self) -> list[web.RouteDef]:
+        """``/cluster/v1/raft``, ``/propose``, ``/read``: mount them on the mTLS app only."""
+        return self.transport.routes()
+
+    def is_member_cert(self, node_id: str) -> bool:
+        """For ``require_peer_cert(is_member=...)``: refuses nodes removed for good."""
+        return node_id not in self.state.removed
+
+    def on_discovered(self, peers: Iterable[Any]) -> None:
+        """``Discovery(on_change=service.on_discovered)``: learn peers' addresses from mDNS
+        (and static seeds, which have no node id yet: they become contacts to ask)."""
+        for peer in peers:
+            for address in peer.addresses[:1]:
+                endpoint = _join_host_port(address, peer.port)
+                if peer.node_id is None:
+                    if endpoint not in self._seeds:
+                        self._seeds.append(endpoint)
+                elif peer.node_id != self.node_id and peer.node_id not in self.state.removed:
+                    self.transport.set_peer(peer.node_id, endpoint)
+
+    def create_app(self) -> web.Application:
+        app = web.Application(middlewares=[require_peer_cert(is_member=self.is_member_cert)],
+                              client_max_size=64 << 20)
+        app.add_routes(self.routes())
+        return app
+
+    async def listen(self, host: str = "127.0.0.1", port: int = 0, *, advertise_host: str | None = None) -> str:
+        """Serve :meth:`create_app` with mTLS on ``host:port`` (dev mode and tests; the daemon
+        mounts :meth:`routes` on its own listener). Returns and advertises ``host:port``."""
+        self._runner = web.AppRunner(self.create_app(), access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=server_context(self.identity))
+        await site.start()
+        bound = site._server.sockets[0].getsockname()[1]
+        address = _join_host_port(advertise_host or host, bound)
+        self.transport.advertise = address
+        return address
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, *, bootstrap: bool = False, founders: Mapping[str, str] | None = None,
+                    join: Iterable[str] = (), rejoin: bool = False, recover: bool = False) -> None:
+        """``bootstrap``: found a cluster of this node alone (``floydd init``). ``founders``:
+        found one of several voters (id -> address; tests, benchmarks). ``join``: addresses of
+        members to ask for a learner seat (``floydd join``; ``rejoin`` also lifts a tombstone
+        left by an earlier leave). Nothing: restart from the log. ``recover``: rewrite the log
+        as a new one-node cluster first (``floydd recover``)."""
+        if self.transport.advertise is None:
+            raise Conflict("the cluster service needs its advertised address before it starts",
+                           hint="call listen() or pass advertise=HOST:PORT")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if recover:
+            await asyncio.to_thread(recover_log, self.state_dir / "raft.db", self.node_id, now=self._clock())
+        known = await asyncio.to_thread(_read_peers, self._peers_file)
+        for node_id, address in {**known, **(founders or {})}.items():
+            self.transport.set_peer(node_id, address)
+        voters = [self.node_id] if bootstrap else list(founders) if founders else None
+        self._seeds, self._rejoin = list(dict.fromkeys([*join, *self._seeds])), rejoin
+        await self.driver.start(voters=voters)
+        self._learn_addresses(None)
+        self._spawn(self._keep_membership(), f"cluster-membership-{self.node_id[:6]}")
+
+    async def close(self, *, leave: bool = True) -> None:
+        """Stop. With ``leave`` (a clean shutdown) first hand over leadership and leave the
+        voters, so the rest keep their quorum."""
+        await self._cancel_tasks()      # no re-joining as a learner while leaving
+        if leave and self.driver.running:
+            try:
+                await self._propose({"op": "node.health", "id": self.node_id, "status": "off"},
+                                    timeout=min(1.0, self.config.leave_timeout))
+            except FloyddError as exc:
+                _log.info("[%s] could not mark this node off: %s", self.node_id, exc)
+            try:
+                await self.driver.transfer_leadership_and_leave()
+            except FloyddError as exc:
+                _log.warning("[%s] leaving the voters failed (autopilot will remove this node after its "
+                             "grace period): %s", self.node_id, exc)
+        await self._stop()
+
+    async def crash(self) -> None:
+        """Stop abruptly, as a killed process would (tests)."""
+        await self._stop(flush=False)
+
+    async def leave(self) -> None:
+        """Leave the cluster for good (``floydd leave``): hand over leadership, leave raft,
+        drop this node from the node table (its certificate is refused from then on)."""
+        await self._cancel_tasks()
+        await self.driver.transfer_leadership_and_leave()
+        await self.driver.change_membership("remove", self.node_id)
+        await self.driver.propose({"op": "node.remove", "id": self.node_id, "ts": self._clock()})
+        await self._stop()
+
+    async def _cancel_tasks(self) -> None:
+        self._closing = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _stop(self, *, flush: bool = True) -> None:
+        await self._cancel_tasks()
+        await self.driver.close(flush=flush)
+        await self.transport.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- the API the daemon calls -------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.driver.is_leader
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.driver.leader_id
+
+    def status(self) -> DriverStatus:
+        return self.driver.status()
+
+    def on_apply(self, callback: Callable[[Applied], None]) -> None:
+        """``callback(Applied)`` for every entry applied on this node, in log order, in the loop
+        (keep it short; spawn tasks for real work). ``Applied.replay`` marks entries re-applied
+        after a restart; ``Applied.restored`` a state replaced by the leader's snapshot."""
+        self.driver.on_apply(callback)
+
+    async def submit_job(self, spec: dict, idem_key: str, *, project: str | None = None, user: str = "",
+                         timeout: float | None = None) -> dict:
+        """Commit a new job (numbered in its project); the same ``idem_key`` always gives the
+        same job, so a client may retry after a timeout."""
+        spec = dict(spec)
+        project = project or spec.pop("project", None)
+        return await self._propose({"op": "job.submit", "idem_key": idem_key, "project": project, "spec": spec,
+                                    "origin": self.node_id, "user": user}, timeout=timeout)
+
+    async def place(self, job: str, node: str, gpus: Iterable[int], *, timeout: float | None = None) -> dict:
+        """Leader only: commit a placement fenced by this leader's term."""
+        return await self.driver.propose({"op": "job.place", "job": job, "node": node, "gpus": list(gpus),
+                                          "ts": self._clock()}, timeout=timeout, fenced=True)
+
+    async def update_job(self, job: str, *, timeout: float | None = None, **fields: Any) -> dict:
+        """state, reason, exit_code, output_version, summary, waiting_for; ``attempt`` and
+        ``node`` fence the update to the current placement."""
+        return await self._propose({"op": "job.update", "job": job, **fields}, timeout=timeout)
+
+    async def delete_job(self, job: str, *, timeout: float | None = None) -> None:
+        await self._propose({"op": "job.delete", "job": job}, timeout=timeout)
+
+    async def add_dataset_version(self, name: str, tree: str, *, idem_key: str | None = None,
+                                  timeout: float | None = None, **fields: Any) -> dict:
+        cmd = {"op": "dataset.add_version", "name": name, "tree": tree, "node": self.node_id, **fields}
+        if idem_key is not None:
+            cmd["idem_key"] = idem_key
+        return await self._propose(cmd, timeout=timeout)
+
+    async def job(self, job: str, *, stale: bool = False) -> dict:
+        return await self.driver.read(lambda s: s.job(job), stale=stale)
+
+    async def jobs(self, *, project: str | None = None, states: Iterable[str] | None = None,
+                   stale: bool = False) -> list[dict]:
+        states = tuple(states) if states else None
+        return await self.driver.read(lambda s: s.list_jobs(project, states), stale=stale)
+
+    async def nodes(self, *, stale: bool = False) -> list[dict]:
+        now = self._clock()
+        return await self.driver.read(lambda s: _with_health(s, now, self.config.stale_after), stale=stale)
+
+    async def datasets(self, *, stale: bool = False) -> list[dict]:
+        return await self.driver.read(lambda s: s.list_datasets(), stale=stale)
+
+    def members(self) -> list[dict]:
+        """Raft membership as this node sees it, with each member's name and address."""
+        st = self.driver.status()
+        out = []
+        for node_id in sorted(set(st.voters) | set(st.learners) | set(self.state.nodes)):
+            record = self.state.nodes.get(node_id, {})
+            pr = st.progress.get(node_id)
+            out.append({"id": node_id, "name": record.get("name", ""),
+                        "address": self.transport.address_of(node_id) or (self.transport.advertise
+                                                                          if node_id == self.node_id else None),
+                        "role": "voter" if node_id in st.voters else "learner" if node_id in st.learners else "none",
+                        "leader": node_id == st.leader, "status": record.get("status"),
+                        "match": pr.match if pr else None})
+        return out
+
+    # -- membership upkeep ---------------------------------------------------------------------------
+
+    async def _keep_membership(self) -> None:
+        """Announce this node (address, resources), get it a learner seat if it has none, and
+        send heartbeats (``node.health``)."""
+        loop = asyncio.get_running_loop()
+        leaderless_since = loop.time()
+        next_beat = 0.0
+        while True:
+            await asyncio.sleep(min(self.config.rejoin_interval, self.config.heartbeat_interval) / 2)
+            now = loop.time()
+            if self.driver.leader_id is not None:
+                leaderless_since = now
+            conf_members = set(self.driver.status().voters) | set(self.driver.status().learners)
+            try:
+                if not self._announced:
+                    await self._propose(self._upsert(), timeout=2 * self.config.rejoin_interval)
+                    self._announced = True
+                    next_beat = now + self.config.heartbeat_interval
+                    _log.info("[%s] announced to the cluster as %s at %s", self.node_id, self.name,
+                              self.transport.advertise)
+                if self.node_id not in conf_members or now - leaderless_since > self.config.rejoin_interval:
+                    await self._propose({"op": commands.CONF_OP, "change": "add_learner", "node": self.node_id},
+                                        timeout=2 * self.config.rejoin_interval)
+                    leaderless_since = loop.time()
+                if now >= next_beat and self.driver.leader_id is not None:
+                    next_beat = now + self.config.heartbeat_interval
+                    beat = {"op": "node.health", "id": self.node_id, "status": "up"}
+                    if self._usage is not None:
+                        beat["usage"] = self._usage()
+                    await self._propose(beat, timeout=self.config.heartbeat_interval)
+            except Conflict as exc:
+                _log.error("[%s] %s (%s)", self.node_id, exc, exc.hint)
+                if exc.code == "node_removed":
+                    return
+            except FloyddError as exc:
+                _log.debug("[%s] membership upkeep: %s", self.node_id, exc)
+
+    def _upsert(self) -> dict:
+        host, _, port = (self.transport.advertise or "").rpartition(":")
+        cmd = {"op": "node.upsert", "id": self.node_id, "name": self.name, "address": host.strip("[]"),
+               "cluster_port": int(port), "api_port": self.api_port, "resources": self.resources,
+               "labels": self.labels}
+        if self._rejoin:
+            cmd["rejoin"] = True
+        return cmd
+
+    async def _propose(self, cmd: dict, *, timeout: float | None = None) -> Any:
+        """Through the leader when one is known; else through any member we know of (a node
+        that is not a member yet hears from no leader)."""
+        cmd = {**cmd, "ts": self._clock()}
+        if self.driver.leader_id is not None or not self._contacts():
+            return await self.driver.propose(cmd, timeout=timeout)
+        timeout = timeout or self.config.propose_timeout
+        last: FloyddError = Unavailable("no member reachable")
+        for address in self._contacts():
+            try:
+                result, _ = await self.transport.forward_propose(cmd, timeout, address=address, forwarded=False)
+                return result
+            except Unavailable as exc:
+                last = exc
+        raise last
+
+    def _contacts(self) -> list[str]:
+        known = [a for n, a in self.transport.peers.items() if n != self.node_id]
+        return list(dict.fromkeys(self._seeds + known))
+
+    def _learn_addresses(self, event: Applied | None) -> None:
+        if event is not None and not event.restored:
+            cmd = event.command
+            if cmd is None or cmd.get("op") != "node.upsert" or event.error is not None:
+                return
+            nodes = [event.result]
+        else:
+            nodes = list(self.state.nodes.values())
+        for n in nodes:
+            if n["id"] != self.node_id:
+                self.transport.set_peer(n["id"], _join_host_port(n["address"], n["cluster_port"]))
+
+    def _peer_learnt(self, node_id: str, address: str) -> None:
+        """Keep the address book on disk, so a restarted node can reach its peers even when
+        its own log is behind (e.g. it was removed while it was away)."""
+        if not self._peers_dirty and not self._closing:
+            self._peers_dirty = True
+            self._spawn(self._save_peers(), f"cluster-peers-{self.node_id[:6]}")
+
+    async def _save_peers(self) -> None:
+        await asyncio.sleep(0)          # batch what is learnt in the same loop iteration
+        self._peers_dirty = False
+        await asyncio.to_thread(_write_peers, self._peers_file, self.transport.peers)
+
+    def _spawn(self, coro, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _read_peers(path: Path) -> dict[str, str]:
+    try:
+        peers = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in peers.items() if isinstance(k, str) and isinstance(v, str)} \
+        if isinstance(peers, dict) else {}
+
+
+def _write_peers(path: Path, peers: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(peers, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _with_health(state: ClusterState, now: float, stale_after: float) -> list[dict]:
+    health = state.node_health(now, stale_after)
+    return [{**n, "health": health[n["id"]]} for n in state.list_nodes()]
+
+
+def _join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

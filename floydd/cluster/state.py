@@ -1,0 +1,367 @@
+"""The control plane's replicated state machine: nodes, jobs, the dataset catalog.
+
+Pure (STYLE 2): no I/O, no clock, no randomness. Every node applies the same committed
+commands (:mod:`floydd.cluster.commands`) in the same order and so holds the same state;
+time comes in as each command's ``ts``, set by its proposer. ``apply`` either changes the
+state and returns a result, or raises a :class:`~floydd.errors.FloyddError` having changed
+nothing (the rejection is the proposal's answer, the same on every node).
+
+What it holds::
+
+    nodes      id -> address, ports, resources (GPU indices), labels, status, last heartbeat
+    removed    id -> when: tombstones of nodes removed for good (their certificates refused)
+    jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, summary
+    counters   project -> last job number (numbers are never reused)
+    datasets   name -> versions (tree id, size, holders); version numbers never reused
+    idem       idempotency key -> the job or dataset version it made
+
+Job states follow :mod:`floydd.records._jobs` (``TRANSITIONS`` below is that table, pinned
+equal by a test, since importing :mod:`floydd.records` would load sqlite), plus one cluster
+edge: ``starting -> queued`` (requeue, when the node a job was placed on is lost before the
+job runs; the next placement counts one more attempt)::
+
+    queued ──place──► starting ──► running ──► success | failed | stopped | timeout | lost
+      ▲  │               │  │
+      │  └───────────────┴──┴──► stopped | failed | lost
+      └──── requeue ─────┘
+
+Leader actions are fenced: a command with a ``term`` (``job.place`` always has one) is
+refused unless that is the term of the log entry that carries it. A placement is also
+re-checked against the state it lands on (the job still queued, the node up and
+holding those GPU indices, none of them held by an active job).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import msgpack
+
+from floydd.cluster.commands import check
+from floydd.errors import Conflict, InvalidName, InvalidSpec, NotFound
+
+__all__ = ["ClusterState", "StaleTerm", "TRANSITIONS", "FINAL_STATES", "ACTIVE_STATES",
+           "SNAPSHOT_VERSION"]
+
+FINAL_STATES = frozenset({"success", "failed", "stopped", "timeout", "lost"})
+ACTIVE_STATES = frozenset({"starting", "running"})
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"starting", "stopped", "failed", "lost"}),
+    "starting": frozenset({"running", "stopped", "failed", "lost"}),
+    "running": frozenset({"success", "failed", "stopped", "timeout", "lost"}),
+    **{state: frozenset() for state in FINAL_STATES},
+}
+_REQUEUE = ("starting", "queued")
+SNAPSHOT_VERSION = 1
+
+_PROJECT = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_DATASET = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}|[a-z0-9][a-z0-9._-]{0,63}/[1-9][0-9]{0,17}/output")
+_TREE = re.compile(r"[0-9a-f]{16,128}")
+
+
+class StaleTerm(Conflict):
+    """A leader action whose fencing term is not the term it was committed in."""
+
+    code = "stale_term"
+
+
+class ClusterState:
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict] = {}
+        self.removed: dict[str, float] = {}
+        self.jobs: dict[str, dict] = {}
+        self.counters: dict[str, int] = {}
+        self.datasets: dict[str, dict] = {}
+        self.idem: dict[str, list] = {}
+        self._active: dict[str, None] = {}      # derived: ids of jobs in ACTIVE_STATES
+        self._handlers: dict[str, Callable[[dict, int], Any]] = {
+            "node.upsert": self._node_upsert, "node.health": self._node_health,
+            "node.remove": self._node_remove, "job.submit": self._job_submit,
+            "job.place": self._job_place, "job.update": self._job_update,
+            "job.delete": self._job_delete, "dataset.add_version": self._dataset_add,
+            "dataset.delete": self._dataset_delete, "dataset.holders": self._dataset_holders,
+        }
+
+    # -- the state machine ---------------------------------------------------------------
+
+    def apply(self, command: dict, *, index: int, term: int) -> Any:
+        """Apply one committed command (log ``index``, entry ``term``); its result, or a
+        FloyddError with nothing changed."""
+        cmd = check(command)
+        if "term" in cmd and cmd["term"] != term:
+            raise StaleTerm(f"{cmd['op']} was decided by the leader of term {cmd['term']} but committed in "
+                            f"term {term}: a former leader's action", hint="the current leader decides again")
+        return self._handlers[cmd["op"]](cmd, term)
+
+    def snapshot(self) -> bytes:
+        return msgpack.packb({"v": SNAPSHOT_VERSION, "nodes": self.nodes, "removed": self.removed,
+                              "jobs": self.jobs, "counters": self.counters,
+                              "datasets": self.datasets, "idem": self.idem}, use_bin_type=True)
+
+    def restore(self, data: bytes) -> None:
+        """Replace everything by a snapshot (``b""``: the empty state of a new cluster)."""
+        if not data:
+            self.__init__()
+            return
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
+        if not isinstance(raw, dict) or raw.get("v") != SNAPSHOT_VERSION:
+            raise InvalidSpec(f"not a cluster state snapshot of version {SNAPSHOT_VERSION}",
+                              hint="upgrade this node to the version the cluster runs")
+        self.nodes, self.removed, self.jobs = raw["nodes"], raw["removed"], raw["jobs"]
+        self.counters, self.datasets, self.idem = raw["counters"], raw["datasets"], raw["idem"]
+        self._active = {key: None for key, job in self.jobs.items() if job["state"] in ACTIVE_STATES}
+
+    # -- reads (copies; the state itself is only changed by apply) -------------------------
+
+    def job(self, key: str) -> dict:
+        return _copy(self._job(key))
+
+    def list_jobs(self, project: str | None = None, states=None) -> list[dict]:
+        """Jobs in submission order."""
+        return _copy([j for j in self.jobs.values()
+                      if (project is None or j["project"] == project) and (not states or j["state"] in states)])
+
+    def list_nodes(self) -> list[dict]:
+        return _copy(list(self.nodes.values()))
+
+    def list_datasets(self) -> list[dict]:
+        return _copy([v for d in self.datasets.values() for v in d["versions"].values()])
+
+    def held_gpus(self, node: str) -> dict[int, str]:
+        """GPU index -> id of the active job holding it, on ``node``."""
+        held: dict[int, str] = {}
+        for key in self._active:
+            job = self.jobs[key]
+            if job["node"] == node:
+                held.update((g, key) for g in job["gpus"])
+        return held
+
+    def node_health(self, now: float, stale_after: float) -> dict[str, str]:
+        """Each node's status, ``stale`` when its last heartbeat is older than ``stale_after``."""
+        return {nid: ("stale" if n["status"] == "up" and now - n["last_heartbeat"] > stale_after
+                      else n["status"]) for nid, n in self.nodes.items()}
+
+    def query(self, name: str, args: dict | None = None) -> Any:
+        """A named read, for reads forwarded to the leader (``/cluster/v1/read``)."""
+        args = args or {}
+        if name == "jobs":
+            return self.list_jobs(args.get("project"), args.get("states"))
+        if name == "job":
+            return self.job(str(args.get("job")))
+        if name == "nodes":
+            return self.list_nodes()
+        if name == "datasets":
+            return self.list_datasets()
+        if name == "counts":
+            return {"nodes": len(self.nodes), "jobs": len(self.jobs),
+                    "datasets": sum(len(d["versions"]) for d in self.datasets.values())}
+        raise InvalidSpec(f"unknown query {name!r}", hint="queries: jobs, job, nodes, datasets, counts")
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def _node_upsert(self, cmd: dict, term: int) -> dict:
+        nid = cmd["id"]
+        if nid in self.removed and not cmd.get("rejoin"):
+            raise Conflict(f"node {nid} was removed from the cluster", code="node_removed",
+                           hint="join again with a new token (floydd token, then floydd join)")
+        _gpu_indices(cmd.get("resources") or {})
+        self.removed.pop(nid, None)
+        node = self.nodes.get(nid)
+        if node is None:
+            node = self.nodes[nid] = {"id": nid, "joined": cmd["ts"], "usage": {}}
+        node.update(name=cmd["name"], address=cmd["address"], cluster_port=cmd["cluster_port"],
+                    api_port=cmd.get("api_port"), resources=cmd.get("resources") or {},
+                    labels=cmd.get("labels") or {}, status="up", updated=cmd["ts"],
+                    last_heartbeat=cmd["ts"])
+        return _copy(node)
+
+    def _node_health(self, cmd: dict, term: int) -> None:
+        node = self._node(cmd["id"])
+        node.update(status=cmd["status"], last_heartbeat=cmd["ts"])
+        if "usage" in cmd:
+            node["usage"] = cmd["usage"]
+
+    def _node_remove(self, cmd: dict, term: int) -> None:
+        self.nodes.pop(cmd["id"], None)
+        self.removed[cmd["id"]] = cmd["ts"]
+
+    def _node(self, nid: str) -> dict:
+        node = self.nodes.get(nid)
+        if node is None:
+            raise NotFound(f"node {nid} is not in the cluster", code="node_not_found",
+                           hint="floydd members lists the nodes")
+        return node
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def _job_submit(self, cmd: dict, term: int) -> dict:
+        seen = self.idem.get(cmd["idem_key"])
+        if seen is not None:
+            if seen[0] != "job" or seen[1] not in self.jobs:
+                raise Conflict(f"idempotency key {cmd['idem_key']!r} was used for something else",
+                               code="idempotency_key_reused", hint="use a fresh key for a new submission")
+            return _copy(self.jobs[seen[1]])
+        project = cmd["project"]
+        if not _PROJECT.fullmatch(project):
+            raise InvalidName(f"{project!r} is not a valid project name",
+                              hint="use 1-64 lowercase letters, digits, '-' or '_'")
+        number = self.counters.get(project, 0) + 1
+        key = f"{project}/{number}"
+        ts = cmd["ts"]
+        job = {"id": key, "project": project, "number": number, "idem_key": cmd["idem_key"],
+               "spec": cmd["spec"], "state": "queued", "reason": "", "waiting_for": "",
+               "created": ts, "updated": ts, "started": None, "ended": None, "node": None,
+               "gpus": [], "attempts": 0, "placed_term": None, "exit_code": None,
+               "output_version": None, "summary": {}, "origin": cmd.get("origin", ""),
+               "user": cmd.get("user", "")}
+        self.counters[project] = number
+        self.jobs[key] = job
+        self.idem[cmd["idem_key"]] = ["job", key]
+        return _copy(job)
+
+    def _job_place(self, cmd: dict, term: int) -> dict:
+        key, nid, gpus = cmd["job"], cmd["node"], list(cmd["gpus"])
+        job = self._job(key)
+        if job["state"] != "queued":
+            raise Conflict(f"job {key} is {job['state']}, not queued: it cannot be placed",
+                           code="job_not_queued")
+        node = self._node(nid)
+        if node["status"] != "up":
+            raise Conflict(f"node {nid} is {node['status']}: no new jobs go there", code="node_not_up")
+        if len(set(gpus)) != len(gpus):
+            raise InvalidSpec(f"placement of {key} names a GPU twice: {gpus}")
+        wanted = _wanted_gpus(job["spec"])
+        if wanted is not None and wanted != len(gpus):
+            raise InvalidSpec(f"job {key} wants {wanted} GPUs, the placement gives {len(gpus)}")
+        missing = sorted(set(gpus) - set(_gpu_indices(node["resources"])))
+        if missing:
+            raise Conflict(f"node {nid} has no GPU {missing}", code="no_such_gpu")
+        held = self.held_gpus(nid)
+        busy = sorted(g for g in gpus if g in held)
+        if busy:
+            raise Conflict(f"GPU {busy} of node {nid} held by {held[busy[0]]}", code="gpu_busy",
+                           hint="the leader plans again from the current state")
+        job.update(state="starting", node=nid, gpus=gpus, attempts=job["attempts"] + 1,
+                   placed_term=term, waiting_for="", reason="", updated=cmd["ts"])
+        self._active[key] = None
+        return _copy(job)
+
+    def _job_update(self, cmd: dict, term: int) -> dict:
+        key = cmd["job"]
+        job = self._job(key)
+        if "attempt" in cmd and cmd["attempt"] != job["attempts"]:
+            raise Conflict(f"update for attempt {cmd['attempt']} of {key}, which is at attempt "
+                           f"{job['attempts']}", code="stale_attempt")
+        if "node" in cmd and cmd["node"] != job["node"]:
+            raise Conflict(f"job {key} is placed on {job['node']}, not {cmd['node']}", code="wrong_node")
+        new, old = cmd.get("state"), job["state"]
+        if new is not None and new != old:
+            if new not in TRANSITIONS:
+                raise InvalidSpec(f"{new!r} is not a job state")
+            if new not in TRANSITIONS[old] and (old, new) != _REQUEUE:
+                raise Conflict(f"job {key} is {old}; it cannot become {new}", code="bad_transition")
+            job["state"] = new
+            if new == "running":
+                job["started"] = cmd["ts"]
+            elif new in FINAL_STATES:
+                job["ended"] = cmd["ts"]
+            elif new == "queued":
+                job.update(node=None, gpus=[])
+            if new in ACTIVE_STATES:
+                self._active[key] = None
+            else:
+                self._active.pop(key, None)
+        for name in ("reason", "exit_code", "output_version", "waiting_for"):
+            if name in cmd:
+                job[name] = cmd[name]
+        if "summary" in cmd:
+            job["summary"].update(cmd["summary"])
+        job["updated"] = cmd["ts"]
+        return _copy(job)
+
+    def _job_delete(self, cmd: dict, term: int) -> None:
+        key = cmd["job"]
+        job = self._job(key)
+        if job["state"] in ACTIVE_STATES:
+            raise Conflict(f"job {key} is {job['state']}", code="job_active",
+                           hint=f"stop it first: floyd stop {key}")
+        del self.jobs[key]
+        self.idem.pop(job["idem_key"], None)
+
+    def _job(self, key: str) -> dict:
+        job = self.jobs.get(key)
+        if job is None:
+            raise NotFound(f"job {key} does not exist", code="job_not_found", hint="floyd status lists jobs")
+        return job
+
+    # -- datasets --------------------------------------------------------------------------
+
+    def _dataset_add(self, cmd: dict, term: int) -> dict:
+        name, tree, idem_key = cmd["name"], cmd["tree"], cmd.get("idem_key")
+        if idem_key is not None and idem_key in self.idem:
+            seen = self.idem[idem_key]
+            version = self.datasets.get(seen[1], {}).get("versions", {}).get(str(seen[2]))
+            if seen[0] != "dataset" or version is None:
+                raise Conflict(f"idempotency key {idem_key!r} was used for something else",
+                               code="idempotency_key_reused")
+            return _copy(version)
+        if not _DATASET.fullmatch(name) or ".." in name:
+            raise InvalidName(f"{name!r:.80} is not a valid dataset name")
+        if not _TREE.fullmatch(tree):
+            raise InvalidSpec(f"{tree!r:.80} is not a tree id (hex)")
+        dataset = self.datasets.setdefault(name, {"next": 1, "versions": {}})
+        number = dataset["next"]
+        dataset["next"] = number + 1
+        version = {"name": name, "version": number, "ref": f"{name}:{number}", "tree": tree,
+                   "created": cmd["ts"], "size": cmd.get("size", 0), "files": cmd.get("files", 0),
+                   "message": cmd.get("message", ""), "holders": [cmd["node"]] if "node" in cmd else [],
+                   "idem_key": idem_key}
+        dataset["versions"][str(number)] = version
+        if idem_key is not None:
+            self.idem[idem_key] = ["dataset", name, number]
+        return _copy(version)
+
+    def _dataset_delete(self, cmd: dict, term: int) -> None:
+        name, number = cmd["name"], cmd.get("version")
+        versions = self.datasets.get(name, {}).get("versions", {})
+        doomed = list(versions) if number is None else [str(number)]
+        if not doomed or doomed[0] not in versions:
+            raise NotFound(f"dataset {name}{'' if number is None else f':{number}'} does not exist",
+                           code="dataset_not_found", hint="floyd data list shows the datasets")
+        for n in doomed:
+            idem_key = versions.pop(n)["idem_key"]
+            if idem_key is not None:
+                self.idem.pop(idem_key, None)
+
+    def _dataset_holders(self, cmd: dict, term: int) -> dict:
+        name, number = cmd["name"], cmd["version"]
+        version = self.datasets.get(name, {}).get("versions", {}).get(str(number))
+        if version is None:
+            raise NotFound(f"dataset {name}:{number} does not exist", code="dataset_not_found")
+        holders = set(version["holders"])
+        (holders.add if cmd["holds"] else holders.discard)(cmd["node"])
+        version["holders"] = sorted(holders)
+        return _copy(version)
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of plain data (dicts, lists, scalars): callers never hold the state's own."""
+    return msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False)
+
+
+def _gpu_indices(resources: dict) -> tuple[int, ...]:
+    """GPU indices of a node's resources: ``{"gpus": [0, 1]}`` or ``[{"index": 0, ...}]``."""
+    out = []
+    for gpu in resources.get("gpus") or ():
+        index = gpu.get("index") if isinstance(gpu, dict) else gpu
+        if type(index) is not int or index < 0:
+            raise InvalidSpec(f"a GPU must have a non-negative index, got {gpu!r:.80}")
+        out.append(index)
+    return tuple(out)
+
+
+def _wanted_gpus(spec: dict) -> int | None:
+    resources = spec.get("resources")
+    wanted = resources.get("gpus") if isinstance(resources, dict) else spec.get("gpus")
+    return wanted if type(wanted) is int else None

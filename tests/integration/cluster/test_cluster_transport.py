@@ -1,0 +1,167 @@
+"""The transport alone, between two mTLS listeners on loopback, with recording receivers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+
+import pytest
+from aiohttp import web
+
+from floydd.cluster.raft import ConfState, Heartbeat, InstallSnapshot, Snapshot
+from floydd.cluster.transport import Transport
+from floydd.errors import Conflict, Unavailable
+from floydd.security.identity import NodeIdentity, init_cluster
+from floydd.security.tls import require_peer_cert, server_context
+
+
+class Recorder:
+    """A receiver that records what the transport hands it."""
+
+    def __init__(self) -> None:
+        self.batches: list[list] = []
+        self.unreachable: list[str] = []
+        self.snapshots: list[tuple[str, bool]] = []
+        self.proposals: list[tuple[dict, bool]] = []
+
+    def on_raft(self, peer, messages):
+        self.batches.append(messages)
+
+    async def on_propose(self, cmd, timeout, forwarded):
+        self.proposals.append((cmd, forwarded))
+        if cmd.get("op") == "boom":
+            raise Conflict("refused", code="nope", hint="do not")
+        return {"echo": cmd}
+
+    async def on_read(self, query, args, timeout):
+        return {"query": query, "args": args}
+
+    def report_unreachable(self, peer):
+        self.unreachable.append(peer)
+
+    def report_snapshot(self, peer, ok):
+        self.snapshots.append((peer, ok))
+
+
+@pytest.fixture
+def identities(tmp_path):
+    ca, a = init_cluster(tmp_path / "ca", tmp_path / "a", "t", ["127.0.0.1"])
+    out = [a]
+    for name in ("b", "c"):
+        me = NodeIdentity.load_or_create(tmp_path / name)
+        me.install(ca.issue_node_cert(me.make_csr(), me.node_id, ["127.0.0.1"]), ca.cert_pem)
+        out.append(me)
+    return out
+
+
+@contextlib.asynccontextmanager
+async def endpoint(identity):
+    """A transport with a recorder, served on 127.0.0.1:0 behind the peer-certificate guard."""
+    transport = Transport(identity, backoff=(0.01, 0.05), request_timeout=2.0)
+    recorder = Recorder()
+    transport.attach(recorder)
+    app = web.Application(middlewares=[require_peer_cert()])
+    app.add_routes(transport.routes())
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(identity))
+    await site.start()
+    transport.advertise = f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+        yield transport, recorder
+    finally:
+        await transport.close()
+        await runner.cleanup()
+
+
+async def until(cond, timeout=5.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_messages_arrive_in_order_coalesced_into_few_posts(identities):
+    a, b, _ = identities
+    async with endpoint(a) as (ta, _), endpoint(b) as (tb, rb):
+        ta.set_peer(b.node_id, tb.advertise)
+        beats = [Heartbeat(frm=a.node_id, to=b.node_id, term=1, commit=i) for i in range(300)]
+        ta.send(beats)
+        await until(lambda: sum(len(x) for x in rb.batches) == 300)
+        assert [m.commit for batch in rb.batches for m in batch] == list(range(300))
+        await until(lambda: ta.sent_batches == len(rb.batches))     # counted once the 204 is back
+        assert len(rb.batches) <= 3
+        assert tb.address_of(a.node_id) == ta.advertise      # learnt from the sender's "addr"
+
+
+async def test_an_unreachable_peer_is_reported_and_so_is_a_lost_snapshot(identities):
+    a, b, _ = identities
+    async with endpoint(a) as (ta, ra):
+        ta.set_peer(b.node_id, f"127.0.0.1:{free_port()}")
+        snap = Snapshot(index=5, term=1, conf=ConfState(voters=frozenset({a.node_id})), data=b"s")
+        ta.send([InstallSnapshot(frm=a.node_id, to=b.node_id, term=1, snapshot=snap)])
+        await until(lambda: ra.snapshots)
+        assert ra.snapshots == [(b.node_id, False)] and b.node_id in ra.unreachable
+        ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1)])
+        await until(lambda: len(ra.unreachable) >= 2)
+
+
+async def test_a_sent_snapshot_is_reported_delivered(identities):
+    a, b, _ = identities
+    async with endpoint(a) as (ta, ra), endpoint(b) as (tb, rb):
+        ta.set_peer(b.node_id, tb.advertise)
+        snap = Snapshot(index=5, term=1, conf=ConfState(voters=frozenset({a.node_id})), data=b"x" * 100_000)
+        ta.send([InstallSnapshot(frm=a.node_id, to=b.node_id, term=1, snapshot=snap)])
+        await until(lambda: ra.snapshots)
+        assert ra.snapshots == [(b.node_id, True)]
+        assert rb.batches[0][0].snapshot == snap
+
+
+async def test_a_different_node_at_the_peers_address_is_not_talked_to(identities):
+    a, b, c = identities
+    async with endpoint(a) as (ta, ra), endpoint(c) as (tc, rc):
+        ta.set_peer(b.node_id, tc.advertise)         # stale address book: c now listens there
+        ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1)])
+        await until(lambda: ra.unreachable)
+        assert rc.batches == []
+        with pytest.raises(Unavailable):
+            await ta.forward_propose({"op": "x"}, 1.0, peer=b.node_id)
+        assert rc.proposals == []
+
+
+async def test_forwarded_proposals_and_reads_carry_results_and_errors(identities):
+    a, b, _ = identities
+    async with endpoint(a) as (ta, _), endpoint(b) as (tb, rb):
+        ta.set_peer(b.node_id, tb.advertise)
+        result, by = await ta.forward_propose({"op": "hello", "n": 1}, 2.0, peer=b.node_id)
+        assert (result, by) == ({"echo": {"op": "hello", "n": 1}}, b.node_id)
+        _, by = await ta.forward_propose({"op": "seed"}, 2.0, address=tb.advertise, forwarded=False)
+        assert by == b.node_id and rb.proposals[-1] == ({"op": "seed"}, False)
+        with pytest.raises(Conflict) as exc:
+            await ta.forward_propose({"op": "boom"}, 2.0, peer=b.node_id)
+        assert (exc.value.code, exc.value.hint) == ("nope", "do not")
+        result, _ = await ta.forward_read("jobs", {"project": "p"}, 2.0, peer=b.node_id)
+        assert result == {"query": "jobs", "args": {"project": "p"}}
+
+
+async def test_a_cut_link_loses_everything_both_ways(identities):
+    a, b, _ = identities
+    async with endpoint(a) as (ta, ra), endpoint(b) as (tb, rb):
+        ta.set_peer(b.node_id, tb.advertise)
+        cut = {(a.node_id, b.node_id)}
+        ta.drop = tb.drop = lambda frm, to: (frm, to) in cut
+        ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1)])
+        await until(lambda: ra.unreachable)
+        with pytest.raises(Unavailable):
+            await ta.forward_propose({"op": "x"}, 1.0, peer=b.node_id)
+        assert rb.batches == [] and rb.proposals == []
+        cut.clear()
+        ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1)])
+        await until(lambda: rb.batches)

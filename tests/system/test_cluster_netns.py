@@ -1,0 +1,78 @@
+"""The control plane as real processes on three netns hosts: failover after kill -9, a pulled cable.
+
+Each host runs ``python -m floydd.cluster.devnode`` (mTLS on its own address, SQLite log,
+default timings: 50 ms tick, 0.5-1 s election timeout); times come from the nodes' own
+event lines (``time.monotonic()``, one clock for every namespace).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.cluster.procs import DevNode, make_identities
+from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
+
+pytestmark = pytest.mark.slow
+PORT = 7654
+
+
+@pytest.fixture
+def three(netns, tmp_path):
+    net = netns(3)
+    folders = make_identities(tmp_path, 3, [h.ip for h in net.hosts])
+    nodes = [DevNode(tls, tmp_path / f"state{h.index}", f"{h.ip}:{PORT}", popen=h.popen)
+             for tls, h in zip(folders, net.hosts)]
+    founders = ",".join(f"{n.node_id}={n.listen}" for n in nodes)
+    for n in nodes:
+        n.start("--founders", founders)
+    yield net, nodes
+    for n in nodes:
+        n.stop()
+
+
+def serving(nodes, *, after, above_term=0, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [(e["t"], n, e) for n in nodes for e in list(n.events)
+                 if e["event"] == "serving" and e["t"] >= after and e["term"] > above_term]
+        if found:
+            _, node, event = min(found, key=lambda f: f[0])
+            return node, event
+        time.sleep(0.01)
+    raise AssertionError(f"no node served within {timeout}s")
+
+
+def test_a_killed_leader_is_replaced_within_two_seconds_three_times_running(three):
+    net, nodes = three
+    leader, event = serving(nodes, after=0, timeout=30)
+    for _ in range(3):
+        time.sleep(0.5)
+        killed_at = leader.kill9()
+        survivors = [n for n in nodes if n is not leader]
+        new, new_event = serving(survivors, after=killed_at, above_term=event["term"])
+        took = new_event["t"] - killed_at
+        assert took < 2.0, f"failover took {took:.2f}s"
+        leader.start()                              # same state, same address: it rejoins as a follower
+        leader.wait(lambda e: e["event"] == "leader" and e["leader"] == new.node_id, 15, "rejoin",
+                    after=killed_at)
+        leader, event = new, new_event
+
+
+def test_a_cut_off_leader_steps_down_and_the_majority_carries_on(three):
+    net, nodes = three
+    leader, event = serving(nodes, after=0, timeout=30)
+    time.sleep(0.5)
+    cut_at = time.monotonic()
+    net.cut(net.hosts[[n.node_id for n in nodes].index(leader.node_id)].index)
+    down = leader.wait(lambda e: e["event"] == "stepped_down", 5, "the old leader to step down", after=cut_at)
+    assert down["t"] - cut_at < 2.0
+    others = [n for n in nodes if n is not leader]
+    new, new_event = serving(others, after=cut_at, above_term=event["term"])
+    assert new_event["t"] - cut_at < 3.0
+    healed_at = time.monotonic()
+    net.heal(net.hosts[[n.node_id for n in nodes].index(leader.node_id)].index)
+    leader.wait(lambda e: e["event"] == "leader" and e["leader"] == new.node_id, 15,
+                "the old leader to follow the new one", after=healed_at)
+    assert not any(e["event"] == "serving" and e["t"] >= cut_at for e in leader.events)
