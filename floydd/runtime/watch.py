@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -29,6 +31,25 @@ from floydd.errors import FloyddError
 from floydd.runtime import spawn, tail, workspace
 
 __all__ = ["JobWatch", "Outcome"]
+
+RECORDER_NICE = 10
+"""Niceness of the thread that parses job logs into the records. Recording may lag a
+running job by a moment; it must not slow the job (jobs run at the daemon's priority)."""
+
+
+def _lower_priority() -> None:
+    try:  # on Linux each thread has its own nice value
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), RECORDER_NICE)
+    except OSError:
+        pass
+
+
+_recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="floydd-recorder", initializer=_lower_priority)
+
+
+async def _record(fn, *args):
+    """Run log tailing/recording work on the low-priority recorder thread."""
+    return await asyncio.get_running_loop().run_in_executor(_recorder, fn, *args)
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -78,7 +99,7 @@ class JobWatch:
     async def _follow(self, exited: asyncio.Event) -> Outcome:
         next_sample = time.monotonic() + min(1.0, self._sample_interval)
         while True:
-            status, is_alive, more = await asyncio.to_thread(self._tick)
+            status, is_alive, more = await _record(self._tick)
             if status is not None and status.exited:
                 return _outcome_of(status)
             if not is_alive:
@@ -166,7 +187,7 @@ class JobWatch:
     # -- exited steps ----------------------------------------------------------------------
 
     async def _exited_steps(self, outcome: Outcome) -> None:
-        while await asyncio.to_thread(self._tail_once):  # drain: the agent has written everything
+        while await _record(self._tail_once):  # drain: the agent has written everything
             pass
         job = await asyncio.to_thread(self._records.get_job, self.project, self.number)
         if not job.get("output_version"):
