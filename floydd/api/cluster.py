@@ -8,6 +8,7 @@ from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.request import body, reply
+from floydd.daemon.cluster import token_store
 from floydd.errors import Conflict, UserError
 from floydd.security.ca import ClusterCA
 
@@ -36,7 +37,6 @@ async def cluster(request: web.Request) -> web.Response:
 @routes.post("/v1/cluster/tokens")
 async def create_token(request: web.Request) -> web.Response:
     """A one-time join token; only the node holding the cluster CA can make them."""
-    from floydd.daemon.cluster import token_store
     service = _service(request)
     config = request.app[keys.CONFIG]
     ttl = (await body(request)).get("ttl", 24 * 3600)

@@ -1,0 +1,89 @@
+"""The operator's cluster verbs on loopback: init, token create, join, members, leave, recover."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from floydd.client import Client
+from floydd.config import socket_path_for
+from tests.conftest import wait_until
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _floydd(*args, check=True):
+    res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *map(str, args)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "FLOYD_HOST": ""})
+    if check and res.returncode != 0:
+        raise AssertionError(f"floydd {args} failed: {res.stdout}{res.stderr}")
+    return res
+
+
+def _start(state, name, procs):
+    log = open(state.parent / f"{name}.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir", str(state),
+                             "--node-name", name], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    procs.append(proc)
+    client = Client(socket_path_for(state))
+    wait_until(lambda: client.ping() or proc.poll() is not None, timeout=30, what=f"{name} to answer")
+    assert proc.poll() is None, (state.parent / f"{name}.log").read_text()[-2000:]
+    return client
+
+
+def test_init_token_join_members_leave(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    pa, pb = _port(), _port()
+    procs: list[subprocess.Popen] = []
+    try:
+        res = _floydd("token", "create", "--state-dir", a, check=False)  # no daemon, no cluster yet
+        assert res.returncode == 1 and "Traceback" not in res.stderr
+        _floydd("init", "--state-dir", a, "--name", "lab", "--listen", f"127.0.0.1:{pa}",
+                "--advertise", f"127.0.0.1:{pa}")
+        again = _floydd("init", "--state-dir", a, check=False)
+        assert again.returncode == 1 and "already belongs to a cluster" in again.stderr
+        ca = _start(a, "box-a", procs)
+        token = _floydd("token", "create", "--state-dir", a, "--ttl", "10m").stdout.strip()
+        assert token.startswith("FLD1.") and token.endswith(f"@127.0.0.1:{pa}")
+        assert oct((a / "ca" / "ca.key").stat().st_mode & 0o777) == "0o600"
+        _floydd("join", "--state-dir", b, token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}")
+        reuse = _floydd("join", "--state-dir", tmp_path / "c", token, "--listen", f"127.0.0.1:{_port()}",
+                        "--advertise", "127.0.0.1:1", check=False)
+        assert reuse.returncode == 1 and "already used" in reuse.stderr
+        assert (b / "store" / "key").read_text() == (a / "store" / "key").read_text()  # one store secret
+        cb = _start(b, "box-b", procs)
+        both = wait_until(lambda: len((m := ca.cluster())["members"]) == 2 and m, timeout=30, what="2 members")
+        assert sum(x["leader"] for x in both["members"]) == 1
+        names = wait_until(lambda: sorted(n["name"] for n in cb.nodes()) == ["box-a", "box-b"], timeout=30,
+                           what="box-b to list both nodes")
+        assert names
+        members = json.loads(_floydd("members", "--state-dir", b, "--json").stdout)
+        assert members["node_id"] != both["node_id"]
+        _floydd("leave", "--state-dir", b, "--yes")
+        wait_until(lambda: all(m["id"] != members["node_id"] for m in ca.cluster()["members"]), timeout=30,
+                   what="box-b to be gone from box-a's members")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
+
+
+def test_recover_needs_confirmation_and_a_stopped_daemon(tmp_path):
+    a = tmp_path / "a"
+    res = _floydd("recover", "--state-dir", a, check=False)
+    assert res.returncode == 1 and "not part of a cluster" in res.stderr
+    port = _port()
+    _floydd("init", "--state-dir", a, "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}")
+    res = _floydd("recover", "--state-dir", a, check=False)
+    assert res.returncode == 1 and "--yes-i-know" in res.stderr
+    _floydd("recover", "--state-dir", a, "--yes-i-know")
+    assert json.loads((a / "cluster.json").read_text())["pending"] == "recover"
