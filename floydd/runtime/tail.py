@@ -20,7 +20,11 @@ from typing import NamedTuple
 
 __all__ = ["LogLine", "MetricPoint", "Chunk", "read_chunk", "parse_lines", "parse_metrics"]
 
-CHUNK_BYTES = 8 * 1024 * 1024
+CHUNK_BYTES = 1024 * 1024
+"""Bytes of job.log read, parsed and recorded per step (about 12k metric lines, one
+transaction). 8 MiB steps (~97k points per transaction) stalled for seconds on this
+kind of VM and let recording fall behind; 1 MiB keeps pace with a job printing 200k
+lines (bench/daemon_metrics.py)."""
 _DECODER = json.JSONDecoder()
 MAX_NAME = 200
 """Longest metric name kept (the records refuse longer ones)."""
