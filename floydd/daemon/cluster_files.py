@@ -23,8 +23,8 @@ import psutil
 
 from floydd.errors import Conflict, UserError
 
-__all__ = ["ClusterSettings", "read_settings", "write_settings", "guess_address", "DEFAULT_PORT",
-           "install_store_secret"]
+__all__ = ["ClusterSettings", "read_settings", "write_settings", "split_address", "guess_address",
+           "DEFAULT_PORT", "install_store_secret"]
 
 DEFAULT_PORT = 7654
 SETTINGS = "cluster.json"
@@ -43,10 +43,6 @@ class ClusterSettings:
     join: list[str] = field(default_factory=list)
     discovery: bool = True
     """Announce and browse ``_floydd._tcp`` with zeroconf."""
-
-    @property
-    def listen_host_port(self) -> tuple[str, int]:
-        return split_address(self.listen)
 
 
 def read_settings(state_dir: Path) -> ClusterSettings | None:
