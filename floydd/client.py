@@ -134,8 +134,8 @@ class Client:
     def info(self) -> dict:
         return self._call("GET", "/v1/info")
 
-    def nodes(self) -> list[dict]:
-        return self._call("GET", "/v1/nodes")
+    def nodes(self, *, stale: bool = False) -> list[dict]:
+        return self._call("GET", "/v1/nodes", query={"stale": 1 if stale else None})
 
     def cluster(self) -> dict:
         return self._call("GET", "/v1/cluster")

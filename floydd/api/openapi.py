@@ -49,7 +49,8 @@ SUBMIT = {"required": True, "content": {"application/json": {"schema": {
 
 PATHS = {
     "/v1/info": {"get": _op("This daemon: version, node, state dir, uptime")},
-    "/v1/nodes": {"get": _op("Nodes with CPUs, memory, disk, GPUs and which job holds each GPU")},
+    "/v1/nodes": {"get": _op("Nodes with CPUs, memory, disk, GPUs and which job holds each GPU; stale=1 reads "
+                             "this node's copy of the cluster state", params=_q("stale"))},
     "/v1/jobs": {"get": _op("Jobs, newest first", params=_q("project", "state")),
                  "post": _op("Submit a job", body=SUBMIT, status="201")},
     "/v1/jobs/{project}/{number}": {"get": _op("One job with metric summary and events", params=_JOB),

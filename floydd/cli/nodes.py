@@ -11,10 +11,11 @@ __all__ = ["nodes"]
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
+@click.option("--stale", is_flag=True, help="Read this node's copy instead of asking the leader (works without quorum).")
 @handle_errors
-def nodes(as_json: bool) -> None:
+def nodes(as_json: bool, stale: bool) -> None:
     """Every node with its role, health, CPUs, memory, disk and GPUs."""
-    listing = connect().nodes()
+    listing = connect().nodes(stale=stale)
     if as_json:
         echo_json(listing)
         return

@@ -65,6 +65,7 @@ def test_init_token_join_members_leave(tmp_path):
         names = wait_until(lambda: sorted(n["name"] for n in cb.nodes()) == ["box-a", "box-b"], timeout=30,
                            what="box-b to list both nodes")
         assert names
+        assert sorted(n["name"] for n in cb.nodes(stale=True)) == ["box-a", "box-b"]  # this node's copy
         members = json.loads(_floydd("members", "--state-dir", b, "--json").stdout)
         assert members["node_id"] != both["node_id"]
         _floydd("leave", "--state-dir", b, "--yes")
