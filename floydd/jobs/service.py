@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from floydd import log
+from floydd.agent.spec import check_mount_target
 from floydd.errors import Conflict, InvalidSpec, NotFound, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.jobs.spec import ENVIRONMENTS, check_project, parse_data, parse_job_key, parse_param
-from floydd.store import ObjectId
 from floydd.scheduler import NodeSnapshot, PendingJob, place, unplaceable
+from floydd.store import ObjectId
 
 __all__ = ["JobService", "FINAL_STATES", "ACTIVE_STATES"]
 
@@ -100,7 +101,13 @@ class JobService:
 
         code_path = body.get("code_path")
         code_tree = body.get("code_tree")
-        if code_tree is None:
+        if code_tree is not None:
+            try:
+                ObjectId.from_hex(str(code_tree))
+            except ValueError:
+                raise InvalidSpec(f"code_tree {code_tree!r} is not a tree id",
+                                  hint="leave it out and send code_path instead") from None
+        else:
             if not isinstance(code_path, str) or not os.path.isabs(code_path):
                 raise InvalidSpec("code_path must be an absolute path to the project folder",
                                   hint="run floyd from inside the project folder")
@@ -129,7 +136,8 @@ class JobService:
             spec = parse_data(item) if isinstance(item, str) else item
             if not isinstance(spec, dict) or "ref" not in spec or "mount" not in spec:
                 raise InvalidSpec(f"data mount {item!r} is malformed", hint="write NAME[:VERSION]:MOUNT")
-            mount = os.path.normpath(spec["mount"])
+            raw = spec["mount"]  # /etc, /proc, /code, ... are refused now, not when the job starts
+            mount = check_mount_target(os.path.normpath(raw) if isinstance(raw, str) else raw)
             if mount in seen:
                 raise InvalidSpec(f"two --data mounts at {mount}", hint="give each dataset its own mount point")
             seen.add(mount)

@@ -147,6 +147,7 @@ def test_daemon_killed_during_a_run_job_finishes_and_is_recorded_after_restart(d
 @pytest.mark.parametrize("args,needle", [
     (["run", "--data", "nope:/input", "python x.py"], "nope"),
     (["run", "--data", "mnist", "python x.py"], "NAME[:VERSION]:MOUNT"),
+    (["run", "--data", "ds:/etc", "python x.py"], "/etc"),
     (["run", ""], "command is empty"),
     (["run", "--param", "lr", "python x.py"], "KEY=VALUE"),
     (["run", "--gpu", "3", "python x.py"], "no node has 3 GPUs"),
