@@ -151,8 +151,9 @@ class Client:
     def submit(self, spec: dict) -> dict:
         return self._call("POST", "/v1/jobs", spec, timeout=None)
 
-    def jobs(self, project: str | None = None, state: str | None = None) -> list[dict]:
-        return self._call("GET", "/v1/jobs", query={"project": project, "state": state})
+    def jobs(self, project: str | None = None, state: str | None = None, *, stale: bool = False) -> list[dict]:
+        return self._call("GET", "/v1/jobs", query={"project": project, "state": state,
+                                                    "stale": "1" if stale else None})
 
     def job(self, job: str) -> dict:
         return self._call("GET", f"/v1/jobs/{_job_path(job)}")

@@ -80,6 +80,12 @@ class Config:
     """Seconds a stopped or timed-out job gets after SIGTERM before SIGKILL."""
     log_level: str = "info"
     """Daemon log level: debug, info, warning, error."""
+    cluster_heartbeat: float = 5.0
+    """Seconds between this node's heartbeats to the cluster; a node is listed as stale
+    after four missed ones."""
+    job_lost_after: float = 60.0
+    """Seconds without heartbeats from a node (that did not shut down cleanly) after which the
+    leader declares its running jobs lost and queues its not-yet-started ones again."""
 
     @property
     def socket_path(self) -> Path:

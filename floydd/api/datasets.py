@@ -1,9 +1,18 @@
-"""``/v1/datasets`` and ``/v1/store``: versioned datasets over the encrypted store."""
+"""``/v1/datasets`` and ``/v1/store``: versioned datasets over the encrypted store.
+
+On a single box the versions are this store's catalog. In a cluster
+(``app[keys.CLUSTER_DATASETS]``, a :class:`~floydd.cluster.datasets.ClusterDatasets`) they
+are the cluster's: an upload is snapshotted here and registered in the cluster; list and
+info read the cluster catalog (list shows each version's holders); clone first fetches what
+this node lacks from the holders; delete goes through the cluster. Answers keep one shape
+either way. ``/v1/store`` (verify, gc) is always this node's store.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from pathlib import Path
 
 from aiohttp import web
@@ -11,6 +20,7 @@ from aiohttp import web
 from floydd.api import keys
 from floydd.api.request import body, check_dest, ndjson, reply
 from floydd.errors import UserError
+from floydd.store.ids import ObjectId
 
 routes = web.RouteTableDef()
 
@@ -18,6 +28,9 @@ routes = web.RouteTableDef()
 @routes.get("/v1/datasets")
 async def list_datasets(request: web.Request) -> web.Response:
     store = request.app[keys.STORE]
+    cluster = _cluster(request)
+    if cluster is not None:
+        return reply(await cluster.list(request.query.get("name") or None))
     versions = await asyncio.to_thread(store.catalog.list, request.query.get("name") or None)
     return reply([v.to_dict() for v in versions])
 
@@ -28,12 +41,14 @@ async def info(request: web.Request) -> web.Response:
     ref = request.query.get("ref", "")
     if not ref:
         raise UserError("name a dataset", hint="floyd data info NAME[:VERSION]")
+    cluster = _cluster(request)
+    if cluster is not None:
+        version = await cluster.resolve(ref)
+        return reply(_describe(version, await cluster.manifest(version)))
 
     def describe() -> dict:
         version = store.catalog.resolve(ref)
-        tree = store.read_tree(version.tree)
-        entries = [{"path": e.path, "kind": e.kind, "size": e.size, "mode": e.mode} for e in tree.entries]
-        return {**version.to_dict(), "entries": entries[:1000], "truncated": len(entries) > 1000}
+        return _describe(version.to_dict(), store.read_tree(version.tree))
     return reply(await asyncio.to_thread(describe))
 
 
@@ -52,6 +67,18 @@ async def upload(request: web.Request) -> web.StreamResponse:
     if not os.path.isdir(path):
         raise UserError(f"{path} is not a folder", hint="put the file(s) in a folder and upload the folder")
     await asyncio.to_thread(store.catalog.check_name, name)
+    cluster = _cluster(request)
+    if cluster is not None:
+        idem_key = data.get("idem_key")
+        idem_key = idem_key if isinstance(idem_key, str) and idem_key else f"upload:{secrets.token_hex(16)}"
+
+        def snapshot(progress):
+            return store.snapshot_report(Path(path), progress=progress)
+
+        async def register(result) -> dict:
+            return {"result": await cluster.register(name, str(result.tree), size=result.size, files=result.files,
+                                                     message=str(message), idem_key=idem_key)}
+        return await ndjson(request, snapshot, register)
 
     def work(progress):
         return store.upload(Path(path), name, message=str(message), progress=progress)
@@ -66,6 +93,19 @@ async def clone(request: web.Request) -> web.StreamResponse:
     store = request.app[keys.STORE]
     data = await body(request)
     dest = check_dest(data.get("dest"))
+    cluster = _cluster(request)
+    if cluster is not None:
+        found = await cluster.resolve(str(data.get("ref", "")))
+        loop = asyncio.get_running_loop()
+
+        def fetch_and_restore(progress) -> None:
+            pending = cluster.ensure_local(found["tree"], found["holders"], progress=progress)
+            asyncio.run_coroutine_threadsafe(pending, loop).result()
+            store.restore(ObjectId.from_hex(found["tree"]), Path(dest), progress=progress)
+
+        async def cloned(_result) -> dict:
+            return {"result": {**found, "dest": dest}}
+        return await ndjson(request, fetch_and_restore, cloned)
     version = await asyncio.to_thread(store.catalog.resolve, str(data.get("ref", "")))
 
     async def finish(_result) -> dict:
@@ -78,10 +118,15 @@ async def delete(request: web.Request) -> web.Response:
     store = request.app[keys.STORE]
     ref = str((await body(request)).get("ref", ""))
     name, _, version = ref.partition(":")
+    cluster = _cluster(request)
     if version == "latest":
-        version = str((await asyncio.to_thread(store.catalog.resolve, ref)).version)
+        version = str((await cluster.resolve(ref))["version"] if cluster is not None else
+                      (await asyncio.to_thread(store.catalog.resolve, ref)).version)
     if version and not version.isdigit():
         raise UserError(f"{ref!r}: version must be a number", hint="floyd data delete NAME or NAME:3")
+    if cluster is not None:
+        await cluster.delete(name, int(version) if version else None)
+        return reply({"deleted": ref})
     await asyncio.to_thread(store.catalog.resolve, ref)
     await asyncio.to_thread(store.catalog.delete, name, int(version) if version else None)
     return reply({"deleted": ref})
@@ -104,3 +149,13 @@ async def gc(request: web.Request) -> web.Response:
     store = request.app[keys.STORE]
     report = await asyncio.to_thread(store.gc)
     return reply(report.to_dict())
+
+
+def _cluster(request: web.Request):
+    """The cluster's catalog (a ClusterDatasets), or None on a single box."""
+    return request.app.get(keys.CLUSTER_DATASETS)
+
+
+def _describe(version: dict, tree) -> dict:
+    entries = [{"path": e.path, "kind": e.kind, "size": e.size, "mode": e.mode} for e in tree.entries]
+    return {**version, "entries": entries[:1000], "truncated": len(entries) > 1000}

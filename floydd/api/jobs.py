@@ -9,10 +9,8 @@ from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.request import body, caller, check_dest, ndjson, reply
-from floydd.errors import NotFound, UserError
-from floydd.jobs.service import FINAL_STATES
+from floydd.errors import Unavailable, UserError
 from floydd.jobs.spec import parse_job_key
-from floydd.store import ObjectId
 
 routes = web.RouteTableDef()
 
@@ -31,31 +29,32 @@ async def submit(request: web.Request) -> web.Response:
     return reply(job, status=201)
 
 
+def _stale(request: web.Request) -> bool:
+    return request.query.get("stale") in ("1", "true", "yes")
+
+
 @routes.get("/v1/jobs")
 async def list_jobs(request: web.Request) -> web.Response:
+    """Jobs, newest first; in a cluster every node's, read through the leader unless ``stale=1``."""
     q = request.query
-    return reply(await request.app[keys.JOBS].list(q.get("project"), q.get("state")))
+    return reply(await request.app[keys.JOBS].list(q.get("project"), q.get("state"), stale=_stale(request)))
 
 
 @routes.get(_JOB)
 async def get_job(request: web.Request) -> web.Response:
     service = request.app[keys.JOBS]
     key = _key(request)
-    job = await service.get(key)
-    project, number = parse_job_key(key)
-    job["events"] = await asyncio.to_thread(service.records.events, project, number)
+    job = await service.get(key, stale=_stale(request))
+    try:
+        job["events"] = await service.events(key)
+    except Unavailable as exc:  # the node that ran it is away: the job is still worth showing
+        job["events"] = [{"ts": None, "kind": "note", "message": f"events unavailable: {exc.message}"}]
     return reply(job)
 
 
 @routes.get(_JOB + "/metrics")
 async def metrics(request: web.Request) -> web.Response:
-    project, number = parse_job_key(_key(request))
-    records = request.app[keys.RECORDS]
-    await asyncio.to_thread(records.get_job, project, number)
-    series = await asyncio.to_thread(records.metric_series, project, number)
-    samples = await asyncio.to_thread(records.system_samples, project, number)
-    return reply({"metrics": {k: [list(p) for p in v] for k, v in series.items()},
-                              "system": samples})
+    return reply(await request.app[keys.JOBS].metrics(_key(request)))
 
 
 @routes.get(_JOB + "/wait")
@@ -95,13 +94,15 @@ async def logs(request: web.Request) -> web.StreamResponse:
         offset = max(0, int(request.query.get("offset", "0")))
     except ValueError:
         raise UserError("offset must be a whole number", hint="offset=0 reads from the start") from None
-    job = await service.get(key)
+    await service.get(key)
     resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     await resp.prepare(request)
-    path = Path(job["workspace"]) / "job.log" if job.get("workspace") else None
     while True:
-        final = job["state"] in FINAL_STATES
-        chunk = await asyncio.to_thread(_read_from, path, offset) if path else b""
+        try:
+            chunk, final = await service.read_log(key, offset)
+        except Unavailable as exc:  # the node that runs it went away mid-stream: say so, end cleanly
+            await resp.write(f"\n[floydd] log unavailable: {exc.message}\n".encode())
+            break
         # while the job runs, send only whole lines; once it ended, everything
         end = len(chunk) if final else chunk.rfind(b"\n") + 1
         if end:
@@ -111,34 +112,14 @@ async def logs(request: web.Request) -> web.StreamResponse:
         if not follow or final:
             break
         await asyncio.sleep(config.tail_interval)
-        job = await service.get(key)
-        if path is None and job.get("workspace"):
-            path = Path(job["workspace"]) / "job.log"
     await resp.write_eof()
     return resp
 
 
-def _read_from(path: Path, offset: int, limit: int = 4 * 1024 * 1024) -> bytes:
-    if not path.exists():
-        return b""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(limit)
-
-
 async def _restore(request: web.Request, which: str) -> web.StreamResponse:
-    service = request.app[keys.JOBS]
     store = request.app[keys.STORE]
-    key = _key(request)
     dest = check_dest((await body(request)).get("dest"))
-    job = await service.get(key)
-    if which == "output":
-        if not job.get("output_version"):
-            hint = "it has not ended yet" if job["state"] not in FINAL_STATES else "it saved nothing to /output"
-            raise NotFound(f"job {key} has no output", hint=hint)
-        tree = (await asyncio.to_thread(store.catalog.resolve, job["output_version"])).tree
-    else:
-        tree = ObjectId.from_hex(job["code_tree"])
+    tree = await request.app[keys.JOBS].tree_for(_key(request), which)
     return await ndjson(request, lambda progress: store.restore(tree, Path(dest), progress=progress),
                         finish=_done(dest))
 

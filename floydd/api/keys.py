@@ -12,3 +12,5 @@ INVENTORY = web.AppKey("inventory", object)
 STARTED = web.AppKey("started", float)
 TCP_TOKEN = web.AppKey("tcp_token", str)
 CLUSTER = web.AppKey("cluster", object)
+CLUSTER_DATASETS = web.AppKey("cluster_datasets", object)
+"""The cluster's :class:`~floydd.cluster.datasets.ClusterDatasets`; None on a single box."""

@@ -20,6 +20,8 @@ from floydd.config import Config
 from floydd.daemon.cluster import cluster_ctx
 from floydd.daemon.inventory import InventoryState
 from floydd.errors import FloyddError, InternalError, Unauthorized, UserError
+from floydd.cluster.peerstore import fetch_tree
+from floydd.jobs.cluster import ClusterJobService
 from floydd.jobs.service import JobService
 from floydd.node import Inventory
 from floydd.records import Records
@@ -118,8 +120,13 @@ async def _jobs_ctx(app: web.Application):
                           sandbox=config.sandbox, sample_interval=config.sample_interval,
                           tail_interval=config.tail_interval, stop_grace=config.stop_grace,
                           on_finished=on_finished)
-    service = JobService(config=config, records=app[keys.RECORDS], store=app[keys.STORE],
-                         runtime=runtime, inventory_state=app[keys.INVENTORY])
+    common = dict(config=config, records=app[keys.RECORDS], store=app[keys.STORE], runtime=runtime,
+                  inventory_state=app[keys.INVENTORY])
+    if app[keys.CLUSTER] is None:
+        service = JobService(**common)
+    else:
+        service = ClusterJobService(cluster=app[keys.CLUSTER], datasets=app[keys.CLUSTER_DATASETS],
+                                    fetch_tree=fetch_tree, lost_after=config.job_lost_after, **common)
     app[keys.JOBS] = service
     await service.start()
     yield

@@ -50,8 +50,10 @@ def _num(v) -> str:
 @click.argument("job", required=False)
 @click.option("--all", "all_projects", is_flag=True, help="Jobs of every project, not only this one.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
+@click.option("--stale", is_flag=True,
+              help="In a cluster, read this node's copy instead of asking the leader (works without a quorum).")
 @handle_errors
-def status(job, all_projects, as_json) -> None:
+def status(job, all_projects, as_json, stale) -> None:
     """This project's jobs (state, duration, GPUs, latest metrics), or one JOB."""
     client = connect()
     if job:
@@ -63,7 +65,7 @@ def status(job, all_projects, as_json) -> None:
                 project = find_project()[0]
             except UserError:
                 project = None
-        jobs = client.jobs(project)
+        jobs = client.jobs(project, stale=stale)
     if as_json:
         echo_json(jobs)
         return
@@ -71,11 +73,13 @@ def status(job, all_projects, as_json) -> None:
         click.echo("no jobs yet: floyd run \"python train.py\"")
         return
     rows = []
+    many_nodes = len({j.get("node") for j in jobs if j.get("node")}) > 1  # a cluster: say where each ran
     for j in jobs:
         state = j["state"] + (f" ({j['waiting_for']})" if j["state"] == "queued" and j.get("waiting_for") else "")
         gpus = ",".join(str(g) for g in j.get("gpus") or []) or ("cpu" if not j["resources"].get("gpus") else "-")
-        rows.append([j["id"], state, _duration(j), gpus, _metrics_text(j.get("metrics") or {}), j["message"]])
-    _table(["JOB", "STATE", "DURATION", "GPUS", "METRICS", "MESSAGE"], rows)
+        where = [j.get("node") or "-"] if many_nodes else []
+        rows.append([j["id"], state, *where, _duration(j), gpus, _metrics_text(j.get("metrics") or {}), j["message"]])
+    _table(["JOB", "STATE", *(["NODE"] if many_nodes else []), "DURATION", "GPUS", "METRICS", "MESSAGE"], rows)
 
 
 @click.command()

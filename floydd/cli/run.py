@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+
 import click
 
 from floydd.cli.common import connect, echo_json, handle_errors
 from floydd.cli.jobs import follow_logs, print_final
 from floydd.cli.project import find_project, job_key
-from floydd.errors import InvalidSpec
+from floydd.errors import InvalidSpec, Unavailable
 from floydd.jobs.spec import parse_data, parse_param
 
 __all__ = ["run", "restart"]
@@ -63,10 +66,10 @@ def run(gpu, cpu, data, env, message, follow, max_runtime, params, mode, as_json
     parsed = dict(parse_param(p) for p in params)
     project, folder = find_project()
     client = connect()
-    job = client.submit({
+    job = _submit(client, {
         "project": project, "command": text, "code_path": str(folder), "gpus": gpu or 0,
         "data": [f"{m['ref']}:{m['mount']}" for m in mounts], "env": env, "message": message,
-        "max_runtime": max_runtime, "params": parsed, "mode": mode,
+        "max_runtime": max_runtime, "params": parsed, "mode": mode, "idem_key": uuid.uuid4().hex,
     })
     _announce(job, as_json)
     if follow:
@@ -101,6 +104,20 @@ def restart(job, gpu, cpu, params, command, message, max_runtime, follow, as_jso
     if follow:
         follow_logs(client, new["id"], timestamps=False)
         print_final(client.wait(new["id"]))
+
+
+def _submit(client, body: dict, attempts: int = 3) -> dict:
+    """Submit; after a timeout or a lost leader try again with the same idempotency key, so
+    the cluster makes the job at most once."""
+    for attempt in range(attempts):
+        try:
+            return client.submit(body)
+        except Unavailable as exc:
+            if attempt == attempts - 1:
+                raise
+            click.echo(f"{exc.message}; trying again ({attempt + 2}/{attempts})", err=True)
+            time.sleep(1.0 + attempt)
+    raise AssertionError("unreachable")
 
 
 def _announce(job: dict, as_json: bool) -> None:

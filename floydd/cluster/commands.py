@@ -17,8 +17,10 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     job.submit            idem_key, project, spec, origin?, user?           idem_key
     job.place             job, node, gpus (and term: fenced)                job must be queued
     job.update            job, state?, reason?, exit_code?, output_version?, same state = no-op
-                          summary?, waiting_for?, attempt?, node?
+                          summary?, waiting_for?, stop_requested?, attempt?,
+                          node?
     job.delete            job                                               NotFound on retry
+    project.reserve       project, number (later jobs are numbered above)   being a max
     dataset.add_version   name, tree, size?, files?, message?, node?,       idem_key
                           idem_key?
     dataset.delete        name, version? (None: every version)              NotFound on retry
@@ -64,9 +66,10 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "job.place": {"job": (_STR, True), "node": (_STR, True), "gpus": (_LIST, True)},
     "job.update": {"job": (_STR, True), "state": (_STR, False), "reason": (_STR, False),
                    "exit_code": (_OPT_INT, False), "output_version": (_OPT_STR, False),
-                   "summary": (_DICT, False), "waiting_for": (_STR, False), "attempt": (_INT, False),
-                   "node": (_STR, False)},
+                   "summary": (_DICT, False), "waiting_for": (_STR, False), "stop_requested": (_STR, False),
+                   "attempt": (_INT, False), "node": (_STR, False)},
     "job.delete": {"job": (_STR, True)},
+    "project.reserve": {"project": (_STR, True), "number": (_INT, True)},
     "dataset.add_version": {"name": (_STR, True), "tree": (_STR, True), "size": (_INT, False),
                             "files": (_INT, False), "message": (_STR, False), "node": (_STR, False),
                             "idem_key": (_STR, False)},

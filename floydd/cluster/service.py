@@ -239,6 +239,10 @@ class ClusterService:
         ``node`` fence the update to the current placement."""
         return await self._propose({"op": "job.update", "job": job, **fields}, timeout=timeout)
 
+    async def reserve_numbers(self, project: str, number: int, *, timeout: float | None = None) -> int:
+        """Number later jobs of ``project`` above ``number``; the project's counter after it."""
+        return await self._propose({"op": "project.reserve", "project": project, "number": number}, timeout=timeout)
+
     async def delete_job(self, job: str, *, timeout: float | None = None) -> None:
         await self._propose({"op": "job.delete", "job": job}, timeout=timeout)
 

@@ -11,7 +11,7 @@ What it holds::
     nodes      id -> address, ports, resources (GPU indices), labels, status, last heartbeat
     removed    id -> when: tombstones of nodes removed for good (their certificates refused)
     jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, summary
-    counters   project -> last job number (numbers are never reused)
+    counters   project -> last job number (numbers are never reused; project.reserve raises it)
     datasets   name -> versions (tree id, size, holders); version numbers never reused
     idem       idempotency key -> the job or dataset version it made
 
@@ -79,7 +79,8 @@ class ClusterState:
             "node.upsert": self._node_upsert, "node.health": self._node_health,
             "node.remove": self._node_remove, "job.submit": self._job_submit,
             "job.place": self._job_place, "job.update": self._job_update,
-            "job.delete": self._job_delete, "dataset.add_version": self._dataset_add,
+            "job.delete": self._job_delete, "project.reserve": self._project_reserve,
+            "dataset.add_version": self._dataset_add,
             "dataset.delete": self._dataset_delete, "dataset.holders": self._dataset_holders,
         }
 
@@ -213,7 +214,7 @@ class ClusterState:
                "spec": cmd["spec"], "state": "queued", "reason": "", "waiting_for": "",
                "created": ts, "updated": ts, "started": None, "ended": None, "node": None,
                "gpus": [], "attempts": 0, "placed_term": None, "exit_code": None,
-               "output_version": None, "summary": {}, "origin": cmd.get("origin", ""),
+               "output_version": None, "summary": {}, "stop_requested": "", "origin": cmd.get("origin", ""),
                "user": cmd.get("user", "")}
         self.counters[project] = number
         self.jobs[key] = job
@@ -272,7 +273,7 @@ class ClusterState:
                 self._active[key] = None
             else:
                 self._active.pop(key, None)
-        for name in ("reason", "exit_code", "output_version", "waiting_for"):
+        for name in ("reason", "exit_code", "output_version", "waiting_for", "stop_requested"):
             if name in cmd:
                 job[name] = cmd[name]
         if "summary" in cmd:
@@ -288,6 +289,17 @@ class ClusterState:
                            hint=f"stop it first: floyd stop {key}")
         del self.jobs[key]
         self.idem.pop(job["idem_key"], None)
+
+    def _project_reserve(self, cmd: dict, term: int) -> int:
+        """Number later jobs of a project above ``number`` (a node's own history from before
+        it joined uses the numbers up to it)."""
+        project, number = cmd["project"], cmd["number"]
+        if not _PROJECT.fullmatch(project):
+            raise InvalidName(f"{project!r} is not a valid project name")
+        if number < 0:
+            raise InvalidSpec(f"project.reserve: number {number} is negative")
+        self.counters[project] = max(self.counters.get(project, 0), number)
+        return self.counters[project]
 
     def _job(self, key: str) -> dict:
         job = self.jobs.get(key)

@@ -41,7 +41,7 @@ from floydd.errors import (Conflict, FloyddError, InternalError, InvalidSpec, No
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import client_context, peer_node_id
 
-__all__ = ["Transport", "Receiver", "RAFT_PATH", "PROPOSE_PATH", "READ_PATH", "MSGPACK"]
+__all__ = ["Transport", "Receiver", "RAFT_PATH", "PROPOSE_PATH", "READ_PATH", "MSGPACK", "error_response"]
 
 RAFT_PATH = "/cluster/v1/raft"
 PROPOSE_PATH = "/cluster/v1/propose"
@@ -226,6 +226,35 @@ class Transport:
             raise _error_from(payload, status)
         return payload.get("ok"), str(payload.get("by"))
 
+    async def fetch(self, peer: str, path: str, *, params: dict[str, str] | None = None,
+                    timeout: float | None = None) -> tuple[bytes, dict[str, str]]:
+        """GET ``path`` (a ``/cluster/v1/...`` route) from ``peer`` over mTLS, verifying its
+        node id: (body, response headers). For bulky data that never goes through raft
+        (store objects, job logs). An error payload becomes its FloyddError."""
+        if self._dropped(self.node_id, peer):
+            raise Unavailable(f"link to {peer} is cut")
+        address = self._addresses.get(peer)
+        if address is None:
+            raise Unavailable(f"no address known for node {peer}", hint="wait for the membership to settle")
+        try:
+            async with self._client().get(f"https://{address}{path}", params=params, ssl=self._ssl_peer,
+                                          server_hostname=peer,
+                                          timeout=aiohttp.ClientTimeout(total=timeout or 60.0)) as resp:
+                raw = await resp.read()
+                status, headers = resp.status, dict(resp.headers)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise Unavailable(f"node {peer} did not answer: {type(exc).__name__}: {exc}",
+                              hint="check that it is up (floyd nodes)") from exc
+        if status >= 400:
+            try:
+                payload = msgpack.unpackb(raw, raw=False)
+            except Exception:
+                payload = None
+            if isinstance(payload, dict) and "error" in payload:
+                raise _error_from(payload, status)
+            raise _BY_STATUS.get(status, InternalError)(f"node {peer} answered HTTP {status} for {path}")
+        return raw, headers
+
     # -- server side --------------------------------------------------------------------------
 
     async def _handle_raft(self, request: web.Request) -> web.Response:
@@ -334,6 +363,11 @@ def _timeout(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 300:
         return 10.0
     return float(value)
+
+
+def error_response(exc: FloyddError) -> web.Response:
+    """An error answer of a ``/cluster/v1`` route, as :meth:`Transport.fetch` reads it."""
+    return _fail(exc, exc.status)
 
 
 def _fail(exc: FloyddError, status: int, **extra: Any) -> web.Response:

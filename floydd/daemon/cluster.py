@@ -11,12 +11,17 @@ the voters first (``ClusterService.close``).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from aiohttp import web
 
 from floydd import log
 from floydd.api import keys
+from floydd.cluster.datasets import ClusterDatasets
+from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG
 from floydd.cluster.discovery import Discovery
+from floydd.jobs.cluster import peer_routes
+from floydd.cluster.peerstore import store_routes
 from floydd.cluster.service import ClusterService
 from floydd.daemon.cluster_files import guess_address, read_settings, split_address, \
     write_settings
@@ -39,6 +44,7 @@ async def cluster_ctx(app: web.Application):
     settings = await asyncio.to_thread(read_settings, config.state_dir)
     if settings is None:
         app[keys.CLUSTER] = None
+        app[keys.CLUSTER_DATASETS] = None
         yield
         return
     identity = await asyncio.to_thread(NodeIdentity.load, config.state_dir / "tls")
@@ -51,8 +57,10 @@ async def cluster_ctx(app: web.Application):
 
     def usage() -> dict:  # sent with each heartbeat: what `floyd nodes` shows on every node
         return inventory.latest.to_dict() if inventory.latest else {}
+    timing = replace(DEFAULT_CLUSTER_CONFIG, heartbeat_interval=config.cluster_heartbeat,
+                     stale_after=4 * config.cluster_heartbeat)
     service = ClusterService(identity, config.state_dir / "cluster", name=config.node_name,
-                             advertise=advertise, resources=resources, usage=usage)
+                             advertise=advertise, resources=resources, usage=usage, config=timing)
     mtls = service.create_app()
     ca_dir = config.state_dir / "ca"
     if (ca_dir / "ca.key").exists():
@@ -60,6 +68,8 @@ async def cluster_ctx(app: web.Application):
         secret_path = config.store_dir / "key"
         mtls.add_routes(join_routes(ca, token_store(config.state_dir, ca),
                                     store_secret_provider=lambda: load_or_create_secret(secret_path)))
+    mtls.add_routes(store_routes(app[keys.STORE]))   # peers fetch sealed objects (same secret)
+    mtls.add_routes(peer_routes(lambda: app.get(keys.JOBS)))  # logs, metrics, events of jobs run here
     runner = web.AppRunner(mtls, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=server_context(identity)).start()
@@ -68,6 +78,9 @@ async def cluster_ctx(app: web.Application):
     pending = settings.pending
     await service.start(bootstrap=pending == "bootstrap", join=settings.join, rejoin=pending == "join",
                         recover=pending == "recover")
+    datasets = ClusterDatasets(service, app[keys.STORE])
+    datasets.start()
+    app[keys.CLUSTER_DATASETS] = datasets
     if pending == "recover":
         log.cluster.warning("RECOVERED: this node now forms a new single-node cluster on its own; every "
                             "other node must join it again with a new token")
@@ -94,6 +107,7 @@ async def cluster_ctx(app: web.Application):
     yield
     if discovery is not None:
         await discovery.close()
+    await datasets.close()
     await service.close(leave=True)
     await runner.cleanup()
 

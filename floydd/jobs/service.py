@@ -80,6 +80,11 @@ class JobService:
     # -- submission -----------------------------------------------------------------------
 
     async def submit(self, body: dict[str, Any], *, user: str = "") -> dict:
+        project, fields = await self._prepare(body, user)
+        return await self._register(project, fields, body)
+
+    async def _prepare(self, body: dict[str, Any], user: str) -> tuple[str, dict]:
+        """Check a submission, snapshot its code and pin its data versions: the job's fields."""
         project = check_project(body.get("project", ""))
         command = body.get("command")
         if not isinstance(command, str) or not command.strip():
@@ -96,7 +101,7 @@ class JobService:
         mode = body.get("mode") or "job"
         if mode != "job":
             raise InvalidSpec(f"--mode {mode} is not supported", hint="use --mode job (the default)")
-        mounts = await asyncio.to_thread(self._resolve_data, body.get("data") or [])
+        mounts = await self._resolve_mounts(body.get("data") or [])
         self._check_placeable(gpus)
 
         code_path = body.get("code_path")
@@ -113,13 +118,16 @@ class JobService:
                                   hint="run floyd from inside the project folder")
             code_tree = await asyncio.to_thread(snapshot_code, self.store, Path(code_path),
                                                 int(self.config.max_code_mb * 1024 * 1024))
-        await asyncio.to_thread(self.records.ensure_project, project, owner=user)
-        fields = dict(command=command, params=params, code_tree=str(code_tree), data=mounts,
-                      resources={"gpus": gpus, "cpu": gpus == 0}, env=env, message=str(body.get("message") or ""),
-                      mode=mode, max_runtime=max_runtime, created=time.time(), user=user,
-                      node=self.config.node_name)
-        number = await asyncio.to_thread(self._allocate, project, fields, code_tree)
-        log.scheduler.info("submitted %s/%d: %s", project, number, command)
+        return project, dict(command=command, params=params, code_tree=str(code_tree), data=mounts,
+                             resources={"gpus": gpus, "cpu": gpus == 0}, env=env,
+                             message=str(body.get("message") or ""), mode=mode, max_runtime=max_runtime,
+                             created=time.time(), user=user, node=self.config.node_name)
+
+    async def _register(self, project: str, fields: dict, body: dict[str, Any]) -> dict:
+        """Give the prepared job its number and queue it."""
+        await asyncio.to_thread(self.records.ensure_project, project, owner=fields["user"])
+        number = await asyncio.to_thread(self._allocate, project, fields, fields["code_tree"])
+        log.scheduler.info("submitted %s/%d: %s", project, number, fields["command"])
         self.wake()
         return await self.get(f"{project}/{number}")
 
@@ -129,20 +137,14 @@ class JobService:
         self.store.catalog.pin(ObjectId.from_hex(str(code_tree)), _pin(project, number))
         return number
 
+    async def _resolve_mounts(self, items: list) -> list[dict]:
+        return await asyncio.to_thread(self._resolve_data, items)
+
     def _resolve_data(self, items: list) -> list[dict]:
-        mounts: list[dict] = []
-        seen: set[str] = set()
-        for item in items:
-            spec = parse_data(item) if isinstance(item, str) else item
-            if not isinstance(spec, dict) or "ref" not in spec or "mount" not in spec:
-                raise InvalidSpec(f"data mount {item!r} is malformed", hint="write NAME[:VERSION]:MOUNT")
-            raw = spec["mount"]  # /etc, /proc, /code, ... are refused now, not when the job starts
-            mount = check_mount_target(os.path.normpath(raw) if isinstance(raw, str) else raw)
-            if mount in seen:
-                raise InvalidSpec(f"two --data mounts at {mount}", hint="give each dataset its own mount point")
-            seen.add(mount)
+        mounts = []
+        for spec in check_mounts(items):
             version = self.store.catalog.resolve(spec["ref"])
-            mounts.append({"ref": version.ref, "tree": str(version.tree), "mount": mount})
+            mounts.append({"ref": version.ref, "tree": str(version.tree), "mount": spec["mount"]})
         return mounts
 
     def _check_placeable(self, gpus: int) -> None:
@@ -212,7 +214,8 @@ class JobService:
 
     # -- queries and actions ------------------------------------------------------------------
 
-    async def get(self, key: str) -> dict:
+    async def get(self, key: str, *, stale: bool = False) -> dict:
+        """The job with its metric summary (``stale`` matters only in a cluster)."""
         project, number = parse_job_key(key)
         return await asyncio.to_thread(self._get_full, project, number)
 
@@ -221,7 +224,7 @@ class JobService:
         job["metrics"] = self.records.metric_summary(project, number)
         return job
 
-    async def list(self, project: str | None = None, state: str | None = None) -> list[dict]:
+    async def list(self, project: str | None = None, state: str | None = None, *, stale: bool = False) -> list[dict]:
         if project is not None:
             check_project(project)
         states = [s.strip() for s in state.split(",")] if state else None
@@ -232,6 +235,34 @@ class JobService:
                 job["metrics"] = self.records.metric_summary(job["project"], job["number"])
             return jobs
         return await asyncio.to_thread(query)
+
+    async def events(self, key: str) -> list[dict]:
+        project, number = parse_job_key(key)
+        return await asyncio.to_thread(self.records.events, project, number)
+
+    async def metrics(self, key: str) -> dict:
+        """Every metric series and system sample of the job."""
+        project, number = parse_job_key(key)
+        await asyncio.to_thread(self.records.get_job, project, number)
+        series = await asyncio.to_thread(self.records.metric_series, project, number)
+        samples = await asyncio.to_thread(self.records.system_samples, project, number)
+        return {"metrics": {k: [list(p) for p in v] for k, v in series.items()}, "system": samples}
+
+    async def read_log(self, key: str, offset: int) -> tuple[bytes, bool]:
+        """Up to 4 MiB of the job's log from ``offset``, and whether the job has ended (what
+        was read then is all there will be)."""
+        job = await self.get(key)
+        final = job["state"] in FINAL_STATES
+        if not job.get("workspace"):
+            return b"", final
+        return await asyncio.to_thread(_read_from, Path(job["workspace"]) / "job.log", offset), final
+
+    async def tree_for(self, key: str, which: str) -> ObjectId:
+        """The tree of the job's ``code`` or ``output``, present in this node's store."""
+        job = await self.get(key)
+        if which == "code":
+            return ObjectId.from_hex(job["code_tree"])
+        return (await asyncio.to_thread(self.store.catalog.resolve, _output_ref(job))).tree
 
     async def stop(self, key: str, reason: str = "stopped by user") -> dict:
         project, number = parse_job_key(key)
@@ -261,8 +292,8 @@ class JobService:
                     pass
 
     async def restart(self, key: str, overrides: dict[str, Any], *, user: str = "") -> dict:
-        project, number = parse_job_key(key)
-        old = await asyncio.to_thread(self.records.get_job, project, number)
+        project, _ = parse_job_key(key)
+        old = await self.get(key)
         allowed = {"gpus", "command", "params", "message", "max_runtime", "env", "data"}
         unknown = set(overrides) - allowed
         if unknown:
@@ -289,24 +320,60 @@ class JobService:
         if job["state"] == "queued":
             await self.stop(key, "deleted")
 
-        def remove() -> None:
-            self.records.delete_job(project, number)
-            self.store.catalog.unpin(_pin(project, number))
-            if job.get("output_version"):
-                name = job["output_version"].rpartition(":")[0]
-                try:
-                    self.store.catalog.delete(name)
-                except NotFound:
-                    pass
-            ws = job.get("workspace")
-            if ws and Path(ws).is_relative_to(self.config.jobs_dir):
-                shutil.rmtree(ws, ignore_errors=True)
-        await asyncio.to_thread(remove)
+        await asyncio.to_thread(self._remove_local, job)
         return job
+
+    def _remove_local(self, job: dict) -> None:
+        """Delete what this node keeps of an ended job: record, code pin, output, workspace."""
+        project, number = job["project"], job["number"]
+        self.records.delete_job(project, number)
+        self.store.catalog.unpin(_pin(project, number))
+        if job.get("output_version"):
+            try:
+                self.store.catalog.delete(job["output_version"].rpartition(":")[0])
+            except NotFound:
+                pass
+        ws = job.get("workspace")
+        if ws and Path(ws).is_relative_to(self.config.jobs_dir):
+            shutil.rmtree(ws, ignore_errors=True)
+
+
+def check_mounts(items: list) -> list[dict]:
+    """``--data`` items (``NAME[:VER]:MOUNT`` or ``{"ref", "mount"}``) as ``{"ref", "mount"}``,
+    mount points checked now (/etc, /proc, /code... are refused at submission, not at start)."""
+    mounts: list[dict] = []
+    seen: set[str] = set()
+    for item in items:
+        spec = parse_data(item) if isinstance(item, str) else item
+        if not isinstance(spec, dict) or "ref" not in spec or "mount" not in spec:
+            raise InvalidSpec(f"data mount {item!r} is malformed", hint="write NAME[:VERSION]:MOUNT")
+        raw = spec["mount"]
+        mount = check_mount_target(os.path.normpath(raw) if isinstance(raw, str) else raw)
+        if mount in seen:
+            raise InvalidSpec(f"two --data mounts at {mount}", hint="give each dataset its own mount point")
+        seen.add(mount)
+        mounts.append({"ref": str(spec["ref"]), "mount": mount})
+    return mounts
+
+
+def _output_ref(job: dict) -> str:
+    if not job.get("output_version"):
+        hint = "it has not ended yet" if job["state"] not in FINAL_STATES else "it saved nothing to /output"
+        raise NotFound(f"job {job['id']} has no output", hint=hint)
+    return job["output_version"]
 
 
 def _pin(project: str, number: int) -> str:
     return f"job:{project}/{number}"
+
+
+def _read_from(path: Path, offset: int, limit: int = 4 * 1024 * 1024) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except FileNotFoundError:
+        return b""
 
 
 def _int(value: Any, flag: str, *, minimum: int) -> int:

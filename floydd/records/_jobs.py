@@ -59,6 +59,7 @@ COLUMNS: Mapping[str, tuple[tuple[type, ...], bool]] = {
     "user": (_STR, False),
     "waiting_for": (_STR, False),
     "latest": ((dict, type(None)), True),
+    "attempt": ((int,), False),
 }
 _JSON = frozenset(name for name, (_, as_json) in COLUMNS.items() if as_json)
 _NOT_SETTABLE = {"id": "it is 'project/number'", "project": "a job never moves",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from floydd import log
-from floydd.errors import NotFound
+from floydd.errors import Conflict, NotFound
 from floydd.records import _series
 from floydd.records._db import Connections
 from floydd.records._jobs import (
@@ -84,6 +84,26 @@ class Records:
                          f"VALUES ({', '.join('?' * len(values))})", tuple(values.values()))
         log.records.debug("allocated job %s/%d", project, number)
         return number
+
+    def insert_job(self, project: str, number: int, fields: dict) -> None:
+        """Insert a ``queued`` job under a number given by the cluster (``Conflict`` if this
+        node already has a job with that number); later local numbers follow it."""
+        check_project(project)
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise TypeError(f"job number must be a positive int, not {number!r}")
+        values = encode_fields(fields)
+        values.setdefault("created", time.time())
+        with self._db.write() as conn:
+            project_id = _ensure_project(conn, project, fields.get("user", ""))
+            if conn.execute("SELECT 1 FROM jobs WHERE project_id = ? AND number = ?",
+                            (project_id, number)).fetchone():
+                raise Conflict(f"this node already has a job {project}/{number}", code="job_exists",
+                               hint="its own history from before it joined the cluster uses that number")
+            conn.execute("UPDATE projects SET last_number = max(last_number, ?) WHERE id = ?", (number, project_id))
+            values.update(project_id=project_id, number=number, state="queued")
+            conn.execute(f"INSERT INTO jobs ({', '.join(map(_quote, values))}) "
+                         f"VALUES ({', '.join('?' * len(values))})", tuple(values.values()))
+        log.records.debug("inserted job %s/%d", project, number)
 
     def update_job(self, project: str, number: int, **fields: Any) -> None:
         """Set job fields (not ``state``: see :meth:`set_state`)."""

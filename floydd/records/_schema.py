@@ -147,6 +147,13 @@ def m002_metric_stats(db: Database) -> None:
                "GROUP BY job_id, name_id")
 
 
+@MIGRATIONS()
+def m003_cluster_attempt(db: Database) -> None:
+    """Which placement of a cluster job this record is (the cluster's ``attempts`` count when it
+    was placed here); 0 for jobs of a single box, which the cluster never numbered."""
+    db.execute("ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0")
+
+
 def configure(conn: sqlite3.Connection, *, writer: bool) -> None:
     """Set the per-connection pragmas; the writer also makes the file WAL (persistent)."""
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

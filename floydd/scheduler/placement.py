@@ -7,7 +7,8 @@ a plan against current state before committing it.
 
 Policy (``fifo``): jobs are taken in submission order. A GPU job that cannot be
 placed blocks later GPU jobs (no starvation of big jobs by a stream of small
-ones); CPU-only jobs never wait for GPUs. Among nodes that fit, the one with the
+ones); CPU-only jobs never wait for GPUs and go to the healthy node running the fewest
+jobs (counting those placed by the same plan), ties broken by name. Among nodes that fit, the one with the
 fewest free GPUs left afterwards wins (best fit keeps big holes for big jobs),
 ties broken by name; within a node the lowest free GPU indices are taken.
 """
@@ -29,6 +30,8 @@ class NodeSnapshot:
     held: dict[int, str] = field(default_factory=dict)
     """GPU index -> key of the job holding it."""
     healthy: bool = True
+    load: int = 0
+    """Jobs active on the node (CPU jobs go where the fewest run)."""
 
     @property
     def free(self) -> tuple[int, ...]:
@@ -73,12 +76,14 @@ def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
     placements: list[Placement] = []
     waiting: dict[str, str] = {}
     blocked_by: str | None = None
-    healthy = sorted(n.name for n in nodes if n.healthy)
+    load = {n.name: n.load for n in nodes if n.healthy}
 
     for job in pending:
         if job.gpus <= 0:
-            if healthy:
-                placements.append(Placement(key=job.key, node=healthy[0], gpus=()))
+            if load:
+                name = min(load, key=lambda n: (load[n], n))
+                load[name] += 1
+                placements.append(Placement(key=job.key, node=name, gpus=()))
             else:
                 waiting[job.key] = "waiting for a healthy node"
             continue
@@ -92,6 +97,7 @@ def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
             continue
         name = min(fits, key=lambda n: (len(free[n]) - job.gpus, n))
         take, free[name] = free[name][:job.gpus], free[name][job.gpus:]
+        load[name] += 1
         for g in take:
             held[name][g] = job.key
         placements.append(Placement(key=job.key, node=name, gpus=tuple(take)))

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from floydd.errors import InvalidName, NotFound, StoreError, StoreFull
+from floydd.errors import Conflict, InvalidName, NotFound, StoreError, StoreFull
 from floydd.store.ids import ObjectId
 
-__all__ = ["Catalog", "DatasetVersion", "check_name", "UPLOAD_LEASE_S"]
+__all__ = ["Catalog", "DatasetVersion", "check_name", "parse_ref", "dataset_not_found", "UPLOAD_LEASE_S"]
 
 UPLOAD_LEASE_S = 24 * 3600
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -80,14 +80,33 @@ class Catalog:
 
     # -- versions -----------------------------------------------------------------------
 
-    def add_version(self, name: str, tree: ObjectId, message: str = "") -> DatasetVersion:
+    def add_version(self, name: str, tree: ObjectId, message: str = "", *,
+                    number: int | None = None) -> DatasetVersion:
+        """Add ``tree`` as the next version of ``name``; or, with ``number``, as version
+        ``number`` (a version the cluster numbered, mirrored here): adding the same tree under
+        the same number again is a no-op, another tree under a taken number is ``Conflict``."""
         check_name(name)
         size, files = self._stats(tree)  # reads and validates the tree: it must exist
         now = time.time()
         with self._lock, _tx(self._db):
             row = self._db.execute("SELECT next FROM datasets WHERE name = ?", (name,)).fetchone()
-            number = row[0] if row else 1
-            self._db.execute("INSERT OR REPLACE INTO datasets (name, next) VALUES (?, ?)", (name, number + 1))
+            following = row[0] if row else 1
+            if number is None:
+                number = following
+            elif isinstance(number, bool) or not isinstance(number, int) or number < 1:
+                raise InvalidName(f"{number!r:.40} is not a version number", hint="versions count 1, 2, …")
+            else:
+                taken = self._db.execute(f"SELECT {_COLS} FROM versions WHERE name = ? AND version = ?",
+                                         (name, number)).fetchone()
+                if taken is not None:
+                    if taken[2] != tree.hex:
+                        raise Conflict(f"{name}:{number} is another tree in this node's catalog",
+                                       hint="a dataset of this name was made here before the node joined "
+                                            "the cluster; rename one of them")
+                    self._db.execute("DELETE FROM pins WHERE tree = ? AND holder LIKE 'upload:%'", (tree.hex,))
+                    return _version(taken)
+            self._db.execute("INSERT OR REPLACE INTO datasets (name, next) VALUES (?, ?)",
+                             (name, max(following, number + 1)))
             self._db.execute("INSERT INTO versions (name, version, tree, created, size, files, message) "
                              "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, number, tree.hex, now, size, files, message))
             self._db.execute("DELETE FROM pins WHERE tree = ? AND holder LIKE 'upload:%'", (tree.hex,))
@@ -95,7 +114,7 @@ class Catalog:
                               message=message)
 
     def resolve(self, ref: str) -> DatasetVersion:
-        name, number = _parse_ref(ref)
+        name, number = parse_ref(ref)
         with self._lock:
             if number is None:
                 row = self._db.execute(f"SELECT {_COLS} FROM versions WHERE name = ? "
@@ -166,14 +185,19 @@ class Catalog:
         with self._lock:
             versions = [r[0] for r in self._db.execute(
                 "SELECT version FROM versions WHERE name = ? ORDER BY version", (name,))]
-        if versions:
-            shown = ", ".join(f"{name}:{v}" for v in versions[-10:])
-            return NotFound(f"dataset {name} has no version {number}", code="dataset_not_found",
-                            hint=f"versions of {name}: {shown}")
-        names = self.names()
-        hint = ("datasets here: " + ", ".join(names[:20]) + (" …" if len(names) > 20 else "")) if names \
-            else "there are no datasets yet; upload one with `floyd data upload`"
-        return NotFound(f"there is no dataset {name}", code="dataset_not_found", hint=hint)
+        return dataset_not_found(name, number, versions, [] if versions else self.names())
+
+
+def dataset_not_found(name: str, number: int | None, versions: list[int], names: list[str]) -> NotFound:
+    """``NotFound`` for ``name[:number]`` whose hint lists the ``versions`` of ``name`` there
+    are, or else the dataset ``names`` there are."""
+    if versions:
+        shown = ", ".join(f"{name}:{v}" for v in sorted(versions)[-10:])
+        return NotFound(f"dataset {name} has no version {number}", code="dataset_not_found",
+                        hint=f"versions of {name}: {shown}")
+    hint = ("datasets here: " + ", ".join(names[:20]) + (" …" if len(names) > 20 else "")) if names \
+        else "there are no datasets yet; upload one with `floyd data upload`"
+    return NotFound(f"there is no dataset {name}", code="dataset_not_found", hint=hint)
 
 
 _COLS = "name, version, tree, created, size, files, message"
@@ -189,7 +213,8 @@ CREATE TABLE IF NOT EXISTS pins (holder TEXT PRIMARY KEY, tree TEXT NOT NULL, ex
 """
 
 
-def _parse_ref(ref: object) -> tuple[str, int | None]:
+def parse_ref(ref: object) -> tuple[str, int | None]:
+    """``NAME``, ``NAME:N`` or ``NAME:latest`` -> (name, N or None for the latest)."""
     if not isinstance(ref, str):
         raise InvalidName(f"{ref!r:.80} is not a dataset reference", hint="write NAME, NAME:N or NAME:latest")
     name, sep, number = ref.partition(":")

@@ -16,8 +16,9 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from floydd.errors import FloyddError, IntegrityError
 from floydd.store import maintenance
@@ -128,6 +129,30 @@ class Store:
         """(bytes in files, number of files) of a tree."""
         tree = self.read_tree(tree_id)
         return tree.size, tree.files
+
+    # -- objects from and for peer nodes (floydd.cluster.peerstore) ---------------------
+
+    def load_sealed(self, oid: ObjectId) -> bytes:
+        """Object ``oid`` exactly as stored (sealed), for a peer that shares the secret; ``NotFound``."""
+        return self.backend.load(oid)
+
+    def save_sealed(self, oid: ObjectId, sealed: bytes) -> bytes:
+        """Store bytes a peer sent as object ``oid``; returns the plaintext. They are opened
+        (authenticated, decrypted, re-hashed: ``IntegrityError`` before anything is written),
+        then saved as a snapshot saves: write, read back, check, fsync, name, commit."""
+        plain = self._keys.open(oid, sealed)
+        if not self.backend.has(oid):
+            with self._lock.shared(), self.backend.batch() as batch:
+                batch.save(oid, sealed, lambda stored: self._keys.check(oid, stored, bytearray(len(plain))))
+                batch.commit()
+        return plain
+
+    @contextmanager
+    def holding(self, timeout: float = 600.0) -> Iterator[None]:
+        """Hold the store's shared lock (gc waits): a fetch from peers holds it from its first
+        ``has()`` until its tree is pinned, as a snapshot does."""
+        with self._lock.shared(timeout):
+            yield
 
     # -- maintenance --------------------------------------------------------------------
 

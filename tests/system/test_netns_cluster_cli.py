@@ -12,6 +12,9 @@ import time
 
 import pytest
 
+from floydd.client import Client
+from floydd.config import socket_path_for
+from floydd.errors import Unavailable
 from tests.conftest import wait_until
 from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
 
@@ -73,3 +76,51 @@ def test_three_boxes_form_a_cluster_and_survive_the_leader_being_killed(netns, t
     print(f"joined box listed by all after {listed_by_all:.2f}s; failover after kill -9: {failover:.2f}s; "
           f"roles at start {roles}")
     assert failover < 5  # the figure (median < 1 s) is measured by bench/cluster_failover.py
+
+
+def test_jobs_submitted_through_every_box_while_the_leader_is_killed_exist_exactly_once(netns, tmp_path):
+    """The issue's check with real daemons: 60 submissions through the three boxes' own APIs
+    (unix sockets: files, not namespaced), the leader killed with SIGKILL after the 20th;
+    a client retries an unanswered submission elsewhere with the same idempotency key."""
+    net = netns(3)
+    daemons = _form(net, tmp_path)
+    wait_until(lambda: sorted(m["role"] for m in _members(*daemons[0][:2])["members"]) == ["voter"] * 3,
+               timeout=60, what="three voters")
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print('hello')\n")
+    clients = [Client(socket_path_for(state), timeout=30) for _h, state, _d, _t in daemons]
+    leader_id = next(m["id"] for m in _members(*daemons[0][:2])["members"] if m["leader"])
+    victim = next(i for i, d in enumerate(daemons)
+                  if json.loads(_floydd(d[0], d[1], "members", "--json").stdout)["node_id"] == leader_id)
+    acked: dict[str, str] = {}
+    retried = 0
+    for i in range(60):
+        if i == 20:
+            daemons[victim][2].kill9()
+        body = {"project": "netns", "command": "python train.py", "code_path": str(project), "gpus": 0,
+                "idem_key": f"netns-submission-{i:03d}"}
+        for attempt in range(30):
+            client = clients[(i + attempt) % 3]
+            try:
+                acked[body["idem_key"]] = client.submit(body)["id"]
+                break
+            except Unavailable:
+                retried += 1
+                time.sleep(0.2)
+        else:
+            raise AssertionError(f"submission {i} was never acknowledged")
+    survivor = clients[(victim + 1) % 3]
+    jobs = wait_until(lambda: _listing(survivor), timeout=30, what="a listing through the new leader")
+    numbers = sorted(j["number"] for j in jobs)
+    assert len(set(acked.values())) == 60, "two submissions were acknowledged as the same job"
+    assert {j["id"] for j in jobs} == set(acked.values())
+    assert numbers == list(range(1, 61)), f"a retry made a second job or a number was skipped: {numbers}"
+    print(f"60 jobs through 3 boxes, leader killed after 20: {retried} retries, no duplicates")
+
+
+def _listing(client):
+    try:
+        return client.jobs("netns")
+    except Unavailable:
+        return None

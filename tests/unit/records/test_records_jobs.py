@@ -15,7 +15,8 @@ from floydd.records import FINAL_STATES, STATES, TRANSITIONS, Records
 
 JOB_KEYS = {"id", "project", "number", "state", "reason", "command", "params", "code_tree", "data",
             "resources", "gpus", "env", "message", "mode", "max_runtime", "created", "started", "ended",
-            "exit_code", "output_version", "node", "workspace", "agent_pid", "user", "waiting_for", "latest"}
+            "exit_code", "output_version", "node", "workspace", "agent_pid", "user", "waiting_for", "latest",
+            "attempt"}
 
 
 def test_new_job_has_every_column_decoded(records):
@@ -193,3 +194,14 @@ def test_public_surface_is_pinned():
 
     assert sorted(floydd.records.__all__) == ["FINAL_STATES", "MIGRATIONS", "Records", "STATES", "TRANSITIONS"]
     assert FINAL_STATES == {s for s in STATES if not TRANSITIONS[s]}
+
+
+def test_insert_job_takes_the_clusters_number_and_local_numbers_follow(records):
+    records.insert_job("mnist", 7, {"command": "python train.py", "attempt": 2})
+    job = records.get_job("mnist", 7)
+    assert job["state"] == "queued" and job["attempt"] == 2
+    with pytest.raises(Conflict):
+        records.insert_job("mnist", 7, {"command": "again", "attempt": 3})
+    assert records.allocate_job("mnist", {"command": "local"}) == 8  # never reuses a cluster number
+    records.insert_job("mnist", 3, {"command": "late"})               # a lower number still fits
+    assert records.allocate_job("mnist", {"command": "local"}) == 9

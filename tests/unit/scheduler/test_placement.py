@@ -51,3 +51,10 @@ def test_never_double_books_a_gpu(wants, ngpus, held):
     for p in plan.placements:
         assert len(p.gpus) == wants[int(p.key.split("/")[1])]
     assert len(plan.placements) + len(plan.waiting) == len(wants)
+
+
+def test_cpu_jobs_spread_over_the_least_loaded_nodes():
+    nodes = [NodeSnapshot(name="a", load=2), NodeSnapshot(name="b", load=0), NodeSnapshot(name="c", load=1),
+             NodeSnapshot(name="d", load=0, healthy=False)]
+    plan = place(nodes, [PendingJob(key=f"p/{i}") for i in range(1, 5)])
+    assert [p.node for p in plan.placements] == ["b", "b", "c", "a"]

@@ -1,0 +1,316 @@
+"""The cluster's dataset catalog, and keeping every version on R nodes (DESIGN §5 "Store").
+
+The replicated state (:mod:`floydd.cluster.state`) numbers the versions and says which
+nodes hold each one; the bytes stay in each node's own store and move between nodes with
+:mod:`floydd.cluster.peerstore`. Each node also mirrors the versions it holds into its local
+:class:`~floydd.store.catalog.Catalog` under the same number, so the local catalog stays
+this node's gc roots and ``NAME:N`` means the same tree on every node.
+
+Replication, driven by committed entries only (``on_apply``), so every node takes the same
+decision at the same log index::
+
+    dataset.add_version / dataset.holders / node.remove / node.upsert / a node's status
+    change / a restored snapshot / start
+        -> for each version touched: live holders (holders still in the node table) < R?
+           -> targets = up nodes not holding it, ordered by sha256(node id + tree), the
+              first R - live; a node that finds itself among them fetches the tree from the
+              holders (then any node), mirrors the version, then proposes
+              dataset.holders(holds=True)
+    dataset.delete -> every node drops its mirror (gc gives the space back later)
+
+A replication task looks at the state again before each step, and a tree already complete
+here is not fetched again, so entries replayed after a restart cost no transfer. A failed
+fetch is retried with backoff a few times, and again on the next entry that touches the
+version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from typing import Any, Callable, Iterable
+
+from floydd import log
+from floydd.cluster.driver import Applied
+from floydd.cluster.peerstore import fetch_manifest, fetch_tree
+from floydd.errors import Conflict, FloyddError, NotFound
+from floydd.store.catalog import check_name, dataset_not_found, parse_ref
+from floydd.store.ids import ObjectId
+from floydd.store.store import Store
+from floydd.store.tree import Tree
+
+__all__ = ["ClusterDatasets", "choose_replicas", "DEFAULT_REPLICAS"]
+
+DEFAULT_REPLICAS = 2
+_PUBLIC = ("name", "version", "ref", "tree", "created", "size", "files", "message", "holders")
+
+_log = log.cluster.getChild("datasets")
+
+
+def choose_replicas(nodes: dict[str, dict], version: dict, replicas: int) -> list[str]:
+    """The nodes that should fetch ``version`` so it is kept on ``replicas`` nodes: up nodes not
+    holding it, ordered by sha256(node id + tree), as many as are missing. Pure: every node
+    computes the same list from the same committed state."""
+    live = [h for h in version["holders"] if h in nodes]
+    wanted = replicas - len(live)
+    if wanted <= 0:
+        return []
+    candidates = [nid for nid, n in nodes.items() if n.get("status") == "up" and nid not in version["holders"]]
+    candidates.sort(key=lambda nid: hashlib.sha256(f"{nid}{version['tree']}".encode()).digest())
+    return candidates[:wanted]
+
+
+class ClusterDatasets:
+    """One node's view of the cluster catalog; ``start()`` after the cluster service started."""
+
+    def __init__(self, cluster: Any, store: Store, *, replicas: int = DEFAULT_REPLICAS,
+                 retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6) -> None:
+        self.cluster = cluster
+        self.store = store
+        self.replicas = replicas
+        self._retry, self._attempts = retry, attempts
+        self._replicating: dict[tuple[str, int], asyncio.Task] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._catalog_lock = asyncio.Lock()     # mirrors and drops of the local catalog, in order
+        self._statuses: dict[str, str] = {}
+        self._closed = False
+
+    @property
+    def node_id(self) -> str:
+        return self.cluster.node_id
+
+    def start(self) -> None:
+        """Follow committed entries from now on, and catch up with the state as it is."""
+        self.cluster.on_apply(self._on_apply)
+        self._scan(repair=True)
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [*self._tasks, *self._replicating.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- reading the catalog ------------------------------------------------------------------
+
+    async def list(self, name: str | None = None) -> list[dict]:
+        """Every version (of ``name``), by name and number, with its holders (read through the leader)."""
+        if name is not None:
+            check_name(name)
+        versions = [v for v in await self.cluster.datasets() if name is None or v["name"] == name]
+        return [_public(v) for v in sorted(versions, key=lambda v: (v["name"], v["version"]))]
+
+    async def resolve(self, ref: str) -> dict:
+        """``NAME``, ``NAME:N`` or ``NAME:latest`` -> the version (name, version, ref, tree,
+        holders, size, files, message, created). ``NotFound`` lists what exists;
+        ``Unavailable`` without a leader."""
+        name, number = parse_ref(ref)
+        everything = await self.cluster.datasets()
+        versions = {v["version"]: v for v in everything if v["name"] == name}
+        if versions:
+            found = versions.get(max(versions) if number is None else number)
+            if found is not None:
+                return _public(found)
+        raise dataset_not_found(name, number, list(versions), sorted({v["name"] for v in everything}))
+
+    async def manifest(self, version: dict) -> Tree:
+        """The file list of ``version``, fetching only its manifest when the tree is not here."""
+        return await fetch_manifest(self.store, version["tree"], self._sources(version["holders"]),
+                                    self.cluster.transport)
+
+    # -- moving data ---------------------------------------------------------------------------
+
+    async def ensure_local(self, tree: str, holders: list[str], *,
+                           progress: Callable[[int, int], object] | None = None) -> int:
+        """Make ``tree`` complete in this node's store, fetching what is missing from its
+        ``holders`` first, then from any other node; bytes fetched (0: all was here)."""
+        return await fetch_tree(self.store, tree, self._sources(holders), self.cluster.transport,
+                                progress=progress)
+
+    async def register(self, name: str, tree: str, *, size: int, files: int, message: str = "",
+                       idem_key: str | None = None) -> dict:
+        """Commit ``tree`` (stored here) as the next version of ``name``, held by this node,
+        and mirror it into the local catalog under the cluster's number. The same
+        ``idem_key`` always gives the same version."""
+        check_name(name)
+        version = await self.cluster.add_dataset_version(name, tree, idem_key=idem_key, size=size, files=files,
+                                                         message=message)
+        await self._mirror(version, committed=True)
+        _log.info("[%s] registered %s (tree %s)", self.node_id, version["ref"], tree[:12])
+        return _public(version)
+
+    async def delete(self, name: str, version: int | None = None) -> int:
+        """Delete one version or the whole dataset, on every node; how many versions went."""
+        ref = name if version is None else f"{name}:{version}"
+        await self.resolve(ref)         # NotFound with the versions there are
+        gone = len([v for v in await self.cluster.datasets() if v["name"] == name]) if version is None else 1
+        await self._propose({"op": "dataset.delete", "name": name, "version": version})
+        return gone
+
+    # -- following the log ---------------------------------------------------------------------
+
+    def _on_apply(self, event: Applied) -> None:
+        if self._closed:
+            return
+        if event.restored:
+            self._scan(repair=True)
+            return
+        cmd = event.command
+        if cmd is None or event.error is not None:
+            return
+        op = cmd["op"]
+        if op == "dataset.add_version":
+            self._check(event.result["name"], event.result["version"])
+        elif op == "dataset.holders":
+            self._check(cmd["name"], cmd["version"])
+        elif op == "dataset.delete":
+            self._dropped(cmd["name"], cmd.get("version"))
+        elif op in ("node.remove", "node.upsert"):
+            self._scan()
+        elif op == "node.health" and self._statuses.get(cmd["id"]) != cmd["status"]:
+            self._scan()
+
+    def _scan(self, *, repair: bool = False) -> None:
+        """Check every version; ``repair`` also re-mirrors versions this node holds (after a
+        restart or a restored snapshot the local catalog may lag behind the state)."""
+        state = self.cluster.state
+        self._statuses = {nid: n.get("status", "") for nid, n in state.nodes.items()}
+        for name, dataset in state.datasets.items():
+            for version in dataset["versions"].values():
+                if repair and self.node_id in version["holders"]:
+                    self._replicate_soon(name, version["version"])
+                else:
+                    self._check(name, version["version"])
+        if repair:
+            self._spawn(self._forget_deleted(), f"datasets-forget-{self.node_id[:6]}")
+
+    def _check(self, name: str, number: int) -> None:
+        version = self._version(name, number)
+        if version is not None and self.node_id in choose_replicas(self.cluster.state.nodes, version,
+                                                                   self.replicas):
+            self._replicate_soon(name, number)
+
+    def _replicate_soon(self, name: str, number: int) -> None:
+        key = (name, number)
+        if key in self._replicating or self._closed:
+            return
+        task = asyncio.create_task(self._replicate(name, number), name=f"datasets-replicate-{name}:{number}")
+        self._replicating[key] = task
+        task.add_done_callback(lambda t: self._replicating.pop(key, None) if self._replicating.get(key) is t
+                               else None)
+
+    async def _replicate(self, name: str, number: int) -> None:
+        """Fetch, mirror, then tell the cluster this node holds it (each step re-checked)."""
+        delay = self._retry[0]
+        for attempt in range(1, self._attempts + 1):
+            version = self._version(name, number)
+            if version is None:
+                return
+            holder = self.node_id in version["holders"]
+            if not holder and self.node_id not in choose_replicas(self.cluster.state.nodes, version,
+                                                                  self.replicas):
+                return
+            try:
+                fetched = 0
+                if not await asyncio.to_thread(self._mirrored, version):   # else fetched before a restart
+                    fetched = await self.ensure_local(version["tree"], version["holders"])
+                    if not await self._mirror(version):
+                        return
+                if not holder:
+                    await self._propose({"op": "dataset.holders", "name": name, "version": number,
+                                         "node": self.node_id, "holds": True})
+                    _log.info("[%s] now holds %s:%d (%d bytes fetched)", self.node_id, name, number, fetched)
+                return
+            except FloyddError as exc:
+                _log.warning("[%s] keeping a copy of %s:%d failed (attempt %d of %d): %s", self.node_id,
+                             name, number, attempt, self._attempts, exc)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, self._retry[1])
+
+    async def _mirror(self, version: dict, *, committed: bool = False) -> bool:
+        """Add ``version`` to the local catalog (idempotent); False if the cluster deleted it
+        meanwhile. A local version of the same name and number but another tree (made before
+        this node joined) is left alone and the tree is pinned instead."""
+        name, number, tree = version["name"], version["version"], ObjectId.from_hex(version["tree"])
+        async with self._catalog_lock:
+            if not committed and self._version(name, number) is None:
+                return False
+            try:
+                await asyncio.to_thread(self.store.catalog.add_version, name, tree, version.get("message", ""),
+                                        number=number)
+            except Conflict as exc:
+                _log.warning("[%s] %s; pinning the cluster's %s:%d instead", self.node_id, exc, name, number)
+                await asyncio.to_thread(self.store.catalog.pin, tree, _pin(name, number))
+        return True
+
+    def _dropped(self, name: str, number: int | None) -> None:
+        for key, task in list(self._replicating.items()):
+            if key[0] == name and (number is None or key[1] == number):
+                task.cancel()
+        numbers = [number] if number is not None else \
+            list(range(1, self.cluster.state.datasets.get(name, {}).get("next", 1)))
+        self._spawn(self._drop_local(name, numbers, whole=number is None), f"datasets-drop-{name}")
+
+    async def _drop_local(self, name: str, numbers: list[int], *, whole: bool = False) -> None:
+        catalog = self.store.catalog
+
+        def drop() -> None:
+            try:
+                catalog.delete(name, None if whole else numbers[0])
+            except NotFound:
+                pass
+            for n in numbers:
+                catalog.unpin(_pin(name, n))
+        async with self._catalog_lock:
+            await asyncio.to_thread(drop)
+        _log.info("[%s] dropped the local copy of %s%s", self.node_id, name, "" if whole else f":{numbers[0]}")
+
+    async def _forget_deleted(self) -> None:
+        """Drop local versions that the cluster numbered and has deleted since (this node was
+        away, and the log entries were compacted into a snapshot)."""
+        datasets = self.cluster.state.datasets
+        async with self._catalog_lock:
+            local = await asyncio.to_thread(self.store.catalog.list)
+            gone = [v for v in local if v.version < datasets.get(v.name, {}).get("next", 1)
+                    and str(v.version) not in datasets[v.name]["versions"]]
+            for v in gone:
+                await asyncio.to_thread(self.store.catalog.delete, v.name, v.version)
+                _log.info("[%s] dropped %s: deleted in the cluster while this node was away", self.node_id, v.ref)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _version(self, name: str, number: int) -> dict | None:
+        return self.cluster.state.datasets.get(name, {}).get("versions", {}).get(str(number))
+
+    def _mirrored(self, version: dict) -> bool:
+        """Whether the local catalog has ``version`` (so its tree was complete here)."""
+        try:
+            return str(self.store.catalog.resolve(version["ref"]).tree) == version["tree"]
+        except NotFound:
+            return False
+
+    def _sources(self, holders: Iterable[str]) -> list[str]:
+        """Holders first, then up nodes, then the rest; never this node."""
+        nodes = self.cluster.state.nodes
+        rest = sorted(nodes, key=lambda nid: nodes[nid].get("status") != "up")
+        return [nid for nid in dict.fromkeys([*holders, *rest]) if nid != self.node_id]
+
+    async def _propose(self, cmd: dict) -> Any:
+        return await self.cluster.driver.propose({**cmd, "ts": time.time()})
+
+    def _spawn(self, coro, name: str) -> None:
+        if self._closed:
+            coro.close()
+            return
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _public(version: dict) -> dict:
+    return {k: version[k] for k in _PUBLIC if k in version}
+
+
+def _pin(name: str, number: int) -> str:
+    return f"cluster:{name}:{number}"

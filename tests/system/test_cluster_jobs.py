@@ -1,0 +1,121 @@
+"""Jobs across boxes: two real daemons on loopback forming a cluster, driven by the real CLI.
+
+box-a has no GPU, box-b one (fake, dev option): a GPU job submitted on box-a must be placed
+on box-b by the leader, run there with the code box-a snapshotted (fetched over mTLS), and
+be fully visible from box-a: state, metrics summary, logs, output files; a stop given on
+box-a reaches the job running on box-b.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.system.conftest import Daemon, _kill_agents
+
+TRAIN = """\
+import json, os, socket
+print("training on", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
+for step in range(3):
+    print(json.dumps({"metric": "loss", "value": 1.0 / (step + 1), "step": step}), flush=True)
+with open(os.path.join(os.environ["FLOYD_OUTPUT"], "model.txt"), "w") as f:
+    f.write("weights")
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _floydd(env, *args):
+    res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *map(str, args)], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 0, f"floydd {args} failed: {res.stdout}{res.stderr}"
+    return res.stdout
+
+
+def _box(tmp_path, name: str) -> Daemon:
+    state, project = tmp_path / name / "state", tmp_path / name / "proj"
+    project.mkdir(parents=True)
+    env = {**os.environ, "FLOYDD_STATE_DIR": str(state), "FLOYDD_NODE_NAME": name, "FLOYDD_TAIL_INTERVAL": "0.05",
+           "FLOYDD_SAMPLE_INTERVAL": "0.5", "FLOYDD_STOP_GRACE": "2", "FLOYDD_CLUSTER_HEARTBEAT": "0.5",
+           "PYTHONUNBUFFERED": "1"}
+    env.pop("FLOYD_HOST", None)
+    return Daemon(state=state, env=env, project=project)
+
+
+@pytest.fixture
+def two_boxes(tmp_path):
+    a, b = _box(tmp_path, "box-a"), _box(tmp_path, "box-b")
+    pa, pb = _port(), _port()
+    _floydd(a.env, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}")
+    a.start("--dev-fake-gpus", "0")
+    token = _floydd(a.env, "token", "create").strip()
+    _floydd(b.env, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}")
+    b.start("--dev-fake-gpus", "1")
+    for box in (a, b):
+        wait_until(lambda box=box: len(box.floyd_json("nodes")) == 2, timeout=60, what="both nodes listed")
+    a.floyd("init", "proj")
+    (a.project / "train.py").write_text(TRAIN)
+    yield a, b
+    for box in (a, b):
+        if box.proc and box.proc.poll() is None:
+            box.proc.send_signal(signal.SIGTERM)
+            try:
+                box.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                box.kill()
+        _kill_agents(box.state)
+
+
+def _status(box: Daemon, key: str) -> dict:
+    return box.floyd_json("status", key)[0]
+
+
+def _final(box: Daemon, key: str, timeout: float = 90) -> dict:
+    return wait_until(lambda: (j := _status(box, key))["state"] in ("success", "failed", "stopped", "lost",
+                                                                    "timeout") and j,
+                      timeout=timeout, what=f"{key} to end")
+
+
+def test_a_gpu_job_submitted_on_one_box_runs_on_the_box_with_the_gpu(two_boxes, tmp_path):
+    a, b = two_boxes
+    job = json.loads(a.floyd("run", "--gpu", "--json", "python train.py").stdout)
+    key = job["id"]
+    done = _final(a, key)
+    assert done["state"] == "success", done
+    assert done["node"] == "box-b" and done["gpus"] == [0]
+    assert done["metrics"]["loss"]["last"] == pytest.approx(1 / 3)       # the summary reached box-a
+    logs = a.floyd("logs", key).stdout
+    assert "training on 0" in logs                                      # read from box-b over mTLS
+    assert _status(b, key)["state"] == "success"                        # one job, seen alike from both
+    dest = tmp_path / "fetched"
+    a.floyd("output", key, str(dest))
+    assert (dest / "model.txt").read_text() == "weights"                # box-b's /output, fetched to box-a
+    info = json.loads(a.floyd("info", key, "--json").stdout)
+    assert any("running" in e["message"] for e in info["events"])       # box-b's events, read from box-a
+
+
+def test_cpu_jobs_spread_and_a_stop_reaches_the_other_box(two_boxes):
+    a, b = two_boxes
+    (a.project / "wait.py").write_text("import time\nprint('waiting', flush=True)\ntime.sleep(300)\n")
+    first = json.loads(a.floyd("run", "--json", "python wait.py").stdout)["id"]
+    wait_until(lambda: _status(a, first)["state"] == "running", timeout=60, what=f"{first} to run")
+    second = json.loads(a.floyd("run", "--json", "python wait.py").stdout)["id"]
+    wait_until(lambda: _status(a, second)["state"] == "running", timeout=60, what=f"{second} to run")
+    assert {_status(a, first)["node"], _status(a, second)["node"]} == {"box-a", "box-b"}
+    remote = first if _status(a, first)["node"] == "box-b" else second
+    wait_until(lambda: "waiting" in a.floyd("logs", remote).stdout, timeout=30, what="the remote log")
+    a.floyd("stop", remote)
+    assert _final(a, remote)["state"] == "stopped"
+    listed = {j["id"]: j["state"] for j in b.floyd_json("status")}
+    assert listed[remote] == "stopped" and first in listed and second in listed

@@ -1,0 +1,107 @@
+"""The leader's half of ClusterJobService against a real ClusterState (no raft, no I/O):
+placement over every node, reasons for waiting jobs, giving up on silent nodes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from floydd.cluster.state import ClusterState
+from floydd.jobs.cluster import ClusterJobService
+
+
+class FakeCluster:
+    """Commits every command at once, in term 1, on one ClusterState."""
+
+    node_id, name, is_leader = "n1", "box-a", True
+
+    def __init__(self) -> None:
+        self.state = ClusterState()
+        self.config = SimpleNamespace(stale_after=20.0)
+        self.now = 1000.0
+        self._index = 0
+
+    def on_apply(self, callback) -> None:
+        pass
+
+    def apply(self, cmd: dict):
+        self._index += 1
+        return self.state.apply({"ts": self.now, **cmd}, index=self._index, term=1)
+
+    async def place(self, job, node, gpus, *, timeout=None):
+        return self.apply({"op": "job.place", "job": job, "node": node, "gpus": list(gpus), "term": 1})
+
+    async def update_job(self, job, *, timeout=None, **fields):
+        return self.apply({"op": "job.update", "job": job, **fields})
+
+    def node(self, nid: str, name: str, gpus=()) -> None:
+        self.apply({"op": "node.upsert", "id": nid, "name": name, "address": "127.0.0.1", "cluster_port": 1,
+                    "resources": {"gpus": list(gpus)}})
+
+    def submit(self, gpus: int) -> str:
+        spec = {"command": "python train.py", "resources": {"gpus": gpus}, "code_tree": "ab" * 32}
+        return self.apply({"op": "job.submit", "idem_key": f"k{self._index}", "project": "p", "spec": spec})["id"]
+
+
+def _service(cluster: FakeCluster, lost_after: float = 60.0) -> ClusterJobService:
+    config = SimpleNamespace(node_name="box-a", stop_grace=1.0)
+    return ClusterJobService(cluster=cluster, lost_after=lost_after, clock=lambda: cluster.now, config=config,
+                             records=None, store=None, runtime=None, inventory_state=None)
+
+
+async def test_the_leader_places_over_every_node_and_says_why_the_rest_waits():
+    cluster = FakeCluster()
+    cluster.node("n1", "box-a")
+    cluster.node("n2", "box-b", gpus=[0, 1])
+    big, cpu, small = cluster.submit(2), cluster.submit(0), cluster.submit(1)
+    await _service(cluster)._lead_once()
+    jobs = cluster.state.jobs
+    assert (jobs[big]["state"], jobs[big]["node"], jobs[big]["gpus"]) == ("starting", "n2", [0, 1])
+    assert (jobs[cpu]["state"], jobs[cpu]["node"]) == ("starting", "n1")     # the less loaded node
+    assert jobs[small]["state"] == "queued"
+    assert "box-b has 0 free (held by p/1)" in jobs[small]["waiting_for"]
+    assert jobs[big]["placed_term"] == 1                                      # fenced by the leader's term
+
+
+async def test_a_silent_node_loses_its_running_jobs_and_its_starting_ones_are_placed_again():
+    cluster = FakeCluster()
+    cluster.node("n1", "box-a", gpus=[0])
+    cluster.node("n2", "box-b", gpus=[0])
+    running, starting = cluster.submit(1), cluster.submit(1)
+    service = _service(cluster, lost_after=60.0)
+    await cluster.place(running, "n2", [0])
+    await cluster.update_job(running, state="running", attempt=1, node="n2")
+    await cluster.place(starting, "n1", [0])
+    service._leading_since = cluster.now
+
+    cluster.now += 100                                  # nobody beats; a leader elected just now waits
+    cluster.apply({"op": "node.health", "id": "n1", "status": "up"})
+    service._leading_since = cluster.now - 10
+    await service._give_up_on_silent_nodes(cluster.now)
+    assert cluster.state.jobs[running]["state"] == "running"
+
+    service._leading_since = cluster.now - 100          # it has led long enough to judge
+    await service._give_up_on_silent_nodes(cluster.now)
+    assert cluster.state.jobs[running]["state"] == "lost"
+    assert "box-b went silent" in cluster.state.jobs[running]["reason"]
+    assert cluster.state.jobs[starting]["state"] == "starting"                # n1 beat recently
+
+    cluster.now += 100
+    cluster.apply({"op": "node.health", "id": "n2", "status": "up"})
+    await service._lead_once()                          # n1 silent now: its starting job goes to n2
+    job = cluster.state.jobs[starting]
+    assert (job["state"], job["node"], job["attempts"]) == ("starting", "n2", 2)
+
+
+async def test_a_node_that_shut_down_cleanly_keeps_its_jobs():
+    cluster = FakeCluster()
+    cluster.node("n1", "box-a")
+    cluster.node("n2", "box-b", gpus=[0])
+    key = cluster.submit(1)
+    await cluster.place(key, "n2", [0])
+    await cluster.update_job(key, state="running", attempt=1, node="n2")
+    cluster.apply({"op": "node.health", "id": "n2", "status": "off"})
+    service = _service(cluster)
+    service._leading_since = cluster.now - 1000
+    cluster.now += 1000
+    await service._give_up_on_silent_nodes(cluster.now)
+    assert cluster.state.jobs[key]["state"] == "running"
