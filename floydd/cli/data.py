@@ -59,7 +59,8 @@ def ls(name: str | None, as_json: bool) -> None:
     for v in versions:
         ref = f"{v['name']}:{v['version']}"
         when = datetime.fromtimestamp(v["created"]).strftime("%Y-%m-%d %H:%M")
-        click.echo(f"{ref:<{width}}  {when}  {v['files']:>7} files  {human_bytes(v['size']):>10}  {v['message']}")
+        held = f"  [on {', '.join(v['held_by'])}]" if v.get("held_by") else ""  # in a cluster: which boxes
+        click.echo(f"{ref:<{width}}  {when}  {v['files']:>7} files  {human_bytes(v['size']):>10}{held}  {v['message']}")
 
 
 @data.command()

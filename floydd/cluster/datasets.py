@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from typing import Any, Callable, Iterable
 
 from floydd import log
@@ -99,7 +98,9 @@ class ClusterDatasets:
         if name is not None:
             check_name(name)
         versions = [v for v in await self.cluster.datasets() if name is None or v["name"] == name]
-        return [_public(v) for v in sorted(versions, key=lambda v: (v["name"], v["version"]))]
+        names = {nid: n["name"] for nid, n in self.cluster.state.nodes.items()}
+        return [{**_public(v), "held_by": [names.get(h, h) for h in v["holders"]]}
+                for v in sorted(versions, key=lambda v: (v["name"], v["version"]))]
 
     async def resolve(self, ref: str) -> dict:
         """``NAME``, ``NAME:N`` or ``NAME:latest`` -> the version (name, version, ref, tree,
@@ -145,7 +146,7 @@ class ClusterDatasets:
         ref = name if version is None else f"{name}:{version}"
         await self.resolve(ref)         # NotFound with the versions there are
         gone = len([v for v in await self.cluster.datasets() if v["name"] == name]) if version is None else 1
-        await self._propose({"op": "dataset.delete", "name": name, "version": version})
+        await self.cluster.delete_dataset(name, version)
         return gone
 
     # -- following the log ---------------------------------------------------------------------
@@ -218,8 +219,7 @@ class ClusterDatasets:
                     if not await self._mirror(version):
                         return
                 if not holder:
-                    await self._propose({"op": "dataset.holders", "name": name, "version": number,
-                                         "node": self.node_id, "holds": True})
+                    await self.cluster.set_dataset_holder(name, number, holds=True)
                     _log.info("[%s] now holds %s:%d (%d bytes fetched)", self.node_id, name, number, fetched)
                 return
             except FloyddError as exc:
@@ -295,9 +295,6 @@ class ClusterDatasets:
         nodes = self.cluster.state.nodes
         rest = sorted(nodes, key=lambda nid: nodes[nid].get("status") != "up")
         return [nid for nid in dict.fromkeys([*holders, *rest]) if nid != self.node_id]
-
-    async def _propose(self, cmd: dict) -> Any:
-        return await self.cluster.driver.propose({**cmd, "ts": time.time()})
 
     def _spawn(self, coro, name: str) -> None:
         if self._closed:

@@ -253,6 +253,16 @@ class ClusterService:
             cmd["idem_key"] = idem_key
         return await self._propose(cmd, timeout=timeout)
 
+    async def delete_dataset(self, name: str, version: int | None = None, *, timeout: float | None = None) -> None:
+        """Drop one version (or, with ``version=None``, every version) from the catalog."""
+        await self._propose({"op": "dataset.delete", "name": name, "version": version}, timeout=timeout)
+
+    async def set_dataset_holder(self, name: str, version: int, *, holds: bool, node: str | None = None,
+                                 timeout: float | None = None) -> dict:
+        """Record that ``node`` (this one by default) holds a version's data, or no longer does."""
+        return await self._propose({"op": "dataset.holders", "name": name, "version": version,
+                                    "node": node or self.node_id, "holds": holds}, timeout=timeout)
+
     async def job(self, job: str, *, stale: bool = False) -> dict:
         return await self.driver.read(lambda s: s.job(job), stale=stale)
 

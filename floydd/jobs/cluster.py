@@ -88,6 +88,7 @@ class ClusterJobService(JobService):
         self._launching: set[str] = set()
         self._stopping: set[str] = set()
         self._reported: dict[str, tuple] = {}
+        self._summary_due: dict[str, float] = {}
         self._leading_since: float | None = None
         cluster.on_apply(self._on_apply)
 
@@ -299,6 +300,10 @@ class ClusterJobService(JobService):
                 if j["node"] == self.node_id and j["state"] in ACTIVE_STATES]
         for job in mine:
             await self._reconcile_job(job)
+        active = {j["id"] for j in mine}
+        for memo in (self._reported, self._summary_due):   # forget jobs no longer active here
+            for key in [k for k in memo if k not in active]:
+                del memo[key]
         held = self.runtime.running()
         for project, number in list(held):         # runs here that the cluster no longer wants here
             key = f"{project}/{number}"
@@ -337,6 +342,10 @@ class ClusterJobService(JobService):
             self._spawn(self._launch(job, replace=False))
         elif local["state"] == "running" and job["state"] == "starting":
             await self._report(job, state="running")
+        elif local["state"] == "running" and time.monotonic() >= self._summary_due.get(key, 0.0):
+            # metrics so far, so every box lists them (3 heartbeats apart: a few raft writes a minute)
+            self._summary_due[key] = time.monotonic() + 3 * self.cluster.config.heartbeat_interval
+            await self._report(job, summary=await self._summary(job))
         elif local["state"] in FINAL_STATES:
             await self._report_final(job, local)
 
@@ -447,15 +456,16 @@ class ClusterJobService(JobService):
             self._reported.pop(key, None)
 
     async def _report_final(self, job: dict, local: dict) -> None:
-        project, number = job["project"], job["number"]
         fields: dict[str, Any] = {"state": local["state"], "reason": local["reason"] or "",
                                   "exit_code": local["exit_code"]}
-        summary = await asyncio.to_thread(self.records.metric_summary, project, number)
-        fields["summary"] = {"metrics": dict(list(summary.items())[:_MAX_SUMMARY_METRICS]),
-                             "ran_on": self.cluster.name}
+        fields["summary"] = await self._summary(job)
         if local.get("output_version"):
             fields["output_version"] = await self._publish_output(job, local["output_version"])
         await self._report(job, **fields)
+
+    async def _summary(self, job: dict) -> dict:
+        summary = await asyncio.to_thread(self.records.metric_summary, job["project"], job["number"])
+        return {"metrics": dict(list(summary.items())[:_MAX_SUMMARY_METRICS]), "ran_on": self.cluster.name}
 
     async def _publish_output(self, job: dict, ref: str) -> str:
         """Put the job's /output version in the cluster catalog (this node holds it)."""

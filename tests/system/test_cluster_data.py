@@ -41,6 +41,7 @@ def test_a_dataset_uploaded_on_one_box_is_kept_on_both_and_cloned_on_the_other(t
         both = wait_until(lambda: len((v := cb.datasets())[0]["holders"]) == 2 and v if cb.datasets() else None,
                           timeout=30, what="box-b listing the version with two holders")
         assert [(v["ref"], v["tree"]) for v in both] == [("mnist:1", version["tree"])]
+        assert sorted(both[0]["held_by"]) == ["box-a", "box-b"]           # names, for `floyd data ls`
         info = cb.dataset("mnist:latest")
         assert {e["path"] for e in info["entries"]} == {"weights.bin", "sub", "sub/labels.txt"}
 

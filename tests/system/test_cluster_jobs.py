@@ -48,7 +48,7 @@ def _box(tmp_path, name: str) -> Daemon:
     project.mkdir(parents=True)
     env = {**os.environ, "FLOYDD_STATE_DIR": str(state), "FLOYDD_NODE_NAME": name, "FLOYDD_TAIL_INTERVAL": "0.05",
            "FLOYDD_SAMPLE_INTERVAL": "0.5", "FLOYDD_STOP_GRACE": "2", "FLOYDD_CLUSTER_HEARTBEAT": "0.5",
-           "PYTHONUNBUFFERED": "1"}
+           "FLOYDD_JOB_LOST_AFTER": "4", "PYTHONUNBUFFERED": "1"}
     env.pop("FLOYD_HOST", None)
     return Daemon(state=state, env=env, project=project)
 
@@ -107,7 +107,8 @@ def test_a_gpu_job_submitted_on_one_box_runs_on_the_box_with_the_gpu(two_boxes, 
 
 def test_cpu_jobs_spread_and_a_stop_reaches_the_other_box(two_boxes):
     a, b = two_boxes
-    (a.project / "wait.py").write_text("import time\nprint('waiting', flush=True)\ntime.sleep(300)\n")
+    (a.project / "wait.py").write_text("import time\nprint('waiting', flush=True)\n"
+                                       "print('{\"metric\": \"acc\", \"value\": 0.5}', flush=True)\ntime.sleep(300)\n")
     first = json.loads(a.floyd("run", "--json", "python wait.py").stdout)["id"]
     wait_until(lambda: _status(a, first)["state"] == "running", timeout=60, what=f"{first} to run")
     second = json.loads(a.floyd("run", "--json", "python wait.py").stdout)["id"]
@@ -115,7 +116,23 @@ def test_cpu_jobs_spread_and_a_stop_reaches_the_other_box(two_boxes):
     assert {_status(a, first)["node"], _status(a, second)["node"]} == {"box-a", "box-b"}
     remote = first if _status(a, first)["node"] == "box-b" else second
     wait_until(lambda: "waiting" in a.floyd("logs", remote).stdout, timeout=30, what="the remote log")
+    wait_until(lambda: _status(a, remote)["metrics"].get("acc", {}).get("last") == 0.5, timeout=30,
+               what="box-b's running job's metrics in box-a's listing")
     a.floyd("stop", remote)
     assert _final(a, remote)["state"] == "stopped"
     listed = {j["id"]: j["state"] for j in b.floyd_json("status")}
     assert listed[remote] == "stopped" and first in listed and second in listed
+
+
+def test_a_box_that_dies_loses_its_running_job_and_the_cluster_carries_on(two_boxes):
+    a, b = two_boxes                       # box-a votes; box-b (a learner) has the GPU
+    (a.project / "wait.py").write_text("import time\nprint('waiting', flush=True)\ntime.sleep(300)\n")
+    key = json.loads(a.floyd("run", "--gpu", "--json", "python wait.py").stdout)["id"]
+    wait_until(lambda: _status(a, key)["state"] == "running", timeout=60, what=f"{key} to run on box-b")
+    b.kill()                               # power cut: the daemon and the job's agent die
+    _kill_agents(b.state)
+    lost = _final(a, key, timeout=60)
+    assert lost["state"] == "lost" and "box-b went silent" in lost["reason"], lost
+    after = json.loads(a.floyd("run", "--json", "python train.py").stdout)["id"]
+    done = _final(a, after)
+    assert (done["state"], done["node"]) == ("success", "box-a")
