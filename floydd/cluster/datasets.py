@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from floydd import log
@@ -64,8 +65,10 @@ class ClusterDatasets:
     """One node's view of the cluster catalog; ``start()`` after the cluster service started."""
 
     def __init__(self, cluster: Any, store: Store, *, replicas: int = DEFAULT_REPLICAS,
-                 retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6) -> None:
+                 retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
+                 import_marker: Path | None = None) -> None:
         self.cluster = cluster
+        self._import_marker = import_marker
         self.store = store
         self.replicas = replicas
         self._retry, self._attempts = retry, attempts
@@ -148,6 +151,41 @@ class ClusterDatasets:
         gone = len([v for v in await self.cluster.datasets() if v["name"] == name]) if version is None else 1
         await self.cluster.delete_dataset(name, version)
         return gone
+
+    async def import_local(self) -> int:
+        """Once per node (``import_marker`` is written after): put the versions this node made before
+        it joined into the cluster catalog, so they stay usable (``--data NAME``) and are
+        replicated. A version the cluster already has (same name and tree) is skipped; one
+        whose number is taken there gets the next number, said in the log. Retried until a
+        leader answers; returns how many versions were imported."""
+        marker = self._import_marker
+        if marker is None or await asyncio.to_thread(marker.exists):
+            return 0
+        delay = self._retry[0]
+        while True:
+            try:
+                imported = await self._import_local()
+                break
+            except FloyddError as exc:
+                _log.info("[%s] importing this node's own datasets into the cluster: %s", self.node_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, self._retry[1])
+        await asyncio.to_thread(_touch, marker)
+        return imported
+
+    async def _import_local(self) -> int:
+        known = {(v["name"], v["tree"]) for v in await self.cluster.datasets()}
+        imported = 0
+        for v in await asyncio.to_thread(self.store.catalog.list):
+            if (v.name, str(v.tree)) in known:
+                continue
+            added = await self.register(v.name, str(v.tree), size=v.size, files=v.files, message=v.message,
+                                        idem_key=f"import:{self.node_id}:{v.ref}:{v.tree}")
+            known.add((v.name, str(v.tree)))
+            imported += 1
+            renumbered = "" if added["version"] == v.version else f" (its number here stays {v.ref})"
+            _log.info("[%s] imported %s into the cluster as %s%s", self.node_id, v.ref, added["ref"], renumbered)
+        return imported
 
     # -- following the log ---------------------------------------------------------------------
 
@@ -270,6 +308,8 @@ class ClusterDatasets:
         """Drop local versions that the cluster numbered and has deleted since (this node was
         away, and the log entries were compacted into a snapshot)."""
         datasets = self.cluster.state.datasets
+        if self._import_marker is not None and not await asyncio.to_thread(self._import_marker.exists):
+            return                      # versions made before joining are not the cluster's yet
         async with self._catalog_lock:
             local = await asyncio.to_thread(self.store.catalog.list)
             gone = [v for v in local if v.version < datasets.get(v.name, {}).get("next", 1)
@@ -303,6 +343,11 @@ class ClusterDatasets:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _touch(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("local datasets imported into the cluster catalog\n")
 
 
 def _public(version: dict) -> dict:

@@ -78,8 +78,10 @@ async def cluster_ctx(app: web.Application):
     pending = settings.pending
     await service.start(bootstrap=pending == "bootstrap", join=settings.join, rejoin=pending == "join",
                         recover=pending == "recover")
-    datasets = ClusterDatasets(service, app[keys.STORE])
+    datasets = ClusterDatasets(service, app[keys.STORE],
+                               import_marker=config.state_dir / "cluster" / "imported-datasets")
     datasets.start()
+    import_task = asyncio.create_task(datasets.import_local(), name="floydd.datasets.import")
     app[keys.CLUSTER_DATASETS] = datasets
     if pending == "recover":
         log.cluster.warning("RECOVERED: this node now forms a new single-node cluster on its own; every "
@@ -107,6 +109,8 @@ async def cluster_ctx(app: web.Application):
     yield
     if discovery is not None:
         await discovery.close()
+    import_task.cancel()
+    await asyncio.gather(import_task, return_exceptions=True)
     await datasets.close()
     await service.close(leave=True)
     await runner.cleanup()

@@ -136,3 +136,46 @@ def test_a_box_that_dies_loses_its_running_job_and_the_cluster_carries_on(two_bo
     after = json.loads(a.floyd("run", "--json", "python train.py").stdout)["id"]
     done = _final(a, after)
     assert (done["state"], done["node"]) == ("success", "box-a")
+
+
+def test_a_box_keeps_its_history_and_datasets_when_it_founds_a_cluster(tmp_path):
+    """Single box first (a dataset, a job), then floydd init and a second box: the old job is
+    still listed and its number not reused, the dataset is in the cluster catalog, and a job
+    placed on the other box mounts it (fetched from the first box)."""
+    a, b = _box(tmp_path, "box-a"), _box(tmp_path, "box-b")
+    try:
+        a.start("--dev-fake-gpus", "0")
+        a.floyd("init", "proj")
+        data = tmp_path / "digits"
+        data.mkdir()
+        (data / "labels.txt").write_text("3 1 4 1 5\n")
+        a.floyd("data", "upload", str(data), "--name", "digits")
+        (a.project / "train.py").write_text(TRAIN)
+        old = json.loads(a.floyd("run", "--json", "python train.py").stdout)["id"]
+        assert _final(a, old)["state"] == "success"
+        a.proc.send_signal(signal.SIGTERM)
+        a.proc.wait(timeout=60)
+
+        pa, pb = _port(), _port()
+        _floydd(a.env, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}")
+        a.start("--dev-fake-gpus", "0")
+        token = _floydd(a.env, "token", "create").strip()
+        _floydd(b.env, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}")
+        b.start("--dev-fake-gpus", "1")
+        refs = wait_until(lambda: len(r := {v["ref"] for v in b.floyd_json("data", "ls")}) >= 2 and r, timeout=60,
+                          what="the first box's datasets in the cluster catalog")
+        assert refs == {"digits:1", "proj/1/output:1"}      # uploads and job outputs alike
+        (a.project / "read.py").write_text("print(open('/input/labels.txt').read().strip(), flush=True)\n")
+        new = json.loads(a.floyd("run", "--gpu", "--data", "digits:/input", "--json", "python read.py").stdout)["id"]
+        assert new == "proj/2"                              # proj/1 is the box's own, still listed
+        done = _final(a, new)
+        assert (done["state"], done["node"]) == ("success", "box-b"), done
+        assert "3 1 4 1 5" in a.floyd("logs", new).stdout
+        history = {j["id"]: j for j in a.floyd_json("status")}
+        assert history[old]["state"] == "success" and history[old]["node"] == "box-a"
+    finally:
+        for box in (a, b):
+            if box.proc and box.proc.poll() is None:
+                box.proc.send_signal(signal.SIGTERM)
+                box.proc.wait(timeout=60)
+            _kill_agents(box.state)
