@@ -53,15 +53,20 @@ def _box(tmp_path, name: str) -> Daemon:
     return Daemon(state=state, env=env, project=project)
 
 
-@pytest.fixture
-def two_boxes(tmp_path):
-    a, b = _box(tmp_path, "box-a"), _box(tmp_path, "box-b")
+def _form(a: Daemon, b: Daemon) -> None:
+    """box-a founds the cluster (no GPU), box-b joins it (one fake GPU)."""
     pa, pb = _port(), _port()
     _floydd(a.env, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}")
     a.start("--dev-fake-gpus", "0")
     token = _floydd(a.env, "token", "create").strip()
     _floydd(b.env, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}")
     b.start("--dev-fake-gpus", "1")
+
+
+@pytest.fixture
+def two_boxes(tmp_path):
+    a, b = _box(tmp_path, "box-a"), _box(tmp_path, "box-b")
+    _form(a, b)
     for box in (a, b):
         wait_until(lambda box=box: len(box.floyd_json("nodes")) == 2, timeout=60, what="both nodes listed")
     a.floyd("init", "proj")
@@ -156,12 +161,7 @@ def test_a_box_keeps_its_history_and_datasets_when_it_founds_a_cluster(tmp_path)
         a.proc.send_signal(signal.SIGTERM)
         a.proc.wait(timeout=60)
 
-        pa, pb = _port(), _port()
-        _floydd(a.env, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}")
-        a.start("--dev-fake-gpus", "0")
-        token = _floydd(a.env, "token", "create").strip()
-        _floydd(b.env, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}")
-        b.start("--dev-fake-gpus", "1")
+        _form(a, b)
         refs = wait_until(lambda: len(r := {v["ref"] for v in b.floyd_json("data", "ls")}) >= 2 and r, timeout=60,
                           what="the first box's datasets in the cluster catalog")
         assert refs == {"digits:1", "proj/1/output:1"}      # uploads and job outputs alike
