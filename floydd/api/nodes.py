@@ -61,6 +61,9 @@ async def nodes(request: web.Request) -> web.Response:
         entry = local if node["id"] == service.node_id else _remote(node)
         entry.update(id=node["id"], name=node.get("name") or node["id"], role=roles.get(node["id"], "none"),
                      health=node.get("health", node.get("status")), address=node.get("address"))
+        held = service.state.held_gpus(node["id"])   # placements of the whole cluster, not only ours
+        for gpu in entry["gpus"]:
+            gpu["job"] = held.get(gpu["index"]) or gpu.get("job")
         listing.append(entry)
     return reply(listing)
 

@@ -134,6 +134,8 @@ def test_a_box_that_dies_loses_its_running_job_and_the_cluster_carries_on(two_bo
     (a.project / "wait.py").write_text("import time\nprint('waiting', flush=True)\ntime.sleep(300)\n")
     key = json.loads(a.floyd("run", "--gpu", "--json", "python wait.py").stdout)["id"]
     wait_until(lambda: _status(a, key)["state"] == "running", timeout=60, what=f"{key} to run on box-b")
+    gpus_b = next(n for n in a.floyd_json("nodes") if n["name"] == "box-b")["gpus"]
+    assert [g["job"] for g in gpus_b] == [key]          # box-a knows who holds box-b's GPU
     b.kill()                               # power cut: the daemon and the job's agent die
     _kill_agents(b.state)
     lost = _final(a, key, timeout=60)
