@@ -226,9 +226,9 @@ class ClusterJobService(JobService):
         return msgpack.unpackb(raw, raw=False)
 
     async def read_log(self, key: str, offset: int) -> tuple[bytes, bool]:
-        job = await self.get(key, stale=True)
+        job = await self.get(key, stale=True)      # polled while following: this node's copy
         if job.get("node_id") in (None, "", self.node_id):
-            return await super().read_log(key, offset)
+            return await self._read_log(job, offset)
         if not job["node_id"] or job["state"] == "queued":
             return b"", job["state"] in FINAL_STATES
         raw, headers = await self.cluster.transport.fetch(job["node_id"], f"/cluster/v1/jobs/{key}/log",
@@ -609,7 +609,7 @@ def peer_routes(jobs: Callable[[], JobService | None]) -> list[web.RouteDef]:
                 raw = request.query.get("offset", "0")
                 if not raw.isdigit():
                     raise UserError("offset must be a whole number")
-                chunk, final = await JobService.read_log(svc, key, int(raw))
+                chunk, final = await svc._read_log(await svc.get(key, stale=True), int(raw))
                 return web.Response(body=chunk, headers={"X-Floydd-Final": "1" if final else "0"},
                                     content_type="application/octet-stream")
             if what == "metrics":

@@ -251,7 +251,9 @@ class JobService:
     async def read_log(self, key: str, offset: int) -> tuple[bytes, bool]:
         """Up to 4 MiB of the job's log from ``offset``, and whether the job has ended (what
         was read then is all there will be)."""
-        job = await self.get(key)
+        return await self._read_log(await self.get(key), offset)
+
+    async def _read_log(self, job: dict, offset: int) -> tuple[bytes, bool]:
         final = job["state"] in FINAL_STATES
         if not job.get("workspace"):
             return b"", final
