@@ -126,7 +126,12 @@ class ClusterJobService(JobService):
 
     async def _register(self, project: str, fields: dict, body: dict[str, Any]) -> dict:
         spec = {name: fields[name] for name in _SPEC_FIELDS}
-        job = await self.cluster.submit_job(spec, body["idem_key"], project=project, user=fields["user"])
+        try:
+            job = await self.cluster.submit_job(spec, body["idem_key"], project=project, user=fields["user"])
+        except Unavailable as exc:
+            raise Unavailable(f"the cluster did not take the job: {exc.message}",
+                              hint="a majority of the voting boxes must be up and reachable (floydd members); "
+                                   "resubmitting is safe: floyd run retries with the same key") from exc
         tree = ObjectId.from_hex(fields["code_tree"])
         if await asyncio.to_thread(self.store.backend.has, tree):   # this node holds the code: keep it
             await asyncio.to_thread(self.store.catalog.pin, tree, _pin(project, job["number"]))
