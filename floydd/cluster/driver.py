@@ -7,14 +7,26 @@ queued for that task, so the core is never re-entered. Each cycle::
     drain the inbox (tick, step, propose, read_index, ...)
     while node.has_ready():
         rd = node.ready()
+        if rd.send_early: transport.send(rd.messages)       # the leader's, see below
         persist rd (hard state, entries, snapshot) in ONE SQLite transaction, on the
-            writer thread (awaited: nothing leaves before it is durable; a hard state
-            that only moves the commit index rides along with the next save)
-        transport.send(rd.messages)
+            writer thread (awaited; a hard state that only moves the commit index rides
+            along with the next save)
+        if not rd.send_early: transport.send(rd.messages)   # votes, acks: once durable
         restore the state machine from rd.snapshot; apply rd.committed_entries
             (resolving proposal futures by (index, term)); serve rd.read_states
         node.advance(); drain the inbox again (what came in during the fsync batches up)
     snapshot + compact every ``snapshot_every`` applied entries
+
+Persist, then send: a follower acknowledges entries, and a candidate asks for votes,
+only once what the message vouches for is on disk. The leader is the exception
+(``rd.send_early``, Raft thesis 10.2.1, as etcd does): its AppendEntries go out while
+it writes the same entries itself, so its fsync and the followers' overlap instead of
+adding up. That loses nothing acknowledged: the core counts the leader's own copy
+toward the quorum only in ``advance()``, after the save, so before then an entry
+commits only on a quorum of followers that fsynced it; and a proposal is answered only
+when its entry is applied, which is after this ready's save. A leader that crashes
+mid-save loses only its own copy: what committed is on a quorum of followers, what did
+not was never reported (tests/sim models this crash; see ``count_self_unsynced``).
 
 Proposals: on the leader the command goes into the log and the caller's future resolves
 when an entry at that index is applied: with the state machine's result (or its rejection)
@@ -337,10 +349,12 @@ class RaftDriver(ReadsMixin, MembershipMixin):
                 while node.has_ready():
                     rd = node.ready()
                     term = node.term
+                    if rd.send_early and rd.messages:
+                        self.transport.send(rd.messages)    # in parallel with our own fsync
                     if rd.must_sync:
                         await self._persist(rd)
-                    if rd.messages:
-                        self.transport.send(rd.messages)
+                    if rd.messages and not rd.send_early:
+                        self.transport.send(rd.messages)    # what they vouch for is durable
                     if rd.snapshot is not None:
                         self._install(rd.snapshot)
                     if rd.committed_entries:

@@ -79,7 +79,6 @@ class Transport:
         self._queues: dict[str, asyncio.Queue] = {}
         self._senders: dict[str, asyncio.Task] = {}
         self._session: aiohttp.ClientSession | None = None
-        self._peer_ids: dict[bytes, str] = {}
         self._receiver: Receiver | None = None
         self._closed = False
         self.sent_batches = 0
@@ -296,19 +295,8 @@ class Transport:
         return await self._answer(self._receiver.on_read(query, args, timeout) if self._receiver else None)
 
     def _peer(self, request: web.Request) -> str | None:
-        """The verified peer's node id; parsed once per certificate, not once per request."""
-        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
-        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-        if der is None:
-            return None
-        peer = self._peer_ids.get(der)
-        if peer is None:
-            peer = peer_node_id(request)
-            if peer is not None:
-                if len(self._peer_ids) > 1024:
-                    self._peer_ids.clear()
-                self._peer_ids[der] = peer
-        return peer
+        """The verified peer's node id (parsed once per certificate, in peer_node_id)."""
+        return peer_node_id(request)
 
     async def _read_body(self, request: web.Request) -> tuple[str, dict]:
         peer = self._peer(request)

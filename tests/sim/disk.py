@@ -1,6 +1,7 @@
 """A simulated disk under the storage interface: writes sit in a volatile buffer
 until ``fsync``; a crash throws the buffer away and the node restarts from what was
-synced. A correct driver writes a ready and fsyncs before sending its messages."""
+synced. A correct driver writes a ready and fsyncs before sending its messages
+(a leader's ready marked ``send_early`` excepted)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,9 @@ Mutations (RaftNode's ``mutations``, and the driver's ``send_before_persist``):
                           -> logs diverge / invariant errors
 * read_without_quorum     ReadIndex answered without confirming leadership -> stale
                           reads, a non-linearizable history
+* count_self_unsynced     a leader counts its own entries toward the quorum before its
+                          fsync; it sends them early (``send_early``) and crashes before
+                          the fsync -> an entry committed on a minority is overwritten
 * send_before_persist     the driver sends a ready's messages before its fsync -> a crash
                           loses acknowledged state
 """

@@ -7,9 +7,13 @@ crashed nodes restarted, faults off) and must converge: one leader that committe
 entry of its term, every member applied everything. Then the state machines, the
 acknowledged writes and the client history are checked.
 
-The driver does what the real one will: persist the ready (one write, one fsync),
-then send its messages, then apply, then ``advance()``. A crash may strike between
-the write and the fsync; the simulated disk then forgets the write.
+The driver does what the real one does: persist the ready (one write, one fsync),
+then send its messages, then apply, then ``advance()``; a leader's ready marked
+``send_early`` sends first, and its fsync completes later, as an event of its own:
+messages that arrive meanwhile are stepped (the contract allows it, and it lets a
+leader that counted its own unsynced copy commit on it), and a crash may come first.
+A crash may strike between the write and the fsync; the simulated disk then forgets
+the write.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from .network import DELIVER, Network
 from .profile import Profile
 from .workload import Workload
 
-TICK, CLIENT, FAULT, RESTART, CRASH, BACKGROUND = 0, 2, 3, 4, 5, 6
+TICK, CLIENT, FAULT, RESTART, CRASH, BACKGROUND, FSYNC = 0, 2, 3, 4, 5, 6, 7
 SIM_MUTATIONS = frozenset({"send_before_persist"})   # driver bugs, beside RaftNode's MUTATIONS
 _LEADER = Role.LEADER
 _CONF_CHANGE = EntryKind.CONF_CHANGE
@@ -81,7 +85,7 @@ class SimResult:
 class SimNode:
     __slots__ = ("id", "core", "disk", "kv", "up", "incarnation", "seen_commit", "leader_term",
                  "writes", "reads", "read_waits", "crash_in_write", "crash_after_sync",
-                 "first_commit_term")
+                 "first_commit_term", "syncing")
 
     def __init__(self, node_id, disk: SimDisk) -> None:
         self.id = node_id
@@ -98,6 +102,7 @@ class SimNode:
         self.read_waits: list = []   # (index, client, op) awaiting applied >= index
         self.crash_in_write = False  # crash between the next write and its fsync
         self.crash_after_sync = False  # crash after the next fsync, before sending
+        self.syncing = None          # the ready whose fsync is under way (a leader's)
 
 
 class Simulation:
@@ -181,6 +186,9 @@ class Simulation:
         elif kind == CRASH:
             if a.up and a.incarnation == b and not self.healing:
                 self.crash(a, self.restart_delay())
+        elif kind == FSYNC:
+            if a.up and a.incarnation == b:
+                self.synced(a)
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -202,6 +210,7 @@ class Simulation:
         node.core = None
         node.disk.crash()
         node.crash_in_write = node.crash_after_sync = False
+        node.syncing = None
         self.workload.node_lost(node)
         if restart_after is not None:
             self.push(restart_after, RESTART, node, node.incarnation)
@@ -254,48 +263,74 @@ class Simulation:
         """Check what the last input changed, then run ready cycles until quiet."""
         self.observe(node)
         core = node.core
-        checker, net, workload = self.checker, self.net, self.workload
+        checker, net = self.checker, self.net
         while core.has_ready():
             rd = core.ready()
             if rd.entries:
                 checker.on_entries(node.id, core.log, rd.entries)
-            if self.send_first:
+            early = rd.send_early or self.send_first
+            # A leader that crashes right after this fsync (flap) had its messages still
+            # queued in the transport: they never leave, early or not.
+            hold = node.crash_after_sync and rd.must_sync
+            if early and not hold:
                 for m in rd.messages:
                     net.send(m)
             node.disk.write(rd.hard_state, rd.entries, rd.snapshot)
+            if rd.send_early and rd.must_sync and not self.send_first:
+                node.syncing = rd        # a disk's fsync takes 1-5 ms; see synced()
+                self.push(self.rng.randint(1, 5), FSYNC, node, node.incarnation)
+                return
             if node.crash_in_write and rd.must_sync:
                 self.crash(node, self.restart_delay())
                 return
             node.disk.fsync()
-            if node.crash_after_sync and rd.must_sync:
+            if hold:
                 self.crash(node, self.restart_delay())
                 return
-            if not self.send_first:
+            if not early:
                 for m in rd.messages:
                     net.send(m)
-            if rd.snapshot is not None:
-                node.kv = KV.restore(rd.snapshot.data)
-                workload.snapshot_installed(node, rd.snapshot.index)
-            if rd.committed_entries:
-                kv = node.kv
-                for e in rd.committed_entries:
-                    checker.on_apply(node.id, e)
-                    if e.kind != _CONF_CHANGE:
-                        kv.apply(e.data)
-                    if node.writes:
-                        workload.applied(node, e)
-            for rs in rd.read_states:
-                workload.read_state(node, rs)
-            core.advance()
-            if node.read_waits:
-                workload.serve_reads(node)
-            log = core.log
-            if log.applied - log.snapshot.index >= self.cfg.compact_every:
-                state = node.kv.snapshot()
-                snap = core.compact(log.applied, state)
-                checker.on_snapshot(node.id, snap.index, state)
-                node.disk.compact(snap)
-            self.observe(node)
+            self.finish(node, rd)
+
+    def synced(self, node: SimNode) -> None:
+        """A leader's fsync completes (or it crashes first), then its ready cycle goes on."""
+        rd, node.syncing = node.syncing, None
+        if node.crash_in_write:
+            self.crash(node, self.restart_delay())
+            return
+        node.disk.fsync()
+        if node.crash_after_sync:
+            self.crash(node, self.restart_delay())
+            return
+        self.finish(node, rd)
+        self.after(node)
+
+    def finish(self, node: SimNode, rd) -> None:
+        """Apply a ready whose save is durable, advance, compact."""
+        core, workload = node.core, self.workload
+        if rd.snapshot is not None:
+            node.kv = KV.restore(rd.snapshot.data)
+            workload.snapshot_installed(node, rd.snapshot.index)
+        if rd.committed_entries:
+            kv = node.kv
+            for e in rd.committed_entries:
+                self.checker.on_apply(node.id, e)
+                if e.kind != _CONF_CHANGE:
+                    kv.apply(e.data)
+                if node.writes:
+                    workload.applied(node, e)
+        for rs in rd.read_states:
+            workload.read_state(node, rs)
+        core.advance()
+        if node.read_waits:
+            workload.serve_reads(node)
+        log = core.log
+        if log.applied - log.snapshot.index >= self.cfg.compact_every:
+            state = node.kv.snapshot()
+            snap = core.compact(log.applied, state)
+            self.checker.on_snapshot(node.id, snap.index, state)
+            node.disk.compact(snap)
+        self.observe(node)
 
     # -- the end of a run ----------------------------------------------------------------
 

@@ -6,8 +6,8 @@ that importing this package does not load sqlite3. A driver owns a node and loop
 
     if node.has_ready():
         rd = node.ready()
-        storage.save(rd.hard_state, rd.entries, rd.snapshot)   # durable first
-        transport.send(rd.messages)
+        storage.save(rd.hard_state, rd.entries, rd.snapshot)   # durable first ...
+        transport.send(rd.messages)           # ... unless rd.send_early (a leader's)
         apply(rd.snapshot, rd.committed_entries); serve(rd.read_states)
         node.advance()
 """

@@ -49,6 +49,7 @@ MUTATIONS = frozenset({
     "vote_without_log_check",  # grant votes to candidates whose log is behind ours
     "append_without_match",    # accept AppendEntries without checking (index, log_term)
     "read_without_quorum",     # answer ReadIndex without confirming leadership
+    "count_self_unsynced",     # a leader counts its own entries before they are durable
 })
 """Deliberate bugs for the simulator's mutation tests; never set outside tests."""
 
@@ -96,6 +97,7 @@ class RaftNode(ElectionMixin, LeaderMixin):
         self._mut_vote_no_log = "vote_without_log_check" in mutations
         self._mut_no_match = "append_without_match" in mutations
         self._mut_read_no_quorum = "read_without_quorum" in mutations
+        self._mut_count_unsynced = "count_self_unsynced" in mutations
         self._handlers = {
             AppendEntries: self._on_append, Heartbeat: self._on_heartbeat,
             InstallSnapshot: self._on_snapshot, RequestVote: self._on_request_vote,
@@ -297,7 +299,12 @@ class RaftNode(ElectionMixin, LeaderMixin):
             messages=tuple(self.msgs),
             read_states=tuple(self.read_states),
             soft_state=SoftState(*soft) if soft != self._soft else None,
+            # A leader's term and vote are durable unless it became leader in this very
+            # ready (a cluster of one); then everything waits for the save as usual.
+            send_early=self.role == Role.LEADER and (self.term, self.vote) == self._persisted[:2],
         )
+        if self._mut_count_unsynced and rd.send_early and rd.entries:
+            self.tracker.progress[self.id].maybe_update(rd.entries[-1].index)
         self.msgs = []
         self.read_states = []
         self._soft = soft
@@ -327,6 +334,8 @@ class RaftNode(ElectionMixin, LeaderMixin):
                     self._apply_conf_change(entry)
             log.applied_to(rd.committed_entries[-1].index)
         if self.role == Role.LEADER and rd.entries and log.pending_snapshot is None:
+            # Only now, the entries durable, does the leader's own copy count toward the
+            # quorum: what it sent early commits before this only on a quorum of followers.
             me = self.tracker.progress.get(self.id)
             if me is not None and me.maybe_update(log.stabled) and self._maybe_commit():
                 self._bcast_pending = True   # tell followers the new commit index

@@ -3,7 +3,8 @@
 A storage keeps the hard state (term, vote, commit), the latest snapshot and the
 log after it. :meth:`Storage.save` is called once per ready cycle and must be one
 atomic, durable write (one fsync): the driver sends the ready's messages only once
-it returns. :class:`MemoryStorage` is the in-memory implementation for tests;
+it returns (a leader's may go while it runs: ``Ready.send_early``).
+:class:`MemoryStorage` is the in-memory implementation for tests;
 :mod:`floydd.cluster.raft.sqlite_storage` is the real one.
 """
 

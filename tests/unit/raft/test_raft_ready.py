@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from floydd.cluster.raft import (AppendEntries, ConfState, Entry, HardState, MemoryStorage,
-                                 RaftNode, Role, bootstrap_state)
+from floydd.cluster.raft import (AppendEntries, AppendResponse, ConfState, Entry, HardState,
+                                 MemoryStorage, RaftNode, Role, bootstrap_state)
 
 
 def test_ready_reports_each_thing_once(cluster) -> None:
@@ -117,3 +117,79 @@ def test_messages_for_someone_else_are_ignored(cluster) -> None:
     c = cluster([1, 2, 3])
     c[1].step(AppendEntries(frm=2, to=3, term=9, index=0, log_term=0))
     assert c[1].term == 1
+
+
+# -- send_early: the leader replicates while it writes ----------------------------------------
+
+
+def test_only_a_leader_whose_term_and_vote_are_durable_sends_early(cluster) -> None:
+    solo = cluster([1])
+    solo[1].campaign()
+    rd = solo[1].ready()              # leader in the ready that also saves its new term
+    assert rd.soft_state.role == Role.LEADER and not rd.send_early
+    solo[1].advance()
+    solo[1].propose(b"a")
+    assert solo[1].ready().send_early
+
+    c = cluster([1, 2, 3])
+    c[1].campaign()
+    rd = c.process(1)                 # pre-vote requests
+    assert rd.messages and not rd.send_early
+    c.deliver()
+    assert not any(c.process(i).send_early for i in (2, 3))      # pre-vote answers
+    c.settle()
+    assert c[1].role == Role.LEADER
+    c[1].propose(b"a")
+    rd = c.process(1)
+    assert rd.send_early and {type(m) for m in rd.messages} == {AppendEntries}
+    c.deliver()
+    rd = c.process(2)                 # the follower's acknowledgement waits for its save
+    assert rd.entries and {type(m) for m in rd.messages} == {AppendResponse} and not rd.send_early
+
+
+def _leader_mid_save(cluster, mutations=frozenset()):
+    """Node 1 leads {1, 2, 3}; it proposes ``x`` and sends it early; its own save is not
+    done (the ready not advanced). Returns the cluster and the entry."""
+    c = cluster([1, 2, 3], mutations=mutations)
+    c.elect(1)
+    c.settle()
+    entry = c[1].propose(b"x")
+    rd = c[1].ready()
+    assert rd.send_early and rd.entries == (entry,)
+    c.queue.extend(rd.messages)
+    return c, entry
+
+
+@pytest.mark.parametrize("mutations", [frozenset(), frozenset({"count_self_unsynced"})])
+def test_a_leader_counts_its_own_copy_only_once_durable(cluster, mutations) -> None:
+    c, entry = _leader_mid_save(cluster, mutations)
+    c.queue = [m for m in c.queue if m.to == 2]       # node 3 never gets it
+    c.deliver()
+    c.process(2)                                      # node 2 fsyncs x and says so
+    c.deliver()                                       # the leader hears it mid-save
+    committed = c[1].log.committed >= entry.index
+    c.restart(1)                                      # ... and crashes before its fsync
+    c.queue.clear()
+    c.elect(3)                                        # with the vote of node 1: neither has x
+    c.settle()
+    lost = c[2].log.term(entry.index) != entry.term
+    assert lost                                       # x was on one node in three
+    # Counting its unsynced copy, the leader called x committed (and a driver that
+    # applied it could have answered the proposal): that is what the mutation breaks.
+    assert committed == bool(mutations)
+
+
+def test_entries_followers_fsynced_while_the_leader_saves_survive_its_crash(cluster) -> None:
+    c, entry = _leader_mid_save(cluster)
+    c.deliver()
+    c.process(2)
+    c.process(3)
+    c.deliver()                                       # both acknowledgements, mid-save
+    assert c[1].log.committed == entry.index          # a quorum of followers holds x
+    c.restart(1)                                      # the leader loses its own copy
+    c.queue.clear()
+    c.elect(2)                                        # with the vote of node 1
+    c.settle()
+    for i in (1, 2, 3):
+        assert c[i].log.committed >= entry.index and c[i].log.term(entry.index) == entry.term
+        assert b"x" in c.data(i)
