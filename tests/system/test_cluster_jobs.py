@@ -72,7 +72,12 @@ def two_boxes(tmp_path):
     a.floyd("init", "proj")
     (a.project / "train.py").write_text(TRAIN)
     yield a, b
-    for box in (a, b):
+    _stop(a, b)
+
+
+def _stop(*boxes: Daemon) -> None:
+    """Stop the daemons cleanly (kill them if that hangs) and the agents they left."""
+    for box in boxes:
         if box.proc and box.proc.poll() is None:
             box.proc.send_signal(signal.SIGTERM)
             try:
@@ -176,8 +181,34 @@ def test_a_box_keeps_its_history_and_datasets_when_it_founds_a_cluster(tmp_path)
         history = {j["id"]: j for j in a.floyd_json("status")}
         assert history[old]["state"] == "success" and history[old]["node"] == "box-a"
     finally:
-        for box in (a, b):
-            if box.proc and box.proc.poll() is None:
-                box.proc.send_signal(signal.SIGTERM)
-                box.proc.wait(timeout=60)
-            _kill_agents(box.state)
+        _stop(a, b)
+
+
+def test_a_box_restarted_mid_run_reports_its_job_when_back(tmp_path):
+    """kill -9 of box-b's daemon while its job runs (the agent lives on): once box-b is
+    back it re-adopts the job and box-a sees the job end in success with its output."""
+    a, b = _box(tmp_path, "box-a"), _box(tmp_path, "box-b")
+    for box in (a, b):
+        box.env["FLOYDD_JOB_LOST_AFTER"] = "120"
+    try:
+        _form(a, b)
+        wait_until(lambda: len(a.floyd_json("nodes")) == 2, timeout=60, what="both nodes listed")
+        a.floyd("init", "proj")
+        (a.project / "slow.py").write_text(      # waits for a file the test drops into its /code
+            "import os, time\nprint('started', flush=True)\n"
+            "while not os.path.exists(os.path.join(os.environ['FLOYD_CODE'], 'go')):\n"
+            "    time.sleep(0.05)\n"
+            "open(os.path.join(os.environ['FLOYD_OUTPUT'], 'done'), 'w').write('yes')\nprint('finished')\n")
+        key = json.loads(a.floyd("run", "--gpu", "--json", "python slow.py").stdout)["id"]
+        wait_until(lambda: _status(a, key)["state"] == "running", timeout=60, what=f"{key} running on box-b")
+        b.kill()
+        (b.state / "jobs" / key / "code" / "go").write_text("")  # the job ends while box-b's daemon is down
+        b.start("--dev-fake-gpus", "1")
+        done = _final(a, key)
+        assert (done["state"], done["node"]) == ("success", "box-b"), done
+        assert "finished" in a.floyd("logs", key).stdout
+        dest = tmp_path / "out"
+        a.floyd("output", key, str(dest))
+        assert (dest / "done").read_text() == "yes"
+    finally:
+        _stop(a, b)
