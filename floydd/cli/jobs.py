@@ -123,6 +123,13 @@ def info(job, as_json) -> None:
         for name, m in j["metrics"].items():
             click.echo(f"  {name}: last {_num(m['last'])} (step {_num(m.get('last_step'))}), "
                        f"min {_num(m['min'])}, max {_num(m['max'])}, {m['count']} points")
+    events = j.get("events") or []
+    if events:
+        click.echo("events:")
+        for e in events[-20:]:  # in a cluster: the cluster's decisions and the box's own, in time order
+            click.echo(f"  {when(e.get('ts'))}  {e.get('message', '')}")
+        if len(events) > 20:
+            click.echo(f"  ({len(events) - 20} earlier events: floyd info {j['id']} --json)")
 
 
 def follow_logs(client: Client, key: str, *, timestamps: bool, follow: bool = True) -> None:

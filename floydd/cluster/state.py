@@ -216,6 +216,7 @@ class ClusterState:
                "gpus": [], "attempts": 0, "placed_term": None, "exit_code": None,
                "output_version": None, "summary": {}, "stop_requested": "", "origin": cmd.get("origin", ""),
                "user": cmd.get("user", "")}
+        job["history"] = [[ts, f"submitted on {self._name(cmd.get('origin', ''))}"]]
         self.counters[project] = number
         self.jobs[key] = job
         self.idem[cmd["idem_key"]] = ["job", key]
@@ -246,6 +247,9 @@ class ClusterState:
         job.update(state="starting", node=nid, gpus=gpus, attempts=job["attempts"] + 1,
                    placed_term=term, waiting_for="", reason="", updated=cmd["ts"])
         self._active[key] = None
+        where = f"GPU {', '.join(map(str, gpus))}" if gpus else "CPU"
+        _remember(job, cmd["ts"], f"placed on {node['name']} ({where}) by the leader of term {term}, "
+                                  f"attempt {job['attempts']}")
         return _copy(job)
 
     def _job_update(self, cmd: dict, term: int) -> dict:
@@ -273,6 +277,10 @@ class ClusterState:
                 self._active[key] = None
             else:
                 self._active.pop(key, None)
+            why = cmd.get("reason") or ""
+            _remember(job, cmd["ts"], f"{old} → {new}" + (f": {why}" if why else ""))
+        if cmd.get("stop_requested") and not job.get("stop_requested"):
+            _remember(job, cmd["ts"], f"stop requested: {cmd['stop_requested']}")
         for name in ("reason", "exit_code", "output_version", "waiting_for", "stop_requested"):
             if name in cmd:
                 job[name] = cmd[name]
@@ -300,6 +308,10 @@ class ClusterState:
             raise InvalidSpec(f"project.reserve: number {number} is negative")
         self.counters[project] = max(self.counters.get(project, 0), number)
         return self.counters[project]
+
+    def _name(self, nid: str) -> str:
+        node = self.nodes.get(nid)
+        return node["name"] if node else (nid or "an unknown node")
 
     def _job(self, key: str) -> dict:
         job = self.jobs.get(key)
@@ -355,6 +367,18 @@ class ClusterState:
         (holders.add if cmd["holds"] else holders.discard)(cmd["node"])
         version["holders"] = sorted(holders)
         return _copy(version)
+
+
+_HISTORY = 32
+"""Entries of a job's cluster history kept (the first one, submission, always stays)."""
+
+
+def _remember(job: dict, ts: float, text: str) -> None:
+    """Add a line to the job's history (what the cluster decided: placements, requeues, stops)."""
+    history = job.setdefault("history", [])
+    history.append([ts, text])
+    if len(history) > _HISTORY:
+        del history[1:len(history) - _HISTORY + 1]
 
 
 def _copy(value: Any) -> Any:

@@ -217,11 +217,25 @@ class ClusterJobService(JobService):
                 pass
 
     async def events(self, key: str) -> list[dict]:
-        job = await self.get(key, stale=True)
-        if job.get("node_id") in (None, "", self.node_id):
-            return await super().events(key)
-        raw, _ = await self.cluster.transport.fetch(job["node_id"], f"/cluster/v1/jobs/{key}/events")
-        return msgpack.unpackb(raw, raw=False)
+        """What the cluster decided (submission, placements, requeues, stops) and what the box
+        that ran the job recorded, in time order."""
+        try:
+            job = await self.cluster.job(key, stale=True)
+        except NotFound:
+            return await super().events(key)       # this node's history from before it joined
+        decided = [{"seq": None, "ts": ts, "kind": "cluster", "message": text, "data": None}
+                   for ts, text in job.get("history") or ()]
+        ran: list[dict] = []
+        if job["node"] == self.node_id:
+            ran = await super().events(key)
+        elif job["node"]:
+            try:
+                raw, _ = await self.cluster.transport.fetch(job["node"], f"/cluster/v1/jobs/{key}/events")
+                ran = msgpack.unpackb(raw, raw=False)
+            except (Unavailable, NotFound) as exc:
+                ran = [{"seq": None, "ts": self._clock(), "kind": "note", "data": None,
+                        "message": f"the events of the box that ran it are unavailable: {exc.message}"}]
+        return sorted(decided + ran, key=lambda e: e["ts"] or 0)
 
     async def metrics(self, key: str) -> dict:
         job = await self.get(key, stale=True)

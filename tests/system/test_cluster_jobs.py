@@ -112,7 +112,10 @@ def test_a_gpu_job_submitted_on_one_box_runs_on_the_box_with_the_gpu(two_boxes, 
     a.floyd("output", key, str(dest))
     assert (dest / "model.txt").read_text() == "weights"                # box-b's /output, fetched to box-a
     info = json.loads(a.floyd("info", key, "--json").stdout)
-    assert any("running" in e["message"] for e in info["events"])       # box-b's events, read from box-a
+    messages = [e["message"] for e in info["events"]]
+    assert any(m.startswith("placed on box-b (GPU 0) by the leader of term") for m in messages), messages
+    assert any(e["kind"] == "state" and "running" in e["message"] for e in info["events"])  # box-b's own
+    assert "placed on box-b" in a.floyd("info", key).stdout                 # and in the human view
 
 
 def test_cpu_jobs_spread_and_a_stop_reaches_the_other_box(two_boxes):

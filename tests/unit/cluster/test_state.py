@@ -321,3 +321,24 @@ def test_the_state_machine_and_autopilot_are_pure():
             names = [a.name for a in tree_node.names] if isinstance(tree_node, ast.Import) else \
                 [tree_node.module or ""] if isinstance(tree_node, ast.ImportFrom) else []
             assert not {n.split(".")[0] for n in names} & forbidden, f"{module}.py imports {names}"
+
+
+def test_a_job_keeps_a_bounded_history_of_what_the_cluster_decided():
+    log = Log()
+    log(node())
+    log(submit())
+    log(place())
+    log(update(state="queued", reason="node box-n1 went silent before the job started", attempt=1, node="n1"))
+    log(place(ts=5.0))
+    log(update(stop_requested="stopped by user", ts=6.0))
+    history = [text for _ts, text in log.state.job("mnist/1")["history"]]
+    assert history == ["submitted on box-n1",
+                       "placed on box-n1 (GPU 0) by the leader of term 3, attempt 1",
+                       "starting → queued: node box-n1 went silent before the job started",
+                       "placed on box-n1 (GPU 0) by the leader of term 3, attempt 2",
+                       "stop requested: stopped by user"]
+    for attempt in range(3, 23):        # twenty more requeues: 40 more lines
+        log(update(state="queued", reason="again", attempt=attempt - 1, node="n1", ts=10.0 + attempt))
+        log(place(ts=10.5 + attempt))
+    history = log.state.job("mnist/1")["history"]
+    assert len(history) == 32 and history[-1][1].endswith("attempt 22")
