@@ -205,7 +205,11 @@ class ClusterDatasets:
             self._check(cmd["name"], cmd["version"])
         elif op == "dataset.delete":
             self._dropped(cmd["name"], cmd.get("version"))
-        elif op in ("node.remove", "node.upsert"):
+        elif op == "node.remove":
+            if self.cluster.is_leader:      # its copies are gone with it: say so, which re-replicates
+                self._spawn(self._forget_holder(cmd["id"]), f"datasets-forget-holder-{cmd['id'][:6]}")
+            self._scan()
+        elif op == "node.upsert":
             self._scan()
         elif op == "node.health" and self._statuses.get(cmd["id"]) != cmd["status"]:
             self._scan()
@@ -303,6 +307,17 @@ class ClusterDatasets:
         async with self._catalog_lock:
             await asyncio.to_thread(drop)
         _log.info("[%s] dropped the local copy of %s%s", self.node_id, name, "" if whole else f":{numbers[0]}")
+
+    async def _forget_holder(self, node: str) -> None:
+        """Drop a node that left the cluster for good from every version's holders."""
+        for name, dataset in list(self.cluster.state.datasets.items()):
+            for version in list(dataset["versions"].values()):
+                if node in version["holders"]:
+                    try:
+                        await self.cluster.set_dataset_holder(name, version["version"], holds=False, node=node)
+                    except FloyddError as exc:   # the next leader's scan does not retry: log it
+                        _log.warning("[%s] %s:%d still lists %s as a holder: %s", self.node_id, name,
+                                     version["version"], node, exc)
 
     async def _forget_deleted(self) -> None:
         """Drop local versions that the cluster numbered and has deleted since (this node was

@@ -235,3 +235,20 @@ async def test_the_datasets_api_in_cluster_mode_registers_lists_holders_and_clon
     finally:
         for server in servers:
             await server.close()
+
+
+async def test_a_holder_that_leaves_for_good_is_dropped_and_a_new_copy_made(data_cluster, src):
+    c = data_cluster
+    nodes = await c.start(3)
+    for node in nodes:
+        await c.attach(node)
+    a = nodes[0]
+    await _upload(c, a, src, "imagenet", "upload-leave")
+    await c.wait_for(lambda: len(_holders(a, "imagenet")) == 2, what="two holders")
+    gone = next(n for n in nodes if n.id in _holders(a, "imagenet") and n is not a)
+    third = next(n for n in nodes if n is not a and n is not gone)
+    await c.datasets.pop(gone.name).close()
+    await gone.service.leave()
+    await c.wait_for(lambda: _holders(a, "imagenet") == sorted([a.id, third.id]), timeout=20,
+                     what="the leaver dropped and the third node holding a copy")
+    assert (await asyncio.to_thread(c.store(third).verify, "imagenet")).ok
