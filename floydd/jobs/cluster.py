@@ -165,7 +165,7 @@ class ClusterJobService(JobService):
         return job_view(job, self._names())
 
     async def get(self, key: str, *, stale: bool = False) -> dict:
-        project, number = parse_job_key(key)
+        parse_job_key(key)
         try:
             job = self._view(await self.cluster.job(key, stale=stale))
         except NotFound:
@@ -198,19 +198,17 @@ class ClusterJobService(JobService):
         return sorted(jobs + history, key=lambda j: j.get("created") or 0, reverse=True)
 
     async def wait(self, key: str, timeout: float | None = None) -> dict:
-        if key not in self.cluster.state.jobs:
-            await self.get(key)                    # NotFound, or a job of this node's own history
-            if key not in self.cluster.state.jobs:
-                return await super().wait(key, timeout)
+        if _history(await self.get(key)):
+            return await super().wait(key, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             changed = self._job_changed
             job = self.cluster.state.jobs.get(key)
-            if job is None or job["state"] in FINAL_STATES:
-                return await self.get(key, stale=True)
+            if job is None:                        # this node's copy lags behind, or it was deleted
+                job = await self.cluster.job(key)  # NotFound if deleted
             remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return await self.get(key, stale=True)
+            if job["state"] in FINAL_STATES or (remaining is not None and remaining <= 0):
+                return await self.get(key, stale=key in self.cluster.state.jobs)
             try:
                 await asyncio.wait_for(changed.wait(), remaining)
             except asyncio.TimeoutError:
@@ -261,7 +259,7 @@ class ClusterJobService(JobService):
             await self._ensure_tree(tree, self._code_sources(tree))
             return ObjectId.from_hex(tree)
         ref = _output_ref(job)
-        if self.datasets is None or job.get("attempt", 0) == 0:
+        if self.datasets is None or _history(job):
             return await super().tree_for(key, which)
         version = await self.datasets.resolve(ref)
         await self.datasets.ensure_local(version["tree"], version.get("holders") or [])
@@ -271,7 +269,7 @@ class ClusterJobService(JobService):
 
     async def stop(self, key: str, reason: str = "stopped by user") -> dict:
         job = await self.get(key)
-        if key not in self.cluster.state.jobs and job.get("attempt", 0) == 0:
+        if _history(job):
             return await super().stop(key, reason)
         if job["state"] in FINAL_STATES:
             raise Conflict(f"job {key} already ended ({job['state']})", hint="nothing to stop")
@@ -286,7 +284,7 @@ class ClusterJobService(JobService):
 
     async def delete(self, key: str) -> dict:
         job = await self.get(key)
-        if key not in self.cluster.state.jobs and job.get("attempt", 0) == 0:
+        if _history(job):
             return await super().delete(key)
         if job["state"] not in FINAL_STATES and job["state"] != "queued":
             raise Conflict(f"job {key} is {job['state']}", hint=f"stop it first: floyd stop {key}")
@@ -590,6 +588,11 @@ class ClusterJobService(JobService):
                 _log.warning("job %s: %s", job["id"], fields["reason"])
             except Conflict:
                 pass
+
+
+def _history(job: dict) -> bool:
+    """A job from this node's records of before it joined (not in the cluster's state)."""
+    return "node_id" not in job
 
 
 async def _every_second_or_sooner(wake: asyncio.Event, body: Callable[[], Any], what: str) -> None:
