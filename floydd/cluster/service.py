@@ -86,6 +86,7 @@ class ClusterService:
         self.transport.on_peer = self._peer_learnt
         self._peers_file = self.state_dir / "peers.json"
         self._peers_dirty = False
+        self._peers_lock = asyncio.Lock()   # one writer of peers.json at a time (they share a temp file)
         self._closing = False
         self._rejoin = False
         self._tasks: set[asyncio.Task] = set()
@@ -382,7 +383,8 @@ class ClusterService:
     async def _save_peers(self) -> None:
         await asyncio.sleep(0)          # batch what is learnt in the same loop iteration
         self._peers_dirty = False
-        await asyncio.to_thread(_write_peers, self._peers_file, self.transport.peers)
+        async with self._peers_lock:
+            await asyncio.to_thread(_write_peers, self._peers_file, self.transport.peers)
 
     def _spawn(self, coro, name: str) -> None:
         task = asyncio.create_task(coro, name=name)

@@ -473,6 +473,8 @@ class ClusterJobService(JobService):
             self._reported.pop(key, None)
 
     async def _report_final(self, job: dict, local: dict) -> None:
+        if job["state"] == "starting" and local["state"] in ("success", "timeout"):
+            await self._report(job, state="running")  # it ran and ended between two looks
         fields: dict[str, Any] = {"state": local["state"], "reason": local["reason"] or "",
                                   "exit_code": local["exit_code"]}
         fields["summary"] = await self._summary(job)

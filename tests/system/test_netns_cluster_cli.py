@@ -116,6 +116,20 @@ def test_jobs_submitted_through_every_box_while_the_leader_is_killed_exist_exact
     assert len(set(acked.values())) == 60, "two submissions were acknowledged as the same job"
     assert {j["id"] for j in jobs} == set(acked.values())
     assert numbers == list(range(1, 61)), f"a retry made a second job or a number was skipped: {numbers}"
+    # The survivors run what the leader placed on them, with code fetched across the namespaces.
+    names = {f"box{i + 1}" for i in range(3) if i != victim}
+
+    deadline = time.monotonic() + 240    # jobs placed on the killed box start elsewhere after 60 s
+    while True:
+        theirs = [j for j in _listing(survivor) or [] if j["node"] in names]
+        pending = [(j["id"], j["node"], j["state"], j["reason"]) for j in theirs
+                   if j["state"] not in ("success", "failed", "stopped", "lost")]
+        if theirs and not pending:
+            break
+        assert time.monotonic() < deadline, f"the survivors' jobs did not all end: {pending}"
+        time.sleep(0.5)
+    assert all(j["state"] == "success" for j in theirs), [(j["id"], j["node"], j["reason"]) for j in theirs]
+    assert {j["node"] for j in theirs} == names, "CPU jobs are spread over every box"
     print(f"60 jobs through 3 boxes, leader killed after 20: {retried} retries, no duplicates")
 
 

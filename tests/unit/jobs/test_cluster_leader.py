@@ -105,3 +105,28 @@ async def test_a_node_that_shut_down_cleanly_keeps_its_jobs():
     cluster.now += 1000
     await service._give_up_on_silent_nodes(cluster.now)
     assert cluster.state.jobs[key]["state"] == "running"
+
+
+async def test_a_job_that_ran_and_ended_between_two_looks_is_reported_running_then_final(tmp_path):
+    """The box's half: its records say success while the cluster still says starting (the job
+    was quicker than one reconcile round); starting -> success is no valid edge, so the box
+    reports running first, and the cluster ends up with success, not stuck in starting."""
+    from floydd.records import Records
+    cluster = FakeCluster()
+    cluster.node("n1", "box-a", gpus=[0])
+    key = cluster.submit(1)
+    await cluster.place(key, "n1", [0])
+    records = Records(tmp_path / "records.db")
+    try:
+        records.insert_job("p", 1, {"command": "python train.py", "attempt": 1})
+        for state in ("starting", "running", "success"):
+            records.set_state("p", 1, state, "exit code 0" if state == "success" else "")
+        service = ClusterJobService(cluster=cluster, clock=lambda: cluster.now, records=records, store=None,
+                                    runtime=SimpleNamespace(running=dict), inventory_state=None,
+                                    config=SimpleNamespace(node_name="box-a", stop_grace=1.0))
+        await service._reconcile_job(cluster.state.job(key))
+        job = cluster.state.jobs[key]
+        assert (job["state"], job["reason"]) == ("success", "exit code 0")
+        assert job["started"] is not None and job["ended"] is not None
+    finally:
+        records.close()
