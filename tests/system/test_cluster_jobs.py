@@ -215,3 +215,23 @@ def test_a_box_restarted_mid_run_reports_its_job_when_back(tmp_path):
         assert (dest / "done").read_text() == "yes"
     finally:
         _stop(a, b)
+
+
+def test_a_burst_of_quick_jobs_through_both_boxes_all_run_once_to_success(two_boxes):
+    """Jobs shorter than one reconcile round, submitted through both boxes' APIs at once: every
+    one is placed, run and reported (none stuck in starting), each exactly once."""
+    a, b = two_boxes
+    (a.project / "quick.py").write_text("print('ok')\n")
+    keys = []
+    for i in range(24):
+        box = (a, b)[i % 2]
+        body = {"project": "proj", "command": "python quick.py", "code_path": str(a.project),
+                "gpus": 1 if i % 3 == 0 else 0, "idem_key": f"burst-{i:02d}"}
+        keys.append(box.client.submit(body)["id"])
+    assert len(set(keys)) == 24
+    def ended():
+        jobs = [j for j in a.floyd_json("status") if j["id"] in keys]
+        return len(jobs) == 24 and all(j["state"] in ("success", "failed", "stopped", "lost") for j in jobs) and jobs
+    done = wait_until(ended, timeout=120, interval=0.2, what="the burst to end")
+    assert {j["state"] for j in done} == {"success"}, [(j["id"], j["state"], j["reason"]) for j in done]
+    assert {j["node"] for j in done} == {"box-a", "box-b"}
