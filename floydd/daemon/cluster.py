@@ -20,7 +20,7 @@ from floydd.api import keys
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG
 from floydd.cluster.discovery import Discovery
-from floydd.jobs.cluster import peer_routes
+from floydd.jobs.peer import peer_routes
 from floydd.cluster.peerstore import store_routes
 from floydd.cluster.service import ClusterService
 from floydd.daemon.cluster_files import guess_address, read_settings, split_address, \

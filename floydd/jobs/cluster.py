@@ -26,7 +26,8 @@ Records stay local (DESIGN §5): each node's ``records.db`` holds the jobs that 
 with their metric series, events and logs; the replicated job carries the spec, state,
 placement and a summary (final metrics), so every node can list and compare every job.
 Logs, metrics and events of a job that ran elsewhere are read from its node over mTLS
-(``/cluster/v1/jobs/...``, :func:`peer_routes`). Jobs a node ran before it joined stay in
+(``/cluster/v1/jobs/...``, :mod:`floydd.jobs.peer`). The leader's half (placement, silent
+nodes) is :mod:`floydd.jobs.leader`. Jobs a node ran before it joined stay in
 its records (``attempt`` 0) and are listed with the cluster's; ``project.reserve`` keeps
 the cluster from numbering new jobs over them.
 """
@@ -39,24 +40,22 @@ import uuid
 from typing import Any, Callable
 
 import msgpack
-from aiohttp import web
 
 from floydd import log
-from floydd.cluster.transport import MSGPACK, error_response
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unavailable, UserError
+from floydd.jobs.leader import REPORT_TIMEOUT, ClusterScheduler, every_second_or_sooner
 from floydd.jobs.service import ACTIVE_STATES, FINAL_STATES, JobService, _output_ref, _pin, check_mounts
 from floydd.jobs.spec import parse_job_key
-from floydd.scheduler import NodeSnapshot, PendingJob, place, unplaceable
+from floydd.scheduler import unplaceable
 from floydd.store import ObjectId
 
-__all__ = ["ClusterJobService", "peer_routes", "job_view"]
+__all__ = ["ClusterJobService", "job_view"]
 
 _log = log.scheduler.getChild("cluster")
 _SPEC_FIELDS = ("command", "params", "code_tree", "data", "resources", "env", "message", "mode", "max_runtime")
 _JOB_FIELDS = ("id", "project", "number", "state", "reason", "waiting_for", "created", "started", "ended",
                "gpus", "exit_code", "output_version", "attempts", "stop_requested", "user", "origin")
 _MAX_SUMMARY_METRICS = 64
-_REPORT_TIMEOUT = 5.0
 
 
 def job_view(job: dict, node_names: dict[str, str]) -> dict:
@@ -80,23 +79,21 @@ class ClusterJobService(JobService):
         self.datasets = datasets
         self.node_id = cluster.node_id
         self._fetch_tree = fetch_tree
-        self._lost_after = lost_after
         self._clock = clock
         self._reconcile_wake = asyncio.Event()
-        self._lead_wake = asyncio.Event()
+        self.scheduler = ClusterScheduler(cluster, lost_after=lost_after, clock=clock)
         self._job_changed = asyncio.Event()
         self._launching: set[str] = set()
         self._stopping: set[str] = set()
         self._reported: dict[str, tuple] = {}
         self._summary_due: dict[str, float] = {}
-        self._leading_since: float | None = None
         cluster.on_apply(self._on_apply)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.runtime.reattach()
-        for name, loop in (("reconcile", self._reconcile_forever), ("lead", self._lead_forever),
+        for name, loop in (("reconcile", self._reconcile_forever), ("lead", self.scheduler.run),
                            ("reserve", self._reserve_local_numbers)):
             self._spawn(loop()).set_name(f"floydd.jobs.{name}")
         self.wake()
@@ -108,7 +105,7 @@ class ClusterJobService(JobService):
         cmd = event.command
         if event.restored or (cmd is not None and cmd.get("op", "").startswith(("job.", "node."))):
             self._reconcile_wake.set()
-            self._lead_wake.set()
+            self.scheduler.wake()
             self._job_changed.set()
             self._job_changed = asyncio.Event()      # waiters hold the one just set
         if cmd is not None and cmd.get("op") == "job.delete" and event.error is None:
@@ -136,7 +133,7 @@ class ClusterJobService(JobService):
         if await asyncio.to_thread(self.store.backend.has, tree):   # this node holds the code: keep it
             await asyncio.to_thread(self.store.catalog.pin, tree, _pin(project, job["number"]))
         _log.info("submitted %s to the cluster: %s", job["id"], fields["command"])
-        self._lead_wake.set()
+        self.scheduler.wake()
         return self._view(job)
 
     async def _resolve_mounts(self, items: list) -> list[dict]:
@@ -150,7 +147,7 @@ class ClusterJobService(JobService):
         return mounts
 
     def _check_placeable(self, gpus: int) -> None:
-        why = unplaceable(list(self._snapshots(self._clock()).values()), gpus)
+        why = unplaceable(list(self.scheduler.snapshots(self._clock()).values()), gpus)
         if why:
             raise UserError(f"cannot run with --gpu {gpus}: {why}",
                             hint="use --cpu, or a smaller --gpu count (floyd nodes lists every node's GPUs)",
@@ -309,7 +306,7 @@ class ClusterJobService(JobService):
     # -- this node: reconcile the committed state with the runtime -----------------------------------
 
     async def _reconcile_forever(self) -> None:
-        await _every_second_or_sooner(self._reconcile_wake, self._reconcile, "reconciling this node's jobs")
+        await every_second_or_sooner(self._reconcile_wake, self._reconcile, "reconciling this node's jobs")
 
     async def _reconcile(self) -> None:
         state = self.cluster.state
@@ -465,7 +462,7 @@ class ClusterJobService(JobService):
         self._reported[key] = stamp
         try:
             await self.cluster.update_job(key, attempt=job["attempts"], node=self.node_id,
-                                          timeout=_REPORT_TIMEOUT, **fields)
+                                          timeout=REPORT_TIMEOUT, **fields)
         except Conflict as exc:
             _log.info("report on %s refused: %s", key, exc)
         except FloyddError as exc:
@@ -493,7 +490,7 @@ class ClusterJobService(JobService):
             added = await self.cluster.add_dataset_version(
                 version.name, str(version.tree), idem_key=f"output:{job['id']}:{job['attempts']}",
                 size=int(version.size or 0), files=int(version.files or 0), message=f"output of {job['id']}",
-                timeout=_REPORT_TIMEOUT)
+                timeout=REPORT_TIMEOUT)
             return added["ref"]
         except FloyddError as exc:
             _log.info("publishing the output of %s: %s", job["id"], exc)
@@ -510,140 +507,7 @@ class ClusterJobService(JobService):
                     _log.debug("reserving job numbers of %s: %s", project["name"], exc)
                     await asyncio.sleep(1.0)
 
-    # -- the leader: place queued jobs, give up on silent nodes ---------------------------------------
-
-    async def _lead_forever(self) -> None:
-        await _every_second_or_sooner(self._lead_wake, self._lead_if_leader, "scheduling round")
-
-    async def _lead_if_leader(self) -> None:
-        if not self.cluster.is_leader:
-            self._leading_since = None
-            return
-        if self._leading_since is None:
-            self._leading_since = self._clock()
-        await self._lead_once()
-
-    def _snapshots(self, now: float) -> dict[str, NodeSnapshot]:
-        """Node id -> what placement knows of it, from the committed state."""
-        state = self.cluster.state
-        health = state.node_health(now, self.cluster.config.stale_after)
-        names = [n["name"] for n in state.nodes.values()]
-        load: dict[str, int] = {}
-        for job in state.jobs.values():
-            if job["state"] in ACTIVE_STATES:
-                load[job["node"]] = load.get(job["node"], 0) + 1
-        out = {}
-        for nid, node in state.nodes.items():
-            name = node["name"] if names.count(node["name"]) == 1 else f"{node['name']}({nid[:8]})"
-            gpus = tuple(g["index"] if isinstance(g, dict) else g for g in node["resources"].get("gpus") or ())
-            out[nid] = NodeSnapshot(name=name, gpus=gpus, held=state.held_gpus(nid), healthy=health[nid] == "up",
-                                    load=load.get(nid, 0))
-        return out
-
-    async def _lead_once(self) -> None:
-        state = self.cluster.state
-        now = self._clock()
-        await self._give_up_on_silent_nodes(now)
-        queued = [j for j in state.jobs.values() if j["state"] == "queued"]
-        if not queued:
-            return
-        snapshots = self._snapshots(now)
-        by_name = {s.name: nid for nid, s in snapshots.items()}
-        pending = [PendingJob(key=j["id"], gpus=int((j["spec"].get("resources") or {}).get("gpus") or 0))
-                   for j in queued]
-        waiting_now = {j["id"]: j["waiting_for"] for j in queued}
-        plan = place(list(snapshots.values()), pending)
-        for placement in plan.placements:
-            try:
-                await self.cluster.place(placement.key, by_name[placement.node], placement.gpus)
-            except Conflict as exc:                 # the state moved under the plan: next round
-                _log.info("placing %s on %s refused: %s", placement.key, placement.node, exc)
-                self._lead_wake.set()
-        for key, why in plan.waiting.items():
-            if waiting_now.get(key) != why:
-                try:
-                    await self.cluster.update_job(key, waiting_for=why, timeout=_REPORT_TIMEOUT)
-                except Conflict:
-                    pass
-
-    async def _give_up_on_silent_nodes(self, now: float) -> None:
-        """Running jobs of a node silent for ``lost_after`` are lost; its jobs not yet started go
-        back to the queue. A node that shut down cleanly (``off``) keeps its jobs: its agents run
-        on and it re-adopts them when it is back. Only a leader that has led for ``lost_after``
-        judges: after an election or a quorum loss every heartbeat in the state looks old."""
-        if self._leading_since is None or now - self._leading_since < self._lost_after:
-            return
-        state = self.cluster.state
-        for job in [j for j in state.jobs.values() if j["state"] in ACTIVE_STATES]:
-            node = state.nodes.get(job["node"])
-            if node is not None and (node["status"] == "off" or now - node["last_heartbeat"] < self._lost_after):
-                continue
-            name = node["name"] if node else job["node"]
-            if job["state"] == "starting":
-                fields = {"state": "queued", "reason": f"node {name} went silent before the job started"}
-            else:
-                fields = {"state": "lost", "reason": f"node {name} went silent for {self._lost_after:.0f}s "
-                                                      "while the job ran"}
-            try:
-                await self.cluster.update_job(job["id"], attempt=job["attempts"], node=job["node"],
-                                              timeout=_REPORT_TIMEOUT, **fields)
-                _log.warning("job %s: %s", job["id"], fields["reason"])
-            except Conflict:
-                pass
-
 
 def _history(job: dict) -> bool:
     """A job from this node's records of before it joined (not in the cluster's state)."""
     return "node_id" not in job
-
-
-async def _every_second_or_sooner(wake: asyncio.Event, body: Callable[[], Any], what: str) -> None:
-    """Run ``body`` when ``wake`` is set, and at least once a second; survive its failures."""
-    while True:
-        try:
-            await asyncio.wait_for(wake.wait(), 1.0)
-        except asyncio.TimeoutError:
-            pass
-        wake.clear()
-        try:
-            await body()
-        except FloyddError as exc:
-            _log.info("%s cut short: %s", what, exc)
-        except Exception:
-            _log.exception("%s failed; trying again", what)
-
-
-def peer_routes(jobs: Callable[[], JobService | None]) -> list[web.RouteDef]:
-    """``/cluster/v1/jobs/{project}/{number}/log|metrics|events``: what only the node that ran a
-    job has, for the other nodes (mTLS app only). ``jobs()`` returns the daemon's job service."""
-
-    def service(request: web.Request) -> tuple[JobService, str]:
-        svc = jobs()
-        if svc is None:
-            raise Unavailable("this node's job service is not running yet")
-        key = f"{request.match_info['project']}/{request.match_info['number']}"
-        parse_job_key(key)
-        return svc, key
-
-    async def handle(request: web.Request) -> web.Response:
-        try:
-            svc, key = service(request)
-            what = request.match_info["what"]
-            if what == "log":
-                raw = request.query.get("offset", "0")
-                if not raw.isdigit():
-                    raise UserError("offset must be a whole number")
-                chunk, final = await svc._read_log(await svc.get(key, stale=True), int(raw))
-                return web.Response(body=chunk, headers={"X-Floydd-Final": "1" if final else "0"},
-                                    content_type="application/octet-stream")
-            if what == "metrics":
-                payload: Any = await JobService.metrics(svc, key)
-            elif what == "events":
-                payload = await JobService.events(svc, key)
-            else:
-                raise NotFound(f"no job detail {what!r}", hint="log, metrics or events")
-        except FloyddError as exc:
-            return error_response(exc)
-        return web.Response(body=msgpack.packb(payload, use_bin_type=True), content_type=MSGPACK)
-
-    return [web.get("/cluster/v1/jobs/{project}/{number}/{what}", handle)]

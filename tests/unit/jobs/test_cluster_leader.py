@@ -53,7 +53,7 @@ async def test_the_leader_places_over_every_node_and_says_why_the_rest_waits():
     cluster.node("n1", "box-a")
     cluster.node("n2", "box-b", gpus=[0, 1])
     big, cpu, small = cluster.submit(2), cluster.submit(0), cluster.submit(1)
-    await _service(cluster)._lead_once()
+    await _service(cluster).scheduler.lead_once()
     jobs = cluster.state.jobs
     assert (jobs[big]["state"], jobs[big]["node"], jobs[big]["gpus"]) == ("starting", "n2", [0, 1])
     assert (jobs[cpu]["state"], jobs[cpu]["node"]) == ("starting", "n1")     # the less loaded node
@@ -71,23 +71,23 @@ async def test_a_silent_node_loses_its_running_jobs_and_its_starting_ones_are_pl
     await cluster.place(running, "n2", [0])
     await cluster.update_job(running, state="running", attempt=1, node="n2")
     await cluster.place(starting, "n1", [0])
-    service._leading_since = cluster.now
+    service.scheduler.leading_since = cluster.now
 
     cluster.now += 100                                  # nobody beats; a leader elected just now waits
     cluster.apply({"op": "node.health", "id": "n1", "status": "up"})
-    service._leading_since = cluster.now - 10
-    await service._give_up_on_silent_nodes(cluster.now)
+    service.scheduler.leading_since = cluster.now - 10
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
     assert cluster.state.jobs[running]["state"] == "running"
 
-    service._leading_since = cluster.now - 100          # it has led long enough to judge
-    await service._give_up_on_silent_nodes(cluster.now)
+    service.scheduler.leading_since = cluster.now - 100          # it has led long enough to judge
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
     assert cluster.state.jobs[running]["state"] == "lost"
     assert "box-b went silent" in cluster.state.jobs[running]["reason"]
     assert cluster.state.jobs[starting]["state"] == "starting"                # n1 beat recently
 
     cluster.now += 100
     cluster.apply({"op": "node.health", "id": "n2", "status": "up"})
-    await service._lead_once()                          # n1 silent now: its starting job goes to n2
+    await service.scheduler.lead_once()                          # n1 silent now: its starting job goes to n2
     job = cluster.state.jobs[starting]
     assert (job["state"], job["node"], job["attempts"]) == ("starting", "n2", 2)
 
@@ -101,9 +101,9 @@ async def test_a_node_that_shut_down_cleanly_keeps_its_jobs():
     await cluster.update_job(key, state="running", attempt=1, node="n2")
     cluster.apply({"op": "node.health", "id": "n2", "status": "off"})
     service = _service(cluster)
-    service._leading_since = cluster.now - 1000
+    service.scheduler.leading_since = cluster.now - 1000
     cluster.now += 1000
-    await service._give_up_on_silent_nodes(cluster.now)
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
     assert cluster.state.jobs[key]["state"] == "running"
 
 

@@ -1,0 +1,134 @@
+"""The leader's half of the cluster's jobs: place queued jobs, give up on silent nodes.
+
+Runs on every node and acts only while that node leads. Each round reads the committed
+state (the leader's own copy), plans with the pure :func:`floydd.scheduler.place` over
+every node and commits ``job.place`` fenced by its term; waiting jobs get their reason.
+A plan that the state has moved under is refused by the state machine and made again in
+the next round. :class:`~floydd.jobs.cluster.ClusterJobService` owns one and wakes it when
+job or node entries are applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+from floydd import log
+from floydd.errors import Conflict, FloyddError
+from floydd.jobs.service import ACTIVE_STATES
+from floydd.scheduler import NodeSnapshot, PendingJob, place
+
+__all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "every_second_or_sooner"]
+
+_log = log.scheduler.getChild("cluster")
+REPORT_TIMEOUT = 5.0
+"""Seconds a state report or a waiting reason may take to commit (it is retried next round)."""
+
+
+class ClusterScheduler:
+    def __init__(self, cluster, *, lost_after: float = 60.0, clock: Callable[[], float] = time.time) -> None:
+        self.cluster = cluster
+        self.lost_after = lost_after
+        self._clock = clock
+        self.wake_event = asyncio.Event()
+        self.leading_since: float | None = None
+        """When this node became leader as this loop saw it (None: it does not lead)."""
+
+    def wake(self) -> None:
+        self.wake_event.set()
+
+    async def run(self) -> None:
+        await every_second_or_sooner(self.wake_event, self._lead_if_leader, "scheduling round")
+
+    async def _lead_if_leader(self) -> None:
+        if not self.cluster.is_leader:
+            self.leading_since = None
+            return
+        if self.leading_since is None:
+            self.leading_since = self._clock()
+        await self.lead_once()
+
+    def snapshots(self, now: float) -> dict[str, NodeSnapshot]:
+        """Node id -> what placement knows of it, from the committed state."""
+        state = self.cluster.state
+        health = state.node_health(now, self.cluster.config.stale_after)
+        names = [n["name"] for n in state.nodes.values()]
+        load: dict[str, int] = {}
+        for job in state.jobs.values():
+            if job["state"] in ACTIVE_STATES:
+                load[job["node"]] = load.get(job["node"], 0) + 1
+        out = {}
+        for nid, node in state.nodes.items():
+            name = node["name"] if names.count(node["name"]) == 1 else f"{node['name']}({nid[:8]})"
+            gpus = tuple(g["index"] if isinstance(g, dict) else g for g in node["resources"].get("gpus") or ())
+            out[nid] = NodeSnapshot(name=name, gpus=gpus, held=state.held_gpus(nid), healthy=health[nid] == "up",
+                                    load=load.get(nid, 0))
+        return out
+
+    async def lead_once(self) -> None:
+        state = self.cluster.state
+        now = self._clock()
+        await self.give_up_on_silent_nodes(now)
+        queued = [j for j in state.jobs.values() if j["state"] == "queued"]
+        if not queued:
+            return
+        snapshots = self.snapshots(now)
+        by_name = {s.name: nid for nid, s in snapshots.items()}
+        pending = [PendingJob(key=j["id"], gpus=int((j["spec"].get("resources") or {}).get("gpus") or 0))
+                   for j in queued]
+        waiting_now = {j["id"]: j["waiting_for"] for j in queued}
+        plan = place(list(snapshots.values()), pending)
+        for placement in plan.placements:
+            try:
+                await self.cluster.place(placement.key, by_name[placement.node], placement.gpus)
+            except Conflict as exc:                 # the state moved under the plan: next round
+                _log.info("placing %s on %s refused: %s", placement.key, placement.node, exc)
+                self.wake()
+        for key, why in plan.waiting.items():
+            if waiting_now.get(key) != why:
+                try:
+                    await self.cluster.update_job(key, waiting_for=why, timeout=REPORT_TIMEOUT)
+                except Conflict:
+                    pass
+
+    async def give_up_on_silent_nodes(self, now: float) -> None:
+        """Running jobs of a node silent for ``lost_after`` are lost; its jobs not yet started go
+        back to the queue. A node that shut down cleanly (``off``) keeps its jobs: its agents run
+        on and it re-adopts them when it is back. Only a leader that has led for ``lost_after``
+        judges: after an election or a quorum loss every heartbeat in the state looks old."""
+        if self.leading_since is None or now - self.leading_since < self.lost_after:
+            return
+        state = self.cluster.state
+        for job in [j for j in state.jobs.values() if j["state"] in ACTIVE_STATES]:
+            node = state.nodes.get(job["node"])
+            if node is not None and (node["status"] == "off" or now - node["last_heartbeat"] < self.lost_after):
+                continue
+            name = node["name"] if node else job["node"]
+            if job["state"] == "starting":
+                fields = {"state": "queued", "reason": f"node {name} went silent before the job started"}
+            else:
+                fields = {"state": "lost", "reason": f"node {name} went silent for {self.lost_after:.0f}s "
+                                                      "while the job ran"}
+            try:
+                await self.cluster.update_job(job["id"], attempt=job["attempts"], node=job["node"],
+                                              timeout=REPORT_TIMEOUT, **fields)
+                _log.warning("job %s: %s", job["id"], fields["reason"])
+            except Conflict:
+                pass
+
+
+async def every_second_or_sooner(wake: asyncio.Event, body: Callable[[], Any], what: str) -> None:
+    """Run ``body`` when ``wake`` is set, and at least once a second; survive its failures."""
+    while True:
+        try:
+            await asyncio.wait_for(wake.wait(), 1.0)
+        except asyncio.TimeoutError:
+            pass
+        wake.clear()
+        try:
+            await body()
+        except FloyddError as exc:
+            _log.info("%s cut short: %s", what, exc)
+        except Exception:
+            _log.exception("%s failed; trying again", what)
