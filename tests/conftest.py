@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Callable
@@ -20,6 +21,22 @@ def wait_until(cond: Callable[[], object], timeout: float = 10.0, interval: floa
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+async def wait_until_async(cond: Callable[[], object], timeout: float = 10.0, interval: float = 0.01,
+                           what: str = "condition", *, in_thread: bool = False,
+                           details: Callable[[], str] | None = None) -> object:
+    """:func:`wait_until` for async tests: polls without blocking the loop (``in_thread``: call
+    ``cond`` in a thread, for conditions that read files or databases). ``details()`` is added
+    to the failure message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await asyncio.to_thread(cond) if in_thread else cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f"; {details()}" if details else ""))
+        await asyncio.sleep(interval)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

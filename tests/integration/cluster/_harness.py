@@ -9,20 +9,17 @@ the transport's drop hook; a kill stops a node abruptly (no leave). Tests wait w
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import pytest
-
 from floydd.cluster.config import TEST_CONFIG, ClusterConfig
 from floydd.cluster.service import ClusterService
 from floydd.security.identity import NodeIdentity, init_cluster
+from tests.conftest import wait_until_async
 
 
 @dataclass
@@ -164,14 +161,7 @@ class Cluster:
         return await self.wait_for(found, timeout=timeout, what="a leader")
 
     async def wait_for(self, cond: Callable[[], object], timeout: float = 10.0, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = cond()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout}s waiting for {what}; nodes: {self.describe()}")
-            await asyncio.sleep(0.01)
+        return await wait_until_async(cond, timeout, what=what, details=lambda: f"nodes: {self.describe()}")
 
     def describe(self) -> str:
         parts = []

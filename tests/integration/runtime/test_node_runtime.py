@@ -16,6 +16,7 @@ from floydd.records import Records
 from floydd.runtime import NodeRuntime
 from floydd.runtime.spawn import alive
 from floydd.store import Store
+from tests.conftest import wait_until_async
 
 PY = sys.executable
 
@@ -106,14 +107,7 @@ async def node(state_dir):
 
 
 async def until(cond, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await asyncio.to_thread(cond)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+    return await wait_until_async(cond, timeout, interval=0.02, what=what, in_thread=True)
 
 
 async def ended(node: Node, number: int, timeout: float = 20.0) -> dict:
