@@ -104,6 +104,18 @@ class MembershipMixin:
             since = now
         self._contact[peer] = (now, since)
 
+    def leader_silent_for(self) -> float | None:
+        """Seconds since this node last heard from the leader it believes in (0 on the leader
+        itself); None when it knows of no leader. A member the leader has dropped (autopilot
+        removes a learner it could not reach) is never told so: only this age shows it."""
+        lead = self.leader_id
+        if lead is None:
+            return None
+        if lead == self.node_id:
+            return 0.0
+        last = self._contact.get(lead, (None, None))[0]
+        return None if last is None else asyncio.get_running_loop().time() - last
+
     def autopilot_view(self) -> View:
         st = self._node.status()
         now = asyncio.get_running_loop().time()

@@ -305,7 +305,10 @@ class ClusterService:
         while True:
             await asyncio.sleep(min(self.config.rejoin_interval, self.config.heartbeat_interval) / 2)
             now = loop.time()
-            if self.driver.leader_id is not None:
+            # "leaderless" also covers a leader gone quiet towards us: a learner removed while
+            # cut off still lists itself and its old leader, and only asking again tells
+            silent = self.driver.leader_silent_for()
+            if silent is not None and silent <= self.config.rejoin_interval:
                 leaderless_since = now
             conf_members = set(self.driver.status().voters) | set(self.driver.status().learners)
             try:
