@@ -170,10 +170,11 @@ class Client:
     def delete(self, job: str) -> dict:
         return self._call("DELETE", f"/v1/jobs/{_job_path(job)}")
 
-    def logs(self, job: str, *, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
-        """Raw log lines (``b"<ts> <o|e> <text>\\n"``), following until the job ends."""
-        conn, resp = self._open("GET", f"/v1/jobs/{_job_path(job)}/logs",
-                                query={"follow": int(follow), "offset": offset}, timeout=None)
+    def logs(self, job: str, *, follow: bool = False, offset: int = 0, rank: int | None = None) -> Iterator[bytes]:
+        """Raw log lines (``b"<ts> <o|e> <text>\\n"``), following until the job ends; ``rank``:
+        a part of a distributed job."""
+        query = {"follow": int(follow), "offset": offset, **({"rank": rank} if rank is not None else {})}
+        conn, resp = self._open("GET", f"/v1/jobs/{_job_path(job)}/logs", query=query, timeout=None)
         try:
             yield from resp
         finally:

@@ -94,12 +94,21 @@ async def logs(request: web.Request) -> web.StreamResponse:
         offset = max(0, int(request.query.get("offset", "0")))
     except ValueError:
         raise UserError("offset must be a whole number", hint="offset=0 reads from the start") from None
+    rank = request.query.get("rank")
+    if rank is not None and not rank.isdigit():
+        raise UserError(f"rank {rank!r} must be a whole number", hint="rank=1 reads the second part's log")
+    rank = None if rank is None else int(rank)
     await service.get(key)
+    try:                            # a wrong rank: an error answer, not a stream
+        first: tuple[bytes, bool] | None = await service.read_log(key, offset, rank=rank)
+    except Unavailable:
+        first = None                # said in the stream below
     resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     await resp.prepare(request)
     while True:
         try:
-            chunk, final = await service.read_log(key, offset)
+            chunk, final = first or await service.read_log(key, offset, rank=rank)
+            first = None
         except Unavailable as exc:  # the node that runs it went away mid-stream: say so, end cleanly
             await resp.write(f"\n[floydd] log unavailable: {exc.message}\n".encode())
             break

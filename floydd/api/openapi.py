@@ -42,7 +42,9 @@ SUBMIT = {"required": True, "content": {"application/json": {"schema": {
     "properties": {
         "project": {"type": "string"}, "command": {"type": "string"},
         "code_path": {"type": "string", "description": "absolute path of the code folder on the daemon's machine"},
-        "gpus": {"type": "integer", "minimum": 0}, "env": {"type": "string"},
+        "gpus": {"type": "integer", "minimum": 0, "description": "GPUs on each node"},
+        "nodes": {"type": "integer", "minimum": 1, "description": "nodes a distributed (torchrun) job spans"},
+        "env": {"type": "string"},
         "data": {"type": "array", "items": {"type": "string", "description": "NAME[:VER]:MOUNT"}},
         "params": {"type": "object", "additionalProperties": {"type": "string"}},
         "message": {"type": "string"}, "max_runtime": {"type": "number"}, "mode": {"type": "string"}}}}}}
@@ -61,7 +63,8 @@ PATHS = {
     "/v1/jobs/{project}/{number}/restart": {"post": _op("Run the job again with overrides", params=_JOB,
                                                         status="201")},
     "/v1/jobs/{project}/{number}/logs": {"get": {
-        **_op("The job log, raw lines '<ts> <o|e> <text>'", params=_JOB + _q("offset", "follow")),
+        **_op("The job log, raw lines '<ts> <o|e> <text>'; rank: a part of a distributed job (default 0)",
+              params=_JOB + _q("offset", "follow", "rank")),
         "responses": {"200": {"description": "log", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
     "/v1/jobs/{project}/{number}/output": {"post": _op("Restore the job's /output into dest", params=_JOB,
                                                        body=_DEST, stream=True)},

@@ -77,7 +77,8 @@ def status(job, all_projects, as_json, stale) -> None:
     for j in jobs:
         state = j["state"] + (f" ({j['waiting_for']})" if j["state"] == "queued" and j.get("waiting_for") else "")
         gpus = ",".join(str(g) for g in j.get("gpus") or []) or ("cpu" if not j["resources"].get("gpus") else "-")
-        where = [j.get("node") or "-"] if many_nodes else []
+        parts = j.get("parts") or []
+        where = [(j.get("node") or "-") + (f" +{len(parts) - 1}" if len(parts) > 1 else "")] if many_nodes else []
         rows.append([j["id"], state, *where, _duration(j), gpus, _metrics_text(j.get("metrics") or {}), j["message"]])
     _table(["JOB", "STATE", *(["NODE"] if many_nodes else []), "DURATION", "GPUS", "METRICS", "MESSAGE"], rows)
 
@@ -96,7 +97,7 @@ def info(job, as_json) -> None:
     lines = [
         ("job", j["id"]), ("state", j["state"] + (f": {j['reason']}" if j.get("reason") else "")),
         ("command", j["command"]), ("message", j["message"] or "-"),
-        ("resources", f"{j['resources'].get('gpus') or 0} GPU(s)" if j["resources"].get("gpus") else "CPU"),
+        ("resources", _resources_text(j["resources"])),
         ("gpus", ",".join(map(str, j.get("gpus") or [])) or "-"), ("env", j["env"]),
         ("node", j.get("node") or "-"), ("user", j.get("user") or "-"),
         ("code", j.get("code_tree") or "-"),
@@ -106,9 +107,18 @@ def info(job, as_json) -> None:
     ]
     if j["state"] == "queued" and j.get("waiting_for"):
         lines.insert(2, ("waiting", j["waiting_for"]))
+    if j.get("endpoint"):
+        lines.insert(lines.index(("node", j.get("node") or "-")) + 1, ("rendezvous", j["endpoint"]))
     width = max(len(k) for k, _ in lines)
     for k, v in lines:
         click.echo(f"{k:<{width}}  {v}")
+    if j.get("parts"):
+        click.echo("parts:")
+        for p in j["parts"]:
+            gpus = ",".join(map(str, p["gpus"])) or "cpu"
+            ended = (f", exit code {p['exit_code']}" if p.get("exit_code") is not None else "") + \
+                (f": {p['reason']}" if p.get("reason") else "")
+            click.echo(f"  rank {p['rank']} on {p['node']} (GPUs {gpus}): {p['state']}{ended}")
     for title, items in (("params", j["params"]), ):
         if items:
             click.echo(f"{title}:")
@@ -132,9 +142,15 @@ def info(job, as_json) -> None:
             click.echo(f"  ({len(events) - 20} earlier events: floyd info {j['id']} --json)")
 
 
-def follow_logs(client: Client, key: str, *, timestamps: bool, follow: bool = True) -> None:
+def _resources_text(resources: dict) -> str:
+    gpus, nodes = resources.get("gpus") or 0, resources.get("nodes") or 1
+    text = f"{gpus} GPU(s)" if gpus else "CPU"
+    return f"{nodes} nodes under torchrun, {text} each" if nodes > 1 else text
+
+
+def follow_logs(client: Client, key: str, *, timestamps: bool, follow: bool = True, rank: int | None = None) -> None:
     out = sys.stdout
-    for raw in client.logs(key, follow=follow):
+    for raw in client.logs(key, follow=follow, rank=rank):
         line = raw.decode(errors="replace")
         ts, _, rest = line.partition(" ")
         _stream, _, text = rest.partition(" ")
@@ -166,10 +182,12 @@ def print_final(job: dict) -> None:
 @click.argument("job")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
+@click.option("--rank", type=click.IntRange(min=0), default=None, metavar="R",
+              help="A distributed job's part R (default 0; floyd info lists the parts).")
 @handle_errors
-def logs(job, follow, timestamps) -> None:
+def logs(job, follow, timestamps, rank) -> None:
     """Print the output of JOB (stdout and stderr)."""
-    follow_logs(connect(), job_key(job), timestamps=timestamps, follow=follow)
+    follow_logs(connect(), job_key(job), timestamps=timestamps, follow=follow, rank=rank)
 
 
 @click.command()

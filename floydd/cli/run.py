@@ -11,6 +11,7 @@ from floydd.cli.common import connect, echo_json, handle_errors
 from floydd.cli.jobs import follow_logs, print_final
 from floydd.cli.project import find_project, job_key
 from floydd.errors import InvalidSpec, Unavailable
+from floydd.jobs.gang import check_gang_command
 from floydd.jobs.spec import parse_data, parse_param
 
 __all__ = ["run", "restart"]
@@ -34,6 +35,8 @@ class _OptionalGpuCount(click.Command):
 @click.command(cls=_OptionalGpuCount, context_settings={"allow_interspersed_args": False})
 @click.option("--gpu", "gpu", type=int, default=None, metavar="[N]", help="Run on N GPUs (default 1).")
 @click.option("--cpu", is_flag=True, help="Run on CPU only (the default without --gpu).")
+@click.option("--nodes", type=int, default=1, show_default=True, metavar="N",
+              help="Spread the job over N boxes under torchrun (distributed training; --gpu is per box).")
 @click.option("--data", "data", multiple=True, metavar="NAME[:VER]:MOUNT",
               help="Mount a dataset version read-only, e.g. mnist:/input or digits/2/output:/model. Repeatable.")
 @click.option("--env", default="default", show_default=True, help="Environment to run in.")
@@ -46,12 +49,13 @@ class _OptionalGpuCount(click.Command):
 @click.option("--json", "as_json", is_flag=True, help="Print the submitted job as JSON.")
 @click.argument("command", nargs=-1, required=False)
 @handle_errors
-def run(gpu, cpu, data, env, message, follow, max_runtime, params, mode, as_json, command) -> None:
+def run(gpu, cpu, nodes, data, env, message, follow, max_runtime, params, mode, as_json, command) -> None:
     """Run COMMAND on the cluster with a snapshot of this project's code.
 
     \b
     floyd run "python train.py"
     floyd run --gpu --data mnist:/input --param lr=0.01 -f "python train.py"
+    floyd run --nodes 2 --gpu 4 "python train.py"   # torchrun over 2 boxes, 4 GPUs each
     """
     text = " ".join(command).strip()
     if not text:
@@ -62,12 +66,16 @@ def run(gpu, cpu, data, env, message, follow, max_runtime, params, mode, as_json
         raise InvalidSpec(f"--gpu {gpu}: ask for at least one GPU", hint="or use --cpu")
     if max_runtime is not None and max_runtime <= 0:
         raise InvalidSpec("--max-runtime must be a positive number of seconds", hint="e.g. --max-runtime 3600")
+    if nodes < 1:
+        raise InvalidSpec(f"--nodes {nodes}: a job runs on at least one box", hint="e.g. --nodes 2")
+    if nodes > 1:
+        check_gang_command(text)
     mounts = [parse_data(d) for d in data]
     parsed = dict(parse_param(p) for p in params)
     project, folder = find_project()
     client = connect()
     job = _submit(client, {
-        "project": project, "command": text, "code_path": str(folder), "gpus": gpu or 0,
+        "project": project, "command": text, "code_path": str(folder), "gpus": gpu or 0, "nodes": nodes,
         "data": [f"{m['ref']}:{m['mount']}" for m in mounts], "env": env, "message": message,
         "max_runtime": max_runtime, "params": parsed, "mode": mode, "idem_key": uuid.uuid4().hex,
     })
@@ -81,6 +89,7 @@ def run(gpu, cpu, data, env, message, follow, max_runtime, params, mode, as_json
 @click.argument("job")
 @click.option("--gpu", "gpu", type=int, default=None, metavar="[N]", help="Change the GPU count.")
 @click.option("--cpu", is_flag=True, help="Run on CPU this time.")
+@click.option("--nodes", type=int, default=None, metavar="N", help="Change the number of boxes.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter.")
 @click.option("--command", "command", default=None, help="Run another command with the same code.")
 @click.option("-m", "--message", default=None)
@@ -88,14 +97,14 @@ def run(gpu, cpu, data, env, message, follow, max_runtime, params, mode, as_json
 @click.option("-f", "--follow", is_flag=True, help="Stream the logs until the job ends.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def restart(job, gpu, cpu, params, command, message, max_runtime, follow, as_json) -> None:
+def restart(job, gpu, cpu, nodes, params, command, message, max_runtime, follow, as_json) -> None:
     """Run JOB again with the same code, data and params, with overrides."""
     overrides: dict = {}
     if gpu is not None or cpu:
         overrides["gpus"] = 0 if cpu else gpu
     if params:
         overrides["params"] = dict(parse_param(p) for p in params)
-    for key, value in (("command", command), ("message", message), ("max_runtime", max_runtime)):
+    for key, value in (("command", command), ("message", message), ("max_runtime", max_runtime), ("nodes", nodes)):
         if value is not None:
             overrides[key] = value
     client = connect()
@@ -124,8 +133,10 @@ def _announce(job: dict, as_json: bool) -> None:
     if as_json:
         echo_json(job)
         return
-    gpus = job["resources"].get("gpus") or 0
+    gpus, nodes = job["resources"].get("gpus") or 0, job["resources"].get("nodes") or 1
     where = f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "CPU"
+    if nodes > 1:
+        where = f"{nodes} nodes, {where} each, under torchrun"
     click.echo(f"job {job['id']} submitted ({where}, env {job['env']})")
     for mount in job["data"]:
         click.echo(f"  {mount['ref']} mounted at {mount['mount']}")

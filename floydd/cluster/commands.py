@@ -15,10 +15,10 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     node.health           id, status (up|draining|off|down), usage?         being a set
     node.remove           id                                                tombstone
     job.submit            idem_key, project, spec, origin?, user?           idem_key
-    job.place             job, node, gpus (and term: fenced)                job must be queued
+    job.place             job, node, gpus, parts? (and term: fenced)        job must be queued
     job.update            job, state?, reason?, exit_code?, output_version?, same state = no-op
                           summary?, waiting_for?, stop_requested?, attempt?,
-                          node?
+                          node?, rank?, endpoint?
     job.delete            job                                               NotFound on retry
     project.reserve       project, number (later jobs are numbered above)   being a max
     dataset.add_version   name, tree, size?, files?, message?, node?,       idem_key
@@ -63,11 +63,12 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "node.remove": {"id": (_STR, True)},
     "job.submit": {"idem_key": (_STR, True), "project": (_STR, True), "spec": (_DICT, True),
                    "origin": (_STR, False), "user": (_STR, False)},
-    "job.place": {"job": (_STR, True), "node": (_STR, True), "gpus": (_LIST, True)},
+    "job.place": {"job": (_STR, True), "node": (_STR, True), "gpus": (_LIST, True), "parts": (_LIST, False)},
     "job.update": {"job": (_STR, True), "state": (_STR, False), "reason": (_STR, False),
                    "exit_code": (_OPT_INT, False), "output_version": (_OPT_STR, False),
                    "summary": (_DICT, False), "waiting_for": (_STR, False), "stop_requested": (_STR, False),
-                   "attempt": (_INT, False), "node": (_STR, False)},
+                   "attempt": (_INT, False), "node": (_STR, False), "rank": (_INT, False),
+                   "endpoint": (_STR, False)},
     "job.delete": {"job": (_STR, True)},
     "project.reserve": {"project": (_STR, True), "number": (_INT, True)},
     "dataset.add_version": {"name": (_STR, True), "tree": (_STR, True), "size": (_INT, False),
@@ -117,8 +118,13 @@ def check(command: object) -> dict[str, Any]:
     for name in schema:
         if name in command and isinstance(command[name], (dict, list, tuple)):
             _check_plain(command[name], f"{op}: {name}", 0)
-    if op == "job.place" and not all(type(g) is int and g >= 0 for g in command["gpus"]):
-        raise InvalidSpec("job.place: gpus must be GPU indices (non-negative ints)")
+    if op == "job.place":
+        for part in [command] + list(command.get("parts") or ()):
+            if not isinstance(part, dict) or not isinstance(part.get("node"), str) \
+                    or not isinstance(part.get("gpus"), _LIST):
+                raise InvalidSpec("job.place: each part is {node: id, gpus: [index, ...]}")
+            if not all(type(g) is int and g >= 0 for g in part["gpus"]):
+                raise InvalidSpec("job.place: gpus must be GPU indices (non-negative ints)")
     if op == "node.health" and command["status"] not in NODE_STATUSES:
         raise InvalidSpec(f"node.health: status must be one of {', '.join(NODE_STATUSES)}")
     return command

@@ -230,10 +230,14 @@ class ClusterService:
         return await self._propose({"op": "job.submit", "idem_key": idem_key, "project": project, "spec": spec,
                                     "origin": self.node_id, "user": user}, timeout=timeout)
 
-    async def place(self, job: str, node: str, gpus: Iterable[int], *, timeout: float | None = None) -> dict:
-        """Leader only: commit a placement fenced by this leader's term."""
-        return await self.driver.propose({"op": "job.place", "job": job, "node": node, "gpus": list(gpus),
-                                          "ts": self._clock()}, timeout=timeout, fenced=True)
+    async def place(self, job: str, node: str, gpus: Iterable[int], *, parts: list[dict] | None = None,
+                    timeout: float | None = None) -> dict:
+        """Leader only: commit a placement fenced by this leader's term (a gang's ``parts``:
+        ``{node, gpus}`` by rank, rank 0 being ``node``/``gpus``)."""
+        cmd = {"op": "job.place", "job": job, "node": node, "gpus": list(gpus), "ts": self._clock()}
+        if parts:
+            cmd["parts"] = parts
+        return await self.driver.propose(cmd, timeout=timeout, fenced=True)
 
     async def update_job(self, job: str, *, timeout: float | None = None, **fields: Any) -> dict:
         """state, reason, exit_code, output_version, summary, waiting_for; ``attempt`` and

@@ -25,6 +25,13 @@ job runs; the next placement counts one more attempt)::
       │  └───────────────┴──┴──► stopped | failed | lost
       └──── requeue ─────┘
 
+A gang job (``spec.resources.nodes`` > 1, :mod:`floydd.jobs.gang`) is placed whole: its
+``parts`` (node, GPUs, rank, state, exit code) live on the job, ``node``/``gpus`` are rank 0's,
+and ``endpoint`` is the rendezvous rank 0's box commits before any part starts. Each box
+reports its own part (``rank``); the job's state follows its parts: running once all run,
+success once all succeed, and the first part to fail, stop or be lost ends the job the
+same way (the other boxes then stop their parts).
+
 Leader actions are fenced: a command with a ``term`` (``job.place`` always has one) is
 refused unless that is the term of the log entry that carries it. A placement is also
 re-checked against the state it lands on (the job still queued, the node up and
@@ -134,8 +141,9 @@ class ClusterState:
         held: dict[int, str] = {}
         for key in self._active:
             job = self.jobs[key]
-            if job["node"] == node:
-                held.update((g, key) for g in job["gpus"])
+            for part in job.get("parts") or (job,):     # a gang holds every part's GPUs while active
+                if part["node"] == node:
+                    held.update((g, key) for g in part["gpus"])
         return held
 
     def node_health(self, now: float, stale_after: float) -> dict[str, str]:
@@ -223,33 +231,46 @@ class ClusterState:
         return _copy(job)
 
     def _job_place(self, cmd: dict, term: int) -> dict:
-        key, nid, gpus = cmd["job"], cmd["node"], list(cmd["gpus"])
+        key = cmd["job"]
+        parts = list(cmd.get("parts") or [{"node": cmd["node"], "gpus": cmd["gpus"]}])
         job = self._job(key)
         if job["state"] != "queued":
             raise Conflict(f"job {key} is {job['state']}, not queued: it cannot be placed",
                            code="job_not_queued")
-        node = self._node(nid)
-        if node["status"] != "up":
-            raise Conflict(f"node {nid} is {node['status']}: no new jobs go there", code="node_not_up")
-        if len(set(gpus)) != len(gpus):
-            raise InvalidSpec(f"placement of {key} names a GPU twice: {gpus}")
+        if (parts[0]["node"], list(parts[0]["gpus"])) != (cmd["node"], list(cmd["gpus"])):
+            raise InvalidSpec(f"placement of {key}: node and gpus must be those of rank 0")
+        wanted_nodes = _wanted_nodes(job["spec"])
+        if len(parts) != wanted_nodes:
+            raise InvalidSpec(f"job {key} spans {wanted_nodes} nodes, the placement gives {len(parts)}")
+        if len({p["node"] for p in parts}) != len(parts):
+            raise InvalidSpec(f"placement of {key} names a node twice")
         wanted = _wanted_gpus(job["spec"])
-        if wanted is not None and wanted != len(gpus):
-            raise InvalidSpec(f"job {key} wants {wanted} GPUs, the placement gives {len(gpus)}")
-        missing = sorted(set(gpus) - set(_gpu_indices(node["resources"])))
-        if missing:
-            raise Conflict(f"node {nid} has no GPU {missing}", code="no_such_gpu")
-        held = self.held_gpus(nid)
-        busy = sorted(g for g in gpus if g in held)
-        if busy:
-            raise Conflict(f"GPU {busy} of node {nid} held by {held[busy[0]]}", code="gpu_busy",
-                           hint="the leader plans again from the current state")
-        job.update(state="starting", node=nid, gpus=gpus, attempts=job["attempts"] + 1,
-                   placed_term=term, waiting_for="", reason="", updated=cmd["ts"])
+        for part in parts:
+            nid, gpus = part["node"], list(part["gpus"])
+            node = self._node(nid)
+            if node["status"] != "up":
+                raise Conflict(f"node {nid} is {node['status']}: no new jobs go there", code="node_not_up")
+            if len(set(gpus)) != len(gpus):
+                raise InvalidSpec(f"placement of {key} names a GPU twice: {gpus}")
+            if wanted is not None and wanted != len(gpus):
+                raise InvalidSpec(f"job {key} wants {wanted} GPUs, the placement gives {len(gpus)}")
+            missing = sorted(set(gpus) - set(_gpu_indices(node["resources"])))
+            if missing:
+                raise Conflict(f"node {nid} has no GPU {missing}", code="no_such_gpu")
+            held = self.held_gpus(nid)
+            busy = sorted(g for g in gpus if g in held)
+            if busy:
+                raise Conflict(f"GPU {busy} of node {nid} held by {held[busy[0]]}", code="gpu_busy",
+                               hint="the leader plans again from the current state")
+        job.update(state="starting", node=parts[0]["node"], gpus=list(parts[0]["gpus"]),
+                   attempts=job["attempts"] + 1, placed_term=term, waiting_for="", reason="",
+                   updated=cmd["ts"], endpoint=None,
+                   parts=[] if len(parts) == 1 else [
+                       {"rank": rank, "node": p["node"], "gpus": list(p["gpus"]), "state": "starting",
+                        "exit_code": None, "reason": ""} for rank, p in enumerate(parts)])
         self._active[key] = None
-        where = f"GPU {', '.join(map(str, gpus))}" if gpus else "CPU"
-        _remember(job, cmd["ts"], f"placed on {node['name']} ({where}) by the leader of term {term}, "
-                                  f"attempt {job['attempts']}")
+        where = ", ".join(f"{self._name(p['node'])} ({_where(p['gpus'])})" for p in parts)
+        _remember(job, cmd["ts"], f"placed on {where} by the leader of term {term}, attempt {job['attempts']}")
         return _copy(job)
 
     def _job_update(self, cmd: dict, term: int) -> dict:
@@ -258,8 +279,12 @@ class ClusterState:
         if "attempt" in cmd and cmd["attempt"] != job["attempts"]:
             raise Conflict(f"update for attempt {cmd['attempt']} of {key}, which is at attempt "
                            f"{job['attempts']}", code="stale_attempt")
+        if "rank" in cmd:
+            return self._part_update(job, cmd)
         if "node" in cmd and cmd["node"] != job["node"]:
             raise Conflict(f"job {key} is placed on {job['node']}, not {cmd['node']}", code="wrong_node")
+        if "endpoint" in cmd:
+            raise InvalidSpec("job.update: endpoint is set by rank 0 of a gang (with rank)")
         new, old = cmd.get("state"), job["state"]
         if new is not None and new != old:
             if new not in TRANSITIONS:
@@ -272,7 +297,7 @@ class ClusterState:
             elif new in FINAL_STATES:
                 job["ended"] = cmd["ts"]
             elif new == "queued":
-                job.update(node=None, gpus=[])
+                job.update(node=None, gpus=[], parts=[], endpoint=None)
             if new in ACTIVE_STATES:
                 self._active[key] = None
             else:
@@ -288,6 +313,66 @@ class ClusterState:
             job["summary"].update(cmd["summary"])
         job["updated"] = cmd["ts"]
         return _copy(job)
+
+    def _part_update(self, job: dict, cmd: dict) -> dict:
+        """A box's report on its part of a gang; the job's state follows its parts."""
+        key, rank, parts = job["id"], cmd["rank"], job.get("parts") or []
+        if not 0 <= rank < len(parts):
+            raise Conflict(f"job {key} has no part of rank {rank}", code="no_such_part")
+        part = parts[rank]
+        if "node" in cmd and cmd["node"] != part["node"]:
+            raise Conflict(f"rank {rank} of {key} is placed on {part['node']}, not {cmd['node']}",
+                           code="wrong_node")
+        new, old = cmd.get("state"), part["state"]
+        if new is not None and new != old:
+            if new not in TRANSITIONS:
+                raise InvalidSpec(f"{new!r} is not a job state")
+            if new not in TRANSITIONS[old]:
+                raise Conflict(f"rank {rank} of {key} is {old}; it cannot become {new}", code="bad_transition")
+            part["state"] = new
+            why = cmd.get("reason") or ""
+            _remember(job, cmd["ts"], f"rank {rank} on {self._name(part['node'])}: {old} → {new}"
+                                      + (f": {why}" if why else ""))
+        for name in ("reason", "exit_code"):
+            if name in cmd:
+                part[name] = cmd[name]
+        if "endpoint" in cmd:
+            if rank != 0:
+                raise InvalidSpec(f"job.update: only rank 0 sets the rendezvous of {key}")
+            job["endpoint"] = cmd["endpoint"]
+        if rank == 0:
+            for name in ("exit_code", "output_version"):
+                if name in cmd:
+                    job[name] = cmd[name]
+            if "summary" in cmd:
+                job["summary"].update(cmd["summary"])
+        job["updated"] = cmd["ts"]
+        if job["state"] in ACTIVE_STATES:
+            self._follow_parts(job, cmd["ts"])
+        return _copy(job)
+
+    def _follow_parts(self, job: dict, ts: float) -> None:
+        parts, old = job["parts"], job["state"]
+        ended = [p for p in parts if p["state"] in FINAL_STATES and p["state"] != "success"]
+        if ended:
+            first = ended[0]
+            new = first["state"]
+            why = f"rank {first['rank']} on {self._name(first['node'])} {new}" + \
+                  (f": {first['reason']}" if first["reason"] else "")
+        elif all(p["state"] == "success" for p in parts):
+            new, why = "success", ""
+        elif old == "starting" and all(p["state"] in ("running", "success") for p in parts):
+            new, why = "running", ""
+        else:
+            return
+        job["state"] = new              # derived, so starting -> success is fine: no part skipped running
+        if new == "running" or (new in ("success", "timeout") and job["started"] is None):
+            job["started"] = ts
+        if new != "running":
+            job["ended"] = ts
+            job["reason"] = why
+            self._active.pop(job["id"], None)
+        _remember(job, ts, f"{old} → {new}" + (f": {why}" if why else ""))
 
     def _job_delete(self, cmd: dict, term: int) -> None:
         key = cmd["job"]
@@ -395,6 +480,16 @@ def _gpu_indices(resources: dict) -> tuple[int, ...]:
             raise InvalidSpec(f"a GPU must have a non-negative index, got {gpu!r:.80}")
         out.append(index)
     return tuple(out)
+
+
+def _where(gpus: list) -> str:
+    return f"GPU {', '.join(map(str, gpus))}" if gpus else "CPU"
+
+
+def _wanted_nodes(spec: dict) -> int:
+    resources = spec.get("resources")
+    nodes = resources.get("nodes") if isinstance(resources, dict) else None
+    return nodes if type(nodes) is int and nodes >= 1 else 1
 
 
 def _wanted_gpus(spec: dict) -> int | None:

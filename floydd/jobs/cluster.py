@@ -43,6 +43,7 @@ import msgpack
 
 from floydd import log
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unavailable, UserError
+from floydd.jobs.gang import free_port, gang_env, torchrun_command
 from floydd.jobs.leader import REPORT_TIMEOUT, ClusterScheduler, every_second_or_sooner
 from floydd.jobs.service import ACTIVE_STATES, FINAL_STATES, JobService, _output_ref, _pin, check_mounts
 from floydd.jobs.spec import parse_job_key
@@ -54,7 +55,7 @@ __all__ = ["ClusterJobService", "job_view"]
 _log = log.scheduler.getChild("cluster")
 _SPEC_FIELDS = ("command", "params", "code_tree", "data", "resources", "env", "message", "mode", "max_runtime")
 _JOB_FIELDS = ("id", "project", "number", "state", "reason", "waiting_for", "created", "started", "ended",
-               "gpus", "exit_code", "output_version", "attempts", "stop_requested", "user", "origin")
+               "gpus", "exit_code", "output_version", "attempts", "stop_requested", "user", "origin", "endpoint")
 _MAX_SUMMARY_METRICS = 64
 
 
@@ -64,7 +65,9 @@ def job_view(job: dict, node_names: dict[str, str]) -> dict:
     view.update({name: job.get(name) for name in _JOB_FIELDS})
     view.update(node=node_names.get(job["node"], job["node"] or ""), node_id=job["node"],
                 metrics=dict(job["summary"].get("metrics") or {}), workspace="", agent_pid=None,
-                latest=None, attempt=job["attempts"])
+                latest=None, attempt=job["attempts"],
+                parts=[{**part, "node": node_names.get(part["node"], part["node"]), "node_id": part["node"]}
+                       for part in job.get("parts") or ()])
     view["data"] = view["data"] or []
     return view
 
@@ -146,11 +149,12 @@ class ClusterJobService(JobService):
             mounts.append({"ref": version["ref"], "tree": version["tree"], "mount": spec["mount"]})
         return mounts
 
-    def _check_placeable(self, gpus: int) -> None:
-        why = unplaceable(list(self.scheduler.snapshots(self._clock()).values()), gpus)
+    def _check_placeable(self, gpus: int, nodes: int = 1) -> None:
+        why = unplaceable(list(self.scheduler.snapshots(self._clock()).values()), gpus, nodes)
         if why:
-            raise UserError(f"cannot run with --gpu {gpus}: {why}",
-                            hint="use --cpu, or a smaller --gpu count (floyd nodes lists every node's GPUs)",
+            asked = f"--gpu {gpus}" + (f" --nodes {nodes}" if nodes > 1 else "")
+            raise UserError(f"cannot run with {asked}: {why}",
+                            hint="use --cpu, or fewer GPUs or nodes (floyd nodes lists every node's GPUs)",
                             code="no_such_resources")
 
     # -- reads ------------------------------------------------------------------------------------
@@ -239,13 +243,24 @@ class ClusterJobService(JobService):
         raw, _ = await self.cluster.transport.fetch(job["node_id"], f"/cluster/v1/jobs/{key}/metrics")
         return msgpack.unpackb(raw, raw=False)
 
-    async def read_log(self, key: str, offset: int) -> tuple[bytes, bool]:
+    async def read_log(self, key: str, offset: int, *, rank: int | None = None) -> tuple[bytes, bool]:
         job = await self.get(key, stale=True)      # polled while following: this node's copy
-        if job.get("node_id") in (None, "", self.node_id):
-            return await self._read_log(job, offset)
-        if not job["node_id"] or job["state"] == "queued":
+        if _history(job):
+            return await super().read_log(key, offset, rank=rank)
+        node = job["node_id"]
+        if rank is not None and job["parts"]:
+            if not 0 <= rank < len(job["parts"]):
+                raise NotFound(f"job {key} has no rank {rank}", code="no_such_part",
+                               hint=f"its ranks are 0-{len(job['parts']) - 1} (floyd info {key})")
+            node = job["parts"][rank]["node_id"]
+        elif rank not in (None, 0):
+            raise NotFound(f"job {key} runs on one box: it has no rank {rank}", code="no_such_part",
+                           hint="leave out --rank")
+        if node == self.node_id:
+            return await self.read_local_log(key, offset)
+        if not node or job["state"] == "queued":
             return b"", job["state"] in FINAL_STATES
-        raw, headers = await self.cluster.transport.fetch(job["node_id"], f"/cluster/v1/jobs/{key}/log",
+        raw, headers = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{key}/log",
                                                           params={"offset": str(offset)})
         return raw, headers.get("X-Floydd-Final") == "1"
 
@@ -310,8 +325,7 @@ class ClusterJobService(JobService):
 
     async def _reconcile(self) -> None:
         state = self.cluster.state
-        mine = [state.job(k) for k, j in list(state.jobs.items())
-                if j["node"] == self.node_id and j["state"] in ACTIVE_STATES]
+        mine = [state.job(k) for k, j in list(state.jobs.items()) if _unsettled(j, self.node_id)]
         for job in mine:
             await self._reconcile_job(job)
         active = {j["id"] for j in mine}
@@ -325,7 +339,10 @@ class ClusterJobService(JobService):
             local = await asyncio.to_thread(self.records.get_job, project, number)
             if local.get("attempt", 0) == 0 or key in self._stopping:
                 continue
-            if job is None or job["node"] != self.node_id or job["attempts"] != local["attempt"] \
+            if job is not None and job["attempts"] == local["attempt"] and job["state"] in FINAL_STATES \
+                    and job.get("parts"):
+                self._spawn(self._stop_local(key, f"the job ended ({job['reason'] or job['state']})"))
+            elif job is None or _part_of(job, self.node_id) is None or job["attempts"] != local["attempt"] \
                     or job["state"] in FINAL_STATES:
                 why = "the cluster gave this run up (its node was out of touch) and may run it elsewhere"
                 self._spawn(self._stop_local(key, why))
@@ -333,6 +350,7 @@ class ClusterJobService(JobService):
     async def _reconcile_job(self, job: dict) -> None:
         key = job["id"]
         project, number = job["project"], job["number"]
+        part = _part_of(job, self.node_id)
         if key in self._launching:
             return
         try:
@@ -342,6 +360,18 @@ class ClusterJobService(JobService):
         if local is not None and local.get("attempt", 0) == 0:
             await self._report(job, state="failed", reason=f"node {self.cluster.name} already has a job "
                                f"{key} from before it joined the cluster; submit it again")
+            return
+        if job["state"] in FINAL_STATES:            # a gang that ended: settle this part's report
+            never = "the job ended before this part started"
+            if local is None or local["attempt"] < job["attempts"]:
+                await self._report(job, state="stopped", reason=never)
+            elif local["attempt"] != job["attempts"]:
+                pass
+            elif local["state"] in FINAL_STATES:
+                await self._report_final(job, local)
+            elif local["state"] == "queued" and (project, number) not in self.runtime.running():
+                await asyncio.to_thread(self.records.set_state, project, number, "stopped", never)
+                self.wake()
             return
         if local is None or (local["attempt"] < job["attempts"] and local["state"] in FINAL_STATES):
             self._launching.add(key)
@@ -354,9 +384,10 @@ class ClusterJobService(JobService):
         if local["state"] == "queued" and (project, number) not in self.runtime.running():
             self._launching.add(key)                # a launch cut short by a restart
             self._spawn(self._launch(job, replace=False))
-        elif local["state"] == "running" and job["state"] == "starting":
+        elif local["state"] == "running" and part["state"] == "starting":
             await self._report(job, state="running")
-        elif local["state"] == "running" and time.monotonic() >= self._summary_due.get(key, 0.0):
+        elif local["state"] == "running" and part["rank"] in (None, 0) \
+                and time.monotonic() >= self._summary_due.get(key, 0.0):
             # metrics so far, so every box lists them (3 heartbeats apart: a few raft writes a minute)
             self._summary_due[key] = time.monotonic() + 3 * self.cluster.config.heartbeat_interval
             await self._report(job, summary=await self._summary(job))
@@ -387,7 +418,20 @@ class ClusterJobService(JobService):
             if current.get("stop_requested"):
                 await asyncio.to_thread(self.records.set_state, project, number, "stopped", current["stop_requested"])
                 return
-            await self.runtime.start_job(project, number, list(job["gpus"]))
+            part = _part_of(job, self.node_id)
+            command = env = None
+            if part["rank"] is not None:
+                endpoint = await self._rendezvous(job, part["rank"])
+                if endpoint is None:
+                    await asyncio.to_thread(self.records.set_state, project, number, "stopped",
+                                            "the job ended or was stopped before this part started")
+                    return
+                host, _, port = endpoint.rpartition(":")
+                nnodes = len(job["parts"])
+                command = torchrun_command(spec["command"], nnodes=nnodes, rank=part["rank"],
+                                           nproc=max(1, len(part["gpus"])), host=host, port=int(port))
+                env = gang_env(nnodes=nnodes, rank=part["rank"], host=host, port=int(port))
+            await self.runtime.start_job(project, number, list(part["gpus"]), command=command, env=env)
         except Exception as exc:
             _log.exception("starting %s failed", key)
             try:
@@ -400,6 +444,35 @@ class ClusterJobService(JobService):
         finally:
             self._launching.discard(key)
             self.wake()
+
+    async def _rendezvous(self, job: dict, rank: int) -> str | None:
+        """The gang's ``host:port``: rank 0 picks a free port on this box and commits it;
+        the other ranks wait until it is committed. None when the attempt is over first."""
+        key = job["id"]
+        endpoint = None
+        if rank == 0 and not job.get("endpoint"):
+            host = self.cluster.state.nodes[self.node_id]["address"]
+            endpoint = f"{host}:{await asyncio.to_thread(free_port)}"
+        while True:
+            changed = self._job_changed
+            current = self.cluster.state.jobs.get(key)
+            if current is None or current["attempts"] != job["attempts"] or current["state"] not in ACTIVE_STATES \
+                    or current["stop_requested"]:
+                return None
+            if current.get("endpoint"):
+                return current["endpoint"]
+            if endpoint is not None:
+                try:                                # retried through a change of leader
+                    await self.cluster.update_job(key, attempt=job["attempts"], node=self.node_id, rank=0,
+                                                  endpoint=endpoint, timeout=REPORT_TIMEOUT)
+                    endpoint = None                 # committed: wait below until it is applied here
+                    continue
+                except Unavailable as exc:
+                    _log.info("committing the rendezvous of %s: %s (trying again)", key, exc)
+            try:
+                await asyncio.wait_for(changed.wait(), 1.0)
+            except asyncio.TimeoutError:
+                pass
 
     async def _fetch_inputs(self, job: dict) -> None:
         spec = job["spec"]
@@ -456,6 +529,9 @@ class ClusterJobService(JobService):
     async def _report(self, job: dict, **fields: Any) -> None:
         """Tell the cluster what happened to this node's attempt (fenced by attempt and node)."""
         key = job["id"]
+        rank = (_part_of(job, self.node_id) or {}).get("rank")
+        if rank is not None:
+            fields["rank"] = rank
         stamp = (job["attempts"], tuple(sorted((k, repr(v)) for k, v in fields.items())))
         if self._reported.get(key) == stamp:        # sent and not yet seen applied: not again yet
             return
@@ -470,13 +546,15 @@ class ClusterJobService(JobService):
             self._reported.pop(key, None)
 
     async def _report_final(self, job: dict, local: dict) -> None:
-        if job["state"] == "starting" and local["state"] in ("success", "timeout"):
+        part = _part_of(job, self.node_id)
+        if part["state"] == "starting" and local["state"] in ("success", "timeout"):
             await self._report(job, state="running")  # it ran and ended between two looks
         fields: dict[str, Any] = {"state": local["state"], "reason": local["reason"] or "",
                                   "exit_code": local["exit_code"]}
-        fields["summary"] = await self._summary(job)
-        if local.get("output_version"):
-            fields["output_version"] = await self._publish_output(job, local["output_version"])
+        if part["rank"] in (None, 0):                 # rank 0 speaks for a gang: metrics, /output
+            fields["summary"] = await self._summary(job)
+            if local.get("output_version"):
+                fields["output_version"] = await self._publish_output(job, local["output_version"])
         await self._report(job, **fields)
 
     async def _summary(self, job: dict) -> dict:
@@ -506,6 +584,26 @@ class ClusterJobService(JobService):
                 except FloyddError as exc:
                     _log.debug("reserving job numbers of %s: %s", project["name"], exc)
                     await asyncio.sleep(1.0)
+
+
+def _part_of(job: dict, node_id: str) -> dict | None:
+    """``node_id``'s part of a placed job: rank (None for a job on one node), node, gpus, state."""
+    parts = job.get("parts") or ()
+    for part in parts:
+        if part["node"] == node_id:
+            return part
+    if not parts and job["node"] == node_id:
+        return {"rank": None, "node": node_id, "gpus": job["gpus"], "state": job["state"]}
+    return None
+
+
+def _unsettled(job: dict, node_id: str) -> bool:
+    """Is there something for ``node_id`` to do about this job: run or report its part (a
+    gang's part is reported even after the job ended, so every part ends up final)?"""
+    part = _part_of(job, node_id)
+    if part is None:
+        return False
+    return job["state"] in ACTIVE_STATES or (part["rank"] is not None and part["state"] in ACTIVE_STATES)
 
 
 def _history(job: dict) -> bool:

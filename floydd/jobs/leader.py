@@ -57,7 +57,8 @@ class ClusterScheduler:
         load: dict[str, int] = {}
         for job in state.jobs.values():
             if job["state"] in ACTIVE_STATES:
-                load[job["node"]] = load.get(job["node"], 0) + 1
+                for nid in _nodes_of(job):
+                    load[nid] = load.get(nid, 0) + 1
         out = {}
         for nid, node in state.nodes.items():
             name = node["name"] if names.count(node["name"]) == 1 else f"{node['name']}({nid[:8]})"
@@ -75,15 +76,20 @@ class ClusterScheduler:
             return
         snapshots = self.snapshots(now)
         by_name = {s.name: nid for nid, s in snapshots.items()}
-        pending = [PendingJob(key=j["id"], gpus=int((j["spec"].get("resources") or {}).get("gpus") or 0))
-                   for j in queued]
+        pending = [PendingJob(key=j["id"], gpus=int(_resources(j).get("gpus") or 0),
+                              nodes=int(_resources(j).get("nodes") or 1)) for j in queued]
         waiting_now = {j["id"]: j["waiting_for"] for j in queued}
         plan = place(list(snapshots.values()), pending)
-        for placement in plan.placements:
+        gangs: dict[str, list] = {}
+        for placement in plan.placements:           # a gang's parts come in rank order
+            gangs.setdefault(placement.key, []).append(placement)
+        for key, parts in gangs.items():
+            where = [{"node": by_name[p.node], "gpus": list(p.gpus)} for p in parts]
             try:
-                await self.cluster.place(placement.key, by_name[placement.node], placement.gpus)
+                await self.cluster.place(key, where[0]["node"], where[0]["gpus"],
+                                         parts=where if len(where) > 1 else None)
             except Conflict as exc:                 # the state moved under the plan: next round
-                _log.info("placing %s on %s refused: %s", placement.key, placement.node, exc)
+                _log.info("placing %s on %s refused: %s", key, ", ".join(p.node for p in parts), exc)
                 self.wake()
         for key, why in plan.waiting.items():
             if waiting_now.get(key) != why:
@@ -101,21 +107,37 @@ class ClusterScheduler:
             return
         state = self.cluster.state
         for job in [j for j in state.jobs.values() if j["state"] in ACTIVE_STATES]:
-            node = state.nodes.get(job["node"])
-            if node is not None and (node["status"] == "off" or now - node["last_heartbeat"] < self.lost_after):
+            silent = [nid for nid in _nodes_of(job) if not self._answers(state.nodes.get(nid), now)]
+            if not silent:
                 continue
-            name = node["name"] if node else job["node"]
-            if job["state"] == "starting":
+            node = state.nodes.get(silent[0])
+            name = node["name"] if node else silent[0]
+            # a gang whose parts have not started yet can be placed again whole; once any
+            # part runs, the run is lost (its other parts are stopped by their boxes)
+            started = job["state"] == "running" or any(p["state"] != "starting" for p in job.get("parts") or ())
+            if not started:
                 fields = {"state": "queued", "reason": f"node {name} went silent before the job started"}
             else:
                 fields = {"state": "lost", "reason": f"node {name} went silent for {self.lost_after:.0f}s "
                                                       "while the job ran"}
             try:
-                await self.cluster.update_job(job["id"], attempt=job["attempts"], node=job["node"],
-                                              timeout=REPORT_TIMEOUT, **fields)
+                await self.cluster.update_job(job["id"], attempt=job["attempts"], timeout=REPORT_TIMEOUT, **fields)
                 _log.warning("job %s: %s", job["id"], fields["reason"])
             except Conflict:
                 pass
+
+    def _answers(self, node: dict | None, now: float) -> bool:
+        """A node cleanly off keeps its jobs; one that heartbeats recently is there."""
+        return node is not None and (node["status"] == "off" or now - node["last_heartbeat"] < self.lost_after)
+
+
+def _resources(job: dict) -> dict:
+    return job["spec"].get("resources") or {}
+
+
+def _nodes_of(job: dict) -> list[str]:
+    """The nodes a placed job runs on: every part's for a gang."""
+    return [p["node"] for p in job.get("parts") or ()] or [job["node"]]
 
 
 async def every_second_or_sooner(wake: asyncio.Event, body: Callable[[], Any], what: str) -> None:

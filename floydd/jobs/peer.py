@@ -36,7 +36,7 @@ def peer_routes(jobs: Callable[[], JobService | None]) -> list[web.RouteDef]:
                 raw = request.query.get("offset", "0")
                 if not raw.isdigit():
                     raise UserError("offset must be a whole number")
-                chunk, final = await svc._read_log(await svc.get(key, stale=True), int(raw))
+                chunk, final = await svc.read_local_log(key, int(raw))
                 return web.Response(body=chunk, headers={"X-Floydd-Final": "1" if final else "0"},
                                     content_type="application/octet-stream")
             if what == "metrics":

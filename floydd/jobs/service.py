@@ -25,6 +25,7 @@ from floydd import log
 from floydd.agent.spec import check_mount_target
 from floydd.errors import Conflict, InvalidSpec, NotFound, UserError
 from floydd.jobs.codesnap import snapshot_code
+from floydd.jobs.gang import MAX_NODES, check_gang_command
 from floydd.jobs.spec import ENVIRONMENTS, check_project, parse_data, parse_job_key, parse_param
 from floydd.scheduler import NodeSnapshot, PendingJob, place, unplaceable
 from floydd.store import ObjectId
@@ -90,6 +91,11 @@ class JobService:
         if not isinstance(command, str) or not command.strip():
             raise InvalidSpec("the command is empty", hint='give the command to run, e.g. floyd run "python train.py"')
         gpus = _int(body.get("gpus", 0), "--gpu", minimum=0)
+        nodes = _int(body.get("nodes", 1), "--nodes", minimum=1)
+        if nodes > MAX_NODES:
+            raise InvalidSpec(f"--nodes {nodes} is more than {MAX_NODES}", hint=f"use at most --nodes {MAX_NODES}")
+        if nodes > 1:
+            check_gang_command(command)
         max_runtime = body.get("max_runtime")
         if max_runtime is not None:
             max_runtime = _number(max_runtime, "--max-runtime")
@@ -102,7 +108,7 @@ class JobService:
         if mode != "job":
             raise InvalidSpec(f"--mode {mode} is not supported", hint="use --mode job (the default)")
         mounts = await self._resolve_mounts(body.get("data") or [])
-        self._check_placeable(gpus)
+        self._check_placeable(gpus, nodes)
 
         code_path = body.get("code_path")
         code_tree = body.get("code_tree")
@@ -119,7 +125,8 @@ class JobService:
             code_tree = await asyncio.to_thread(snapshot_code, self.store, Path(code_path),
                                                 int(self.config.max_code_mb * 1024 * 1024))
         return project, dict(command=command, params=params, code_tree=str(code_tree), data=mounts,
-                             resources={"gpus": gpus, "cpu": gpus == 0}, env=env,
+                             resources={"gpus": gpus, "cpu": gpus == 0, **({"nodes": nodes} if nodes > 1 else {})},
+                             env=env,
                              message=str(body.get("message") or ""), mode=mode, max_runtime=max_runtime,
                              created=time.time(), user=user, node=self.config.node_name)
 
@@ -147,7 +154,11 @@ class JobService:
             mounts.append({"ref": version.ref, "tree": str(version.tree), "mount": spec["mount"]})
         return mounts
 
-    def _check_placeable(self, gpus: int) -> None:
+    def _check_placeable(self, gpus: int, nodes: int = 1) -> None:
+        if nodes > 1:
+            raise UserError(f"--nodes {nodes}: this box is not in a cluster, so a job runs on it alone",
+                            hint="join other boxes first (floydd token create, then floydd join on each; "
+                                 "docs/operations.md), or leave out --nodes", code="no_such_resources")
         why = unplaceable([self._node_snapshot()], gpus)
         if why:
             raise UserError(f"cannot run with --gpu {gpus}: {why}",
@@ -248,10 +259,22 @@ class JobService:
         samples = await asyncio.to_thread(self.records.system_samples, project, number)
         return {"metrics": {k: [list(p) for p in v] for k, v in series.items()}, "system": samples}
 
-    async def read_log(self, key: str, offset: int) -> tuple[bytes, bool]:
+    async def read_log(self, key: str, offset: int, *, rank: int | None = None) -> tuple[bytes, bool]:
         """Up to 4 MiB of the job's log from ``offset``, and whether the job has ended (what
-        was read then is all there will be)."""
+        was read then is all there will be). ``rank``: a part of a distributed job."""
+        if rank not in (None, 0):
+            raise NotFound(f"job {key} runs on one box: it has no rank {rank}", code="no_such_part",
+                           hint="leave out --rank")
         return await self._read_log(await self.get(key), offset)
+
+    async def read_local_log(self, key: str, offset: int) -> tuple[bytes, bool]:
+        """:meth:`read_log` from this box's own record of ``key`` (in a cluster: its part of
+        the job, which the other boxes read through /cluster/v1)."""
+        try:
+            local = await JobService.get(self, key)
+        except NotFound:                           # placed here, not made into a record yet
+            return b"", False
+        return await self._read_log(local, offset)
 
     async def _read_log(self, job: dict, offset: int) -> tuple[bytes, bool]:
         final = job["state"] in FINAL_STATES
@@ -296,7 +319,7 @@ class JobService:
     async def restart(self, key: str, overrides: dict[str, Any], *, user: str = "") -> dict:
         project, _ = parse_job_key(key)
         old = await self.get(key)
-        allowed = {"gpus", "command", "params", "message", "max_runtime", "env", "data"}
+        allowed = {"gpus", "nodes", "command", "params", "message", "max_runtime", "env", "data"}
         unknown = set(overrides) - allowed
         if unknown:
             raise InvalidSpec(f"cannot override {', '.join(sorted(unknown))} on restart",
@@ -307,6 +330,7 @@ class JobService:
             "project": project, "code_tree": old["code_tree"],
             "command": overrides.get("command") or old["command"],
             "gpus": overrides.get("gpus", old["resources"].get("gpus", 0)),
+            "nodes": overrides.get("nodes", old["resources"].get("nodes", 1)),
             "env": overrides.get("env") or old["env"], "params": params,
             "message": overrides.get("message") or f"restart of {key}",
             "max_runtime": overrides.get("max_runtime", old["max_runtime"]),

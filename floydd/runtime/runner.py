@@ -89,8 +89,11 @@ class NodeRuntime:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def start_job(self, project: str, number: int, gpus: list[int]) -> None:
-        """Take a queued job through the prestart steps to running (or to failed, with why)."""
+    async def start_job(self, project: str, number: int, gpus: list[int], *, command: str | None = None,
+                        env: dict[str, str] | None = None) -> None:
+        """Take a queued job through the prestart steps to running (or to failed, with why).
+        ``command``/``env`` replace the recorded command and add to its environment (a gang's
+        part runs the user's command under torchrun, :mod:`floydd.jobs.gang`)."""
         if self._closed:
             raise Unavailable("the node runtime is shutting down", hint="retry once the daemon is back")
         key = (project, number)
@@ -112,7 +115,7 @@ class NodeRuntime:
         except BaseException:
             self._release(key, notify=False)
             raise
-        await self._prestart(job, ws, gpus)
+        await self._prestart(job, ws, gpus, command=command, env=env or {})
 
     async def stop_job(self, project: str, number: int, reason: str = "stopped by user") -> None:
         """Stop a starting or running job and wait (up to stop_grace + 30 s) until it is recorded."""
@@ -155,7 +158,8 @@ class NodeRuntime:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    async def _prestart(self, job: dict, ws: Path, gpus: list[int]) -> None:
+    async def _prestart(self, job: dict, ws: Path, gpus: list[int], *, command: str | None = None,
+                        env: dict[str, str] | None = None) -> None:
         project, number = job["project"], job["number"]
         key = (project, number)
         started = time.monotonic()
@@ -165,8 +169,8 @@ class NodeRuntime:
             python_bin = await asyncio.to_thread(envs.python_bin_for, self.state_dir, ws / "code",
                                                  job.get("env") or "default", log_path=ws / "job.log")
             self._check_stop(key)
-            spec = AgentSpec(job=f"{project}/{number}", command=job["command"],
-                             env={str(k): str(v) for k, v in (job.get("params") or {}).items()},
+            spec = AgentSpec(job=f"{project}/{number}", command=command or job["command"],
+                             env={**{str(k): str(v) for k, v in (job.get("params") or {}).items()}, **(env or {})},
                              gpus=tuple(str(g) for g in gpus), max_runtime=job.get("max_runtime"),
                              python_bin=python_bin, mounts=mounts,
                              sandbox=await asyncio.to_thread(lambda: self.sandbox_mode),

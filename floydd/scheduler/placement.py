@@ -11,6 +11,11 @@ ones); CPU-only jobs never wait for GPUs and go to the healthy node running the 
 jobs (counting those placed by the same plan), ties broken by name. Among nodes that fit, the one with the
 fewest free GPUs left afterwards wins (best fit keeps big holes for big jobs),
 ties broken by name; within a node the lowest free GPU indices are taken.
+
+A gang job (``nodes`` > 1, distributed training) needs that many *different* nodes, each
+with ``gpus`` free GPUs (or, for CPU gangs, the least-loaded healthy nodes); it is placed
+whole or not at all, one :class:`Placement` per part with its ``rank`` (rank 0 on the node
+that fits best), and a GPU gang that waits blocks later GPU jobs like any GPU job.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ class NodeSnapshot:
 class PendingJob:
     key: str
     gpus: int = 0
+    """GPUs per node."""
+    nodes: int = 1
+    """Nodes the job spans (a gang when > 1)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +57,8 @@ class Placement:
     key: str
     node: str
     gpus: tuple[int, ...]
+    rank: int = 0
+    """Which part of a gang this is (0 for a job on one node)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,15 +68,21 @@ class Plan:
     """Job key -> why it waits (one sentence, shown by ``floyd status``)."""
 
 
-def unplaceable(nodes: list[NodeSnapshot], gpus: int) -> str | None:
-    """Why a job wanting ``gpus`` GPUs can never run on these nodes, or None if it can."""
+def unplaceable(nodes: list[NodeSnapshot], gpus: int, count: int = 1) -> str | None:
+    """Why a job wanting ``gpus`` GPUs on each of ``count`` nodes can never run on these
+    nodes, or None if it can."""
     if gpus <= 0:
-        return None if any(n.healthy for n in nodes) else "no healthy node"
-    best = max((len(n.gpus) for n in nodes), default=0)
-    if best >= gpus:
+        healthy = sum(1 for n in nodes if n.healthy)
+        if healthy >= count:
+            return None
+        return "no healthy node" if count == 1 else f"it needs {count} healthy nodes, there are {healthy}"
+    big = sorted((len(n.gpus) for n in nodes), reverse=True)
+    if len(big) >= count and big[count - 1] >= gpus:
         return None
     have = ", ".join(f"{n.name} has {_count(len(n.gpus))}" for n in nodes) or "no nodes"
-    return f"no node has {_count(gpus)} ({have})"
+    if count == 1:
+        return f"no node has {_count(gpus)} ({have})"
+    return f"it needs {count} nodes with {_count(gpus)} each ({have})"
 
 
 def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
@@ -79,28 +95,32 @@ def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
     load = {n.name: n.load for n in nodes if n.healthy}
 
     for job in pending:
+        count = max(1, job.nodes)
         if job.gpus <= 0:
-            if load:
-                name = min(load, key=lambda n: (load[n], n))
-                load[name] += 1
-                placements.append(Placement(key=job.key, node=name, gpus=()))
+            if len(load) >= count:
+                chosen = sorted(load, key=lambda n: (load[n], n))[:count]
+                for rank, name in enumerate(chosen):
+                    load[name] += 1
+                    placements.append(Placement(key=job.key, node=name, gpus=(), rank=rank))
             else:
-                waiting[job.key] = "waiting for a healthy node"
+                waiting[job.key] = ("waiting for a healthy node" if count == 1 else
+                                    f"waiting for {count} healthy nodes ({len(load)} now)")
             continue
         if blocked_by is not None:
             waiting[job.key] = f"queued behind {blocked_by}, which waits for GPUs"
             continue
-        fits = [name for name in free if len(free[name]) >= job.gpus]
-        if not fits:
+        fits = sorted((name for name in free if len(free[name]) >= job.gpus),
+                      key=lambda n: (len(free[n]) - job.gpus, n))
+        if len(fits) < count:
             waiting[job.key] = _why_waiting(job, nodes, free, held)
             blocked_by = job.key
             continue
-        name = min(fits, key=lambda n: (len(free[n]) - job.gpus, n))
-        take, free[name] = free[name][:job.gpus], free[name][job.gpus:]
-        load[name] += 1
-        for g in take:
-            held[name][g] = job.key
-        placements.append(Placement(key=job.key, node=name, gpus=tuple(take)))
+        for rank, name in enumerate(fits[:count]):
+            take, free[name] = free[name][:job.gpus], free[name][job.gpus:]
+            load[name] += 1
+            for g in take:
+                held[name][g] = job.key
+            placements.append(Placement(key=job.key, node=name, gpus=tuple(take), rank=rank))
     return Plan(placements=tuple(placements), waiting=waiting)
 
 
@@ -114,7 +134,8 @@ def _why_waiting(job: PendingJob, nodes: list[NodeSnapshot], free: dict[str, lis
         holders = sorted(set(held[n.name].values()))
         busy = f" (held by {', '.join(holders)})" if holders else ""
         parts.append(f"{n.name} has {len(free.get(n.name, []))} free{busy}")
-    return f"waiting for {_count(job.gpus)}: " + "; ".join(parts)
+    wanted = _count(job.gpus) if job.nodes <= 1 else f"{job.nodes} nodes with {_count(job.gpus)} free each"
+    return f"waiting for {wanted}: " + "; ".join(parts)
 
 
 def _count(n: int) -> str:

@@ -9,16 +9,13 @@ box-a reaches the job running on box-b.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import wait_until
-from tests.system.conftest import Daemon, _kill_agents
+from tests.system.cluster_boxes import box, final, form, pair, status, stop
+from tests.system.conftest import _kill_agents
 
 TRAIN = """\
 import json, os, socket
@@ -30,84 +27,22 @@ with open(os.path.join(os.environ["FLOYD_OUTPUT"], "model.txt"), "w") as f:
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _floydd(env, *args):
-    res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *map(str, args)], capture_output=True,
-                         text=True, timeout=120, env=env)
-    assert res.returncode == 0, f"floydd {args} failed: {res.stdout}{res.stderr}"
-    return res.stdout
-
-
-def _box(tmp_path, name: str) -> Daemon:
-    state, project = tmp_path / name / "state", tmp_path / name / "proj"
-    project.mkdir(parents=True)
-    env = {**os.environ, "FLOYDD_STATE_DIR": str(state), "FLOYDD_NODE_NAME": name, "FLOYDD_TAIL_INTERVAL": "0.05",
-           "FLOYDD_SAMPLE_INTERVAL": "0.5", "FLOYDD_STOP_GRACE": "2", "FLOYDD_CLUSTER_HEARTBEAT": "0.5",
-           "FLOYDD_JOB_LOST_AFTER": "4", "PYTHONUNBUFFERED": "1"}
-    env.pop("FLOYD_HOST", None)
-    return Daemon(state=state, env=env, project=project)
-
-
-def _form(a: Daemon, b: Daemon) -> None:
-    """box-a founds the cluster (no GPU), box-b joins it (one fake GPU)."""
-    pa, pb = _port(), _port()
-    _floydd(a.env, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}")
-    a.start("--dev-fake-gpus", "0")
-    token = _floydd(a.env, "token", "create").strip()
-    _floydd(b.env, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}")
-    b.start("--dev-fake-gpus", "1")
-
-
 @pytest.fixture
 def two_boxes(tmp_path):
-    a, b = _box(tmp_path, "box-a"), _box(tmp_path, "box-b")
-    _form(a, b)
-    for box in (a, b):
-        wait_until(lambda box=box: len(box.floyd_json("nodes")) == 2, timeout=60, what="both nodes listed")
-    a.floyd("init", "proj")
-    (a.project / "train.py").write_text(TRAIN)
-    yield a, b
-    _stop(a, b)
-
-
-def _stop(*boxes: Daemon) -> None:
-    """Stop the daemons cleanly (kill them if that hangs) and the agents they left."""
-    for box in boxes:
-        if box.proc and box.proc.poll() is None:
-            box.proc.send_signal(signal.SIGTERM)
-            try:
-                box.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                box.kill()
-        _kill_agents(box.state)
-
-
-def _status(box: Daemon, key: str) -> dict:
-    return box.floyd_json("status", key)[0]
-
-
-def _final(box: Daemon, key: str, timeout: float = 90) -> dict:
-    return wait_until(lambda: (j := _status(box, key))["state"] in ("success", "failed", "stopped", "lost",
-                                                                    "timeout") and j,
-                      timeout=timeout, what=f"{key} to end")
+    yield from pair(tmp_path, {"train.py": TRAIN})
 
 
 def test_a_gpu_job_submitted_on_one_box_runs_on_the_box_with_the_gpu(two_boxes, tmp_path):
     a, b = two_boxes
     job = json.loads(a.floyd("run", "--gpu", "--json", "python train.py").stdout)
     key = job["id"]
-    done = _final(a, key)
+    done = final(a, key)
     assert done["state"] == "success", done
     assert done["node"] == "box-b" and done["gpus"] == [0]
     assert done["metrics"]["loss"]["last"] == pytest.approx(1 / 3)       # the summary reached box-a
     logs = a.floyd("logs", key).stdout
     assert "training on 0" in logs                                      # read from box-b over mTLS
-    assert _status(b, key)["state"] == "success"                        # one job, seen alike from both
+    assert status(b, key)["state"] == "success"                        # one job, seen alike from both
     dest = tmp_path / "fetched"
     a.floyd("output", key, str(dest))
     assert (dest / "model.txt").read_text() == "weights"                # box-b's /output, fetched to box-a
@@ -123,16 +58,16 @@ def test_cpu_jobs_spread_and_a_stop_reaches_the_other_box(two_boxes):
     (a.project / "wait.py").write_text("import time\nprint('waiting', flush=True)\n"
                                        "print('{\"metric\": \"acc\", \"value\": 0.5}', flush=True)\ntime.sleep(300)\n")
     first = json.loads(a.floyd("run", "--json", "python wait.py").stdout)["id"]
-    wait_until(lambda: _status(a, first)["state"] == "running", timeout=60, what=f"{first} to run")
+    wait_until(lambda: status(a, first)["state"] == "running", timeout=60, what=f"{first} to run")
     second = json.loads(a.floyd("run", "--json", "python wait.py").stdout)["id"]
-    wait_until(lambda: _status(a, second)["state"] == "running", timeout=60, what=f"{second} to run")
-    assert {_status(a, first)["node"], _status(a, second)["node"]} == {"box-a", "box-b"}
-    remote = first if _status(a, first)["node"] == "box-b" else second
+    wait_until(lambda: status(a, second)["state"] == "running", timeout=60, what=f"{second} to run")
+    assert {status(a, first)["node"], status(a, second)["node"]} == {"box-a", "box-b"}
+    remote = first if status(a, first)["node"] == "box-b" else second
     wait_until(lambda: "waiting" in a.floyd("logs", remote).stdout, timeout=30, what="the remote log")
-    wait_until(lambda: _status(a, remote)["metrics"].get("acc", {}).get("last") == 0.5, timeout=30,
+    wait_until(lambda: status(a, remote)["metrics"].get("acc", {}).get("last") == 0.5, timeout=30,
                what="box-b's running job's metrics in box-a's listing")
     a.floyd("stop", remote)
-    assert _final(a, remote)["state"] == "stopped"
+    assert final(a, remote)["state"] == "stopped"
     listed = {j["id"]: j["state"] for j in b.floyd_json("status")}
     assert listed[remote] == "stopped" and first in listed and second in listed
 
@@ -141,15 +76,15 @@ def test_a_box_that_dies_loses_its_running_job_and_the_cluster_carries_on(two_bo
     a, b = two_boxes                       # box-a votes; box-b (a learner) has the GPU
     (a.project / "wait.py").write_text("import time\nprint('waiting', flush=True)\ntime.sleep(300)\n")
     key = json.loads(a.floyd("run", "--gpu", "--json", "python wait.py").stdout)["id"]
-    wait_until(lambda: _status(a, key)["state"] == "running", timeout=60, what=f"{key} to run on box-b")
+    wait_until(lambda: status(a, key)["state"] == "running", timeout=60, what=f"{key} to run on box-b")
     gpus_b = next(n for n in a.floyd_json("nodes") if n["name"] == "box-b")["gpus"]
     assert [g["job"] for g in gpus_b] == [key]          # box-a knows who holds box-b's GPU
     b.kill()                               # power cut: the daemon and the job's agent die
     _kill_agents(b.state)
-    lost = _final(a, key, timeout=60)
+    lost = final(a, key, timeout=60)
     assert lost["state"] == "lost" and "box-b went silent" in lost["reason"], lost
     after = json.loads(a.floyd("run", "--json", "python train.py").stdout)["id"]
-    done = _final(a, after)
+    done = final(a, after)
     assert (done["state"], done["node"]) == ("success", "box-a")
 
 
@@ -157,7 +92,7 @@ def test_a_box_keeps_its_history_and_datasets_when_it_founds_a_cluster(tmp_path)
     """Single box first (a dataset, a job), then floydd init and a second box: the old job is
     still listed and its number not reused, the dataset is in the cluster catalog, and a job
     placed on the other box mounts it (fetched from the first box)."""
-    a, b = _box(tmp_path, "box-a"), _box(tmp_path, "box-b")
+    a, b = box(tmp_path, "box-a"), box(tmp_path, "box-b")
     try:
         a.start("--dev-fake-gpus", "0")
         a.floyd("init", "proj")
@@ -167,34 +102,34 @@ def test_a_box_keeps_its_history_and_datasets_when_it_founds_a_cluster(tmp_path)
         a.floyd("data", "upload", str(data), "--name", "digits")
         (a.project / "train.py").write_text(TRAIN)
         old = json.loads(a.floyd("run", "--json", "python train.py").stdout)["id"]
-        assert _final(a, old)["state"] == "success"
+        assert final(a, old)["state"] == "success"
         a.proc.send_signal(signal.SIGTERM)
         a.proc.wait(timeout=60)
 
-        _form(a, b)
+        form(a, b)
         refs = wait_until(lambda: len(r := {v["ref"] for v in b.floyd_json("data", "ls")}) >= 2 and r, timeout=60,
                           what="the first box's datasets in the cluster catalog")
         assert refs == {"digits:1", "proj/1/output:1"}      # uploads and job outputs alike
         (a.project / "read.py").write_text("print(open('/input/labels.txt').read().strip(), flush=True)\n")
         new = json.loads(a.floyd("run", "--gpu", "--data", "digits:/input", "--json", "python read.py").stdout)["id"]
         assert new == "proj/2"                              # proj/1 is the box's own, still listed
-        done = _final(a, new)
+        done = final(a, new)
         assert (done["state"], done["node"]) == ("success", "box-b"), done
         assert "3 1 4 1 5" in a.floyd("logs", new).stdout
         history = {j["id"]: j for j in a.floyd_json("status")}
         assert history[old]["state"] == "success" and history[old]["node"] == "box-a"
     finally:
-        _stop(a, b)
+        stop(a, b)
 
 
 def test_a_box_restarted_mid_run_reports_its_job_when_back(tmp_path):
     """kill -9 of box-b's daemon while its job runs (the agent lives on): once box-b is
     back it re-adopts the job and box-a sees the job end in success with its output."""
-    a, b = _box(tmp_path, "box-a"), _box(tmp_path, "box-b")
-    for box in (a, b):
-        box.env["FLOYDD_JOB_LOST_AFTER"] = "120"
+    a, b = box(tmp_path, "box-a"), box(tmp_path, "box-b")
+    for one in (a, b):
+        one.env["FLOYDD_JOB_LOST_AFTER"] = "120"
     try:
-        _form(a, b)
+        form(a, b)
         wait_until(lambda: len(a.floyd_json("nodes")) == 2, timeout=60, what="both nodes listed")
         a.floyd("init", "proj")
         (a.project / "slow.py").write_text(      # waits for a file the test drops into its /code
@@ -203,18 +138,18 @@ def test_a_box_restarted_mid_run_reports_its_job_when_back(tmp_path):
             "    time.sleep(0.05)\n"
             "open(os.path.join(os.environ['FLOYD_OUTPUT'], 'done'), 'w').write('yes')\nprint('finished')\n")
         key = json.loads(a.floyd("run", "--gpu", "--json", "python slow.py").stdout)["id"]
-        wait_until(lambda: _status(a, key)["state"] == "running", timeout=60, what=f"{key} running on box-b")
+        wait_until(lambda: status(a, key)["state"] == "running", timeout=60, what=f"{key} running on box-b")
         b.kill()
         (b.state / "jobs" / key / "code" / "go").write_text("")  # the job ends while box-b's daemon is down
         b.start("--dev-fake-gpus", "1")
-        done = _final(a, key)
+        done = final(a, key)
         assert (done["state"], done["node"]) == ("success", "box-b"), done
         assert "finished" in a.floyd("logs", key).stdout
         dest = tmp_path / "out"
         a.floyd("output", key, str(dest))
         assert (dest / "done").read_text() == "yes"
     finally:
-        _stop(a, b)
+        stop(a, b)
 
 
 def test_a_burst_of_quick_jobs_through_both_boxes_all_run_once_to_success(two_boxes):

@@ -27,8 +27,9 @@ class FakeCluster:
         self._index += 1
         return self.state.apply({"ts": self.now, **cmd}, index=self._index, term=1)
 
-    async def place(self, job, node, gpus, *, timeout=None):
-        return self.apply({"op": "job.place", "job": job, "node": node, "gpus": list(gpus), "term": 1})
+    async def place(self, job, node, gpus, *, parts=None, timeout=None):
+        cmd = {"op": "job.place", "job": job, "node": node, "gpus": list(gpus), "term": 1}
+        return self.apply({**cmd, "parts": parts} if parts else cmd)
 
     async def update_job(self, job, *, timeout=None, **fields):
         return self.apply({"op": "job.update", "job": job, **fields})
@@ -37,8 +38,8 @@ class FakeCluster:
         self.apply({"op": "node.upsert", "id": nid, "name": name, "address": "127.0.0.1", "cluster_port": 1,
                     "resources": {"gpus": list(gpus)}})
 
-    def submit(self, gpus: int) -> str:
-        spec = {"command": "python train.py", "resources": {"gpus": gpus}, "code_tree": "ab" * 32}
+    def submit(self, gpus: int, nodes: int = 1) -> str:
+        spec = {"command": "python train.py", "resources": {"gpus": gpus, "nodes": nodes}, "code_tree": "ab" * 32}
         return self.apply({"op": "job.submit", "idem_key": f"k{self._index}", "project": "p", "spec": spec})["id"]
 
 
@@ -92,6 +93,38 @@ async def test_a_silent_node_loses_its_running_jobs_and_its_starting_ones_are_pl
     assert (job["state"], job["node"], job["attempts"]) == ("starting", "n2", 2)
 
 
+async def test_a_gang_is_placed_on_distinct_nodes_in_one_placement():
+    cluster = FakeCluster()
+    cluster.node("n1", "box-a", gpus=[0, 1])
+    cluster.node("n2", "box-b", gpus=[0])
+    cluster.node("n3", "box-c")
+    gang, later = cluster.submit(1, nodes=2), cluster.submit(0, nodes=3)
+    await _service(cluster).scheduler.lead_once()
+    job = cluster.state.jobs[gang]
+    assert [(p["rank"], p["node"], p["gpus"]) for p in job["parts"]] == [(0, "n2", [0]), (1, "n1", [0])]
+    cpu = cluster.state.jobs[later]                          # a CPU gang over all three boxes
+    assert (cpu["state"], [p["node"] for p in cpu["parts"]]) == ("starting", ["n3", "n1", "n2"])
+
+
+async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_lost_after():
+    cluster = FakeCluster()
+    for nid, name in (("n1", "box-a"), ("n2", "box-b"), ("n3", "box-c")):
+        cluster.node(nid, name)
+    first, second = cluster.submit(0, nodes=2), cluster.submit(0, nodes=2)
+    await cluster.place(first, "n1", [], parts=[{"node": "n1", "gpus": []}, {"node": "n2", "gpus": []}])
+    await cluster.place(second, "n3", [], parts=[{"node": "n3", "gpus": []}, {"node": "n2", "gpus": []}])
+    await cluster.update_job(second, rank=0, node="n3", attempt=1, state="running")
+    service = _service(cluster)
+    service.scheduler.leading_since = cluster.now - 1000
+    cluster.now += 100
+    for nid in ("n1", "n3"):                                 # n2 (in both gangs) is silent
+        cluster.apply({"op": "node.health", "id": nid, "status": "up"})
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
+    assert cluster.state.jobs[first]["state"] == "queued"             # no part had started
+    assert cluster.state.jobs[second]["state"] == "lost"              # rank 0 was running
+    assert "box-b went silent" in cluster.state.jobs[second]["reason"]
+
+
 async def test_a_node_that_shut_down_cleanly_keeps_its_jobs():
     cluster = FakeCluster()
     cluster.node("n1", "box-a")
@@ -128,5 +161,29 @@ async def test_a_job_that_ran_and_ended_between_two_looks_is_reported_running_th
         job = cluster.state.jobs[key]
         assert (job["state"], job["reason"]) == ("success", "exit code 0")
         assert job["started"] is not None and job["ended"] is not None
+    finally:
+        records.close()
+
+
+async def test_a_box_settles_its_part_of_a_gang_that_ended_before_the_part_started(tmp_path):
+    """Every part of a gang ends up final: a box whose part never started (the other part
+    failed first) reports it stopped, so the job's parts do not say "starting" forever."""
+    from floydd.records import Records
+    cluster = FakeCluster()                         # this box is n1
+    cluster.node("n1", "box-a")
+    cluster.node("n2", "box-b")
+    key = cluster.submit(0, nodes=2)
+    await cluster.place(key, "n2", [], parts=[{"node": "n2", "gpus": []}, {"node": "n1", "gpus": []}])
+    await cluster.update_job(key, rank=0, node="n2", attempt=1, state="failed", reason="exit code 1")
+    assert cluster.state.jobs[key]["state"] == "failed"
+    records = Records(tmp_path / "records.db")
+    try:
+        service = ClusterJobService(cluster=cluster, clock=lambda: cluster.now, records=records, store=None,
+                                    runtime=SimpleNamespace(running=dict), inventory_state=None,
+                                    config=SimpleNamespace(node_name="box-a", stop_grace=1.0))
+        await service._reconcile()
+        part = cluster.state.jobs[key]["parts"][1]
+        assert (part["state"], part["reason"]) == ("stopped", "the job ended before this part started")
+        assert cluster.state.jobs[key]["reason"] == "rank 0 on box-b failed: exit code 1"
     finally:
         records.close()

@@ -58,3 +58,51 @@ def test_cpu_jobs_spread_over_the_least_loaded_nodes():
              NodeSnapshot(name="d", load=0, healthy=False)]
     plan = place(nodes, [PendingJob(key=f"p/{i}") for i in range(1, 5)])
     assert [p.node for p in plan.placements] == ["b", "b", "c", "a"]
+
+
+def test_a_gang_takes_distinct_nodes_rank_0_on_the_best_fit():
+    nodes = [NodeSnapshot(name="a", gpus=(0, 1, 2, 3)), NodeSnapshot(name="b", gpus=(0, 1), held={0: "p/1"}),
+             NodeSnapshot(name="c", gpus=(0, 1))]
+    plan = place(nodes, [PendingJob(key="p/2", gpus=1, nodes=3)])
+    assert [(p.rank, p.node, p.gpus) for p in plan.placements] == [(0, "b", (1,)), (1, "c", (0,)), (2, "a", (0,))]
+
+
+def test_a_gang_is_placed_whole_or_waits_and_blocks_later_gpu_jobs():
+    nodes = [NodeSnapshot(name="a", gpus=(0, 1)), NodeSnapshot(name="b", gpus=(0, 1), held={0: "p/1", 1: "p/1"})]
+    plan = place(nodes, [PendingJob(key="p/2", gpus=1, nodes=2), PendingJob(key="p/3", gpus=1),
+                         PendingJob(key="p/4", gpus=0, nodes=2)])
+    assert [(p.key, p.node, p.rank) for p in plan.placements] == [("p/4", "a", 0), ("p/4", "b", 1)]
+    assert plan.waiting["p/2"] == "waiting for 2 nodes with 1 GPU free each: a has 2 free; b has 0 free (held by p/1)"
+    assert "queued behind p/2" in plan.waiting["p/3"]
+
+
+def test_a_cpu_gang_waits_for_enough_healthy_nodes():
+    nodes = [NodeSnapshot(name="a"), NodeSnapshot(name="b", healthy=False)]
+    plan = place(nodes, [PendingJob(key="p/1", nodes=2), PendingJob(key="p/2")])
+    assert [(p.key, p.node) for p in plan.placements] == [("p/2", "a")]
+    assert plan.waiting["p/1"] == "waiting for 2 healthy nodes (1 now)"
+
+
+def test_unplaceable_gangs_say_how_many_nodes_they_need():
+    nodes = [NodeSnapshot(name="a", gpus=(0, 1)), NodeSnapshot(name="b", gpus=(0,))]
+    assert unplaceable(nodes, 1, 2) is None
+    assert unplaceable(nodes, 2, 2) == "it needs 2 nodes with 2 GPUs each (a has 2 GPUs, b has 1 GPU)"
+    assert unplaceable(nodes, 0, 3) == "it needs 3 healthy nodes, there are 2"
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3)), max_size=10), st.lists(st.integers(0, 4), min_size=1,
+       max_size=4))
+def test_gangs_never_share_a_node_nor_double_book(wants, sizes):
+    nodes = [NodeSnapshot(name=f"n{i}", gpus=tuple(range(k))) for i, k in enumerate(sizes)]
+    plan = place(nodes, [PendingJob(key=f"p/{i}", gpus=g, nodes=n) for i, (g, n) in enumerate(wants)])
+    taken = [(p.node, g) for p in plan.placements for g in p.gpus]
+    assert len(taken) == len(set(taken))
+    by_job: dict[str, list] = {}
+    for p in plan.placements:
+        by_job.setdefault(p.key, []).append(p)
+    for key, parts in by_job.items():
+        gpus, count = wants[int(key.split("/")[1])]
+        assert sorted(p.rank for p in parts) == list(range(count))       # whole gangs only
+        assert len({p.node for p in parts}) == count                     # on distinct nodes
+        assert all(len(p.gpus) == gpus for p in parts)
+    assert len(by_job) + len(plan.waiting) == len(wants)

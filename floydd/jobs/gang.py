@@ -1,0 +1,111 @@
+"""Gang jobs: one job over several boxes, run by ``torchrun`` with a committed rendezvous.
+
+``floyd run --nodes 2 --gpu 4 "python train.py --lr 0.1"`` asks for two boxes with four free
+GPUs each. The leader places the parts together or not at all (:func:`floydd.scheduler.place`);
+the box given rank 0 picks a free port and commits it as the job's ``endpoint``; every part
+then starts its command under torchrun's static rendezvous (rank 0 hosts the c10d store)::
+
+    python -m torch.distributed.run --nnodes=2 --node-rank=R --nproc-per-node=4 \\
+        --master-addr=RANK0_ADDRESS --master-port=PORT train.py --lr 0.1
+
+so the user's script is the same one they run with ``torchrun`` on one box: one process per
+GPU (one per box on CPUs, with gloo), ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set by torchrun.
+A command may start with ``python SCRIPT``, ``python -m MODULE`` or ``torchrun [OPTIONS]``;
+floydd owns the rendezvous options, so a command that sets them is refused at submission.
+Jobs on one box are left exactly as written.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+
+from floydd.errors import InvalidSpec
+
+__all__ = ["check_gang_command", "torchrun_command", "gang_env", "free_port", "MAX_NODES"]
+
+MAX_NODES = 64
+_OWNED = {"--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port",
+          "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
+          "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf", "--standalone"}
+_NPROC = {"--nproc-per-node", "--nproc_per_node"}
+_HINT = 'write e.g. --nodes 2 "python train.py --lr 0.1": floydd runs it under torchrun on every box'
+
+
+def _split(command: str) -> list[str]:
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise InvalidSpec(f"the command cannot be split into words: {exc}", hint=_HINT) from None
+    if not words:
+        raise InvalidSpec("the command is empty", hint=_HINT)
+    return words
+
+
+def _is_python(word: str) -> bool:
+    name = os.path.basename(word)
+    return name in ("python", "python3") or (name.startswith("python3.") and name[8:].isdigit())
+
+
+def _torchrun_options(words: list[str]) -> list[str]:
+    """The options given to torchrun itself (before the script or ``-m``)."""
+    out = []
+    for word in words:
+        if word in ("-m", "--module", "--no-python", "--no_python") or not word.startswith("-"):
+            break
+        out.append(word.split("=", 1)[0])
+    return out
+
+
+def check_gang_command(command: str) -> None:
+    """Refuse (InvalidSpec, with what to write instead) a command floydd cannot put under torchrun."""
+    words = _split(command)
+    head = words[0]
+    if head == "torchrun" or (_is_python(head) and words[1:3] == ["-m", "torch.distributed.run"]):
+        rest = words[1:] if head == "torchrun" else words[3:]
+        owned = sorted(set(_torchrun_options(rest)) & _OWNED)
+        if owned:
+            raise InvalidSpec(f"a job over several boxes gets its rendezvous from floydd; leave out {', '.join(owned)}",
+                              hint=_HINT)
+        if not any(not w.startswith("-") for w in rest):
+            raise InvalidSpec("torchrun needs a script to run", hint=_HINT)
+        return
+    if not _is_python(head):
+        raise InvalidSpec(f"a job over several boxes runs its command under torchrun, so it must start with "
+                          f"python or torchrun, not {head!r}", hint=_HINT)
+    if len(words) < 2:
+        raise InvalidSpec("python needs a script to run", hint=_HINT)
+    if words[1].startswith("-") and words[1] != "-m":
+        raise InvalidSpec(f"python options such as {words[1]} do not pass through torchrun",
+                          hint="write python SCRIPT ... or python -m MODULE ...; set PYTHONUNBUFFERED etc. "
+                               "with --param")
+    if words[1] == "-m" and len(words) < 3:
+        raise InvalidSpec("python -m needs a module", hint=_HINT)
+
+
+def torchrun_command(command: str, *, nnodes: int, rank: int, nproc: int, host: str, port: int) -> str:
+    """``command`` (checked by :func:`check_gang_command`) as part ``rank`` of the gang."""
+    words = _split(command)
+    ours = [f"--nnodes={nnodes}", f"--node-rank={rank}", f"--master-addr={host}", f"--master-port={port}"]
+    if words[0] == "torchrun":
+        head, rest = ["torchrun"], words[1:]
+    elif words[1:3] == ["-m", "torch.distributed.run"]:
+        head, rest = words[:3], words[3:]
+    else:
+        head, rest = [words[0], "-m", "torch.distributed.run"], words[1:]
+    if not set(_torchrun_options(rest)) & _NPROC:
+        ours.append(f"--nproc-per-node={nproc}")
+    return shlex.join(head + ours + rest)
+
+
+def gang_env(*, nnodes: int, rank: int, host: str, port: int) -> dict[str, str]:
+    """What a part's job sees besides torchrun's own variables (for scripts that need it)."""
+    return {"FLOYD_NNODES": str(nnodes), "FLOYD_NODE_RANK": str(rank), "MASTER_ADDR": host, "MASTER_PORT": str(port)}
+
+
+def free_port() -> int:
+    """A TCP port free on this box right now (rank 0's c10d store binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,57 @@
+"""The torchrun command line a gang part runs, and what a gang's command may be."""
+
+import shlex
+
+import pytest
+
+from floydd.errors import InvalidSpec
+from floydd.jobs.gang import check_gang_command, free_port, gang_env, torchrun_command
+
+ARGS = dict(nnodes=2, rank=1, nproc=4, host="10.0.0.5", port=29501)
+RDZV = "--nnodes=2 --node-rank=1 --master-addr=10.0.0.5 --master-port=29501"
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("python train.py --lr 0.1", f"python -m torch.distributed.run {RDZV} --nproc-per-node=4 train.py --lr 0.1"),
+    ("python3 -m pkg.train --epochs 'two words'",
+     f"python3 -m torch.distributed.run {RDZV} --nproc-per-node=4 -m pkg.train --epochs 'two words'"),
+    ("torchrun train.py", f"torchrun {RDZV} --nproc-per-node=4 train.py"),
+    ("torchrun --nproc-per-node 2 train.py", f"torchrun {RDZV} --nproc-per-node 2 train.py"),
+    ("python -m torch.distributed.run --nproc_per_node=1 t.py",
+     f"python -m torch.distributed.run {RDZV} --nproc_per_node=1 t.py"),
+])
+def test_the_command_runs_under_torchrun_with_the_committed_rendezvous(command, expected):
+    check_gang_command(command)
+    assert torchrun_command(command, **ARGS) == expected
+
+
+def test_script_arguments_that_look_like_torchrun_options_are_the_scripts_own():
+    check_gang_command("python train.py --nnodes 3")           # the script's flag, not torchrun's
+    out = shlex.split(torchrun_command("python train.py --nnodes 3", **ARGS))
+    assert out[-3:] == ["train.py", "--nnodes", "3"] and out.count("--nnodes=2") == 1
+
+
+@pytest.mark.parametrize("command, says", [
+    ("bash run.sh", "must start with python or torchrun"),
+    ("cd src && python train.py", "must start with python or torchrun"),
+    ("torchrun --nnodes 2 train.py", "leave out --nnodes"),
+    ("torchrun --master_port=1234 --standalone train.py", "leave out --master_port, --standalone"),
+    ("python -u train.py", "python options such as -u"),
+    ("python", "needs a script"),
+    ("python -m", "needs a module"),
+    ("torchrun --nproc-per-node=2", "needs a script"),
+    ("python 'unclosed", "cannot be split"),
+])
+def test_commands_floydd_cannot_put_under_torchrun_are_refused_with_what_to_write(command, says):
+    with pytest.raises(InvalidSpec, match=says) as info:
+        check_gang_command(command)
+    assert info.value.hint
+
+
+def test_the_part_knows_its_place_and_the_port_is_bindable():
+    assert gang_env(nnodes=3, rank=2, host="h", port=7) == {"FLOYD_NNODES": "3", "FLOYD_NODE_RANK": "2",
+                                                           "MASTER_ADDR": "h", "MASTER_PORT": "7"}
+    import socket
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
