@@ -43,7 +43,7 @@ import msgpack
 
 from floydd import log
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unavailable, UserError
-from floydd.jobs.gang import free_port, gang_env, torchrun_command
+from floydd.jobs.gang import free_port, gang_env, interface_for, torchrun_command
 from floydd.jobs.leader import REPORT_TIMEOUT, ClusterScheduler, every_second_or_sooner
 from floydd.jobs.service import ACTIVE_STATES, FINAL_STATES, JobService, _output_ref, _pin, check_mounts
 from floydd.jobs.spec import parse_job_key
@@ -430,7 +430,11 @@ class ClusterJobService(JobService):
                 nnodes = len(job["parts"])
                 command = torchrun_command(spec["command"], nnodes=nnodes, rank=part["rank"],
                                            nproc=max(1, len(part["gpus"])), host=host, port=int(port))
-                env = gang_env(nnodes=nnodes, rank=part["rank"], host=host, port=int(port))
+                mine = self.cluster.state.nodes[self.node_id]["address"]
+                env = gang_env(nnodes=nnodes, rank=part["rank"], host=host, port=int(port),
+                               ifname=await asyncio.to_thread(interface_for, mine))
+                for name in spec.get("params") or {}:   # the job's own choice wins
+                    env.pop(name, None)
             await self.runtime.start_job(project, number, list(part["gpus"]), command=command, env=env)
         except Exception as exc:
             _log.exception("starting %s failed", key)

@@ -10,6 +10,10 @@ then starts its command under torchrun's static rendezvous (rank 0 hosts the c10
 
 so the user's script is the same one they run with ``torchrun`` on one box: one process per
 GPU (one per box on CPUs, with gloo), ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set by torchrun.
+Gloo and NCCL find their own address from the host name, which on many machines (Debian's
+``127.0.1.1`` line in /etc/hosts, containers, network namespaces) resolves to an address the
+other boxes cannot reach; each part is therefore told the interface that carries its box's
+cluster address (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME``, unless the job sets them).
 A command may start with ``python SCRIPT``, ``python -m MODULE`` or ``torchrun [OPTIONS]``;
 floydd owns the rendezvous options, so a command that sets them is refused at submission.
 Jobs on one box are left exactly as written.
@@ -17,13 +21,16 @@ Jobs on one box are left exactly as written.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shlex
 import socket
 
+import psutil
+
 from floydd.errors import InvalidSpec
 
-__all__ = ["check_gang_command", "torchrun_command", "gang_env", "free_port", "MAX_NODES"]
+__all__ = ["check_gang_command", "torchrun_command", "gang_env", "free_port", "interface_for", "MAX_NODES"]
 
 MAX_NODES = 64
 _OWNED = {"--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port",
@@ -99,9 +106,30 @@ def torchrun_command(command: str, *, nnodes: int, rank: int, nproc: int, host: 
     return shlex.join(head + ours + rest)
 
 
-def gang_env(*, nnodes: int, rank: int, host: str, port: int) -> dict[str, str]:
-    """What a part's job sees besides torchrun's own variables (for scripts that need it)."""
-    return {"FLOYD_NNODES": str(nnodes), "FLOYD_NODE_RANK": str(rank), "MASTER_ADDR": host, "MASTER_PORT": str(port)}
+def gang_env(*, nnodes: int, rank: int, host: str, port: int, ifname: str | None = None) -> dict[str, str]:
+    """What a part's job sees besides torchrun's own variables: where it is in the gang, and
+    (``ifname``) the interface gloo and NCCL must use to reach the other boxes."""
+    env = {"FLOYD_NNODES": str(nnodes), "FLOYD_NODE_RANK": str(rank), "MASTER_ADDR": host, "MASTER_PORT": str(port)}
+    if ifname:
+        env.update(GLOO_SOCKET_IFNAME=ifname, NCCL_SOCKET_IFNAME=ifname)
+    return env
+
+
+def interface_for(address: str) -> str | None:
+    """The name of this box's network interface holding ``address`` (its cluster address),
+    or None (a host name, or an address behind NAT: then gloo and NCCL choose)."""
+    try:
+        wanted = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return None
+    for name, addrs in psutil.net_if_addrs().items():
+        for addr in addrs:
+            try:
+                if ipaddress.ip_address(addr.address.split("%")[0]) == wanted:
+                    return name
+            except ValueError:
+                continue
+    return None
 
 
 def free_port() -> int:

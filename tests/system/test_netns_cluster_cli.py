@@ -138,3 +138,23 @@ def _listing(client):
         return client.jobs("netns")
     except Unavailable:
         return None
+
+
+def test_a_job_over_two_namespace_boxes_all_reduces_over_their_network(netns, tmp_path):
+    """``--nodes 2`` across two hosts that reach each other only through the bridge: the
+    rendezvous is rank 0's cluster address, and gloo must use the interface carrying it
+    (each host's name resolves to an address outside its namespace)."""
+    from tests.system.test_cluster_gang import DDP
+    net = netns(2)
+    daemons = _form(net, tmp_path, n=2)
+    client = Client(socket_path_for(daemons[0][1]), timeout=30)
+    wait_until(lambda: len(client.nodes()) == 2, timeout=60, what="both boxes listed")
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "ddp.py").write_text(DDP)
+    job = client.submit({"project": "gang", "command": "python ddp.py", "code_path": str(project), "nodes": 2})
+    done = client.wait(job["id"], timeout=240)
+    log = b"".join(client.logs(job["id"])).decode()
+    assert done["state"] == "success", (done, log, [b"".join(client.logs(job["id"], rank=1)).decode()])
+    assert done["endpoint"].rpartition(":")[0] in {net.host(1).ip, net.host(2).ip}
+    assert done["metrics"]["sum"]["last"] == 3.0 and "of 2 on box rank 0: sum 3" in log

@@ -5,7 +5,7 @@ import shlex
 import pytest
 
 from floydd.errors import InvalidSpec
-from floydd.jobs.gang import check_gang_command, free_port, gang_env, torchrun_command
+from floydd.jobs.gang import check_gang_command, free_port, gang_env, interface_for, torchrun_command
 
 ARGS = dict(nnodes=2, rank=1, nproc=4, host="10.0.0.5", port=29501)
 RDZV = "--nnodes=2 --node-rank=1 --master-addr=10.0.0.5 --master-port=29501"
@@ -55,3 +55,15 @@ def test_the_part_knows_its_place_and_the_port_is_bindable():
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_gloo_and_nccl_are_pointed_at_the_interface_of_the_cluster_address():
+    import psutil
+    lo = next(name for name, addrs in psutil.net_if_addrs().items()
+              if any(a.address == "127.0.0.1" for a in addrs))
+    assert interface_for("127.0.0.1") == lo
+    assert interface_for("203.0.113.9") is None            # not this box's (TEST-NET-3)
+    assert interface_for("box-a.lab") is None               # a name: gloo and NCCL choose
+    env = gang_env(nnodes=2, rank=0, host="h", port=1, ifname="eth1")
+    assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "eth1"
+    assert "GLOO_SOCKET_IFNAME" not in gang_env(nnodes=2, rank=0, host="h", port=1)
