@@ -96,3 +96,19 @@ def test_banner_says_what_is_wrong_and_how_old_the_data_is() -> None:
                                            "  retrying every 1s; data shown is 1m15s old")
     assert banner_text(Snapshot(seq=1, now=NOW, want=Want(), reachable=True), 1.0) is None
     assert banner_text(None, 1.0).plain == "connecting to floydd…"
+
+
+def test_a_distributed_job_shows_every_part_and_how_many_boxes_it_spans() -> None:
+    from rich.console import Console
+
+    from floydd.tui.screens.job_detail import job_panel
+    from floydd.tui.screens.jobs import _cells
+    job = {"id": "p/7", "state": "running", "node": "box-a", "gpus": [0], "resources": {"gpus": 1, "nodes": 2},
+           "started": NOW - 60, "command": "python train.py",
+           "parts": [{"rank": 0, "node": "box-a", "gpus": [0], "state": "running"},
+                     {"rank": 1, "node": "box-b", "gpus": [3], "state": "starting"}]}
+    console = Console(width=100, record=True)
+    console.print(job_panel(job, NOW))
+    text = console.export_text()
+    assert "rank 0 on box-a · GPUs 0 · running" in text and "rank 1 on box-b · GPUs 3 · starting" in text
+    assert "box-a +1" in [cell if isinstance(cell, str) else cell[0] for cell in _cells(job, NOW)]

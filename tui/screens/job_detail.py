@@ -147,6 +147,11 @@ def job_panel(job: Mapping[str, Any], now: float, usage: Mapping[str, Any] | Non
     gpus = (f"GPUs {','.join(map(str, job['gpus']))}" if job.get("gpus") else
             f"wants {wants} GPU{'s' if wants > 1 else ''}" if wants else "CPU only")
     grid.add_row("where", f"{job.get('node') or '-'} · {gpus} · {job.get('user') or '-'}")
+    for part in job.get("parts") or ():      # a distributed job: each box's part under torchrun
+        line = Text(f"rank {part.get('rank')} on {part.get('node')} · "
+                    f"{'GPUs ' + ','.join(map(str, part.get('gpus') or ())) if part.get('gpus') else 'CPU'} · ")
+        line.append(str(part.get("state", "?")), style=state_style(str(part.get("state", "?"))))
+        grid.add_row("part", line)
     grid.add_row("time", duration(job_seconds(job, now)) + (" waiting" if not job.get("started") else ""))
     if usage:
         grid.add_row("usage", _usage(usage))

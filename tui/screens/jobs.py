@@ -186,7 +186,7 @@ def _cells(job: Mapping[str, Any], now: float) -> tuple:
         (str(job.get("id", "?")), "bold"),
         (state, state_style(state)),
         str(job.get("user") or "-"),
-        str(job.get("node") or "-"),
+        str(job.get("node") or "-") + (f" +{len(job['parts']) - 1}" if len(job.get("parts") or ()) > 1 else ""),
         gpu_text,
         duration(job_seconds(job, now)),
         metrics,
