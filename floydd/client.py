@@ -11,9 +11,10 @@ import http.client
 import json
 import os
 import socket
+import tempfile
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 from floydd.errors import InvalidSpec, Unavailable, from_payload
 
@@ -62,7 +63,8 @@ class Client:
         return http.client.HTTPConnection(host, int(port), timeout=timeout)
 
     def _open(self, method: str, path: str, body: Any = None, *, query: dict | None = None,
-              timeout: float | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+              timeout: float | None = None, raw: IO[bytes] | None = None,
+              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         if query:
             clean = {k: v for k, v in query.items() if v is not None}
             if clean:
@@ -70,10 +72,14 @@ class Client:
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        data = None
+        data: Any = None
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
+        elif raw is not None:           # a file: sent with its length, in blocks
+            data = raw
+            headers["Content-Type"] = "application/x-tar"
+            headers["Content-Length"] = str(os.fstat(raw.fileno()).st_size - raw.tell())
         conn = self._connection(self.timeout if timeout is None else timeout)
         try:
             conn.request(method, path, body=data, headers=headers)
@@ -201,6 +207,16 @@ class Client:
 
     def dataset(self, ref: str) -> dict:
         return self._call("GET", "/v1/datasets/info", query={"ref": ref})
+
+    def upload_code(self, folder: Path, limit: int | None = None) -> dict:
+        """Send ``folder`` (``.floydignore`` honoured) as a tar, for a daemon that cannot read
+        it (FLOYD_HOST); ``{"code_tree", "files", "bytes"}`` to submit with."""
+        from floydd.store.tarball import pack   # only here: plain floyd commands start faster without it
+        with tempfile.TemporaryFile() as spool:
+            pack(folder, spool, limit)
+            spool.seek(0)
+            timeout = None if self.timeout is None else max(self.timeout, 600.0)
+            return self._call("POST", "/v1/code", raw=spool, timeout=timeout)
 
     def upload(self, path: Path, name: str, message: str = "") -> Iterator[dict]:
         return self._stream("POST", "/v1/datasets", {"path": os.fspath(path), "name": name, "message": message})

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 from pathlib import Path
 
 from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.request import body, caller, check_dest, ndjson, reply
-from floydd.errors import Unavailable, UserError
+from floydd.errors import InvalidSpec, Unavailable, UserError
+from floydd.jobs.codesnap import snapshot_code
 from floydd.jobs.spec import parse_job_key
+from floydd.store.tarball import unpack
 
 routes = web.RouteTableDef()
 
@@ -21,6 +25,44 @@ def _key(request: web.Request) -> str:
     key = f"{request.match_info['project']}/{request.match_info['number']}"
     parse_job_key(key)
     return key
+
+
+@routes.post("/v1/code")
+async def upload_code(request: web.Request) -> web.Response:
+    """A project folder sent as a tar (a client whose files are not on this machine):
+    snapshotted into the store like ``code_path``; answers its ``code_tree`` for /v1/jobs."""
+    config, store = request.app[keys.CONFIG], request.app[keys.STORE]
+    limit = int(config.max_code_mb * 1024 * 1024)
+    if request.content_type not in ("application/x-tar", "application/octet-stream"):
+        raise InvalidSpec(f"send the folder as application/x-tar, not {request.content_type}",
+                          hint="floyd run does this by itself when FLOYD_HOST is set")
+    if request.content_length is not None and request.content_length > 2 * limit + (16 << 20):
+        raise UserError(f"the upload is {request.content_length / 2**20:.0f} MiB; code folders are limited to "
+                        f"{config.max_code_mb:g} MiB", code="code_too_large",
+                        hint="move data out of the code folder (floyd data upload) or into .floydignore")
+    scratch = config.state_dir / "uploads"
+    scratch.mkdir(mode=0o700, exist_ok=True)
+    work = Path(await asyncio.to_thread(tempfile.mkdtemp, dir=scratch))
+    try:
+        archive = work / "code.tar"
+        with open(archive, "wb") as out:        # the whole body first: unpacking reads a file, not the socket
+            async for chunk in request.content.iter_chunked(1 << 20):
+                out.write(chunk)
+                if out.tell() > 2 * limit + (16 << 20):
+                    raise UserError(f"the upload is over {config.max_code_mb:g} MiB", code="code_too_large",
+                                    hint="move data out of the code folder or into .floydignore")
+        folder = work / "code"
+        folder.mkdir()
+
+        def ingest() -> tuple:
+            with open(archive, "rb") as src:
+                got = unpack(src, folder, limit)
+            return got, snapshot_code(store, folder, limit)
+        got, tree = await asyncio.to_thread(ingest)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, work, True)
+    return reply({"code_tree": str(tree), "files": got.files, "bytes": got.bytes, "skipped": got.skipped},
+                 status=201)
 
 
 @routes.post("/v1/jobs")

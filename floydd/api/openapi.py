@@ -37,6 +37,8 @@ def _q(*names: str) -> list[dict]:
     return [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}} for n in names]
 
 
+_TAR = {"required": True, "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}
+
 SUBMIT = {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "required": ["project", "command"],
     "properties": {
@@ -70,6 +72,8 @@ PATHS = {
                                                        body=_DEST, stream=True)},
     "/v1/jobs/{project}/{number}/code": {"post": _op("Restore the job's code snapshot into dest", params=_JOB,
                                                      body=_DEST, stream=True)},
+    "/v1/code": {"post": _op("Snapshot a project folder sent as a tar (clients on another machine); answers "
+                             "code_tree for /v1/jobs", body=_TAR, status="201")},
     "/v1/compare": {"get": _op("Params and last/best metrics of jobs side by side", params=_q("jobs"))},
     "/v1/datasets": {"get": _op("Dataset versions", params=_q("name")),
                      "post": _op("Upload a folder as a new dataset version", stream=True)},

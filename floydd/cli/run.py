@@ -16,6 +16,9 @@ from floydd.jobs.spec import parse_data, parse_param
 
 __all__ = ["run", "restart"]
 
+_UPLOAD_LIMIT = 1 << 30
+"""Stop packing a code folder past 1 GiB (the daemon refuses above its own, smaller limit)."""
+
 
 class _OptionalGpuCount(click.Command):
     """``--gpu`` alone means one GPU; ``--gpu 2`` / ``--gpu=2`` ask for more."""
@@ -75,7 +78,7 @@ def run(gpu, cpu, nodes, data, env, message, follow, max_runtime, params, mode, 
     project, folder = find_project()
     client = connect()
     job = _submit(client, {
-        "project": project, "command": text, "code_path": str(folder), "gpus": gpu or 0, "nodes": nodes,
+        "project": project, "command": text, **_code(client, folder), "gpus": gpu or 0, "nodes": nodes,
         "data": [f"{m['ref']}:{m['mount']}" for m in mounts], "env": env, "message": message,
         "max_runtime": max_runtime, "params": parsed, "mode": mode, "idem_key": uuid.uuid4().hex,
     })
@@ -113,6 +116,17 @@ def restart(job, gpu, cpu, nodes, params, command, message, max_runtime, follow,
     if follow:
         follow_logs(client, new["id"], timestamps=False)
         print_final(client.wait(new["id"]))
+
+
+def _code(client, folder) -> dict:
+    """How the daemon gets the code: its path when the daemon shares this machine (it
+    snapshots the folder itself), else the folder sent as a tar (FLOYD_HOST)."""
+    if client.address is None:
+        return {"code_path": str(folder)}
+    click.echo(f"sending the code of {folder} to {client.where} ...", err=True)
+    sent = client.upload_code(folder, limit=_UPLOAD_LIMIT)
+    click.echo(f"  {sent['files']} files, {sent['bytes'] / 2**20:.1f} MiB", err=True)
+    return {"code_tree": sent["code_tree"]}
 
 
 def _submit(client, body: dict, attempts: int = 3) -> dict:

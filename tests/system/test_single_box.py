@@ -204,14 +204,18 @@ def test_floyd_starts_a_daemon_when_none_runs_and_says_so_once(tmp_path):
                        env=env, capture_output=True, timeout=60)
 
 
-def test_tcp_api_needs_the_token(daemon):
+def _serve_tcp(daemon) -> str:
     import socket as _socket
     with _socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     daemon.kill(signal.SIGTERM)
     daemon.start("--tcp", f"127.0.0.1:{port}")
-    env = {**daemon.env, "FLOYD_HOST": f"127.0.0.1:{port}"}
+    return f"127.0.0.1:{port}"
+
+
+def test_tcp_api_needs_the_token(daemon):
+    env = {**daemon.env, "FLOYD_HOST": _serve_tcp(daemon)}
     run = lambda extra: subprocess.run([sys.executable, "-m", "floydd.cli.floyd", "nodes", "--json"],  # noqa: E731
                                        env={**env, **extra}, capture_output=True, text=True, timeout=60)
     denied = run({})
@@ -228,3 +232,32 @@ def test_tcp_refuses_non_loopback_addresses(daemon):
                           str(daemon.state.parent / "other"), "--tcp", "0.0.0.0:7654"],
                          env=daemon.env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and "loopback" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_over_floyd_host_the_code_is_sent_not_read_from_the_daemons_disk(daemon, tmp_path):
+    """A laptop talking to a box through an SSH tunnel: its project folder is not on the box,
+    so floyd sends it as a tar (.floydignore honoured) and the job runs that snapshot."""
+    host = _serve_tcp(daemon)
+    env = {**daemon.env, "FLOYD_HOST": host, "FLOYD_TOKEN": (daemon.state / "api-token").read_text().strip()}
+    laptop = tmp_path / "laptop-proj"
+    laptop.mkdir()
+    subprocess.run([sys.executable, "-m", "floydd.cli.floyd", "init", "remote"], cwd=laptop, env=env, check=True,
+                   capture_output=True, timeout=60)
+    (laptop / "train.py").write_text("import os\nprint('files:', sorted(os.listdir('.')))\n")
+    (laptop / "weights.ckpt").write_bytes(b"0" * 1000)
+    (laptop / ".floydignore").write_text("*.ckpt\n")
+    res = subprocess.run([sys.executable, "-m", "floydd.cli.floyd", "run", "--json", "python train.py"], cwd=laptop,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "sending the code of" in res.stderr and "3 files" in res.stderr
+    key = json.loads(res.stdout)["id"]
+    assert _final(daemon, key)["state"] == "success"
+    log = daemon.floyd("logs", key).stdout
+    assert "train.py" in log and "weights.ckpt" not in log
+    # the API refuses what is not a tar, and traversal, with a clear error
+    import http.client
+    conn = http.client.HTTPConnection(*host.split(":"), timeout=30)
+    conn.request("POST", "/v1/code", body=b"not a tar" * 100,
+                 headers={"Authorization": f"Bearer {env['FLOYD_TOKEN']}", "Content-Type": "application/x-tar"})
+    resp = conn.getresponse()
+    assert resp.status == 400 and b"not a readable tar" in resp.read()
