@@ -221,6 +221,25 @@ class Client:
     def upload(self, path: Path, name: str, message: str = "") -> Iterator[dict]:
         return self._stream("POST", "/v1/datasets", {"path": os.fspath(path), "name": name, "message": message})
 
+    def upload_tar(self, folder: Path, name: str, message: str = "") -> Iterator[dict]:
+        """:meth:`upload` for a daemon that cannot read ``folder``: sent as a tar."""
+        from floydd.store.tarball import pack
+        with tempfile.TemporaryFile() as spool:
+            pack(folder, spool, ignore=False)
+            spool.seek(0)
+            yield from self._stream("POST", "/v1/datasets/tar", raw=spool,
+                                    query={"name": name, "message": message or None})
+
+    def fetch_tar(self, path: str, dest: Path, query: dict | None = None):
+        """GET a tree as a tar (``/v1/jobs/P/N/output.tar``, ``/v1/datasets/tar?ref=``) and
+        unpack it into ``dest`` (new or empty) on this machine."""
+        from floydd.store.tarball import unpack_into
+        conn, resp = self._open("GET", path, query=query, timeout=None)
+        try:
+            return unpack_into(resp, dest)
+        finally:
+            conn.close()
+
     def clone(self, ref: str, dest: Path) -> Iterator[dict]:
         return self._stream("POST", "/v1/datasets/clone", {"ref": ref, "dest": os.fspath(dest)})
 

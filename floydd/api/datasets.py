@@ -19,6 +19,7 @@ from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.request import body, check_dest, ndjson, reply
+from floydd.api.tarstream import received_folder, send_tree
 from floydd.errors import UserError
 from floydd.store.ids import ObjectId
 
@@ -55,9 +56,39 @@ async def info(request: web.Request) -> web.Response:
 @routes.post("/v1/datasets")
 async def upload(request: web.Request) -> web.StreamResponse:
     """Snapshot a folder on this machine into a new version; streams progress."""
-    store = request.app[keys.STORE]
     data = await body(request)
-    name, path, message = data.get("name"), data.get("path"), data.get("message") or ""
+    return await _ingest(request, data.get("name"), data.get("path"), data.get("message") or "", data.get("idem_key"))
+
+
+@routes.post("/v1/datasets/tar")
+async def upload_tar(request: web.Request) -> web.StreamResponse:
+    """The same from a folder sent as a tar (``?name=&message=``), for a client elsewhere."""
+    name = request.query.get("name") or ""
+    if name:                                    # a bad name is refused before the upload is read
+        await asyncio.to_thread(request.app[keys.STORE].catalog.check_name, name)
+    async with received_folder(request, what="the dataset") as (folder, _got):
+        return await _ingest(request, name, str(folder), request.query.get("message") or "",
+                             request.query.get("idem_key"))
+
+
+@routes.get("/v1/datasets/tar")
+async def clone_tar(request: web.Request) -> web.StreamResponse:
+    """Version ``?ref=NAME[:N]`` as a tar (fetched from its holders first in a cluster)."""
+    store, ref = request.app[keys.STORE], request.query.get("ref", "")
+    cluster = _cluster(request)
+    if cluster is None:
+        version = await asyncio.to_thread(store.catalog.resolve, ref)
+        return await send_tree(request, version.tree)
+    found = await cluster.resolve(ref)
+    loop = asyncio.get_running_loop()
+
+    def fetch() -> None:
+        asyncio.run_coroutine_threadsafe(cluster.ensure_local(found["tree"], found["holders"]), loop).result()
+    return await send_tree(request, ObjectId.from_hex(found["tree"]), prepare=fetch)
+
+
+async def _ingest(request: web.Request, name, path, message: str, idem_key) -> web.StreamResponse:
+    store = request.app[keys.STORE]
     if not isinstance(name, str) or not name:
         raise UserError("name the dataset", hint="floyd data upload PATH --name NAME")
     if not isinstance(path, str) or not os.path.isabs(path):
@@ -69,7 +100,6 @@ async def upload(request: web.Request) -> web.StreamResponse:
     await asyncio.to_thread(store.catalog.check_name, name)
     cluster = _cluster(request)
     if cluster is not None:
-        idem_key = data.get("idem_key")
         idem_key = idem_key if isinstance(idem_key, str) and idem_key else f"upload:{secrets.token_hex(16)}"
 
         def snapshot(progress):

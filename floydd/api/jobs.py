@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from pathlib import Path
 
 from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.request import body, caller, check_dest, ndjson, reply
-from floydd.errors import InvalidSpec, Unavailable, UserError
+from floydd.api.tarstream import received_folder, send_tree
+from floydd.errors import Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.jobs.spec import parse_job_key
-from floydd.store.tarball import unpack
 
 routes = web.RouteTableDef()
 
@@ -33,34 +31,8 @@ async def upload_code(request: web.Request) -> web.Response:
     snapshotted into the store like ``code_path``; answers its ``code_tree`` for /v1/jobs."""
     config, store = request.app[keys.CONFIG], request.app[keys.STORE]
     limit = int(config.max_code_mb * 1024 * 1024)
-    if request.content_type not in ("application/x-tar", "application/octet-stream"):
-        raise InvalidSpec(f"send the folder as application/x-tar, not {request.content_type}",
-                          hint="floyd run does this by itself when FLOYD_HOST is set")
-    if request.content_length is not None and request.content_length > 2 * limit + (16 << 20):
-        raise UserError(f"the upload is {request.content_length / 2**20:.0f} MiB; code folders are limited to "
-                        f"{config.max_code_mb:g} MiB", code="code_too_large",
-                        hint="move data out of the code folder (floyd data upload) or into .floydignore")
-    scratch = config.state_dir / "uploads"
-    scratch.mkdir(mode=0o700, exist_ok=True)
-    work = Path(await asyncio.to_thread(tempfile.mkdtemp, dir=scratch))
-    try:
-        archive = work / "code.tar"
-        with open(archive, "wb") as out:        # the whole body first: unpacking reads a file, not the socket
-            async for chunk in request.content.iter_chunked(1 << 20):
-                out.write(chunk)
-                if out.tell() > 2 * limit + (16 << 20):
-                    raise UserError(f"the upload is over {config.max_code_mb:g} MiB", code="code_too_large",
-                                    hint="move data out of the code folder or into .floydignore")
-        folder = work / "code"
-        folder.mkdir()
-
-        def ingest() -> tuple:
-            with open(archive, "rb") as src:
-                got = unpack(src, folder, limit)
-            return got, snapshot_code(store, folder, limit)
-        got, tree = await asyncio.to_thread(ingest)
-    finally:
-        await asyncio.to_thread(shutil.rmtree, work, True)
+    async with received_folder(request, limit, "the code folder") as (folder, got):
+        tree = await asyncio.to_thread(snapshot_code, store, folder, limit)
     return reply({"code_tree": str(tree), "files": got.files, "bytes": got.bytes, "skipped": got.skipped},
                  status=201)
 
@@ -189,6 +161,18 @@ async def output(request: web.Request) -> web.StreamResponse:
 @routes.post(_JOB + "/code")
 async def code(request: web.Request) -> web.StreamResponse:
     return await _restore(request, "code")
+
+
+@routes.get(_JOB + "/output.tar")
+async def output_tar(request: web.Request) -> web.StreamResponse:
+    """What the job wrote to /output, as a tar (for a client on another machine)."""
+    return await send_tree(request, await request.app[keys.JOBS].tree_for(_key(request), "output"))
+
+
+@routes.get(_JOB + "/code.tar")
+async def code_tar(request: web.Request) -> web.StreamResponse:
+    """The code the job ran with, as a tar."""
+    return await send_tree(request, await request.app[keys.JOBS].tree_for(_key(request), "code"))
 
 
 @routes.get("/v1/compare")

@@ -39,6 +39,11 @@ def _q(*names: str) -> list[dict]:
 
 _TAR = {"required": True, "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}
 
+def _op_tar(summary: str, **kw) -> dict:
+    return {**_op(summary, **kw), "responses": {"200": {"description": "tar", "content": {"application/x-tar": {
+        "schema": {"type": "string", "format": "binary"}}}}, "default": {"description": "error", **_JSON}}}
+
+
 SUBMIT = {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "required": ["project", "command"],
     "properties": {
@@ -74,6 +79,12 @@ PATHS = {
                                                      body=_DEST, stream=True)},
     "/v1/code": {"post": _op("Snapshot a project folder sent as a tar (clients on another machine); answers "
                              "code_tree for /v1/jobs", body=_TAR, status="201")},
+    "/v1/jobs/{project}/{number}/output.tar": {"get": _op_tar("The job's /output as a tar", params=_JOB)},
+    "/v1/jobs/{project}/{number}/code.tar": {"get": _op_tar("The job's code snapshot as a tar", params=_JOB)},
+    "/v1/datasets/tar": {
+        "get": _op_tar("Dataset version ref=NAME[:N] as a tar", params=_q("ref")),
+        "post": _op("Upload a folder sent as a tar as the next version of ?name=", params=_q("name", "message"),
+                    body=_TAR, stream=True)},
     "/v1/compare": {"get": _op("Params and last/best metrics of jobs side by side", params=_q("jobs"))},
     "/v1/datasets": {"get": _op("Dataset versions", params=_q("name")),
                      "post": _op("Upload a folder as a new dataset version", stream=True)},

@@ -34,7 +34,12 @@ def upload(path: Path, name: str, message: str, as_json: bool) -> None:
     path = path.expanduser().absolute()
     if not path.exists():
         fail(f"{path} does not exist", "give the folder to upload")
-    version = follow_progress(connect().upload(path, name, message), f"uploading {path.name}")
+    client = connect()
+    if client.address is not None:          # a daemon on another machine: the folder goes as a tar
+        events = client.upload_tar(path, name, message)
+    else:
+        events = client.upload(path, name, message)
+    version = follow_progress(events, f"uploading {path.name}")
     if as_json:
         echo_json(version)
         return
@@ -92,7 +97,12 @@ def info(ref: str, as_json: bool) -> None:
 def clone(ref: str, dest: Path | None) -> None:
     """Restore dataset version REF into DEST (default ./NAME), byte-identical."""
     dest = (dest or Path(ref.partition(":")[0].replace("/", "-"))).expanduser().absolute()
-    result = follow_progress(connect().clone(ref, dest), f"cloning {ref}")
+    client = connect()
+    if client.address is not None:          # a daemon on another machine: the version comes as a tar
+        got = client.fetch_tar("/v1/datasets/tar", dest, query={"ref": ref})
+        click.echo(f"{ref} ({got.files} files) written to {dest} on this machine")
+        return
+    result = follow_progress(client.clone(ref, dest), f"cloning {ref}")
     click.echo(f"{result.get('name', ref)}:{result.get('version', '')} written to {dest}")
 
 

@@ -199,7 +199,7 @@ def stop(job) -> None:
     click.echo(f"job {j['id']}: {j['state']}" + (" (stopping)" if j["state"] not in _FINAL else ""))
 
 
-def _restore_command(name: str, what: str, fetch: str, help: str):
+def _restore_command(name: str, what: str, tree: str, fetch: str, help: str):
     """``floyd output`` and ``floyd clone``: restore a tree of JOB into DEST."""
     @click.command(name=name, help=f"{help} (default DEST: ./PROJECT-N-{what}).")
     @click.argument("job")
@@ -208,13 +208,18 @@ def _restore_command(name: str, what: str, fetch: str, help: str):
     def command(job, dest) -> None:
         key = job_key(job)
         dest = (dest or Path(f"{key.replace('/', '-')}-{what}")).absolute()
-        follow_progress(getattr(connect(), fetch)(key, dest), f"{what} of {key}")
+        client = connect()
+        if client.address is not None:          # a daemon on another machine: its files come here as a tar
+            got = client.fetch_tar(f"/v1/jobs/{key}/{tree}.tar", dest)
+            click.echo(f"{what} of {key} ({got.files} files) written to {dest} on this machine")
+            return
+        follow_progress(getattr(client, fetch)(key, dest), f"{what} of {key}")
         click.echo(f"{what} of {key} written to {dest}")
     return command
 
 
-output = _restore_command("output", "output", "job_output", "Copy what JOB wrote to /output into DEST")
-clone = _restore_command("clone", "code", "job_code", "Copy the code JOB ran with into DEST")
+output = _restore_command("output", "output", "output", "job_output", "Copy what JOB wrote to /output into DEST")
+clone = _restore_command("clone", "code", "code", "job_code", "Copy the code JOB ran with into DEST")
 
 
 @click.command()

@@ -18,20 +18,21 @@ import tarfile
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from floydd.errors import InvalidSpec, UnsafePath, UserError
+from floydd.errors import Conflict, InvalidSpec, UnsafePath, UserError
 from floydd.store.ignore import IgnoreRules
 
-__all__ = ["pack", "unpack", "Unpacked"]
+__all__ = ["pack", "unpack", "unpack_into", "Unpacked"]
 
 _CHUNK = 1 << 20
 
 
-def pack(folder: Path, out: IO[bytes], limit: int | None = None) -> tuple[int, int]:
-    """Write ``folder`` (``.floydignore`` honoured) to ``out`` as a tar; (files, bytes).
-    Symbolic links and special files are left out; past ``limit`` bytes: UserError."""
+def pack(folder: Path, out: IO[bytes], limit: int | None = None, *, ignore: bool = True) -> tuple[int, int]:
+    """Write ``folder`` (``.floydignore`` honoured unless ``ignore`` is False) to ``out`` as a
+    tar; (files, bytes). Symbolic links and special files are left out; past ``limit``
+    bytes: UserError."""
     if not folder.is_dir():
-        raise UserError(f"folder {folder} does not exist", hint="run floyd from your project folder")
-    rules = IgnoreRules.for_folder(folder)
+        raise UserError(f"folder {folder} does not exist", hint="check the path")
+    rules = IgnoreRules.for_folder(folder) if ignore else (lambda path, is_dir: False)
     files = total = 0
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for dirpath, dirnames, filenames in os.walk(folder):
@@ -96,6 +97,15 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
         raise InvalidSpec(f"the upload is not a readable tar archive: {exc}",
                           hint="floyd sends the project folder as an uncompressed tar") from None
     return Unpacked(files, total, skipped)
+
+
+def unpack_into(src: IO[bytes], dest: Path) -> Unpacked:
+    """:func:`unpack` into ``dest``, made if absent; an existing ``dest`` must be an empty
+    folder (as a restore requires)."""
+    if dest.is_symlink() or (dest.exists() and (not dest.is_dir() or any(dest.iterdir()))):
+        raise Conflict(f"{dest} exists and is not an empty folder", hint="choose an empty or new folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    return unpack(src, dest)
 
 
 def _safe_name(raw: str) -> str | None:

@@ -243,17 +243,36 @@ def test_over_floyd_host_the_code_is_sent_not_read_from_the_daemons_disk(daemon,
     laptop.mkdir()
     subprocess.run([sys.executable, "-m", "floydd.cli.floyd", "init", "remote"], cwd=laptop, env=env, check=True,
                    capture_output=True, timeout=60)
-    (laptop / "train.py").write_text("import os\nprint('files:', sorted(os.listdir('.')))\n")
+    (laptop / "train.py").write_text("import os\nprint('files:', sorted(os.listdir('.')))\n"
+                                     "print(open(os.path.join(os.environ['FLOYD_INPUT'], 'n.txt')).read())\n"
+                                     "open(os.path.join(os.environ['FLOYD_OUTPUT'], 'model.bin'), 'wb')"
+                                     ".write(b'w' * 5000)\n")
+    data = tmp_path / "laptop-data"
+    data.mkdir()
+    (data / "n.txt").write_text("forty-two")
+    floyd = lambda *args, cwd=laptop: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "floydd.cli.floyd", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=120)
+    up = floyd("data", "upload", str(data), "--name", "nums")
+    assert up.returncode == 0 and "nums:1: 1 files" in up.stdout, up.stderr
     (laptop / "weights.ckpt").write_bytes(b"0" * 1000)
     (laptop / ".floydignore").write_text("*.ckpt\n")
-    res = subprocess.run([sys.executable, "-m", "floydd.cli.floyd", "run", "--json", "python train.py"], cwd=laptop,
-                         env=env, capture_output=True, text=True, timeout=120)
+    res = floyd("run", "--json", "--data", "nums:/input", "python train.py")
     assert res.returncode == 0, res.stderr
     assert "sending the code of" in res.stderr and "3 files" in res.stderr
     key = json.loads(res.stdout)["id"]
     assert _final(daemon, key)["state"] == "success"
     log = daemon.floyd("logs", key).stdout
-    assert "train.py" in log and "weights.ckpt" not in log
+    assert "train.py" in log and "weights.ckpt" not in log and "forty-two" in log
+    # what the job made, its code and the dataset come back to the laptop's disk
+    assert floyd("output", key, str(tmp_path / "out")).returncode == 0
+    assert (tmp_path / "out" / "model.bin").read_bytes() == b"w" * 5000
+    assert floyd("clone", key, str(tmp_path / "code")).returncode == 0
+    assert sorted(p.name for p in (tmp_path / "code").iterdir()) == [".floyd", ".floydignore", "train.py"]
+    assert floyd("data", "clone", "nums:1", str(tmp_path / "nums")).returncode == 0
+    assert (tmp_path / "nums" / "n.txt").read_text() == "forty-two"
+    again = floyd("data", "clone", "nums:1", str(tmp_path / "nums"))
+    assert again.returncode != 0 and "not an empty folder" in again.stderr and "Traceback" not in again.stderr
     # the API refuses what is not a tar, and traversal, with a clear error
     import http.client
     conn = http.client.HTTPConnection(*host.split(":"), timeout=30)
