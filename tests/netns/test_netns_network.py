@@ -137,7 +137,10 @@ def test_kill_refuses_a_process_that_is_not_ours():
 
 
 _MAKER = textwrap.dedent("""
-    import os, sys, time
+    import os, signal, sys, time
+    # Ctrl-C as at a terminal: a run started in the background by a non-interactive shell
+    # (nohup, CI wrappers) inherits SIGINT ignored, and would never see the interrupt
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from tests.netns.network import TestNetwork
     net = TestNetwork().up(1)
     proc = net.host(1).popen(["sleep", "600"])
