@@ -26,6 +26,11 @@ if os.environ.get("FAIL_RANK") == os.environ["FLOYD_NODE_RANK"]:
     print("this part fails on purpose", flush=True)
     sys.exit(3)
 dist.init_process_group("gloo")
+if os.environ.get("HOLD"):
+    print("holding", flush=True)
+    dist.barrier()
+    import time
+    time.sleep(600)
 rank, world = dist.get_rank(), dist.get_world_size()
 total = torch.tensor([float(rank + 1)])
 dist.all_reduce(total)
@@ -78,6 +83,18 @@ def test_a_failing_part_ends_the_gang_and_the_other_box_stops_its_part(two_boxes
     assert "this part fails on purpose" not in a.floyd("logs", key).stdout
     res = a.floyd("logs", key, "--rank", "5", check=False)
     assert res.returncode != 0 and "has no rank 5" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_floyd_stop_stops_every_part_of_a_gang(two_boxes):
+    a, b = two_boxes
+    key = json.loads(a.floyd("run", "--nodes", "2", "--param", "HOLD=1", "--json", "python ddp.py").stdout)["id"]
+    wait_until(lambda: status(a, key)["state"] == "running" and "holding" in a.floyd("logs", key).stdout,
+               timeout=120, what="both parts running")
+    b.floyd("stop", key)                                    # from the other box
+    done = final(a, key, timeout=60)
+    assert done["state"] == "stopped", done
+    wait_until(lambda: [p["state"] for p in status(a, key)["parts"]] == ["stopped", "stopped"], timeout=60,
+               what="both parts stopped")
 
 
 def test_gangs_that_cannot_fit_or_cannot_run_under_torchrun_are_refused_at_once(two_boxes):
