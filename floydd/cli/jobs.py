@@ -73,7 +73,8 @@ def status(job, all_projects, as_json, stale) -> None:
         click.echo("no jobs yet: floyd run \"python train.py\"")
         return
     rows = []
-    many_nodes = len({j.get("node") for j in jobs if j.get("node")}) > 1  # a cluster: say where each ran
+    ran_on = {n for j in jobs for n in [j.get("node")] + [p["node"] for p in j.get("parts") or ()] if n}
+    many_nodes = len(ran_on) > 1                # a cluster: say where each ran
     for j in jobs:
         state = j["state"] + (f" ({j['waiting_for']})" if j["state"] == "queued" and j.get("waiting_for") else "")
         gpus = ",".join(str(g) for g in j.get("gpus") or []) or ("cpu" if not j["resources"].get("gpus") else "-")

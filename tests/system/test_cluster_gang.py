@@ -67,6 +67,8 @@ def test_a_job_over_two_boxes_all_reduces_across_them(two_boxes, tmp_path):
     info = a.floyd("info", key).stdout
     assert f"rank 0 on {rank0}" in info and "placed on box-" in info
     assert status(b, key)["state"] == "success"
+    table = a.floyd("status").stdout                       # NODE column: rank 0's box and how many more
+    assert f"{rank0} +1" in table, table
 
 
 def test_a_failing_part_ends_the_gang_and_the_other_box_stops_its_part(two_boxes):
