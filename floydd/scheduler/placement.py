@@ -72,10 +72,10 @@ def unplaceable(nodes: list[NodeSnapshot], gpus: int, count: int = 1) -> str | N
     """Why a job wanting ``gpus`` GPUs on each of ``count`` nodes can never run on these
     nodes, or None if it can."""
     if gpus <= 0:
-        healthy = sum(1 for n in nodes if n.healthy)
-        if healthy >= count:
-            return None
-        return "no healthy node" if count == 1 else f"it needs {count} healthy nodes, there are {healthy}"
+        if count == 1:
+            return None if any(n.healthy for n in nodes) else "no healthy node"
+        # a gang may wait for a box that is down for now; only too few boxes is hopeless
+        return None if len(nodes) >= count else f"it needs {count} nodes, the cluster has {len(nodes)}"
     big = sorted((len(n.gpus) for n in nodes), reverse=True)
     if len(big) >= count and big[count - 1] >= gpus:
         return None

@@ -87,7 +87,8 @@ def test_unplaceable_gangs_say_how_many_nodes_they_need():
     nodes = [NodeSnapshot(name="a", gpus=(0, 1)), NodeSnapshot(name="b", gpus=(0,))]
     assert unplaceable(nodes, 1, 2) is None
     assert unplaceable(nodes, 2, 2) == "it needs 2 nodes with 2 GPUs each (a has 2 GPUs, b has 1 GPU)"
-    assert unplaceable(nodes, 0, 3) == "it needs 3 healthy nodes, there are 2"
+    assert unplaceable(nodes, 0, 3) == "it needs 3 nodes, the cluster has 2"
+    assert unplaceable([nodes[0], NodeSnapshot(name="off", healthy=False)], 0, 2) is None   # it waits
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3)), max_size=10), st.lists(st.integers(0, 4), min_size=1,
