@@ -14,7 +14,7 @@ import socket
 import tempfile
 import urllib.parse
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from floydd.errors import InvalidSpec, Unavailable, from_payload
 
@@ -36,6 +36,27 @@ class _UnixConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+
+
+Progress = Callable[[int, "int | None"], object]
+
+
+class _Counted:
+    """A file or response read in blocks, reporting ``progress(done, total)`` as it goes."""
+
+    def __init__(self, src: IO[bytes], total: int | None, progress: Progress | None) -> None:
+        self.src, self.total, self.progress, self.done = src, total, progress, 0
+
+    @classmethod
+    def file(cls, f: IO[bytes], progress: Progress | None) -> _Counted:
+        return cls(f, os.fstat(f.fileno()).st_size - f.tell(), progress)
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.src.read(size)
+        self.done += len(data)
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+        return data
 
 
 class Client:
@@ -63,7 +84,7 @@ class Client:
         return http.client.HTTPConnection(host, int(port), timeout=timeout)
 
     def _open(self, method: str, path: str, body: Any = None, *, query: dict | None = None,
-              timeout: float | None = None, raw: IO[bytes] | None = None,
+              timeout: float | None = None, raw: _Counted | None = None,
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         if query:
             clean = {k: v for k, v in query.items() if v is not None}
@@ -79,7 +100,7 @@ class Client:
         elif raw is not None:           # a file: sent with its length, in blocks
             data = raw
             headers["Content-Type"] = "application/x-tar"
-            headers["Content-Length"] = str(os.fstat(raw.fileno()).st_size - raw.tell())
+            headers["Content-Length"] = str(raw.total)
         conn = self._connection(self.timeout if timeout is None else timeout)
         try:
             conn.request(method, path, body=data, headers=headers)
@@ -208,35 +229,38 @@ class Client:
     def dataset(self, ref: str) -> dict:
         return self._call("GET", "/v1/datasets/info", query={"ref": ref})
 
-    def upload_code(self, folder: Path, limit: int | None = None) -> dict:
+    def upload_code(self, folder: Path, limit: int | None = None, progress: Progress | None = None) -> dict:
         """Send ``folder`` (``.floydignore`` honoured) as a tar, for a daemon that cannot read
-        it (FLOYD_HOST); ``{"code_tree", "files", "bytes"}`` to submit with."""
+        it (FLOYD_HOST); ``{"code_tree", "files", "bytes"}`` to submit with. ``progress(sent,
+        total)`` follows the bytes sent."""
         from floydd.store.tarball import pack   # only here: plain floyd commands start faster without it
         with tempfile.TemporaryFile() as spool:
             pack(folder, spool, limit)
             spool.seek(0)
             timeout = None if self.timeout is None else max(self.timeout, 600.0)
-            return self._call("POST", "/v1/code", raw=spool, timeout=timeout)
+            return self._call("POST", "/v1/code", raw=_Counted.file(spool, progress), timeout=timeout)
 
     def upload(self, path: Path, name: str, message: str = "") -> Iterator[dict]:
         return self._stream("POST", "/v1/datasets", {"path": os.fspath(path), "name": name, "message": message})
 
-    def upload_tar(self, folder: Path, name: str, message: str = "") -> Iterator[dict]:
+    def upload_tar(self, folder: Path, name: str, message: str = "",
+                   progress: Progress | None = None) -> Iterator[dict]:
         """:meth:`upload` for a daemon that cannot read ``folder``: sent as a tar."""
         from floydd.store.tarball import pack
         with tempfile.TemporaryFile() as spool:
             pack(folder, spool, ignore=False)
             spool.seek(0)
-            yield from self._stream("POST", "/v1/datasets/tar", raw=spool,
+            yield from self._stream("POST", "/v1/datasets/tar", raw=_Counted.file(spool, progress),
                                     query={"name": name, "message": message or None})
 
-    def fetch_tar(self, path: str, dest: Path, query: dict | None = None):
+    def fetch_tar(self, path: str, dest: Path, query: dict | None = None, progress: Progress | None = None):
         """GET a tree as a tar (``/v1/jobs/P/N/output.tar``, ``/v1/datasets/tar?ref=``) and
         unpack it into ``dest`` (new or empty) on this machine."""
         from floydd.store.tarball import unpack_into
         conn, resp = self._open("GET", path, query=query, timeout=None)
         try:
-            return unpack_into(resp, dest)
+            total = int(resp.getheader("Content-Length") or 0) or None
+            return unpack_into(_Counted(resp, total, progress), dest)
         finally:
             conn.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import click
 
 from floydd.cli.common import connect, echo_json, fail, handle_errors, human_bytes
-from floydd.cli.progress import follow_progress
+from floydd.cli.progress import follow_progress, transfer_bar
 
 __all__ = ["data"]
 
@@ -36,7 +37,10 @@ def upload(path: Path, name: str, message: str, as_json: bool) -> None:
         fail(f"{path} does not exist", "give the folder to upload")
     client = connect()
     if client.address is not None:          # a daemon on another machine: the folder goes as a tar
-        events = client.upload_tar(path, name, message)
+        with transfer_bar(f"sending {path.name}") as progress:
+            events = client.upload_tar(path, name, message, progress=progress)
+            first = next(events, None)          # the whole tar is sent before the first answer
+        events = itertools.chain([first] if first is not None else [], events)
     else:
         events = client.upload(path, name, message)
     version = follow_progress(events, f"uploading {path.name}")
@@ -99,7 +103,8 @@ def clone(ref: str, dest: Path | None) -> None:
     dest = (dest or Path(ref.partition(":")[0].replace("/", "-"))).expanduser().absolute()
     client = connect()
     if client.address is not None:          # a daemon on another machine: the version comes as a tar
-        got = client.fetch_tar("/v1/datasets/tar", dest, query={"ref": ref})
+        with transfer_bar(f"fetching {ref}") as progress:
+            got = client.fetch_tar("/v1/datasets/tar", dest, query={"ref": ref}, progress=progress)
         click.echo(f"{ref} ({got.files} files) written to {dest} on this machine")
         return
     result = follow_progress(client.clone(ref, dest), f"cloning {ref}")

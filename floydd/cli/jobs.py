@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from floydd.cli.common import connect, echo_json, fail, handle_errors, human_duration
-from floydd.cli.progress import follow_progress
+from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.client import Client
 from floydd.errors import UserError
@@ -211,7 +211,8 @@ def _restore_command(name: str, what: str, tree: str, fetch: str, help: str):
         dest = (dest or Path(f"{key.replace('/', '-')}-{what}")).absolute()
         client = connect()
         if client.address is not None:          # a daemon on another machine: its files come here as a tar
-            got = client.fetch_tar(f"/v1/jobs/{key}/{tree}.tar", dest)
+            with transfer_bar(f"{what} of {key}") as progress:
+                got = client.fetch_tar(f"/v1/jobs/{key}/{tree}.tar", dest, progress=progress)
             click.echo(f"{what} of {key} ({got.files} files) written to {dest} on this machine")
             return
         follow_progress(getattr(client, fetch)(key, dest), f"{what} of {key}")

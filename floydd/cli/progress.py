@@ -1,11 +1,13 @@
-"""A progress bar (bytes, rate, ETA) over the daemon's NDJSON progress events."""
+"""Progress bars (bytes, rate, ETA): over the daemon's NDJSON progress events, and over
+bytes this client sends or fetches itself (tar transfers over FLOYD_HOST)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Iterator
+from typing import Callable, Iterator
 
-__all__ = ["follow_progress"]
+__all__ = ["follow_progress", "transfer_bar"]
 
 
 def follow_progress(events: Iterator[dict], label: str) -> dict:
@@ -25,3 +27,15 @@ def follow_progress(events: Iterator[dict], label: str) -> dict:
             elif "result" in event:
                 result = event["result"]
     return result
+
+
+@contextlib.contextmanager
+def transfer_bar(label: str) -> Iterator[Callable[[int, int | None], None]]:
+    """A bar for bytes moving between this machine and the daemon's (FLOYD_HOST); yields
+    the ``progress(done, total)`` callback the client calls."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  disable=not sys.stderr.isatty(), console=Console(stderr=True)) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

@@ -9,6 +9,7 @@ import click
 
 from floydd.cli.common import connect, echo_json, handle_errors
 from floydd.cli.jobs import follow_logs, print_final
+from floydd.cli.progress import transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.errors import InvalidSpec, Unavailable
 from floydd.jobs.gang import check_gang_command
@@ -124,7 +125,8 @@ def _code(client, folder) -> dict:
     if client.address is None:
         return {"code_path": str(folder)}
     click.echo(f"sending the code of {folder} to {client.where} ...", err=True)
-    sent = client.upload_code(folder, limit=_UPLOAD_LIMIT)
+    with transfer_bar("sending code") as progress:
+        sent = client.upload_code(folder, limit=_UPLOAD_LIMIT, progress=progress)
     click.echo(f"  {sent['files']} files, {sent['bytes'] / 2**20:.1f} MiB", err=True)
     return {"code_tree": sent["code_tree"]}
 
