@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from floydd.api import keys
-from floydd.errors import InvalidSpec, UserError
+from floydd.errors import InvalidSpec, StoreFull, UserError
 from floydd.store import ObjectId
 from floydd.store.tarball import Unpacked, pack, unpack
 
@@ -39,6 +40,11 @@ async def _scratch(request: web.Request) -> AsyncIterator[Path]:
     work = Path(await asyncio.to_thread(tempfile.mkdtemp, dir=root))
     try:
         yield work
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreFull(f"no space left in {root} on this box for the transfer",
+                            hint="free disk space on the box (floyd data gc helps) and try again") from None
+        raise
     finally:
         await asyncio.to_thread(shutil.rmtree, work, True)
 

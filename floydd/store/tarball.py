@@ -12,13 +12,14 @@ total size is checked against the limit while reading, before anything past it i
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import tarfile
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from floydd.errors import Conflict, InvalidSpec, UnsafePath, UserError
+from floydd.errors import Conflict, InvalidSpec, StoreFull, UnsafePath, UserError
 from floydd.store.ignore import IgnoreRules
 
 __all__ = ["pack", "unpack", "unpack_into", "Unpacked"]
@@ -96,6 +97,11 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
     except tarfile.TarError as exc:
         raise InvalidSpec(f"the upload is not a readable tar archive: {exc}",
                           hint="floyd sends the project folder as an uncompressed tar") from None
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreFull(f"no space left on the disk of {dest} while unpacking",
+                            hint="free some space there and try again") from None
+        raise
     return Unpacked(files, total, skipped)
 
 

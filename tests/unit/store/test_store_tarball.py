@@ -100,3 +100,20 @@ def test_a_name_twice_or_not_a_tar_is_a_clear_error(tmp_path):
         unpack(_tar(_file("a.py"), _file("./a.py")), dest)
     with pytest.raises(InvalidSpec, match="not a readable tar"):
         unpack(io.BytesIO(b"certainly not a tar archive" * 40), tmp_path / "other")
+
+
+def test_a_full_disk_while_unpacking_is_a_clear_store_full_error(tmp_path, monkeypatch):
+    import errno
+
+    from floydd.errors import StoreFull
+    real_open = os.open
+
+    def full(path, flags, mode=0o777, **kw):
+        if str(path).endswith("big.bin"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, mode, **kw)
+    monkeypatch.setattr(os, "open", full)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(StoreFull, match="no space left"):
+        unpack(_tar(_file("big.bin", b"1" * 100)), dest)
