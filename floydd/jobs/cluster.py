@@ -43,7 +43,7 @@ import msgpack
 
 from floydd import log
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unavailable, UserError
-from floydd.jobs.gang import free_port, gang_env, interface_for, torchrun_command
+from floydd.jobs.gang import free_port, gang_env, interface_for, single_box_command, torchrun_command
 from floydd.jobs.leader import REPORT_TIMEOUT, ClusterScheduler, every_second_or_sooner
 from floydd.jobs.service import ACTIVE_STATES, FINAL_STATES, JobService, _output_ref, _pin, check_mounts
 from floydd.jobs.spec import parse_job_key
@@ -419,7 +419,7 @@ class ClusterJobService(JobService):
                 await asyncio.to_thread(self.records.set_state, project, number, "stopped", current["stop_requested"])
                 return
             part = _part_of(job, self.node_id)
-            command = env = None
+            command, env = single_box_command(spec["command"], len(part["gpus"])), None
             if part["rank"] is not None:
                 endpoint = await self._rendezvous(job, part["rank"])
                 if endpoint is None:

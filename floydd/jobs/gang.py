@@ -16,7 +16,12 @@ other boxes cannot reach; each part is therefore told the interface that carries
 cluster address (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME``, unless the job sets them).
 A command may start with ``python SCRIPT``, ``python -m MODULE`` or ``torchrun [OPTIONS]``;
 floydd owns the rendezvous options, so a command that sets them is refused at submission.
-Jobs on one box are left exactly as written.
+
+A job on one box whose command is ``torchrun ...`` (or ``python -m torch.distributed.run``)
+and sets no rendezvous of its own gets ``--standalone`` (a rendezvous on a free port of its
+own, rather than torchrun's default 127.0.0.1:29500 shared by every job on the box) and,
+unless given, ``--nproc-per-node`` = its GPU count, so ``--gpu 4 "torchrun train.py"`` runs
+four processes (:func:`single_box_command`). Any other command is left exactly as written.
 """
 
 from __future__ import annotations
@@ -26,11 +31,10 @@ import os
 import shlex
 import socket
 
-import psutil
-
 from floydd.errors import InvalidSpec
 
-__all__ = ["check_gang_command", "torchrun_command", "gang_env", "free_port", "interface_for", "MAX_NODES"]
+__all__ = ["check_gang_command", "torchrun_command", "single_box_command", "gang_env", "free_port",
+           "interface_for", "MAX_NODES"]
 
 MAX_NODES = 64
 _OWNED = {"--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port",
@@ -106,6 +110,26 @@ def torchrun_command(command: str, *, nnodes: int, rank: int, nproc: int, host: 
     return shlex.join(head + ours + rest)
 
 
+def single_box_command(command: str, gpus: int) -> str | None:
+    """A one-box torchrun command with ``--standalone`` and ``--nproc-per-node`` filled in,
+    or None when ``command`` is not torchrun or already chooses its rendezvous."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if words[:1] == ["torchrun"]:
+        head, rest = words[:1], words[1:]
+    elif len(words) >= 3 and _is_python(words[0]) and words[1:3] == ["-m", "torch.distributed.run"]:
+        head, rest = words[:3], words[3:]
+    else:
+        return None
+    options = set(_torchrun_options(rest))
+    if options & _OWNED:
+        return None
+    ours = ["--standalone"] + ([] if options & _NPROC else [f"--nproc-per-node={max(1, gpus)}"])
+    return shlex.join(head + ours + rest)
+
+
 def gang_env(*, nnodes: int, rank: int, host: str, port: int, ifname: str | None = None) -> dict[str, str]:
     """What a part's job sees besides torchrun's own variables: where it is in the gang, and
     (``ifname``) the interface gloo and NCCL must use to reach the other boxes."""
@@ -118,6 +142,7 @@ def gang_env(*, nnodes: int, rank: int, host: str, port: int, ifname: str | None
 def interface_for(address: str) -> str | None:
     """The name of this box's network interface holding ``address`` (its cluster address),
     or None (a host name, or an address behind NAT: then gloo and NCCL choose)."""
+    import psutil               # here: floyd's CLI imports this module and starts faster without it
     try:
         wanted = ipaddress.ip_address(address.strip("[]"))
     except ValueError:

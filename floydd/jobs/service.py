@@ -25,7 +25,7 @@ from floydd import log
 from floydd.agent.spec import check_mount_target
 from floydd.errors import Conflict, InvalidSpec, NotFound, UserError
 from floydd.jobs.codesnap import snapshot_code
-from floydd.jobs.gang import MAX_NODES, check_gang_command
+from floydd.jobs.gang import MAX_NODES, check_gang_command, single_box_command
 from floydd.jobs.spec import ENVIRONMENTS, check_project, parse_data, parse_job_key, parse_param
 from floydd.scheduler import NodeSnapshot, PendingJob, place, unplaceable
 from floydd.store import ObjectId
@@ -202,11 +202,12 @@ class JobService:
             self._starting[(project, number)] = placement.gpus
             if by_key[placement.key].get("waiting_for"):
                 await asyncio.to_thread(self.records.update_job, project, number, waiting_for="")
-            self._spawn(self._start(project, number, list(placement.gpus)))
+            command = single_box_command(by_key[placement.key]["command"], len(placement.gpus))
+            self._spawn(self._start(project, number, list(placement.gpus), command))
 
-    async def _start(self, project: str, number: int, gpus: list[int]) -> None:
+    async def _start(self, project: str, number: int, gpus: list[int], command: str | None = None) -> None:
         try:
-            await self.runtime.start_job(project, number, gpus)
+            await self.runtime.start_job(project, number, gpus, command=command)
         except Exception as exc:
             log.runtime.exception("starting %s/%d failed", project, number)
             job = await asyncio.to_thread(self.records.get_job, project, number)

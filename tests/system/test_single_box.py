@@ -280,3 +280,24 @@ def test_over_floyd_host_the_code_is_sent_not_read_from_the_daemons_disk(daemon,
                  headers={"Authorization": f"Bearer {env['FLOYD_TOKEN']}", "Content-Type": "application/x-tar"})
     resp = conn.getresponse()
     assert resp.status == 400 and b"not a readable tar" in resp.read()
+
+
+@pytest.mark.slow
+def test_two_torchrun_jobs_on_one_box_each_get_their_own_rendezvous(daemon):
+    """torchrun's default rendezvous is 127.0.0.1:29500 for every job on the box: floydd adds
+    --standalone (a free port each), so two at once both run, and one process per GPU."""
+    (daemon.project / "ddp.py").write_text(
+        "import os, time, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.ones(1)\ndist.all_reduce(t)\n"
+        "print('world', dist.get_world_size(), 'sum', t.item(), flush=True)\n"
+        "time.sleep(4)\n"               # both jobs hold their rendezvous at the same time
+        "dist.destroy_process_group()\n")
+    keys = [json.loads(daemon.floyd("run", "--gpu", "--json", "torchrun ddp.py").stdout)["id"] for _ in range(2)]
+    for key in keys:
+        done = _final(daemon, key, timeout=180)
+        assert done["state"] == "success", (done, daemon.floyd("logs", key).stdout)
+        assert "world 1 sum 1.0" in daemon.floyd("logs", key).stdout
+    wide = json.loads(daemon.floyd("run", "--gpu", "2", "--json", "torchrun ddp.py").stdout)["id"]
+    assert _final(daemon, wide, timeout=180)["state"] == "success"
+    assert "world 2 sum 2.0" in daemon.floyd("logs", wide).stdout       # one process per GPU

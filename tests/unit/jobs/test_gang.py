@@ -5,7 +5,8 @@ import shlex
 import pytest
 
 from floydd.errors import InvalidSpec
-from floydd.jobs.gang import check_gang_command, free_port, gang_env, interface_for, torchrun_command
+from floydd.jobs.gang import (check_gang_command, free_port, gang_env, interface_for, single_box_command,
+                              torchrun_command)
 
 ARGS = dict(nnodes=2, rank=1, nproc=4, host="10.0.0.5", port=29501)
 RDZV = "--nnodes=2 --node-rank=1 --master-addr=10.0.0.5 --master-port=29501"
@@ -67,3 +68,16 @@ def test_gloo_and_nccl_are_pointed_at_the_interface_of_the_cluster_address():
     env = gang_env(nnodes=2, rank=0, host="h", port=1, ifname="eth1")
     assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "eth1"
     assert "GLOO_SOCKET_IFNAME" not in gang_env(nnodes=2, rank=0, host="h", port=1)
+
+
+@pytest.mark.parametrize("command, gpus, expected", [
+    ("torchrun train.py --lr 1", 4, "torchrun --standalone --nproc-per-node=4 train.py --lr 1"),
+    ("torchrun --nproc_per_node 2 train.py", 4, "torchrun --standalone --nproc_per_node 2 train.py"),
+    ("python -m torch.distributed.run t.py", 0, "python -m torch.distributed.run --standalone --nproc-per-node=1 t.py"),
+    ("torchrun --master-port 29600 train.py", 2, None),           # the job chose its rendezvous
+    ("torchrun --rdzv-backend=c10d --rdzv-endpoint=h:1 t.py", 2, None),
+    ("python train.py", 2, None),                                  # not torchrun: as written
+    ("bash -c 'torchrun x.py'", 2, None),
+])
+def test_a_one_box_torchrun_job_gets_its_own_port_and_one_process_per_gpu(command, gpus, expected):
+    assert single_box_command(command, gpus) == expected
