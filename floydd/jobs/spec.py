@@ -10,7 +10,8 @@ import re
 
 from floydd.errors import InvalidName, InvalidSpec
 
-__all__ = ["PROJECT_RE", "check_project", "parse_data", "parse_param", "parse_job_key", "ENVIRONMENTS"]
+__all__ = ["PROJECT_RE", "check_project", "parse_data", "parse_param", "parse_job_key", "ENVIRONMENTS",
+           "SPEC_FIELDS"]
 
 PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _PARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -18,6 +19,8 @@ _RESERVED_PARAMS = {"PATH", "HOME", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
                     "LD_LIBRARY_PATH"}
 ENVIRONMENTS = ("default",)
 """Named environments; a project's floyd_requirements.txt adds packages on top of the chosen one."""
+SPEC_FIELDS = ("command", "params", "code_tree", "data", "resources", "env", "message", "mode", "max_runtime")
+"""What a job's spec holds in the cluster's replicated state (the rest is its state)."""
 
 
 def check_project(name: str) -> str:
