@@ -39,6 +39,7 @@ from floydd.store.catalog import check_name, dataset_not_found, parse_ref
 from floydd.store.ids import ObjectId
 from floydd.store.store import Store
 from floydd.store.tree import Tree
+from floydd.tasks import cancel_and_wait
 
 __all__ = ["ClusterDatasets", "choose_replicas", "DEFAULT_REPLICAS"]
 
@@ -89,10 +90,7 @@ class ClusterDatasets:
 
     async def close(self) -> None:
         self._closed = True
-        tasks = [*self._tasks, *self._replicating.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait([*self._tasks, *self._replicating.values()])
 
     # -- reading the catalog ------------------------------------------------------------------
 

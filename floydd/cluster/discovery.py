@@ -61,6 +61,7 @@ from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 from floydd import log
 from floydd.cluster.seeds import DEFAULT_PORT, Seed, parse_seed, parse_seeds
 from floydd.errors import Conflict, Unavailable
+from floydd.tasks import cancel_and_wait
 
 __all__ = ["SERVICE_TYPE", "PROTOCOL_VERSION", "Peer", "OnChange", "Discovery", "main"]
 
@@ -223,10 +224,7 @@ class Discovery:
         azc, self._azc = self._azc, None
         if azc is None:
             return
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         azc.zeroconf.async_remove_listener(self._listener)
         info, self._info = self._info, None
         if info is not None:

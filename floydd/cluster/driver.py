@@ -69,6 +69,7 @@ from floydd.cluster.reads import ReadsMixin
 from floydd.cluster.state import ClusterState
 from floydd.cluster.transport import Transport
 from floydd.errors import FloyddError, InternalError, InvalidSpec, Unavailable
+from floydd.tasks import cancel_and_wait
 
 __all__ = ["RaftDriver", "DriverStatus", "Applied"]
 
@@ -180,10 +181,7 @@ class RaftDriver(ReadsMixin, MembershipMixin):
         crash looks like to the others; ``flush=False`` also leaves the disk as a crash
         would (a commit index not yet written stays unwritten)."""
         self._running = False
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._fail_pending(Unavailable(f"node {self.node_id} is shutting down", hint="retry on another node"))
         if self._writer is not None:
             if self._storage is not None:

@@ -56,6 +56,7 @@ from floydd.cluster.transport import Transport
 from floydd.errors import Conflict, FloyddError, Unavailable
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import require_peer_cert, server_context
+from floydd.tasks import cancel_and_wait
 
 __all__ = ["ClusterService"]
 
@@ -189,10 +190,7 @@ class ClusterService:
 
     async def _cancel_tasks(self) -> None:
         self._closing = True
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
 
     async def _stop(self, *, flush: bool = True) -> None:
         await self._cancel_tasks()

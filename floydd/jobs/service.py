@@ -29,6 +29,7 @@ from floydd.jobs.gang import MAX_NODES, check_gang_command, single_box_command
 from floydd.jobs.spec import ENVIRONMENTS, check_project, parse_data, parse_job_key, parse_param
 from floydd.scheduler import NodeSnapshot, PendingJob, place, unplaceable
 from floydd.store import ObjectId
+from floydd.tasks import cancel_and_wait
 
 __all__ = ["JobService", "FINAL_STATES", "ACTIVE_STATES"]
 
@@ -60,11 +61,8 @@ class JobService:
 
     async def close(self) -> None:
         if self._loop_task:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+            await cancel_and_wait([self._loop_task])
+        await cancel_and_wait(self._tasks)
 
     def wake(self) -> None:
         self._wake.set()

@@ -37,6 +37,7 @@ from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
 from floydd.runtime import envs, spawn, workspace
 from floydd.runtime.watch import JobWatch
+from floydd.tasks import cancel_and_wait
 
 __all__ = ["NodeRuntime"]
 
@@ -152,9 +153,7 @@ class NodeRuntime:
     async def close(self) -> None:
         """Stop watching (the agents keep running and are re-adopted by the next daemon)."""
         self._closed = True
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
 
     # -- steps ---------------------------------------------------------------------------------
 
