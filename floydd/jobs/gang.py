@@ -69,12 +69,23 @@ def _torchrun_options(words: list[str]) -> list[str]:
     return out
 
 
+def _as_torchrun(words: list[str]) -> tuple[list[str], list[str]] | None:
+    """(``torchrun`` or ``python -m torch.distributed.run``, what follows) when ``words``
+    already run torchrun; None otherwise."""
+    if words[:1] == ["torchrun"]:
+        return words[:1], words[1:]
+    if len(words) >= 3 and _is_python(words[0]) and words[1:3] == ["-m", "torch.distributed.run"]:
+        return words[:3], words[3:]
+    return None
+
+
 def check_gang_command(command: str) -> None:
     """Refuse (InvalidSpec, with what to write instead) a command floydd cannot put under torchrun."""
     words = _split(command)
     head = words[0]
-    if head == "torchrun" or (_is_python(head) and words[1:3] == ["-m", "torch.distributed.run"]):
-        rest = words[1:] if head == "torchrun" else words[3:]
+    torchrun = _as_torchrun(words)
+    if torchrun is not None:
+        rest = torchrun[1]
         owned = sorted(set(_torchrun_options(rest)) & _OWNED)
         if owned:
             raise InvalidSpec(f"a job over several boxes gets its rendezvous from floydd; leave out {', '.join(owned)}",
@@ -99,12 +110,7 @@ def torchrun_command(command: str, *, nnodes: int, rank: int, nproc: int, host: 
     """``command`` (checked by :func:`check_gang_command`) as part ``rank`` of the gang."""
     words = _split(command)
     ours = [f"--nnodes={nnodes}", f"--node-rank={rank}", f"--master-addr={host}", f"--master-port={port}"]
-    if words[0] == "torchrun":
-        head, rest = ["torchrun"], words[1:]
-    elif words[1:3] == ["-m", "torch.distributed.run"]:
-        head, rest = words[:3], words[3:]
-    else:
-        head, rest = [words[0], "-m", "torch.distributed.run"], words[1:]
+    head, rest = _as_torchrun(words) or ([words[0], "-m", "torch.distributed.run"], words[1:])
     if not set(_torchrun_options(rest)) & _NPROC:
         ours.append(f"--nproc-per-node={nproc}")
     return shlex.join(head + ours + rest)
@@ -114,15 +120,12 @@ def single_box_command(command: str, gpus: int) -> str | None:
     """A one-box torchrun command with ``--standalone`` and ``--nproc-per-node`` filled in,
     or None when ``command`` is not torchrun or already chooses its rendezvous."""
     try:
-        words = shlex.split(command)
+        torchrun = _as_torchrun(shlex.split(command))
     except ValueError:
         return None
-    if words[:1] == ["torchrun"]:
-        head, rest = words[:1], words[1:]
-    elif len(words) >= 3 and _is_python(words[0]) and words[1:3] == ["-m", "torch.distributed.run"]:
-        head, rest = words[:3], words[3:]
-    else:
+    if torchrun is None:
         return None
+    head, rest = torchrun
     options = set(_torchrun_options(rest))
     if options & _OWNED:
         return None
