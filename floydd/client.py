@@ -72,6 +72,12 @@ class Client:
         self.timeout = timeout
 
     @property
+    def remote(self) -> bool:
+        """Whether the daemon may be on another machine (``FLOYD_HOST``): it cannot read or
+        write this machine's paths, so files travel as tar streams."""
+        return self.address is not None
+
+    @property
     def where(self) -> str:
         return str(self.socket_path) if self.socket_path else f"http://{self.address}"
 

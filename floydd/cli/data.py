@@ -36,7 +36,7 @@ def upload(path: Path, name: str, message: str, as_json: bool) -> None:
     if not path.exists():
         fail(f"{path} does not exist", "give the folder to upload")
     client = connect()
-    if client.address is not None:          # a daemon on another machine: the folder goes as a tar
+    if client.remote:                       # the folder goes as a tar
         with transfer_bar(f"sending {path.name}") as progress:
             events = client.upload_tar(path, name, message, progress=progress)
             first = next(events, None)          # the whole tar is sent before the first answer
@@ -102,7 +102,7 @@ def clone(ref: str, dest: Path | None) -> None:
     """Restore dataset version REF into DEST (default ./NAME), byte-identical."""
     dest = (dest or Path(ref.partition(":")[0].replace("/", "-"))).expanduser().absolute()
     client = connect()
-    if client.address is not None:          # a daemon on another machine: the version comes as a tar
+    if client.remote:                       # the version comes as a tar
         with transfer_bar(f"fetching {ref}") as progress:
             got = client.fetch_tar("/v1/datasets/tar", dest, query={"ref": ref}, progress=progress)
         click.echo(f"{ref} ({got.files} files) written to {dest} on this machine")

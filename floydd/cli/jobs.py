@@ -210,7 +210,7 @@ def _restore_command(name: str, what: str, tree: str, fetch: str, help: str):
         key = job_key(job)
         dest = (dest or Path(f"{key.replace('/', '-')}-{what}")).absolute()
         client = connect()
-        if client.address is not None:          # a daemon on another machine: its files come here as a tar
+        if client.remote:                   # its files come here as a tar
             with transfer_bar(f"{what} of {key}") as progress:
                 got = client.fetch_tar(f"/v1/jobs/{key}/{tree}.tar", dest, progress=progress)
             click.echo(f"{what} of {key} ({got.files} files) written to {dest} on this machine")

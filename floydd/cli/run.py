@@ -122,7 +122,7 @@ def restart(job, gpu, cpu, nodes, params, command, message, max_runtime, follow,
 def _code(client, folder) -> dict:
     """How the daemon gets the code: its path when the daemon shares this machine (it
     snapshots the folder itself), else the folder sent as a tar (FLOYD_HOST)."""
-    if client.address is None:
+    if not client.remote:
         return {"code_path": str(folder)}
     click.echo(f"sending the code of {folder} to {client.where} ...", err=True)
     with transfer_bar("sending code") as progress:
