@@ -112,8 +112,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     if rank is not None and not rank.isdigit():
         raise UserError(f"rank {rank!r} must be a whole number", hint="rank=1 reads the second part's log")
     rank = None if rank is None else int(rank)
-    await service.get(key)
-    try:                            # a wrong rank: an error answer, not a stream
+    try:                            # an unknown job or rank: an error answer, not a stream
         first: tuple[bytes, bool] | None = await service.read_log(key, offset, rank=rank)
     except Unavailable:
         first = None                # said in the stream below
