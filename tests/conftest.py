@@ -11,15 +11,16 @@ import pytest
 
 
 def wait_until(cond: Callable[[], object], timeout: float = 10.0, interval: float = 0.01,
-               what: str = "condition") -> object:
-    """Poll ``cond`` until it returns something truthy; fail the test after ``timeout`` s."""
+               what: str = "condition", *, details: Callable[[], str] | None = None) -> object:
+    """Poll ``cond`` until it returns something truthy; fail the test after ``timeout`` s
+    (``details()`` is added to the failure message)."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f"; {details()}" if details else ""))
         time.sleep(interval)
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from floydd.cluster.config import ClusterConfig
+from tests.conftest import wait_until
 from tests.integration.cluster._harness import Cluster
 
 
@@ -40,10 +40,7 @@ async def make_cluster(tmp_path):
 def no_leaked_threads():
     before = set(threading.enumerate())
     yield
-    deadline = time.monotonic() + 5
-    while True:
-        leaked = [t for t in set(threading.enumerate()) - before if t.is_alive() and t.name.startswith("raft-")]
-        if not leaked or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    assert not leaked, f"threads left running: {leaked}"
+
+    def leaked() -> list:
+        return [t for t in set(threading.enumerate()) - before if t.is_alive() and t.name.startswith("raft-")]
+    wait_until(lambda: not leaked(), 5, what="raft threads to end", details=lambda: f"threads left running: {leaked()}")

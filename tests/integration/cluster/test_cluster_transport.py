@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 
@@ -14,6 +13,7 @@ from floydd.cluster.transport import Transport
 from floydd.errors import Conflict, Unavailable
 from floydd.security.identity import NodeIdentity, init_cluster
 from floydd.security.tls import require_peer_cert, server_context
+from tests.conftest import wait_until_async
 
 
 class Recorder:
@@ -76,10 +76,7 @@ async def endpoint(identity):
 
 
 async def until(cond, timeout=5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.005)
+    return await wait_until_async(cond, timeout, interval=0.005)
 
 
 def free_port() -> int:

@@ -113,10 +113,8 @@ async def until(cond, timeout: float = 20.0, what: str = "condition"):
 async def ended(node: Node, number: int, timeout: float = 20.0) -> dict:
     """Wait until the job has a final state and the runtime has let go of it."""
     job = await until(final(node, number), timeout=timeout, what=f"job {number} to end")
-    deadline = time.monotonic() + timeout
-    while ("p", number) in node.runtime.running():
-        assert time.monotonic() < deadline, "the runtime still holds a job that ended"
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: ("p", number) not in node.runtime.running(), timeout,
+                           what="the runtime to let go of a job that ended")
     return job
 
 
