@@ -13,18 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floydd.errors import InvalidSpec, UnsafePath
+from floydd.model import WORKSPACE_NAMES, check_mount_target
 
-__all__ = ["AgentSpec", "Mount", "SANDBOX_MODES", "check_mount_target", "RESERVED_NAMES"]
+__all__ = ["AgentSpec", "Mount", "SANDBOX_MODES"]
 
 SANDBOX_MODES = ("auto", "bwrap", "none")
-
-RESERVED_NAMES = frozenset({"code", "output", "home", "tmp", "job.log", "status.json", "agent.log",
-                            "spec.json", "stop", "env.log"})
-"""Names at the top of a workspace that belong to floydd, not to data mounts."""
-
-_SYSTEM_DIRS = ("/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib", "/etc", "/tmp", "/home",
-                "/root", "/run", "/var", "/boot", "/opt", "/srv", "/mnt", "/media", "/snap")
-_JOB_DIRS = ("/code", "/output")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,7 +60,7 @@ class AgentSpec:
             check_mount_target(mount.target)
             src = mount.source
             if posixpath.isabs(src) or posixpath.normpath(src) != src or src.split("/")[0] in ("..", ".") \
-                    or src.split("/")[0] in RESERVED_NAMES:
+                    or src.split("/")[0] in WORKSPACE_NAMES:
                 raise UnsafePath(f"mount source {src!r} must be a plain folder inside the workspace",
                                  hint="the daemon writes sources like 'input' for /input")
 
@@ -99,26 +92,3 @@ class AgentSpec:
                 state_dir=raw.get("state_dir") or None)
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidSpec(f"spec.json is malformed: {exc!r}", hint="the daemon writes it; was it edited?") from None
-
-
-def check_mount_target(target: str) -> str:
-    """Validate where a dataset appears in the job; return it unchanged.
-
-    Targets are absolute, normalized, and leave the system and the job's own folders
-    alone: ``/input``, ``/input/x``, ``/data`` are fine; ``/``, ``/code``, ``/output``,
-    anything under ``/etc``, ``/usr``, ``/tmp``, ``/home``, ... is not.
-    """
-    hint = "mount data at a fresh absolute path such as /input or /data"
-    if not isinstance(target, str) or not target.startswith("/") or "\0" in target:
-        raise UnsafePath(f"mount point {target!r} must be an absolute path", hint=hint)
-    if posixpath.normpath(target) != target or "//" in target:
-        raise UnsafePath(f"mount point {target!r} is not normalized", hint=hint)
-    if target == "/":
-        raise UnsafePath("data cannot be mounted over /", hint=hint)
-    for top in _SYSTEM_DIRS + _JOB_DIRS:
-        if target == top or target.startswith(top + "/"):
-            raise UnsafePath(f"mount point {target} is inside {top}, which the job needs as it is", hint=hint)
-    head = target[1:].split("/")[0]
-    if head.startswith("lib") or head in RESERVED_NAMES:
-        raise UnsafePath(f"mount point {target} is reserved", hint=hint)
-    return target

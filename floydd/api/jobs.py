@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import fields
 from pathlib import Path
 
 from aiohttp import web
 
 from floydd.api import keys
-from floydd.api.request import body, caller, check_dest, ndjson, reply
+from floydd.api.request import body, caller, check_dest, convert, ndjson, reply, typed_body
 from floydd.api.tarstream import received_folder, send_tree
 from floydd.errors import Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
-from floydd.jobs.spec import parse_job_key
+from floydd.model import Restart, Submission, parse_job_key
 
 routes = web.RouteTableDef()
 
@@ -39,7 +40,7 @@ async def upload_code(request: web.Request) -> web.Response:
 
 @routes.post("/v1/jobs")
 async def submit(request: web.Request) -> web.Response:
-    job = await request.app[keys.JOBS].submit(await body(request), user=caller(request))
+    job = await request.app[keys.JOBS].submit(await typed_body(request, Submission), user=caller(request))
     return reply(job, status=201)
 
 
@@ -88,7 +89,12 @@ async def stop(request: web.Request) -> web.Response:
 
 @routes.post(_JOB + "/restart")
 async def restart(request: web.Request) -> web.Response:
-    job = await request.app[keys.JOBS].restart(_key(request), await body(request), user=caller(request))
+    changes = await body(request)
+    unknown = set(changes) - {f.name for f in fields(Restart)}
+    if unknown:
+        raise UserError(f"cannot change {', '.join(sorted(unknown))} on restart",
+                        hint=f"restart changes: {', '.join(f.name for f in fields(Restart))}")
+    job = await request.app[keys.JOBS].restart(_key(request), convert(changes, Restart), user=caller(request))
     return reply(job, status=201)
 
 

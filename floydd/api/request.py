@@ -10,14 +10,17 @@ import pwd
 import socket
 import struct
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
+import msgspec
 from aiohttp import web
 
 from floydd import log
 from floydd.errors import FloyddError, InternalError, UserError
 
-__all__ = ["body", "caller", "ndjson", "Progress", "check_dest", "reply", "dumps"]
+__all__ = ["body", "typed_body", "convert", "caller", "ndjson", "Progress", "check_dest", "reply", "dumps"]
+
+T = TypeVar("T")
 
 
 def _finite(value: Any) -> Any:
@@ -57,6 +60,21 @@ async def body(request: web.Request) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError("request body must be a JSON object", hint="send {...}, not a list or a value")
     return data
+
+
+async def typed_body(request: web.Request, kind: type[T]) -> T:
+    """The request's JSON object as a ``kind`` (a dataclass of :mod:`floydd.model`); a wrong
+    type or a missing field is a 400 naming the field."""
+    return convert(await body(request), kind)
+
+
+def convert(data: Any, kind: type[T]) -> T:
+    """``data`` as a ``kind``, checked by msgspec (types) and by ``kind`` itself (values)."""
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as exc:
+        raise UserError(f"request body: {exc}", code="invalid_spec",
+                        hint="see /v1/openapi.json for the fields and their types") from None
 
 
 def caller(request: web.Request) -> str:

@@ -14,11 +14,9 @@ from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.client import Client
 from floydd.errors import UserError
+from floydd.model import FINAL_STATES
 
 __all__ = ["status", "info", "logs", "stop", "output", "clone", "delete", "compare", "follow_logs", "print_final"]
-
-_FINAL = {"success", "failed", "stopped", "timeout", "lost"}
-
 
 def _table(headers: list[str], rows: list[list[str]]) -> None:
     from rich import box
@@ -197,7 +195,7 @@ def logs(job, follow, timestamps, rank) -> None:
 def stop(job) -> None:
     """Stop a queued or running JOB."""
     j = connect().stop(job_key(job))
-    click.echo(f"job {j['id']}: {j['state']}" + (" (stopping)" if j["state"] not in _FINAL else ""))
+    click.echo(f"job {j['id']}: {j['state']}" + (" (stopping)" if j["state"] not in FINAL_STATES else ""))
 
 
 def _restore_command(name: str, what: str, tree: str, fetch: str, help: str):

@@ -9,7 +9,7 @@ import click
 
 from floydd.cli.common import handle_errors
 from floydd.errors import UserError
-from floydd.jobs.spec import check_project
+from floydd.model import check_project
 
 __all__ = ["init", "find_project", "MARKER", "DEFAULT_IGNORE", "job_key"]
 

@@ -13,7 +13,7 @@ from floydd.cli.progress import transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.errors import InvalidSpec, Unavailable
 from floydd.jobs.gang import check_gang_command
-from floydd.jobs.spec import parse_data, parse_param
+from floydd.model import Resources, check_mounts, check_params
 
 __all__ = ["run", "restart"]
 
@@ -68,19 +68,18 @@ def run(gpu, cpu, nodes, data, env, message, follow, max_runtime, params, mode, 
         raise InvalidSpec("--gpu and --cpu exclude each other", hint="pick one")
     if gpu is not None and gpu < 1:
         raise InvalidSpec(f"--gpu {gpu}: ask for at least one GPU", hint="or use --cpu")
-    if max_runtime is not None and max_runtime <= 0:
+    if max_runtime is not None and not 0 < max_runtime < float("inf"):
         raise InvalidSpec("--max-runtime must be a positive number of seconds", hint="e.g. --max-runtime 3600")
-    if nodes < 1:
-        raise InvalidSpec(f"--nodes {nodes}: a job runs on at least one box", hint="e.g. --nodes 2")
+    Resources(gpus=gpu or 0, nodes=nodes)
     if nodes > 1:
         check_gang_command(text)
-    mounts = [parse_data(d) for d in data]
-    parsed = dict(parse_param(p) for p in params)
+    mounts = check_mounts(list(data))
+    parsed = check_params(list(params))
     project, folder = find_project()
     client = connect()
     job = _submit(client, {
         "project": project, "command": text, **_code(client, folder), "gpus": gpu or 0, "nodes": nodes,
-        "data": [f"{m['ref']}:{m['mount']}" for m in mounts], "env": env, "message": message,
+        "data": [f"{m.ref}:{m.mount}" for m in mounts], "env": env, "message": message,
         "max_runtime": max_runtime, "params": parsed, "mode": mode, "idem_key": uuid.uuid4().hex,
     })
     _announce(job, as_json)
@@ -107,7 +106,7 @@ def restart(job, gpu, cpu, nodes, params, command, message, max_runtime, follow,
     if gpu is not None or cpu:
         overrides["gpus"] = 0 if cpu else gpu
     if params:
-        overrides["params"] = dict(parse_param(p) for p in params)
+        overrides["params"] = check_params(list(params))
     for key, value in (("command", command), ("message", message), ("max_runtime", max_runtime), ("nodes", nodes)):
         if value is not None:
             overrides[key] = value

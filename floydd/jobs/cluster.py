@@ -42,8 +42,8 @@ from floydd import log
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unavailable, UserError
 from floydd.jobs.leader import ClusterScheduler
 from floydd.jobs.reconcile import Reconciler
-from floydd.jobs.service import FINAL_STATES, JobService, _output_ref, _pin, check_mounts
-from floydd.jobs.spec import SPEC_FIELDS, parse_job_key
+from floydd.jobs.service import JobService, _output_ref, _pin
+from floydd.model import FINAL_STATES, SPEC_FIELDS, Mount, MountRequest, Submission, parse_job_key
 from floydd.scheduler import unplaceable
 from floydd.store import ObjectId
 
@@ -111,18 +111,15 @@ class ClusterJobService(Reconciler, JobService):
 
     # -- submission -------------------------------------------------------------------------------
 
-    async def submit(self, body: dict[str, Any], *, user: str = "") -> dict:
-        idem_key = body.get("idem_key") or uuid.uuid4().hex
-        if not isinstance(idem_key, str) or not 8 <= len(idem_key) <= 128:
-            raise InvalidSpec("idem_key must be a string of 8-128 characters",
-                              hint="leave it out; the CLI sends a fresh one per floyd run")
-        project, fields = await self._prepare(body, user)
-        return await self._register(project, fields, {**body, "idem_key": idem_key})
+    async def submit(self, submission: Submission, *, user: str = "") -> dict:
+        project, fields = await self._prepare(submission, user)
+        return await self._register(project, fields, submission)
 
-    async def _register(self, project: str, fields: dict, body: dict[str, Any]) -> dict:
+    async def _register(self, project: str, fields: dict, submission: Submission) -> dict:
         spec = {name: fields[name] for name in SPEC_FIELDS}
         try:
-            job = await self.cluster.submit_job(spec, body["idem_key"], project=project, user=fields["user"])
+            job = await self.cluster.submit_job(spec, submission.idem_key or uuid.uuid4().hex, project=project,
+                                                user=fields["user"])
         except Unavailable as exc:
             raise Unavailable(f"the cluster did not take the job: {exc.message}",
                               hint="a majority of the voting boxes must be up and reachable (floydd members); "
@@ -134,14 +131,14 @@ class ClusterJobService(Reconciler, JobService):
         self.scheduler.wake()
         return self._view(job)
 
-    async def _resolve_mounts(self, items: list) -> list[dict]:
+    async def _resolve_mounts(self, items: list[MountRequest]) -> list[Mount]:
         """As on a single box, but NAME[:VERSION] is looked up in the cluster's catalog."""
         if self.datasets is None:
             return await super()._resolve_mounts(items)
-        mounts: list[dict] = []
-        for spec in check_mounts(items):
-            version = await self.datasets.resolve(spec["ref"])
-            mounts.append({"ref": version["ref"], "tree": version["tree"], "mount": spec["mount"]})
+        mounts: list[Mount] = []
+        for item in items:
+            version = await self.datasets.resolve(item.ref)
+            mounts.append(Mount(ref=version["ref"], tree=version["tree"], mount=item.mount))
         return mounts
 
     def _check_placeable(self, gpus: int, nodes: int = 1) -> None:

@@ -34,9 +34,8 @@ import socket
 from floydd.errors import InvalidSpec
 
 __all__ = ["check_gang_command", "torchrun_command", "single_box_command", "gang_env", "free_port",
-           "interface_for", "MAX_NODES"]
+           "interface_for"]
 
-MAX_NODES = 64
 _OWNED = {"--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port",
           "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
           "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf", "--standalone"}

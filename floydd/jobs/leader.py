@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from floydd import log
 from floydd.errors import Conflict, FloyddError
-from floydd.jobs.service import ACTIVE_STATES
+from floydd.model import ACTIVE_STATES
 from floydd.scheduler import NodeSnapshot, PendingJob, place
 
 __all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "every_second_or_sooner"]

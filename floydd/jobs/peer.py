@@ -11,7 +11,7 @@ from aiohttp import web
 from floydd.cluster.transport import MSGPACK, error_response
 from floydd.errors import FloyddError, NotFound, Unavailable, UserError
 from floydd.jobs.service import JobService
-from floydd.jobs.spec import parse_job_key
+from floydd.model import parse_job_key
 
 __all__ = ["peer_routes"]
 

@@ -29,8 +29,8 @@ from floydd import log
 from floydd.errors import Conflict, FloyddError, NotFound, Unavailable
 from floydd.jobs.gang import free_port, gang_env, interface_for, single_box_command, torchrun_command
 from floydd.jobs.leader import REPORT_TIMEOUT, every_second_or_sooner
-from floydd.jobs.service import ACTIVE_STATES, FINAL_STATES, _pin
-from floydd.jobs.spec import SPEC_FIELDS, parse_job_key
+from floydd.jobs.service import _pin
+from floydd.model import ACTIVE_STATES, FINAL_STATES, SPEC_FIELDS, parse_job_key
 from floydd.store import ObjectId
 
 __all__ = ["Reconciler"]

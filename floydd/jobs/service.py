@@ -22,19 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from floydd import log
-from floydd.agent.spec import check_mount_target
 from floydd.errors import Conflict, InvalidSpec, NotFound, UserError
 from floydd.jobs.codesnap import snapshot_code
-from floydd.jobs.gang import MAX_NODES, check_gang_command, single_box_command
-from floydd.jobs.spec import ENVIRONMENTS, check_project, parse_data, parse_job_key, parse_param
+from floydd.jobs.gang import check_gang_command, single_box_command
+from floydd.model import FINAL_STATES, Mount, MountRequest, Restart, Submission, check_project, parse_job_key
 from floydd.scheduler import NodeSnapshot, PendingJob, place, unplaceable
 from floydd.store import ObjectId
 from floydd.tasks import cancel_and_wait
 
-__all__ = ["JobService", "FINAL_STATES", "ACTIVE_STATES"]
-
-FINAL_STATES = frozenset({"success", "failed", "stopped", "timeout", "lost"})
-ACTIVE_STATES = frozenset({"starting", "running"})
+__all__ = ["JobService"]
 
 
 class JobService:
@@ -78,57 +74,25 @@ class JobService:
 
     # -- submission -----------------------------------------------------------------------
 
-    async def submit(self, body: dict[str, Any], *, user: str = "") -> dict:
-        project, fields = await self._prepare(body, user)
-        return await self._register(project, fields, body)
+    async def submit(self, submission: Submission, *, user: str = "") -> dict:
+        project, fields = await self._prepare(submission, user)
+        return await self._register(project, fields, submission)
 
-    async def _prepare(self, body: dict[str, Any], user: str) -> tuple[str, dict]:
-        """Check a submission, snapshot its code and pin its data versions: the job's fields."""
-        project = check_project(body.get("project", ""))
-        command = body.get("command")
-        if not isinstance(command, str) or not command.strip():
-            raise InvalidSpec("the command is empty", hint='give the command to run, e.g. floyd run "python train.py"')
-        gpus = _int(body.get("gpus", 0), "--gpu", minimum=0)
-        nodes = _int(body.get("nodes", 1), "--nodes", minimum=1)
-        if nodes > MAX_NODES:
-            raise InvalidSpec(f"--nodes {nodes} is more than {MAX_NODES}", hint=f"use at most --nodes {MAX_NODES}")
-        if nodes > 1:
-            check_gang_command(command)
-        max_runtime = body.get("max_runtime")
-        if max_runtime is not None:
-            max_runtime = _number(max_runtime, "--max-runtime")
-        env = body.get("env") or "default"
-        if env not in ENVIRONMENTS:
-            raise InvalidSpec(f"unknown environment {env!r}",
-                              hint=f"available: {', '.join(ENVIRONMENTS)}; add packages with a floyd_requirements.txt")
-        params = _params(body.get("params") or {})
-        mode = body.get("mode") or "job"
-        if mode != "job":
-            raise InvalidSpec(f"--mode {mode} is not supported", hint="use --mode job (the default)")
-        mounts = await self._resolve_mounts(body.get("data") or [])
-        self._check_placeable(gpus, nodes)
+    async def _prepare(self, submission: Submission, user: str) -> tuple[str, dict]:
+        """Snapshot a checked submission's code and pin its data versions: the job's fields."""
+        resources = submission.resources
+        if resources.nodes > 1:
+            check_gang_command(submission.command)
+        mounts = await self._resolve_mounts(submission.mounts)
+        self._check_placeable(resources.gpus, resources.nodes)
+        code_tree = submission.code_tree
+        if code_tree is None:
+            code_tree = str(await asyncio.to_thread(snapshot_code, self.store, Path(submission.code_path),
+                                                    int(self.config.max_code_mb * 1024 * 1024)))
+        spec = submission.spec(code_tree=code_tree, data=tuple(mounts))
+        return submission.project, dict(spec.to_dict(), created=time.time(), user=user, node=self.config.node_name)
 
-        code_path = body.get("code_path")
-        code_tree = body.get("code_tree")
-        if code_tree is not None:
-            try:
-                ObjectId.from_hex(str(code_tree))
-            except ValueError:
-                raise InvalidSpec(f"code_tree {code_tree!r} is not a tree id",
-                                  hint="leave it out and send code_path instead") from None
-        else:
-            if not isinstance(code_path, str) or not os.path.isabs(code_path):
-                raise InvalidSpec("code_path must be an absolute path to the project folder",
-                                  hint="run floyd from inside the project folder")
-            code_tree = await asyncio.to_thread(snapshot_code, self.store, Path(code_path),
-                                                int(self.config.max_code_mb * 1024 * 1024))
-        return project, dict(command=command, params=params, code_tree=str(code_tree), data=mounts,
-                             resources={"gpus": gpus, "cpu": gpus == 0, **({"nodes": nodes} if nodes > 1 else {})},
-                             env=env,
-                             message=str(body.get("message") or ""), mode=mode, max_runtime=max_runtime,
-                             created=time.time(), user=user, node=self.config.node_name)
-
-    async def _register(self, project: str, fields: dict, body: dict[str, Any]) -> dict:
+    async def _register(self, project: str, fields: dict, submission: Submission) -> dict:
         """Give the prepared job its number and queue it."""
         await asyncio.to_thread(self.records.ensure_project, project, owner=fields["user"])
         number = await asyncio.to_thread(self._allocate, project, fields, fields["code_tree"])
@@ -142,14 +106,14 @@ class JobService:
         self.store.catalog.pin(ObjectId.from_hex(str(code_tree)), _pin(project, number))
         return number
 
-    async def _resolve_mounts(self, items: list) -> list[dict]:
+    async def _resolve_mounts(self, items: list[MountRequest]) -> list[Mount]:
         return await asyncio.to_thread(self._resolve_data, items)
 
-    def _resolve_data(self, items: list) -> list[dict]:
+    def _resolve_data(self, items: list[MountRequest]) -> list[Mount]:
         mounts = []
-        for spec in check_mounts(items):
-            version = self.store.catalog.resolve(spec["ref"])
-            mounts.append({"ref": version.ref, "tree": str(version.tree), "mount": spec["mount"]})
+        for item in items:
+            version = self.store.catalog.resolve(item.ref)
+            mounts.append(Mount(ref=version.ref, tree=str(version.tree), mount=item.mount))
         return mounts
 
     def _check_placeable(self, gpus: int, nodes: int = 1) -> None:
@@ -315,27 +279,9 @@ class JobService:
                 except asyncio.TimeoutError:
                     pass
 
-    async def restart(self, key: str, overrides: dict[str, Any], *, user: str = "") -> dict:
-        project, _ = parse_job_key(key)
+    async def restart(self, key: str, changes: Restart, *, user: str = "") -> dict:
         old = await self.get(key)
-        allowed = {"gpus", "nodes", "command", "params", "message", "max_runtime", "env", "data"}
-        unknown = set(overrides) - allowed
-        if unknown:
-            raise InvalidSpec(f"cannot override {', '.join(sorted(unknown))} on restart",
-                              hint=f"restart accepts: {', '.join(sorted(allowed))}")
-        params = dict(old["params"])
-        params.update(overrides.get("params") or {})
-        body = {
-            "project": project, "code_tree": old["code_tree"],
-            "command": overrides.get("command") or old["command"],
-            "gpus": overrides.get("gpus", old["resources"].get("gpus", 0)),
-            "nodes": overrides.get("nodes", old["resources"].get("nodes", 1)),
-            "env": overrides.get("env") or old["env"], "params": params,
-            "message": overrides.get("message") or f"restart of {key}",
-            "max_runtime": overrides.get("max_runtime", old["max_runtime"]),
-            "data": overrides.get("data") or [{"ref": d["ref"], "mount": d["mount"]} for d in old["data"]],
-        }
-        return await self.submit(body, user=user)
+        return await self.submit(changes.submission(parse_job_key(key), old), user=user)
 
     async def delete(self, key: str) -> dict:
         project, number = parse_job_key(key)
@@ -363,24 +309,6 @@ class JobService:
             shutil.rmtree(ws, ignore_errors=True)
 
 
-def check_mounts(items: list) -> list[dict]:
-    """``--data`` items (``NAME[:VER]:MOUNT`` or ``{"ref", "mount"}``) as ``{"ref", "mount"}``,
-    mount points checked now (/etc, /proc, /code... are refused at submission, not at start)."""
-    mounts: list[dict] = []
-    seen: set[str] = set()
-    for item in items:
-        spec = parse_data(item) if isinstance(item, str) else item
-        if not isinstance(spec, dict) or "ref" not in spec or "mount" not in spec:
-            raise InvalidSpec(f"data mount {item!r} is malformed", hint="write NAME[:VERSION]:MOUNT")
-        raw = spec["mount"]
-        mount = check_mount_target(os.path.normpath(raw) if isinstance(raw, str) else raw)
-        if mount in seen:
-            raise InvalidSpec(f"two --data mounts at {mount}", hint="give each dataset its own mount point")
-        seen.add(mount)
-        mounts.append({"ref": str(spec["ref"]), "mount": mount})
-    return mounts
-
-
 def _output_ref(job: dict) -> str:
     if not job.get("output_version"):
         hint = "it has not ended yet" if job["state"] not in FINAL_STATES else "it saved nothing to /output"
@@ -399,23 +327,3 @@ def _read_from(path: Path, offset: int, limit: int = 4 * 1024 * 1024) -> bytes:
             return f.read(limit)
     except FileNotFoundError:
         return b""
-
-
-def _int(value: Any, flag: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidSpec(f"{flag} {value!r} must be a whole number ≥ {minimum}", hint=f"e.g. {flag} 1")
-    return value
-
-
-def _number(value: Any, flag: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise InvalidSpec(f"{flag} {value!r} must be a positive number of seconds", hint=f"e.g. {flag} 3600")
-    return float(value)
-
-
-def _params(raw: Any) -> dict[str, str]:
-    if isinstance(raw, list):
-        return dict(parse_param(p) for p in raw)
-    if not isinstance(raw, dict):
-        raise InvalidSpec("params must be an object of KEY: VALUE", hint="use --param KEY=VALUE")
-    return dict(parse_param(f"{k}={v}") for k, v in raw.items())

@@ -4,8 +4,7 @@ One writer connection (``BEGIN IMMEDIATE`` under a lock), per-thread read connec
 WAL with ``synchronous=NORMAL``; the schema is built by sqlite-utils ``Migrations``.
 """
 
-from floydd.records._jobs import FINAL_STATES, STATES, TRANSITIONS
 from floydd.records._records import Records
 from floydd.records._schema import MIGRATIONS
 
-__all__ = ["Records", "STATES", "FINAL_STATES", "TRANSITIONS", "MIGRATIONS"]
+__all__ = ["Records", "MIGRATIONS"]

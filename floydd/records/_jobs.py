@@ -1,33 +1,15 @@
-"""What a job record holds, and how its state may change.
+"""What a job record holds: its columns and how they are stored.
 
-::
-
-    queued ──► starting ──► running ──► success | failed | stopped | timeout | lost
-      │           │
-      └───────────┴──► stopped | failed | lost        (never started)
-
-Final states are final: a job that ended is re-run as a new job, never revived.
+States and their moves are the job model's (:mod:`floydd.model`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Mapping
 
-from floydd.errors import Conflict, InvalidName, InvalidSpec
 
-__all__ = ["STATES", "FINAL_STATES", "TRANSITIONS", "COLUMNS", "check_project", "check_state",
-           "check_transition", "encode_fields", "decode_row"]
-
-STATES = ("queued", "starting", "running", "success", "failed", "stopped", "timeout", "lost")
-FINAL_STATES = frozenset({"success", "failed", "stopped", "timeout", "lost"})
-TRANSITIONS: Mapping[str, frozenset[str]] = {
-    "queued": frozenset({"starting", "stopped", "failed", "lost"}),
-    "starting": frozenset({"running", "stopped", "failed", "lost"}),
-    "running": frozenset({"success", "failed", "stopped", "timeout", "lost"}),
-    **{state: frozenset() for state in FINAL_STATES},
-}
+__all__ = ["COLUMNS", "encode_fields", "decode_row"]
 
 _STR = (str,)
 _OPT_STR = (str, type(None))
@@ -65,33 +47,6 @@ _JSON = frozenset(name for name, (_, as_json) in COLUMNS.items() if as_json)
 _NOT_SETTABLE = {"id": "it is 'project/number'", "project": "a job never moves",
                  "number": "allocate_job numbers jobs", "state": "use set_state",
                  "log_offset": "use set_log_offset"}
-
-# Same rule as floydd.jobs.spec.PROJECT_RE (the key "project/number" must stay parseable).
-_PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-
-
-def check_project(name: object) -> str:
-    if not isinstance(name, str) or not _PROJECT_RE.match(name):
-        raise InvalidName(f"{name!r} is not a valid project name",
-                          hint="use 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit")
-    return name
-
-
-def check_state(state: object) -> str:
-    if state not in TRANSITIONS:
-        raise InvalidSpec(f"{state!r} is not a job state", hint=f"job states are: {', '.join(STATES)}")
-    return state  # type: ignore[return-value]
-
-
-def check_transition(key: str, old: str, new: str) -> None:
-    if new in TRANSITIONS[old]:
-        return
-    if old in FINAL_STATES:
-        hint = "a job that ended stays ended; run it again as a new job (floyd restart)"
-    else:
-        hint = f"from {old} a job can become: {', '.join(s for s in STATES if s in TRANSITIONS[old])}"
-    raise Conflict(f"job {key} is {old}; it cannot become {new}", hint=hint)
-
 
 def encode_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     """Check names and types of job fields; JSON-encode the JSON columns.

@@ -16,9 +16,8 @@ from floydd import log
 from floydd.errors import Conflict, NotFound
 from floydd.records import _series
 from floydd.records._db import Connections
-from floydd.records._jobs import (
-    COLUMNS, FINAL_STATES, check_project, check_state, check_transition, decode_row, encode_fields,
-)
+from floydd.model import FINAL_STATES, check_project, check_state, check_transition
+from floydd.records._jobs import COLUMNS, decode_row, encode_fields
 
 __all__ = ["Records"]
 

@@ -35,6 +35,7 @@ from floydd.agent.sandbox import probe_bwrap
 from floydd.agent.spec import SANDBOX_MODES, AgentSpec
 from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
+from floydd.model import FINAL_STATES
 from floydd.runtime import envs, spawn, workspace
 from floydd.runtime.watch import JobWatch
 from floydd.tasks import cancel_and_wait
@@ -42,7 +43,6 @@ from floydd.tasks import cancel_and_wait
 __all__ = ["NodeRuntime"]
 
 Key = tuple[str, int]
-_FINAL = frozenset({"success", "failed", "stopped", "timeout", "lost"})
 
 
 class _StopRequested(Exception):
@@ -122,7 +122,7 @@ class NodeRuntime:
         """Stop a starting or running job and wait (up to stop_grace + 30 s) until it is recorded."""
         key = (project, number)
         job = await asyncio.to_thread(self._records.get_job, project, number)
-        if job["state"] in _FINAL:
+        if job["state"] in FINAL_STATES:
             return
         if job["state"] == "queued" and key not in self._held:
             raise Conflict(f"job {project}/{number} is still queued; the queue stops it, not the runtime",

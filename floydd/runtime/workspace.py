@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from floydd import log
-from floydd.agent.spec import Mount, check_mount_target
+from floydd.agent.spec import Mount
+from floydd.model import check_mount_target
 from floydd.agent.status import atomic_write
 from floydd.errors import InvalidSpec, UnsafePath
 

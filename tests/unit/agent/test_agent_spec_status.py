@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from floydd.agent.spec import AgentSpec, Mount, check_mount_target
+from floydd.agent.spec import AgentSpec, Mount
+from floydd.model import check_mount_target
 from floydd.agent.status import Status, atomic_write, process_start_time, read_status, write_status
 from floydd.agent.supervisor import outcome_of
 from floydd.errors import InvalidSpec, UnsafePath

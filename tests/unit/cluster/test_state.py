@@ -294,9 +294,9 @@ def test_reads_are_copies():
     assert log.state.job("mnist/1")["spec"]["command"] == "python train.py"
 
 
-def test_the_transitions_are_the_records_table():
-    from floydd.records import TRANSITIONS as RECORDS_TRANSITIONS
-    assert TRANSITIONS == dict(RECORDS_TRANSITIONS)
+def test_the_transitions_are_the_job_models():
+    from floydd.model import TRANSITIONS as MODEL_TRANSITIONS
+    assert TRANSITIONS == dict(MODEL_TRANSITIONS)
 
 
 def test_commands_round_trip_through_msgpack_and_oversized_ones_are_refused():

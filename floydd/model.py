@@ -1,0 +1,441 @@
+"""The job model: the plain typed values every layer shares, and their parsers.
+
+One home for what a job *is*, so the CLI, the API, the replicated state, the records and
+the runtime agree without validating twice: job keys, job states and the moves between
+them, the spec a job runs with (command, code, data mounts, resources, params), dataset
+names and references, and the parsers of ``--data``, ``--param`` and names. It imports
+nothing of ours but :mod:`floydd.errors` (and nothing heavy at all: the agent and the CLI
+load it too). Values are frozen dataclasses; the API decodes request bodies into them with
+msgspec, which also draws their JSON schemas for ``/v1/openapi.json``.
+
+Job states (``TRANSITIONS``; the replicated state adds one backward edge, :data:`REQUEUE`,
+for a job whose box was lost before it started)::
+
+    queued ──place──► starting ──► running ──► success | failed | stopped | timeout | lost
+      ▲  │               │  │
+      │  └───────────────┴──┴──► stopped | failed | lost        (never started)
+      └──── requeue ─────┘
+
+Final states are final: a job that ended is run again as a new job, never revived.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from floydd.errors import Conflict, InvalidName, InvalidSpec, UnsafePath
+
+__all__ = [
+    "STATES", "FINAL_STATES", "ACTIVE_STATES", "TRANSITIONS", "REQUEUE", "check_state", "check_transition",
+    "PROJECT_PATTERN", "DATASET_PATTERN", "check_project", "check_dataset_name",
+    "JobKey", "parse_job_key", "DatasetRef", "parse_ref",
+    "MountRequest", "Mount", "parse_data", "check_mounts", "check_mount_target", "WORKSPACE_NAMES",
+    "parse_param", "check_params", "Resources", "JobSpec", "Submission", "SPEC_FIELDS", "ENVIRONMENTS",
+    "MAX_NODES", "Restart",
+]
+
+# -- states ------------------------------------------------------------------------------------
+
+STATES = ("queued", "starting", "running", "success", "failed", "stopped", "timeout", "lost")
+FINAL_STATES = frozenset({"success", "failed", "stopped", "timeout", "lost"})
+ACTIVE_STATES = frozenset({"starting", "running"})
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    "queued": frozenset({"starting", "stopped", "failed", "lost"}),
+    "starting": frozenset({"running", "stopped", "failed", "lost"}),
+    "running": frozenset({"success", "failed", "stopped", "timeout", "lost"}),
+    **{state: frozenset() for state in FINAL_STATES},
+}
+REQUEUE = ("starting", "queued")
+"""The one backward move, made only by the cluster's leader: the box a job was placed on
+went silent before the job started, so the job waits to be placed again."""
+
+
+def check_state(state: object) -> str:
+    if state not in TRANSITIONS:
+        raise InvalidSpec(f"{state!r} is not a job state", hint=f"job states are: {', '.join(STATES)}")
+    return state  # type: ignore[return-value]
+
+
+def check_transition(key: str, old: str, new: str, *, requeue: bool = False) -> None:
+    """``Conflict`` unless a job may move from ``old`` to ``new`` (``requeue``: the leader's
+    :data:`REQUEUE` is allowed too)."""
+    check_state(new)
+    if new in TRANSITIONS[old] or (requeue and (old, new) == REQUEUE):
+        return
+    if old in FINAL_STATES:
+        hint = "a job that ended stays ended; run it again as a new job (floyd restart)"
+    else:
+        hint = f"from {old} a job can become: {', '.join(s for s in STATES if s in TRANSITIONS[old])}"
+    raise Conflict(f"job {key} is {old}; it cannot become {new}", hint=hint, code="bad_transition")
+
+
+# -- names -------------------------------------------------------------------------------------
+
+PROJECT_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
+_PROJECT = re.compile(PROJECT_PATTERN)
+_PROJECT_HINT = "use 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit"
+_DATASET = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_OUTPUT = re.compile(rf"({PROJECT_PATTERN})/([1-9][0-9]{{0,17}})/output")
+DATASET_PATTERN = rf"{_DATASET.pattern}|{_OUTPUT.pattern}"
+"""A dataset name, or ``PROJECT/N/output``: the output of job N of PROJECT."""
+_DATASET_HINT = ("use lowercase letters, digits, '.', '_' and '-' (64 at most, starting with a letter or digit), "
+                 "or PROJECT/N/output for a job's output")
+
+
+def check_project(name: object) -> str:
+    if not isinstance(name, str) or not _PROJECT.fullmatch(name):
+        raise InvalidName(f"{name!r:.80} is not a valid project name", hint=_PROJECT_HINT)
+    return name
+
+
+def check_dataset_name(name: object) -> str:
+    if isinstance(name, str) and (_DATASET.fullmatch(name) or _OUTPUT.fullmatch(name)) and ".." not in name:
+        return name
+    raise InvalidName(f"{name!r:.80} is not a valid dataset name", hint=_DATASET_HINT)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JobKey:
+    """``mnist/12``: job 12 of project mnist. Unpacks as ``project, number = key``."""
+
+    project: str
+    number: int
+
+    @classmethod
+    def parse(cls, text: object) -> JobKey:
+        project, sep, number = str(text).rpartition("/")
+        if not sep or not _PROJECT.fullmatch(project) or not number.isascii() or not number.isdigit() \
+                or number.startswith("0") or len(number) > 18:
+            raise InvalidSpec(f"{text!r:.80} is not a job name",
+                              hint="jobs are named PROJECT/NUMBER, e.g. digits/3 (see `floyd status`)")
+        return cls(project, int(number))
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self.project
+        yield self.number
+
+    def __str__(self) -> str:
+        return f"{self.project}/{self.number}"
+
+    @property
+    def output_name(self) -> str:
+        """The dataset its ``/output`` becomes."""
+        return f"{self.project}/{self.number}/output"
+
+
+def parse_job_key(text: object) -> JobKey:
+    """``"digits/3"`` -> ``JobKey("digits", 3)`` (unpacks as ``("digits", 3)``)."""
+    return JobKey.parse(text)
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRef:
+    """``NAME`` or ``NAME:latest`` (version None: the latest), or ``NAME:N``."""
+
+    name: str
+    version: int | None = None
+
+    @classmethod
+    def parse(cls, text: object) -> DatasetRef:
+        if not isinstance(text, str):
+            raise InvalidName(f"{text!r:.80} is not a dataset reference", hint="write NAME, NAME:N or NAME:latest")
+        name, sep, number = text.partition(":")
+        check_dataset_name(name)
+        if not sep or number == "latest":
+            return cls(name)
+        if not number.isascii() or not number.isdigit() or number.startswith("0") or len(number) > 18:
+            raise InvalidName(f"{text!r:.80}: the version must be a number or 'latest'",
+                              hint=f"write {name}, {name}:N or {name}:latest")
+        return cls(name, int(number))
+
+    def __str__(self) -> str:
+        return self.name if self.version is None else f"{self.name}:{self.version}"
+
+
+def parse_ref(text: object) -> tuple[str, int | None]:
+    """``NAME``, ``NAME:N`` or ``NAME:latest`` -> (name, N or None for the latest)."""
+    ref = DatasetRef.parse(text)
+    return ref.name, ref.version
+
+
+# -- data mounts -------------------------------------------------------------------------------
+
+WORKSPACE_NAMES = frozenset({"code", "output", "home", "tmp", "job.log", "status.json", "agent.log",
+                             "spec.json", "stop", "env.log"})
+"""Names at the top of a job's workspace that belong to floydd, not to data mounts."""
+_SYSTEM_DIRS = ("/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib", "/etc", "/tmp", "/home",
+                "/root", "/run", "/var", "/boot", "/opt", "/srv", "/mnt", "/media", "/snap")
+_JOB_DIRS = ("/code", "/output")
+_MOUNT_HINT = "mount data at a fresh absolute path such as /input or /data"
+
+
+def check_mount_target(target: object) -> str:
+    """Where a dataset appears in the job, returned unchanged if allowed: absolute,
+    normalized, and leaving the system and the job's own folders alone (``/input``,
+    ``/input/x``, ``/data`` are fine; ``/``, ``/code``, ``/output``, anything under ``/etc``,
+    ``/usr``, ``/tmp``, ``/home``, ... is not)."""
+    if not isinstance(target, str) or not target.startswith("/") or "\0" in target:
+        raise UnsafePath(f"mount point {target!r:.80} must be an absolute path", hint=_MOUNT_HINT)
+    if posixpath.normpath(target) != target or "//" in target:
+        raise UnsafePath(f"mount point {target!r:.80} is not normalized", hint=_MOUNT_HINT)
+    if target == "/":
+        raise UnsafePath("data cannot be mounted over /", hint=_MOUNT_HINT)
+    for top in _SYSTEM_DIRS + _JOB_DIRS:
+        if target == top or target.startswith(top + "/"):
+            raise UnsafePath(f"mount point {target:.80} is inside {top}, which the job needs as it is",
+                             hint=_MOUNT_HINT)
+    head = target[1:].split("/")[0]
+    if head.startswith("lib") or head in WORKSPACE_NAMES:
+        raise UnsafePath(f"mount point {target:.80} is reserved", hint=_MOUNT_HINT)
+    return target
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MountRequest:
+    """What a user asks for: dataset ``ref`` (any version form) at ``mount``."""
+
+    ref: str
+    mount: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mount:
+    """A resolved mount: the exact version ``ref`` (``NAME:N``), its ``tree``, where it appears."""
+
+    ref: str
+    tree: str
+    mount: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"ref": self.ref, "tree": self.tree, "mount": self.mount}
+
+
+def parse_data(text: object) -> MountRequest:
+    """``NAME[:VER]:MOUNT`` or ``PROJECT/N/output[:VER]:MOUNT`` (``--data``)."""
+    if not isinstance(text, str) or ":" not in text:
+        raise InvalidSpec(f"--data {text!r:.80} is malformed",
+                          hint="write NAME[:VERSION]:MOUNT, e.g. --data mnist:/input or --data mnist:2:/input")
+    ref, _, mount = text.rpartition(":")
+    if not ref or not mount.startswith("/"):
+        raise InvalidSpec(f"--data {text!r:.80} is malformed: the mount point must be an absolute path",
+                          hint="write NAME[:VERSION]:MOUNT, e.g. --data mnist:/input")
+    return MountRequest(ref=ref, mount=mount)
+
+
+def check_mounts(items: object) -> list[MountRequest]:
+    """``--data`` items (``NAME[:VER]:MOUNT`` strings or ``{"ref", "mount"}``) with their refs
+    parsed and mount points normalized and checked, none twice (/etc, /proc, /code... are
+    refused at submission, not at start)."""
+    if not isinstance(items, (list, tuple)):
+        raise InvalidSpec("data must be a list of NAME[:VERSION]:MOUNT", hint="use --data mnist:/input")
+    mounts: list[MountRequest] = []
+    seen: set[str] = set()
+    for item in items:
+        if isinstance(item, str):
+            item = parse_data(item)
+        elif isinstance(item, dict) and isinstance(item.get("ref"), str) and isinstance(item.get("mount"), str):
+            item = MountRequest(ref=item["ref"], mount=item["mount"])
+        elif not isinstance(item, MountRequest):
+            raise InvalidSpec(f"data mount {item!r:.80} is malformed", hint="write NAME[:VERSION]:MOUNT")
+        DatasetRef.parse(item.ref)
+        mount = check_mount_target(posixpath.normpath(item.mount))
+        if mount in seen:
+            raise InvalidSpec(f"two --data mounts at {mount}", hint="give each dataset its own mount point")
+        seen.add(mount)
+        mounts.append(MountRequest(ref=item.ref, mount=mount))
+    return mounts
+
+
+# -- params ------------------------------------------------------------------------------------
+
+_PARAM_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_RESERVED_PARAMS = frozenset({"PATH", "HOME", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTHONPATH",
+                              "LD_PRELOAD", "LD_LIBRARY_PATH"})
+
+
+def parse_param(text: object) -> tuple[str, str]:
+    """``KEY=VALUE`` (``--param``): recorded with the job and passed to it in its environment."""
+    key, sep, value = str(text).partition("=")
+    if not sep or not _PARAM_KEY.fullmatch(key):
+        raise InvalidSpec(f"--param {str(text):.80} is malformed",
+                          hint="write KEY=VALUE with KEY made of letters, digits and '_', e.g. --param lr=0.01")
+    if key.upper() in _RESERVED_PARAMS:
+        raise InvalidSpec(f"--param {key} would override the job's {key.upper()}", hint="pick another name")
+    if "\0" in value:
+        raise InvalidSpec(f"--param {key}: the value holds a NUL byte", hint="pass plain text")
+    return key, value
+
+
+def check_params(raw: object) -> dict[str, str]:
+    """Params as ``{KEY: VALUE}`` or a list of ``KEY=VALUE``; values become strings."""
+    if isinstance(raw, (list, tuple)):
+        return dict(parse_param(p) for p in raw)
+    if not isinstance(raw, dict):
+        raise InvalidSpec("params must be an object of KEY: VALUE", hint="use --param KEY=VALUE")
+    return dict(parse_param(f"{k}={v}") for k, v in raw.items())
+
+
+# -- the spec of a job -----------------------------------------------------------------------
+
+MAX_NODES = 64
+"""The most boxes one distributed job may span."""
+ENVIRONMENTS = ("default",)
+"""Named environments; a project's floyd_requirements.txt adds packages on top of the chosen one."""
+SPEC_FIELDS = ("command", "params", "code_tree", "data", "resources", "env", "message", "mode", "max_runtime")
+"""What a job's spec holds (in the replicated state and in each record); the rest is its state."""
+
+
+def _whole(value: object, flag: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidSpec(f"{flag} {value!r:.80} must be a whole number ≥ {minimum}", hint=f"e.g. {flag} {minimum + 1}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resources:
+    """What a job needs on each box it runs on, and how many boxes."""
+
+    gpus: int = 0
+    nodes: int = 1
+
+    def __post_init__(self) -> None:
+        _whole(self.gpus, "--gpu", 0)
+        if self.nodes == 0:
+            raise InvalidSpec("--nodes 0: a job runs on at least one box", hint="e.g. --nodes 2")
+        _whole(self.nodes, "--nodes", 1)
+        if self.nodes > MAX_NODES:
+            raise InvalidSpec(f"--nodes {self.nodes} is more than {MAX_NODES}", hint=f"use at most --nodes {MAX_NODES}")
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> Resources:
+        raw = raw or {}
+        return cls(gpus=raw.get("gpus") or 0, nodes=raw.get("nodes") or 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form: ``{"gpus", "cpu"}`` and ``"nodes"`` for a job over several boxes."""
+        return {"gpus": self.gpus, "cpu": self.gpus == 0, **({"nodes": self.nodes} if self.nodes > 1 else {})}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What a job runs with; fixed at submission (code snapshotted, data versions pinned)."""
+
+    command: str
+    code_tree: str
+    params: dict[str, str] = field(default_factory=dict)
+    data: tuple[Mount, ...] = ()
+    resources: Resources = Resources()
+    env: str = "default"
+    message: str = ""
+    mode: str = "job"
+    max_runtime: float | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> JobSpec:
+        """From the stored form (replicated state, records); unknown keys are ignored."""
+        return cls(command=raw["command"], code_tree=raw["code_tree"], params=dict(raw.get("params") or {}),
+                   data=tuple(Mount(ref=m["ref"], tree=m["tree"], mount=m["mount"]) for m in raw.get("data") or ()),
+                   resources=Resources.from_dict(raw.get("resources")), env=raw.get("env") or "default",
+                   message=raw.get("message") or "", mode=raw.get("mode") or "job", max_runtime=raw.get("max_runtime"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form: plain data with exactly :data:`SPEC_FIELDS`."""
+        return {"command": self.command, "params": dict(self.params), "code_tree": self.code_tree,
+                "data": [m.to_dict() for m in self.data], "resources": self.resources.to_dict(),
+                "env": self.env, "message": self.message, "mode": self.mode, "max_runtime": self.max_runtime}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Submission:
+    """A ``POST /v1/jobs`` body (and what ``floyd run`` sends), checked field by field.
+
+    The code comes as ``code_path`` (a folder on the daemon's machine, which it snapshots)
+    or ``code_tree`` (already in the store: ``POST /v1/code``, or a restart); the data refs
+    are resolved to exact versions by the daemon."""
+
+    project: str
+    command: str
+    code_path: str | None = None
+    code_tree: str | None = None
+    gpus: int = 0
+    nodes: int = 1
+    data: tuple[str | MountRequest, ...] = ()
+    params: dict[str, Any] | tuple[str, ...] = field(default_factory=dict)
+    env: str = "default"
+    message: str = ""
+    max_runtime: float | None = None
+    mode: str = "job"
+    idem_key: str | None = None
+
+    def __post_init__(self) -> None:
+        check_project(self.project)
+        if not isinstance(self.command, str) or not self.command.strip():
+            raise InvalidSpec("the command is empty", hint='give the command to run, e.g. floyd run "python train.py"')
+        if not isinstance(self.message, str):
+            raise InvalidSpec("the message must be text", hint='e.g. -m "bigger batch"')
+        if self.code_tree is not None:
+            if not isinstance(self.code_tree, str) or not re.fullmatch(r"[0-9a-f]{64}", self.code_tree):
+                raise InvalidSpec(f"code_tree {self.code_tree!r:.80} is not a tree id",
+                                  hint="leave it out and send code_path instead")
+        elif not isinstance(self.code_path, str) or not posixpath.isabs(self.code_path):
+            raise InvalidSpec("code_path must be an absolute path to the project folder",
+                              hint="run floyd from inside the project folder")
+        self.resources  # checks gpus and nodes
+        if self.max_runtime is not None and (isinstance(self.max_runtime, bool)
+                                             or not isinstance(self.max_runtime, (int, float))
+                                             or not 0 < self.max_runtime < float("inf")):
+            raise InvalidSpec(f"--max-runtime {self.max_runtime!r} must be a positive number of seconds",
+                              hint="e.g. --max-runtime 3600")
+        if self.env not in ENVIRONMENTS:
+            raise InvalidSpec(f"unknown environment {self.env!r:.80}",
+                              hint=f"available: {', '.join(ENVIRONMENTS)}; add packages with a floyd_requirements.txt")
+        if self.mode != "job":
+            raise InvalidSpec(f"--mode {self.mode:.80} is not supported", hint="use --mode job (the default)")
+        if self.idem_key is not None and not 8 <= len(self.idem_key) <= 128:
+            raise InvalidSpec("idem_key must be a string of 8-128 characters",
+                              hint="leave it out; the CLI sends a fresh one per floyd run")
+        check_params(self.params)
+        check_mounts(list(self.data))
+
+    @property
+    def resources(self) -> Resources:
+        return Resources(gpus=self.gpus, nodes=self.nodes)
+
+    @property
+    def mounts(self) -> list[MountRequest]:
+        return check_mounts(list(self.data))
+
+    def spec(self, *, code_tree: str, data: tuple[Mount, ...]) -> JobSpec:
+        """The job's spec once its code is snapshotted and its data resolved."""
+        return JobSpec(command=self.command, code_tree=code_tree, params=check_params(self.params), data=data,
+                       resources=self.resources, env=self.env, message=self.message, mode=self.mode,
+                       max_runtime=None if self.max_runtime is None else float(self.max_runtime))
+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Restart:
+    """A ``POST /v1/jobs/{project}/{n}/restart`` body: what to change for the new run (the
+    rest is the old job's: code, data, params, resources, environment)."""
+
+    gpus: int | None = None
+    nodes: int | None = None
+    command: str | None = None
+    params: dict[str, Any] | tuple[str, ...] | None = None
+    message: str | None = None
+    max_runtime: float | None = None
+    env: str | None = None
+    data: tuple[str | MountRequest, ...] | None = None
+
+    def submission(self, key: JobKey, old: Mapping[str, Any]) -> Submission:
+        """The new run of job ``key``, whose record is ``old``, with these changes."""
+        resources = Resources.from_dict(old.get("resources"))
+        data = self.data if self.data is not None else tuple(f"{d['ref']}:{d['mount']}" for d in old["data"])
+        return Submission(project=key.project, command=self.command or old["command"], code_tree=old["code_tree"],
+                          gpus=resources.gpus if self.gpus is None else self.gpus,
+                          nodes=resources.nodes if self.nodes is None else self.nodes, data=data,
+                          params={**old["params"], **check_params(self.params or {})},
+                          env=self.env or old["env"], message=self.message or f"restart of {key}",
+                          max_runtime=old["max_runtime"] if self.max_runtime is None else self.max_runtime)
