@@ -15,6 +15,12 @@ What it holds::
     datasets   name -> versions (tree id, size, holders); version numbers never reused
     idem       idempotency key -> the job or dataset version it made
 
+Derived from the jobs and never serialised (rebuilt by ``restore``), so that placement reads
+it in O(nodes + GPUs) every round: the active jobs and, per node id, the GPUs they hold and
+how many of them have a part there (``held_gpus``, ``node_load``, ``busy_nodes``). Every
+command that moves a job into or out of an active state keeps it up to date. Removing a node
+leaves it alone: the node's jobs are still active, and should it rejoin its GPUs are still held.
+
 Job states follow :mod:`floydd.records._jobs` (``TRANSITIONS`` below is that table, pinned
 equal by a test, since importing :mod:`floydd.records` would load sqlite), plus one cluster
 edge: ``starting -> queued`` (requeue, when the node a job was placed on is lost before the
@@ -81,7 +87,11 @@ class ClusterState:
         self.counters: dict[str, int] = {}
         self.datasets: dict[str, dict] = {}
         self.idem: dict[str, list] = {}
-        self._active: dict[str, None] = {}      # derived: ids of jobs in ACTIVE_STATES
+        # derived, never serialised (rebuilt by restore): ids of the jobs in ACTIVE_STATES, and
+        # per node id the GPUs they hold (index -> job id) and how many of them have a part there
+        self._active: dict[str, None] = {}
+        self._held: dict[str, dict[int, str]] = {}
+        self._load: dict[str, int] = {}
         self._handlers: dict[str, Callable[[dict, int], Any]] = {
             "node.upsert": self._node_upsert, "node.health": self._node_health,
             "node.remove": self._node_remove, "job.submit": self._job_submit,
@@ -118,7 +128,10 @@ class ClusterState:
                               hint="upgrade this node to the version the cluster runs")
         self.nodes, self.removed, self.jobs = raw["nodes"], raw["removed"], raw["jobs"]
         self.counters, self.datasets, self.idem = raw["counters"], raw["datasets"], raw["idem"]
-        self._active = {key: None for key, job in self.jobs.items() if job["state"] in ACTIVE_STATES}
+        self._active, self._held, self._load = {}, {}, {}
+        for job in self.jobs.values():
+            if job["state"] in ACTIVE_STATES:
+                self._activate(job)
 
     # -- reads (copies; the state itself is only changed by apply) -------------------------
 
@@ -137,14 +150,16 @@ class ClusterState:
         return _copy([v for d in self.datasets.values() for v in d["versions"].values()])
 
     def held_gpus(self, node: str) -> dict[int, str]:
-        """GPU index -> id of the active job holding it, on ``node``."""
-        held: dict[int, str] = {}
-        for key in self._active:
-            job = self.jobs[key]
-            for part in job.get("parts") or (job,):     # a gang holds every part's GPUs while active
-                if part["node"] == node:
-                    held.update((g, key) for g in part["gpus"])
-        return held
+        """GPU index -> id of the active job holding it, on ``node`` (O(its GPUs))."""
+        return dict(self._held.get(node) or {})
+
+    def node_load(self, node: str) -> int:
+        """How many active jobs have a part on ``node``."""
+        return self._load.get(node, 0)
+
+    def busy_nodes(self) -> list[str]:
+        """Ids of the nodes where active jobs have a part (removed nodes among them)."""
+        return list(self._load)
 
     def node_health(self, now: float, stale_after: float) -> dict[str, str]:
         """Each node's status, ``stale`` when its last heartbeat is older than ``stale_after``."""
@@ -268,7 +283,7 @@ class ClusterState:
                    parts=[] if len(parts) == 1 else [
                        {"rank": rank, "node": p["node"], "gpus": list(p["gpus"]), "state": "starting",
                         "exit_code": None, "reason": ""} for rank, p in enumerate(parts)])
-        self._active[key] = None
+        self._activate(job)
         where = ", ".join(f"{self._name(p['node'])} ({_where(p['gpus'])})" for p in parts)
         _remember(job, cmd["ts"], f"placed on {where} by the leader of term {term}, attempt {job['attempts']}")
         return _copy(job)
@@ -292,16 +307,16 @@ class ClusterState:
             if new not in TRANSITIONS[old] and (old, new) != _REQUEUE:
                 raise Conflict(f"job {key} is {old}; it cannot become {new}", code="bad_transition")
             job["state"] = new
+            if new in ACTIVE_STATES:
+                self._activate(job)
+            else:
+                self._deactivate(job)           # before a requeue forgets where the job was placed
             if new == "running":
                 job["started"] = cmd["ts"]
             elif new in FINAL_STATES:
                 job["ended"] = cmd["ts"]
             elif new == "queued":
                 job.update(node=None, gpus=[], parts=[], endpoint=None)
-            if new in ACTIVE_STATES:
-                self._active[key] = None
-            else:
-                self._active.pop(key, None)
             why = cmd.get("reason") or ""
             _remember(job, cmd["ts"], f"{old} → {new}" + (f": {why}" if why else ""))
         if cmd.get("stop_requested") and not job.get("stop_requested"):
@@ -371,7 +386,7 @@ class ClusterState:
         if new != "running":
             job["ended"] = ts
             job["reason"] = why
-            self._active.pop(job["id"], None)
+            self._deactivate(job)
         _remember(job, ts, f"{old} → {new}" + (f": {why}" if why else ""))
 
     def _job_delete(self, cmd: dict, term: int) -> None:
@@ -393,6 +408,37 @@ class ClusterState:
             raise InvalidSpec(f"project.reserve: number {number} is negative")
         self.counters[project] = max(self.counters.get(project, 0), number)
         return self.counters[project]
+
+    def _activate(self, job: dict) -> None:
+        """Count an active job in the derived index: a gang holds every part's GPUs while active."""
+        key = job["id"]
+        if key in self._active:
+            return
+        self._active[key] = None
+        for part in job.get("parts") or (job,):
+            nid = part["node"]
+            self._load[nid] = self._load.get(nid, 0) + 1
+            if part["gpus"]:
+                self._held.setdefault(nid, {}).update((g, key) for g in part["gpus"])
+
+    def _deactivate(self, job: dict) -> None:
+        """Take a job that stops being active out of the derived index (its placement is the
+        one it was counted with: a job is placed only while queued)."""
+        key = job["id"]
+        if key not in self._active:
+            return
+        del self._active[key]
+        for part in job.get("parts") or (job,):
+            nid = part["node"]
+            self._load[nid] -= 1
+            if not self._load[nid]:
+                del self._load[nid]
+            held = self._held.get(nid, {})
+            for g in part["gpus"]:
+                if held.get(g) == key:
+                    del held[g]
+            if not held:
+                self._held.pop(nid, None)
 
     def _name(self, nid: str) -> str:
         node = self.nodes.get(nid)

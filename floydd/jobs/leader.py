@@ -17,13 +17,16 @@ from typing import Any, Callable
 from floydd import log
 from floydd.errors import Conflict, FloyddError
 from floydd.model import ACTIVE_STATES
-from floydd.scheduler import NodeSnapshot, PendingJob, place
+from floydd.scheduler import NodeSnapshot, PendingJob, node_snapshots, place
 
-__all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "every_second_or_sooner"]
+__all__ = ["ClusterScheduler", "REASON_MAX", "REPORT_TIMEOUT", "every_second_or_sooner"]
 
 _log = log.scheduler.getChild("cluster")
 REPORT_TIMEOUT = 5.0
 """Seconds a state report or a waiting reason may take to commit (it is retried next round)."""
+REASON_MAX = 4096
+"""Characters of a waiting reason committed: what a command's string may hold
+(:mod:`floydd.cluster.commands`). A reason naming every node of a big cluster is cut there."""
 
 
 class ClusterScheduler:
@@ -50,24 +53,16 @@ class ClusterScheduler:
         await self.lead_once()
 
     def snapshots(self, now: float) -> dict[str, NodeSnapshot]:
-        """Node id -> what placement knows of it, from the committed state."""
+        """Node id -> what placement knows of it, from the committed state and its index of
+        held GPUs and loads (O(nodes + held GPUs), no look at the jobs)."""
         state = self.cluster.state
-        health = state.node_health(now, self.cluster.config.stale_after)
-        names = [n["name"] for n in state.nodes.values()]
-        load: dict[str, int] = {}
-        for job in state.jobs.values():
-            if job["state"] in ACTIVE_STATES:
-                for nid in _nodes_of(job):
-                    load[nid] = load.get(nid, 0) + 1
-        out = {}
-        for nid, node in state.nodes.items():
-            name = node["name"] if names.count(node["name"]) == 1 else f"{node['name']}({nid[:8]})"
-            gpus = tuple(g["index"] if isinstance(g, dict) else g for g in node["resources"].get("gpus") or ())
-            out[nid] = NodeSnapshot(name=name, gpus=gpus, held=state.held_gpus(nid), healthy=health[nid] == "up",
-                                    load=load.get(nid, 0))
-        return out
+        return node_snapshots(state.nodes, held={nid: state.held_gpus(nid) for nid in state.nodes},
+                              load={nid: state.node_load(nid) for nid in state.nodes},
+                              health=state.node_health(now, self.cluster.config.stale_after))
 
     async def lead_once(self) -> None:
+        """One round: judge silent nodes, then place what is queued and say why the rest
+        waits. Linear in nodes + jobs (one pass over the jobs); it runs on the event loop."""
         state = self.cluster.state
         now = self._clock()
         await self.give_up_on_silent_nodes(now)
@@ -76,8 +71,7 @@ class ClusterScheduler:
             return
         snapshots = self.snapshots(now)
         by_name = {s.name: nid for nid, s in snapshots.items()}
-        pending = [PendingJob(key=j["id"], gpus=int(_resources(j).get("gpus") or 0),
-                              nodes=int(_resources(j).get("nodes") or 1)) for j in queued]
+        pending = [_pending(j) for j in queued]
         waiting_now = {j["id"]: j["waiting_for"] for j in queued}
         plan = place(list(snapshots.values()), pending)
         gangs: dict[str, list] = {}
@@ -92,6 +86,7 @@ class ClusterScheduler:
                 _log.info("placing %s on %s refused: %s", key, ", ".join(p.node for p in parts), exc)
                 self.wake()
         for key, why in plan.waiting.items():
+            why = _committable(why)
             if waiting_now.get(key) != why:
                 try:
                     await self.cluster.update_job(key, waiting_for=why, timeout=REPORT_TIMEOUT)
@@ -106,6 +101,8 @@ class ClusterScheduler:
         if self.leading_since is None or now - self.leading_since < self.lost_after:
             return
         state = self.cluster.state
+        if all(self._answers(state.nodes.get(nid), now) for nid in state.busy_nodes()):
+            return                                  # the usual round: no look at the jobs
         for job in [j for j in state.jobs.values() if j["state"] in ACTIVE_STATES]:
             silent = [nid for nid in _nodes_of(job) if not self._answers(state.nodes.get(nid), now)]
             if not silent:
@@ -131,8 +128,13 @@ class ClusterScheduler:
         return node is not None and (node["status"] == "off" or now - node["last_heartbeat"] < self.lost_after)
 
 
-def _resources(job: dict) -> dict:
-    return job["spec"].get("resources") or {}
+def _committable(why: str) -> str:
+    return why if len(why) <= REASON_MAX else why[:REASON_MAX - 1] + "…"
+
+
+def _pending(job: dict) -> PendingJob:
+    resources = job["spec"].get("resources") or {}
+    return PendingJob(key=job["id"], gpus=int(resources.get("gpus") or 0), nodes=int(resources.get("nodes") or 1))
 
 
 def _nodes_of(job: dict) -> list[str]:

@@ -1,0 +1,93 @@
+"""Placements per second of ``place()`` alone, against the old ``place()`` in the same run.
+
+    python bench/place_throughput.py [--smoke] [--rounds N]
+
+Clusters of 1,000 and 5,000 healthy nodes x 8 GPUs (--smoke: 100), empty, and a queue that
+asks for 10 % more GPUs than they have: every job wanting 1 GPU ("single"), or a seeded mix
+of 1 to 8 GPUs ("mixed"). The queue's tail waits: the first job that waits costs one reason
+naming every node, the rest are queued behind it; placements/s counts the jobs placed. The
+baseline is the function as it was before issue 10 (tests/unit/scheduler/_reference.py:
+every job sorts every node); on a queue of over 10,000 jobs it runs on the first 4,000 only
+(the whole queue would take a minute), and the new one is timed on that prefix too for the
+ratio. Both plans are checked
+equal. Figures are CPU seconds of this process (the box is shared; one core), best of
+``--rounds`` for the new function, one round for the old. Exits 1 if a plan differs, or
+(full run only) if the new function is under the 50,000 placements/s target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from floydd.scheduler import NodeSnapshot, PendingJob, place  # noqa: E402
+from tests.unit.scheduler import _reference as reference  # noqa: E402
+
+TARGET = 50_000
+GPUS = 8
+OLD_PREFIX = 4_000
+
+
+def queue(nodes: int, mix: str) -> list[PendingJob]:
+    """Jobs asking for 10 % more GPUs than the cluster has, so the tail waits."""
+    want = nodes * GPUS * 11 // 10
+    if mix == "single":
+        sizes = [1] * want
+    else:
+        rng, sizes = random.Random(nodes), []
+        while sum(sizes) < want:
+            sizes.append(rng.choice((1, 1, 1, 1, 2, 2, 3, 4, 6, 8)))
+    return [PendingJob(key=f"p/{i + 1}", gpus=g) for i, g in enumerate(sizes)]
+
+
+def timed(fn, nodes, pending, rounds: int):
+    """(best CPU seconds of ``rounds``, the plan)."""
+    best, plan = float("inf"), None
+    for _ in range(rounds):
+        start = time.process_time()
+        plan = fn(nodes, pending)
+        best = min(best, time.process_time() - start)
+    return best, plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="100 nodes, no target check")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    failed = differ = False
+    print(f"place_throughput: healthy nodes x {GPUS} GPUs, empty; CPU time, new best of {args.rounds}")
+    print(f"{'nodes':>6} {'queue':>7} {'jobs':>7} {'placed':>7} {'new /s':>10} {'ms/plan':>8}   "
+          f"{'old /s':>8} {'(on jobs)':>9} {'new/old':>8}")
+    for size in ((100,) if args.smoke else (1_000, 5_000)):
+        nodes = [NodeSnapshot(name=f"node-{i:05d}", gpus=tuple(range(GPUS))) for i in range(size)]
+        for mix in ("single", "mixed"):
+            pending = queue(size, mix)
+            secs, plan = timed(place, nodes, pending, args.rounds)
+            prefix = pending if len(pending) <= 10_000 else pending[:OLD_PREFIX]
+            old_secs, old_plan = timed(reference.place, nodes, prefix, 1)
+            new_secs, new_plan = (secs, plan) if prefix is pending else timed(place, nodes, prefix, args.rounds)
+            same = (new_plan.placements, list(new_plan.waiting.items())) == \
+                (old_plan.placements, list(old_plan.waiting.items()))
+            rate, old_rate = len(plan.placements) / secs, len(old_plan.placements) / old_secs
+            ratio = (len(new_plan.placements) / new_secs) / old_rate
+            print(f"{size:>6} {mix:>7} {len(pending):>7,} {len(plan.placements):>7,} {rate:>10,.0f} "
+                  f"{secs * 1e3:>8.1f}   {old_rate:>8,.0f} {len(prefix):>9,} {ratio:>7.0f}x"
+                  + ("" if same else "   PLANS DIFFER"))
+            if not same:
+                failed = differ = True
+            if not args.smoke and rate < TARGET:
+                print(f"FAIL: {size} nodes, {mix}: {rate:,.0f} placements/s is under the {TARGET:,}/s target")
+                failed = True
+    print(f"plans identical to the old place(): {'no' if differ else 'yes'}; "
+          f"target >= {TARGET:,}/s at both sizes")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The state's index of held GPUs and loads (what placement reads every round) always equals
+a recomputation from the jobs, after any command log and after a restore (hypothesis)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from floydd.cluster.state import ACTIVE_STATES, TRANSITIONS, ClusterState
+from floydd.errors import FloyddError
+from tests.unit.cluster.test_state_properties import (NODES, PROJECTS, STATES, delete_cmd, health_cmd, node_cmd,
+                                                      place_cmd, remove_cmd, ts, update_cmd)
+from tests.unit.scheduler import _reference as reference
+
+submit_cmd = st.builds(lambda key, project, gpus, nodes, ts: {
+    "op": "job.submit", "idem_key": f"k{key}", "project": project,
+    "spec": {"command": "train", "resources": {"gpus": gpus, "nodes": nodes}}, "ts": ts},
+    st.integers(0, 30), st.sampled_from(PROJECTS), st.integers(0, 2), st.sampled_from((1, 1, 2, 3)), ts)
+blind = st.one_of(node_cmd, health_cmd, remove_cmd, place_cmd, update_cmd, delete_cmd)
+
+
+def aimed(draw, state: ClusterState) -> dict:
+    """A command likely to be accepted: a placement of a job on up nodes' GPUs, a report on a
+    job or on one part of a gang (a requeue among them)."""
+    if not state.jobs:
+        return draw(submit_cmd)
+    kind = draw(st.sampled_from(("place", "place", "update", "part", "part")))
+    fit = [k for k, j in state.jobs.items() if j["state"] == "queued" if kind == "place"] + \
+        [k for k, j in state.jobs.items() if j["state"] in ACTIVE_STATES and j.get("parts") if kind == "part"]
+    key = draw(st.sampled_from(sorted(fit or state.jobs)))
+    job, now = state.jobs[key], draw(ts)
+    if kind == "place":
+        wanted = job["spec"]["resources"]
+        up = sorted(n for n, node in state.nodes.items() if node["status"] == "up")
+        nodes = draw(st.permutations(up))[:wanted["nodes"]] if len(up) >= wanted["nodes"] else NODES[:wanted["nodes"]]
+        parts = []
+        for nid in nodes:
+            have = (state.nodes.get(nid) or {}).get("resources", {}).get("gpus") or [0, 1]
+            size = min(wanted["gpus"], len(have))
+            parts.append({"node": nid, "gpus": draw(st.lists(st.sampled_from(have), min_size=size, max_size=size,
+                                                             unique=True))})
+        return {"op": "job.place", "job": key, "node": parts[0]["node"], "gpus": parts[0]["gpus"], "term": 1,
+                "ts": now, **({"parts": parts} if len(parts) > 1 else {})}
+    if kind == "part" and job.get("parts"):
+        rank = draw(st.integers(0, len(job["parts"]) - 1))
+        return {"op": "job.update", "job": key, "rank": rank, "ts": now,
+                "state": draw(_next_state(job["parts"][rank]["state"]))}
+    return {"op": "job.update", "job": key, "state": draw(_next_state(job["state"], requeue=True)), "ts": now}
+
+
+def _next_state(old: str, requeue: bool = False) -> st.SearchStrategy[str]:
+    """Mostly a state ``old`` may move to (a requeue among them), sometimes any."""
+    allowed = sorted(TRANSITIONS[old]) + (["queued"] if requeue and old == "starting" else [])
+    return st.sampled_from(allowed) if allowed and not old == "queued" else st.sampled_from(STATES)
+
+
+def apply(state: ClusterState, cmd: dict, index: int) -> str:
+    """Apply ``cmd`` at its own term (no placement refused as stale); what happened, in short."""
+    try:
+        state.apply(cmd, index=index, term=cmd.get("term", 1))
+    except FloyddError as exc:
+        return f"refused {cmd['op']}: {exc.code}"
+    return cmd["op"] + (" (a gang)" if cmd.get("parts") else "") + (" (a part)" if "rank" in cmd else "") + \
+        (f" to {cmd['state']}" if "state" in cmd else "")
+
+
+@st.composite
+def logs(draw) -> list[dict]:
+    """Commands, each drawn against the state the ones before it made (kept in a shadow)."""
+    shadow, log = ClusterState(), []
+    for nid in NODES:
+        log.append(draw(node_cmd.map(lambda cmd, nid=nid: {**cmd, "id": nid, "name": nid, "rejoin": True})))
+        apply(shadow, log[-1], len(log))
+    for _ in range(draw(st.integers(0, 60))):
+        choice = draw(st.sampled_from(("blind", "submit", "aimed", "aimed", "aimed", "aimed")))
+        cmd = draw(blind) if choice == "blind" else draw(submit_cmd) if choice == "submit" else aimed(draw, shadow)
+        log.append(cmd)
+        apply(shadow, cmd, len(log))
+    return log
+
+
+def from_scratch(state: ClusterState) -> tuple[dict, dict]:
+    """Node id -> held GPUs and node id -> active jobs there, recomputed from every job."""
+    load: dict = {}
+    for job in state.jobs.values():
+        if job["state"] in ACTIVE_STATES:
+            for nid in [p["node"] for p in job.get("parts") or ()] or [job["node"]]:
+                load[nid] = load.get(nid, 0) + 1
+    held = {nid: reference.held_gpus(state, nid) for nid in load}
+    return {nid: gpus for nid, gpus in held.items() if gpus}, load
+
+
+def assert_index_is_fresh(state: ClusterState) -> None:
+    held, load = from_scratch(state)
+    assert (state._held, state._load) == (held, load)
+    assert set(state._active) == {k for k, j in state.jobs.items() if j["state"] in ACTIVE_STATES}
+    for nid in (*NODES, None, "elsewhere"):
+        assert (state.held_gpus(nid), state.node_load(nid)) == (held.get(nid, {}), load.get(nid, 0))
+    assert sorted(state.busy_nodes(), key=str) == sorted(load, key=str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs())
+def test_the_index_equals_a_recomputation_after_every_command(log):
+    state = ClusterState()
+    for i, cmd in enumerate(log):
+        apply(state, cmd, i + 1)
+        assert_index_is_fresh(state)
+    restored = ClusterState()
+    restored.restore(state.snapshot())
+    assert_index_is_fresh(restored)
+    assert (restored._held, restored._load) == (state._held, state._load)
+    restored.restore(b"")
+    assert (restored._held, restored._load, restored._active) == ({}, {}, {})
+
+
+def test_the_logs_reach_what_the_index_must_follow():
+    """The strategy itself: gangs placed, parts reported, jobs requeued, ended and deleted."""
+    seen: Counter = Counter()
+
+    @settings(max_examples=100, deadline=None, database=None, derandomize=True)
+    @given(logs())
+    def count(log):
+        state = ClusterState()
+        seen.update(apply(state, cmd, i + 1) for i, cmd in enumerate(log))
+
+    count()
+    for what in ("job.place", "job.place (a gang)", "job.update (a part) to running", "job.update (a part) to failed",
+                 "job.update to queued", "job.update to running", "job.update to stopped", "job.delete", "node.remove"):
+        assert seen[what] > 0, (what, seen)
+
+
+def test_a_removed_node_that_rejoins_still_has_its_gpus_held():
+    state = ClusterState()
+    node = {"op": "node.upsert", "id": "n1", "name": "n1", "address": "10.0.0.1", "cluster_port": 1,
+            "resources": {"gpus": [0, 1]}, "ts": 1.0}
+    for i, cmd in enumerate((node, {"op": "job.submit", "idem_key": "a", "project": "p",
+                                    "spec": {"resources": {"gpus": 1}}, "ts": 1.0},
+                             {"op": "job.place", "job": "p/1", "node": "n1", "gpus": [1], "term": 1, "ts": 1.0},
+                             {"op": "node.remove", "id": "n1", "ts": 2.0}, {**node, "rejoin": True, "ts": 3.0})):
+        state.apply(cmd, index=i + 1, term=1)
+    assert (state.held_gpus("n1"), state.node_load("n1")) == ({1: "p/1"}, 1)
+    state.apply({"op": "job.update", "job": "p/1", "state": "queued", "ts": 4.0}, index=9, term=1)   # requeue
+    assert (state.held_gpus("n1"), state.node_load("n1")) == ({}, 0)
