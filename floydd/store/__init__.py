@@ -5,6 +5,9 @@
     ├── snapshot     walk + chunk + metadata cache -> one tree id
     ├── restore      tree -> folder, never outside it
     ├── maintenance  gc (lock scheme in its docstring) and verify
+    ├── rekey        re-seal the whole store under a new secret (steps, crash states)
+    │   ├── reseal         the copying: old key -> new key, bounded memory
+    │   └── rekey_journal  rekey.db: inventory, old -> new ids, phase
     ├── tree, paths  manifests and the safe-path rules (untrusted input on restore)
     ├── objects      seal/open over a backend; Writer = one upload
     ├── backend      Backend protocol; local (disk) and memory implementations

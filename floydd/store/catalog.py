@@ -10,6 +10,11 @@ The catalog also keeps **pins**: trees that gc must keep although no version nam
 (yet). Every snapshot pins its tree under a lease (``upload:…``, 24 h) before it releases
 the store's shared lock; ``add_version`` drops those leases. Other holders (a job's code
 snapshot: ``job:mnist/12:code``) pin until they ``unpin``.
+
+Tree ids depend on the store secret. A re-key (:mod:`floydd.store.rekey`) rewrites every
+tree id the catalog names in one transaction (``remap_trees``) and records there the
+fingerprint of the key the catalog's trees are now sealed under (``key_fingerprint``), so
+a store opened with a key that does not match its catalog is refused, not read as damage.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from floydd.errors import Conflict, InvalidName, NotFound, StoreError, StoreFull
 from floydd.store.ids import ObjectId
@@ -179,6 +184,36 @@ class Catalog:
                 out.setdefault(ObjectId.from_hex(tree), []).append(holder)
         return out
 
+    # -- re-keying (floydd.store.rekey) -------------------------------------------------
+
+    def key_fingerprint(self) -> str | None:
+        """The fingerprint of the key this catalog's trees were last re-keyed to (None: never)."""
+        with self._lock:
+            row = self._db.execute("SELECT v FROM meta WHERE k = 'key'").fetchone()
+        return None if row is None else row[0]
+
+    def remap_trees(self, mapping: Mapping[ObjectId, ObjectId], *, fingerprint: str) -> int:
+        """Replace every tree id named by a version or a pin with ``mapping[id]`` and record
+        ``fingerprint`` as the catalog's key, in one transaction; returns the rows changed.
+        A named tree that ``mapping`` lacks is ``StoreError`` and nothing changes (it would
+        name an object no key opens)."""
+        with self._lock, _tx(self._db):
+            named = {r[0] for r in self._db.execute("SELECT tree FROM versions UNION SELECT tree FROM pins")}
+            table = {old.hex: new.hex for old, new in mapping.items()}
+            lacking = sorted(named - table.keys())
+            if lacking:
+                raise StoreError(f"the catalog names {len(lacking)} tree(s) the re-key did not re-seal "
+                                 f"(first: {lacking[0][:12]}); nothing was changed",
+                                 hint="versions or pins were added behind the re-key's back: cancel it "
+                                      "(floydd.store.rekey.cancel_rekey) and begin it again")
+            changed = 0
+            for old in sorted(named):
+                new = table[old]
+                changed += self._db.execute("UPDATE versions SET tree = ? WHERE tree = ?", (new, old)).rowcount
+                changed += self._db.execute("UPDATE pins SET tree = ? WHERE tree = ?", (new, old)).rowcount
+            self._db.execute("INSERT OR REPLACE INTO meta (k, v) VALUES ('key', ?)", (fingerprint,))
+        return changed
+
     # -- helpers ------------------------------------------------------------------------
 
     def _not_found(self, name: str, number: int | None) -> NotFound:
@@ -210,6 +245,8 @@ CREATE TABLE IF NOT EXISTS versions (
     PRIMARY KEY (name, version));
 CREATE INDEX IF NOT EXISTS versions_tree ON versions (tree);
 CREATE TABLE IF NOT EXISTS pins (holder TEXT PRIMARY KEY, tree TEXT NOT NULL, expires REAL);
+CREATE INDEX IF NOT EXISTS pins_tree ON pins (tree);
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 """
 
 

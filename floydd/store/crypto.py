@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from floydd.errors import IntegrityError, StoreError
 from floydd.store.ids import ObjectId
 
-__all__ = ["Keys", "load_or_create_secret", "SECRET_SIZE", "OVERHEAD"]
+__all__ = ["Keys", "load_or_create_secret", "read_secret", "write_secret", "SECRET_SIZE", "OVERHEAD"]
 
 SECRET_SIZE = 32
 FORMAT = b"\x01"
@@ -123,9 +123,21 @@ class Keys:
 def load_or_create_secret(path: Path) -> bytes:
     """Read the store secret, creating it (0600, atomically) on first use."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return read_secret(path)
     except FileNotFoundError:
-        return _create_secret(path)
+        pass
+    secret = secrets.token_bytes(SECRET_SIZE)
+    try:
+        write_secret(path, secret)
+    except FileExistsError:  # another process made it first: theirs wins
+        return read_secret(path)
+    return secret
+
+
+def read_secret(path: Path) -> bytes:
+    """The secret in ``path``; ``FileNotFoundError`` if there is none, ``StoreError`` if it
+    is readable by others or malformed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if st.st_mode & 0o077:
@@ -144,8 +156,11 @@ def load_or_create_secret(path: Path) -> bytes:
     return secret
 
 
-def _create_secret(path: Path) -> bytes:
-    secret = secrets.token_bytes(SECRET_SIZE)
+def write_secret(path: Path, secret: bytes) -> None:
+    """Write ``secret`` to the new file ``path`` (0600), durably (file and folder fsynced),
+    appearing whole or not at all; ``FileExistsError`` if ``path`` exists."""
+    if len(secret) != SECRET_SIZE:
+        raise StoreError(f"the store secret must be {SECRET_SIZE} bytes, got {len(secret)}")
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(6)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -155,11 +170,11 @@ def _create_secret(path: Path) -> bytes:
         os.close(fd)
     try:
         os.link(tmp, path)  # atomic, and never replaces a key another process made first
-    except FileExistsError:
-        return load_or_create_secret(path)
     except OSError as e:
         if e.errno != errno.EPERM:  # filesystems without hard links
             raise
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "exists", str(path)) from None
         os.rename(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -168,7 +183,6 @@ def _create_secret(path: Path) -> bytes:
         os.fsync(dfd)
     finally:
         os.close(dfd)
-    return secret
 
 
 def _derive(secret: bytes, context: str) -> bytes:

@@ -48,7 +48,7 @@ from floydd.errors import NotFound, StoreError, StoreFull
 from floydd.store.backend import Check
 from floydd.store.ids import ID_SIZE, ObjectId
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "fsync_dir"]
 
 _FANOUT = [f"{i:02x}" for i in range(256)]
 _TMP = ".tmp-"
@@ -84,8 +84,8 @@ class LocalBackend:
             except FileExistsError:
                 pass
         if created:
-            _fsync_dir(self.root)
-            _fsync_dir(self.root.parent)
+            fsync_dir(self.root)
+            fsync_dir(self.root.parent)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -214,7 +214,7 @@ class _LocalBatch:
                     _syncfs_path(self._b.root)          # every name, ours and reused ones
             else:
                 for prefix in sorted(dirs):
-                    _fsync_dir(self._b.root / prefix)
+                    fsync_dir(self._b.root / prefix)
         except OSError as e:
             for tmp, _ in pending:
                 _unlink_quiet(tmp)
@@ -366,7 +366,8 @@ def _syncfs_path(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make the names in a folder durable (created, renamed or removed entries)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

@@ -29,7 +29,7 @@ from floydd.store.locks import StoreLock
 from floydd.store.objects import Objects
 from floydd.store.tree import Tree
 
-__all__ = ["GcReport", "VerifyReport", "Damage", "gc", "verify"]
+__all__ = ["GcReport", "VerifyReport", "Damage", "gc", "verify", "users_of"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,3 +165,17 @@ def verify(objects: Objects, catalog: Catalog, lock: StoreLock, *, name: str | N
         log.store.error("verify: object %s: %s (used by %s)", d.object.short, d.error,
                         ", ".join(d.versions) or "nothing")
     return report
+
+
+def users_of(oid: ObjectId, roots: dict[ObjectId, list[str]], read_tree: Callable[[ObjectId], Tree]) -> list[str]:
+    """The version refs and pin holders (not upload leases) whose root tree is ``oid`` or
+    uses it, for messages about a damaged object; trees that cannot be read are skipped."""
+    users: set[str] = set()
+    for tree_id, holders in roots.items():
+        named = [h for h in holders if not h.startswith("upload:")]
+        try:
+            if tree_id == oid or oid in read_tree(tree_id).chunk_ids():
+                users.update(named)
+        except FloyddError:
+            continue
+    return sorted(users)

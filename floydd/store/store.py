@@ -3,6 +3,8 @@
 Layout of a store folder (created on first use, mode 0700)::
 
     key          the store secret (0600); without it objects are noise and names unknown
+    key.next     only while a re-key is pending: the secret the store moves to (rekey.py)
+    rekey.db     only during a re-key, and until its tree map is taken (rekey.py)
     objects/     sealed objects, objects/ab/ab12… (see local.py)
     catalog.db   dataset versions and gc pins (SQLite, WAL, synchronous=FULL)
     cache/       file-metadata cache (keyed path hashes -> chunk ids), safe to delete
@@ -13,6 +15,7 @@ Synchronous and thread-safe: call it from worker threads (``asyncio.to_thread``)
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 from collections import OrderedDict
@@ -20,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from floydd.errors import FloyddError, IntegrityError
-from floydd.store import maintenance
+from floydd.errors import IntegrityError, StoreError
+from floydd.store import maintenance, rekey
 from floydd.store.backend import Backend
 from floydd.store.catalog import UPLOAD_LEASE_S, Catalog, DatasetVersion
 from floydd.store.chunker import DEFAULT_PARAMS, Chunker
@@ -49,17 +52,27 @@ class Store:
         self._trees: OrderedDict[ObjectId, Tree] = OrderedDict()
         self._trees_lock = threading.Lock()
         self.catalog = Catalog(self.root / "catalog.db", self.tree_stats)
+        self._key_file: tuple[int, int] | None = None  # (dev, inode) of the key file open() read
 
     @classmethod
     def open(cls, root: Path, *, backend: Backend | None = None, workers: int = 2) -> Store:
-        """Open the store at ``root``, creating it (key, objects/, catalog.db, cache/) on first use."""
+        """Open the store at ``root``, creating it (key, objects/, catalog.db, cache/) on first use.
+        Refused (``StoreError``) while a re-key is pending, or if the catalog was re-keyed to
+        another key than the key file's."""
         root = Path(root)
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         (root / "cache").mkdir(mode=0o700, exist_ok=True)
+        rekey.refuse_if_pending(root)
         keys = Keys(load_or_create_secret(root / "key"))
         if backend is None:
             backend = LocalBackend(root / "objects")
-        return cls(root, keys, backend, workers=workers)
+        store = cls(root, keys, backend, workers=workers)
+        store._key_file = _identity(root / "key")
+        if store.catalog.key_fingerprint() not in (None, keys.fingerprint):
+            store.close()
+            raise StoreError(f"the catalog of {root} names trees sealed under another key than {root / 'key'}",
+                             hint="put back the key file this store was re-keyed to")
+        return store
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r}, {self.backend.description})"
@@ -83,7 +96,7 @@ class Store:
     def snapshot_report(self, src: Path, *, ignore: Ignore | None = None,
                         progress: Progress | None = None) -> SnapshotResult:
         """``snapshot`` with what it cost: new objects and bytes, cache hits."""
-        with self._lock.shared():
+        with self._shared():
             result = _snapshot(self._objects, Path(src), cache_path=self.root / "cache" / "files.db",
                                chunker=Chunker(DEFAULT_PARAMS, seed=self._keys.chunker_seed),
                                ignore=ignore, progress=progress, exclude=self.root, workers=self.workers)
@@ -99,7 +112,7 @@ class Store:
 
     def restore(self, tree_id: ObjectId, dest: Path, *, progress: Progress | None = None) -> None:
         """Write tree ``tree_id`` into ``dest`` (absent or empty), byte-identical."""
-        with self._lock.shared():
+        with self._shared():
             try:
                 tree = self.read_tree(tree_id)
                 _restore(self._objects.get, tree, Path(dest), progress=progress, workers=self.workers)
@@ -142,7 +155,7 @@ class Store:
         then saved as a snapshot saves: write, read back, check, fsync, name, commit."""
         plain = self._keys.open(oid, sealed)
         if not self.backend.has(oid):
-            with self._lock.shared(), self.backend.batch() as batch:
+            with self._shared(), self.backend.batch() as batch:
                 batch.save(oid, sealed, lambda stored: self._keys.check(oid, stored, bytearray(len(plain))))
                 batch.commit()
         return plain
@@ -151,42 +164,56 @@ class Store:
     def holding(self, timeout: float = 600.0) -> Iterator[None]:
         """Hold the store's shared lock (gc waits): a fetch from peers holds it from its first
         ``has()`` until its tree is pinned, as a snapshot does."""
-        with self._lock.shared(timeout):
+        with self._shared(timeout):
             yield
 
     # -- maintenance --------------------------------------------------------------------
 
     def gc(self, *, keep: Iterable[ObjectId] = (), timeout: float = 600.0) -> maintenance.GcReport:
         """Remove objects no version, pin, running upload or ``keep`` tree needs."""
+        self._check_key()
         with self._trees_lock:
             self._trees.clear()
         return maintenance.gc(self._objects, self.catalog, self._lock, keep=keep, timeout=timeout)
 
     def verify(self, name: str | None = None, progress: Progress | None = None) -> maintenance.VerifyReport:
         """Re-read and re-hash every object (or those of dataset ``name``)."""
+        self._check_key()
         return maintenance.verify(self._objects, self.catalog, self._lock, name=name, progress=progress,
                                   workers=self.workers)
 
     # -- helpers ------------------------------------------------------------------------
+
+    @contextmanager
+    def _shared(self, timeout: float = 600.0) -> Iterator[None]:
+        """The shared lock, and a check that the store was not re-keyed since ``open``: a
+        re-key (exclusive lock) renames a new key file over ``key``, after which this
+        instance's keys neither open nor seal anything the catalog names."""
+        with self._lock.shared(timeout):
+            self._check_key()
+            yield
+
+    def _check_key(self) -> None:
+        if self._key_file is not None and _identity(self.root / "key") != self._key_file:
+            raise StoreError(f"the store {self.root} was re-sealed under another key since it was opened",
+                             hint="open it again (restart floydd)")
 
     def _explain(self, err: IntegrityError) -> IntegrityError:
         """Add the versions that use the damaged object to a read error."""
         oid = getattr(err, "object", None)
         if oid is None:
             return err
-        users: set[str] = set()
-        for tree_id, holders in self.catalog.roots().items():
-            named = [h for h in holders if not h.startswith("upload:")]
-            if tree_id == oid:
-                users.update(named)
-                continue
-            try:
-                if oid in self.read_tree(tree_id).chunk_ids():
-                    users.update(named)
-            except FloyddError:
-                continue
+        users = maintenance.users_of(oid, self.catalog.roots(), self.read_tree)
         if not users:
             return err
-        out = IntegrityError(f"{err.message}; it is used by {', '.join(sorted(users))}", hint=err.hint)
+        out = IntegrityError(f"{err.message}; it is used by {', '.join(users)}", hint=err.hint)
         out.object = oid
         return out
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino

@@ -63,3 +63,36 @@ def wait_until_set(event, timeout: float = 30.0) -> None:
     """Wait for a threading.Event with a deadline (never a bare sleep)."""
     if not event.wait(timeout):
         raise AssertionError(f"timed out after {timeout}s")
+
+
+def count_rekey_steps(setattr_, after_step) -> None:
+    """Call ``after_step(name)`` after each write or durable step a re-key makes: object
+    saves and commits, journal transactions, the catalog and key switches, cache drop and
+    removals. ``setattr_`` is ``monkeypatch.setattr`` (or plain ``setattr`` in a child)."""
+    from contextlib import contextmanager
+
+    from floydd.store import local, rekey, rekey_journal
+    from floydd.store.catalog import Catalog
+
+    def wrap(owner, name):
+        real = getattr(owner, name)
+
+        def step(*args, **kwargs):
+            out = real(*args, **kwargs)
+            after_step(name)
+            return out
+        setattr_(owner, name, step)
+
+    for owner, name in [(local._LocalBatch, "save"), (local._LocalBatch, "commit"), (Catalog, "remap_trees"),
+                        (rekey, "_drop_cache"), (rekey, "_switch_key"), (local.LocalBackend, "remove")]:
+        wrap(owner, name)
+    real_tx = rekey_journal.Journal.transaction
+
+    @contextmanager
+    def tx(self):
+        outermost = not self._db.in_transaction
+        with real_tx(self):
+            yield
+        if outermost:
+            after_step("journal")
+    setattr_(rekey_journal.Journal, "transaction", tx)

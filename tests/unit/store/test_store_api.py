@@ -23,7 +23,8 @@ def test_store_api_shape():
     for method in ("open", "snapshot", "snapshot_report", "upload", "restore", "read_tree", "tree_stats",
                    "gc", "verify", "close"):
         assert callable(getattr(s, method)), method
-    for method in ("add_version", "resolve", "list", "delete", "check_name", "pin", "unpin"):
+    for method in ("add_version", "resolve", "list", "delete", "check_name", "pin", "unpin", "remap_trees",
+                   "key_fingerprint"):
         assert callable(getattr(store_pkg.Catalog, method)), method
 
 
@@ -45,3 +46,9 @@ def test_memory_backend_store_round_trip(tmp_path):
     s.backend.corrupt(v.tree)
     s._trees.clear()
     assert [d.versions for d in s.verify().damaged] == [("mem:1",)]
+
+
+def test_rekey_surface_is_pinned():
+    from floydd.store import rekey
+    assert sorted(rekey.__all__) == sorted(["RekeyProgress", "begin_rekey", "rekey", "finish_rekey", "cancel_rekey",
+                                            "rekey_pending", "refuse_if_pending", "NEXT_KEY", "JOURNAL"])
