@@ -1,1 +1,18 @@
+"""The ``/v1`` API: one module per resource, the middleware, and the published spec.
 
+Handlers are thin: they read what the daemon's composition root (:mod:`floydd.daemon.app`)
+put in the app under :mod:`floydd.api.keys` and map :class:`~floydd.errors.FloyddError` to
+JSON errors at the edge. The node-to-node API is :mod:`floydd.daemon.peers`.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+__all__ = ["routes"]
+
+
+def routes() -> list[web.AbstractRouteDef]:
+    """Every ``/v1`` route (what ``/v1/openapi.json`` describes)."""
+    from floydd.api import cluster, datasets, jobs, nodes, openapi
+    return [route for module in (nodes, jobs, datasets, cluster, openapi) for route in module.routes]

@@ -12,5 +12,8 @@ INVENTORY = web.AppKey("inventory", object)
 STARTED = web.AppKey("started", float)
 TCP_TOKEN = web.AppKey("tcp_token", str)
 CLUSTER = web.AppKey("cluster", object)
-CLUSTER_DATASETS = web.AppKey("cluster_datasets", object)
-"""The cluster's :class:`~floydd.cluster.datasets.ClusterDatasets`; None on a single box."""
+"""This node's :class:`~floydd.cluster.service.ClusterService` (a box alone: a cluster of one)."""
+DATASETS = web.AppKey("datasets", object)
+"""The cluster's dataset catalog, :class:`~floydd.cluster.datasets.ClusterDatasets`."""
+TOKENS = web.AppKey("tokens", object)
+"""Join tokens (``create(ttl) -> str``) where this node holds the cluster CA; else None."""

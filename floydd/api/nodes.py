@@ -29,8 +29,6 @@ async def info(request: web.Request) -> web.Response:
 
 
 def _cluster_info(service) -> dict:
-    if service is None:
-        return {"role": "leader", "cluster_size": 1, "cluster": None, "leader": None}
     roles = {m["id"]: m for m in service.members()}
     me = roles.get(service.node_id, {})
     return {"role": "leader" if service.is_leader else me.get("role", "none"), "cluster_size": len(roles),
@@ -39,33 +37,30 @@ def _cluster_info(service) -> dict:
 
 @routes.get("/v1/nodes")
 async def nodes(request: web.Request) -> web.Response:
-    """This node, or with a cluster every node (``stale=1`` reads this node's copy)."""
+    """Every node of the cluster with its resources and which job holds each GPU (``stale=1``
+    reads this node's copy of the state); this node's entry is its own latest sample."""
     config = request.app[keys.CONFIG]
     state = request.app[keys.INVENTORY]
     info = state.latest or await state.refresh()
-    held = {}
-    for (project, number), gpus in request.app[keys.JOBS].runtime.running().items():
-        for g in gpus:
-            held[g] = f"{project}/{number}"
-    local = info.to_dict()
-    for gpu in local["gpus"]:
-        gpu["job"] = held.get(gpu["index"])
     service = request.app[keys.CLUSTER]
-    if service is None:
-        local.update(name=config.node_name, role="leader", health="healthy", address=str(config.socket_path))
-        return reply([local])
     stale = request.query.get("stale") in ("1", "true", "yes")
     roles = {m["id"]: ("leader" if m["leader"] else m["role"]) for m in service.members()}
     listing = []
     for node in await service.nodes(stale=stale):
-        entry = local if node["id"] == service.node_id else _remote(node)
+        mine = node["id"] == service.node_id
+        entry = info.to_dict() if mine else _remote(node)
         entry.update(id=node["id"], name=node.get("name") or node["id"], role=roles.get(node["id"], "none"),
-                     health=node.get("health", node.get("status")), address=node.get("address"))
-        held = service.state.held_gpus(node["id"])   # placements of the whole cluster, not only ours
+                     health=_health(node.get("health", node.get("status"))),
+                     address=node.get("address") or (str(config.socket_path) if mine else ""))
+        held = service.state.held_gpus(node["id"])   # placements of the whole cluster
         for gpu in entry["gpus"]:
-            gpu["job"] = held.get(gpu["index"]) or gpu.get("job")
+            gpu["job"] = held.get(gpu["index"])
         listing.append(entry)
     return reply(listing)
+
+
+def _health(status: str | None) -> str:
+    return "healthy" if status == "up" else status or "unknown"
 
 
 def _remote(node: dict) -> dict:

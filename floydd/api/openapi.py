@@ -7,11 +7,12 @@ the matching status. Streams (``application/x-ndjson``) send ``{"progress":
 
 from __future__ import annotations
 
+import msgspec
 from aiohttp import web
 
-from floydd.api.request import reply
-
 import floydd
+from floydd.api.request import reply
+from floydd.model import Restart, Submission
 
 routes = web.RouteTableDef()
 
@@ -44,17 +45,17 @@ def _op_tar(summary: str, **kw) -> dict:
         "schema": {"type": "string", "format": "binary"}}}}, "default": {"description": "error", **_JSON}}}
 
 
-SUBMIT = {"required": True, "content": {"application/json": {"schema": {
-    "type": "object", "required": ["project", "command"],
-    "properties": {
-        "project": {"type": "string"}, "command": {"type": "string"},
-        "code_path": {"type": "string", "description": "absolute path of the code folder on the daemon's machine"},
-        "gpus": {"type": "integer", "minimum": 0, "description": "GPUs on each node"},
-        "nodes": {"type": "integer", "minimum": 1, "description": "nodes a distributed (torchrun) job spans"},
-        "env": {"type": "string"},
-        "data": {"type": "array", "items": {"type": "string", "description": "NAME[:VER]:MOUNT"}},
-        "params": {"type": "object", "additionalProperties": {"type": "string"}},
-        "message": {"type": "string"}, "max_runtime": {"type": "number"}, "mode": {"type": "string"}}}}}}
+_TYPES = (Submission, Restart)
+_REFS, COMPONENTS = msgspec.json.schema_components(_TYPES, ref_template="#/components/schemas/{name}")
+"""Request bodies are the job model's types (:mod:`floydd.model`): the API decodes them with
+msgspec, which draws these schemas from the same types."""
+
+
+def _body(kind: type) -> dict:
+    return {"required": True, "content": {"application/json": {"schema": _REFS[_TYPES.index(kind)]}}}
+
+
+SUBMIT = _body(Submission)
 
 PATHS = {
     "/v1/info": {"get": _op("This daemon: version, node, state dir, uptime")},
@@ -68,7 +69,7 @@ PATHS = {
     "/v1/jobs/{project}/{number}/wait": {"get": _op("Block until the job ended", params=_JOB + _q("timeout"))},
     "/v1/jobs/{project}/{number}/stop": {"post": _op("Stop a queued or running job", params=_JOB)},
     "/v1/jobs/{project}/{number}/restart": {"post": _op("Run the job again with overrides", params=_JOB,
-                                                        status="201")},
+                                                        body=_body(Restart), status="201")},
     "/v1/jobs/{project}/{number}/logs": {"get": {
         **_op("The job log, raw lines '<ts> <o|e> <text>'; rank: a part of a distributed job (default 0)",
               params=_JOB + _q("offset", "follow", "rank")),
@@ -103,7 +104,7 @@ PATHS = {
 def spec() -> dict:
     return {"openapi": "3.1.0",
             "info": {"title": "floydd node API", "version": floydd.__version__},
-            "paths": PATHS}
+            "paths": PATHS, "components": {"schemas": COMPONENTS}}
 
 
 @routes.get("/v1/openapi.json")

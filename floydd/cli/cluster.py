@@ -103,9 +103,11 @@ def token_create(state_dir, ttl) -> None:
 def join(state_dir, join_token, address, listen, advertise, seeds) -> None:
     """Join the cluster TOKEN was made for (at ADDRESS, or the address inside the token).
 
-    The CA fingerprint in the token is checked before anything is sent.
+    The CA fingerprint in the token is checked before anything is sent. A box used alone
+    keeps what it had: its jobs stay listed, and on the next start its store is re-sealed
+    under the cluster's secret and its datasets enter the cluster's catalog.
     """
-    from floydd.daemon.cluster_files import ClusterSettings, guess_address, install_store_secret, \
+    from floydd.daemon.cluster_files import ClusterSettings, check_can_join, guess_address, leave_own_cluster, \
         split_address, write_settings
     from floydd.security.identity import NodeIdentity
     from floydd.security.join import join as do_join
@@ -123,9 +125,10 @@ def join(state_dir, join_token, address, listen, advertise, seeds) -> None:
     advertise = advertise or f"{guess_address()}:{port}"
     adv_host, _ = split_address(advertise)
     config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_can_join(config.state_dir)
     identity = NodeIdentity.load_or_create(config.state_dir / "tls")
     result = asyncio.run(do_join(join_token, target, identity.node_id, identity.key, addresses=[adv_host]))
-    install_store_secret(config.store_dir, result.store_secret)
+    leave_own_cluster(config.state_dir, config.records_path, config.store_dir, result.store_secret)
     identity.install(result.cert_pem, result.ca_pem, expect_ca_fingerprint=result.ca_fingerprint)
     write_settings(config.state_dir, ClusterSettings(name=result.cluster, listen=listen, advertise=advertise,
                                                      seeds=list(seeds), pending="join", join=[target]))
@@ -142,13 +145,12 @@ def members(state_dir, as_json) -> None:
     if as_json:
         echo_json(data)
         return
-    if not data["initialised"]:
-        click.echo("not part of a cluster: this box is a cluster of one (floydd init makes a cluster)")
-        return
     for m in data["members"]:
         role = "leader" if m["leader"] else m["role"]
         here = "  (this node)" if m["id"] == data["node_id"] else ""
         click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['status'] or '-'}{here}")
+    if not data["initialised"]:
+        click.echo("this box is a cluster of one: `floydd init` lets other boxes join it, keeping its jobs and data")
 
 
 @click.command()

@@ -14,7 +14,9 @@ turn it into the bytes of a raft entry. Nothing is pickled.
                           resources?, labels?, rejoin?
     node.health           id, status (up|draining|off|down), usage?         being a set
     node.remove           id                                                tombstone
-    job.submit            idem_key, project, spec, origin?, user?           idem_key
+    job.submit            idem_key, project, spec, origin?, user?, number?  idem_key
+                          (number: a box's queued job from before it had a
+                          control plane keeps its own; else the next one)
     job.place             job, node, gpus, parts? (and term: fenced)        job must be queued
     job.update            job, state?, reason?, exit_code?, output_version?, same state = no-op
                           summary?, waiting_for?, stop_requested?, attempt?,
@@ -62,7 +64,7 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "node.health": {"id": (_STR, True), "status": (_STR, True), "usage": (_DICT, False)},
     "node.remove": {"id": (_STR, True)},
     "job.submit": {"idem_key": (_STR, True), "project": (_STR, True), "spec": (_DICT, True),
-                   "origin": (_STR, False), "user": (_STR, False)},
+                   "origin": (_STR, False), "user": (_STR, False), "number": (_INT, False)},
     "job.place": {"job": (_STR, True), "node": (_STR, True), "gpus": (_LIST, True), "parts": (_LIST, False)},
     "job.update": {"job": (_STR, True), "state": (_STR, False), "reason": (_STR, False),
                    "exit_code": (_OPT_INT, False), "output_version": (_OPT_STR, False),

@@ -86,8 +86,9 @@ class MembershipMixin:
         if self.node_id not in conf.voters:
             return True
         if conf.voters == {self.node_id}:
-            _log.warning("[%s] last voter: stopping without leaving (the cluster is down until it is back)",
-                         self.node_id)
+            if conf.learners:       # a box alone (a cluster of one) has nobody to tell
+                _log.warning("[%s] last voter: stopping without leaving (the cluster is down until it is back)",
+                             self.node_id)
             return False
         if self.is_leader:
             await self.transfer_leadership(timeout=max(0.1, deadline - loop.time()))

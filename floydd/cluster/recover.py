@@ -22,7 +22,7 @@ from floydd.cluster.raft.sqlite_storage import SqliteStorage
 from floydd.cluster.state import ClusterState
 from floydd.errors import FloyddError, NotFound
 
-__all__ = ["RecoverReport", "recover"]
+__all__ = ["RecoverReport", "recover", "read_state"]
 
 _log = log.cluster.getChild("recover")
 
@@ -45,19 +45,10 @@ def recover(path: str | Path, node_id: str, *, now: float) -> RecoverReport:
     storage = SqliteStorage(path)
     try:
         durable = storage.load()
-        state = ClusterState()
-        state.restore(durable.snapshot.data)
+        state, uncommitted = _replay(durable, committed_only=False)
         last_index, last_term = durable.snapshot.index, durable.snapshot.term
-        uncommitted = 0
-        for e in durable.entries:
-            last_index, last_term = e.index, e.term
-            if e.kind != EntryKind.NORMAL or not e.data:
-                continue
-            uncommitted += e.index > durable.hard_state.commit
-            try:
-                state.apply(commands.decode(e.data), index=e.index, term=e.term)
-            except FloyddError:
-                pass        # refused then, refused now: the same on every node
+        if durable.entries:
+            last_index, last_term = durable.entries[-1].index, durable.entries[-1].term
         removed = tuple(sorted(n for n in state.nodes if n != node_id))
         for other in removed:
             state.apply({"op": "node.remove", "id": other, "ts": now}, index=last_index, term=last_term)
@@ -74,3 +65,36 @@ def recover(path: str | Path, node_id: str, *, now: float) -> RecoverReport:
                  "with a new token; never restart them with their old state.", node_id, last_index,
                  uncommitted, report.jobs, ", ".join(removed) or "none")
     return report
+
+
+def read_state(path: str | Path) -> ClusterState:
+    """The state a stopped node's log holds (its snapshot and committed entries), read offline;
+    an empty state when there is no log."""
+    path = Path(path)
+    if not path.exists():
+        return ClusterState()
+    storage = SqliteStorage(path)
+    try:
+        return _replay(storage.load(), committed_only=True)[0]
+    finally:
+        storage.close()
+
+
+def _replay(durable, *, committed_only: bool) -> tuple[ClusterState, int]:
+    """The snapshot's state with the log's entries applied; and how many applied entries this
+    node did not know to be committed."""
+    state = ClusterState()
+    state.restore(durable.snapshot.data)
+    uncommitted = 0
+    for e in durable.entries:
+        if e.kind != EntryKind.NORMAL or not e.data:
+            continue
+        if e.index > durable.hard_state.commit:
+            if committed_only:
+                break
+            uncommitted += 1
+        try:
+            state.apply(commands.decode(e.data), index=e.index, term=e.term)
+        except FloyddError:
+            pass        # refused then, refused now: the same on every node
+    return state, uncommitted

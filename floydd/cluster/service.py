@@ -2,23 +2,21 @@
 
 It holds this node's identity, the raft driver (log in ``STATE/cluster/raft.db``), the
 replicated :class:`~floydd.cluster.state.ClusterState` and the transport, and offers the
-small API the rest of the daemon calls. Expected wiring (``floydd/api/server.py``)::
+small API the rest of the daemon calls. The wiring (``floydd/daemon/control.py``), in short::
 
-    async def _cluster_ctx(app):                       # a cleanup_ctx, after records/store
-        identity = NodeIdentity.load(config.state_dir / "tls")
+    async def control_ctx(app):                        # a cleanup_ctx, after records/store
+        identity = NodeIdentity.load_or_create(config.state_dir / "tls")
         service = ClusterService(identity, config.state_dir / "cluster", name=config.node_name,
-                                 advertise=f"{host}:{cluster_port}", api_port=api_port,
-                                 resources=inventory_resources(), labels=config.labels,
-                                 usage=lambda: inventory_usage())
-        mtls_app = service.create_app()                  # /cluster/v1/ routes behind require_peer_cert
-        mtls_app.add_routes(join_routes(...))            # (is_member=service.is_member_cert), mTLS only
-        service.on_apply(runtime_hook)                   # before start: replays after a restart too
-        await service.start(**start_mode)                # see start(); from `floydd init/join/recover`
+                                 advertise="HOST:PORT" or "",    # "": a box alone, no listener
+                                 resources=inventory_resources(), usage=lambda: inventory_usage())
+        listen on peer_app(service, ...) with mTLS             # only after floydd init/join
+        await service.start(**start_mode)                # see start(); bootstrap=True on a box alone
         Discovery(..., on_change=service.on_discovered)  # optional: mDNS peers and static seeds
         app[keys.CLUSTER] = service
         yield
         await service.close()                            # clean: hand over leadership, leave the voters
 
+    (a box alone)    -> start(bootstrap=True)    (a one-voter cluster: leads at once, no listener)
     floydd init      -> start(bootstrap=True)
     floydd join T    -> security.join(...) then start(join=[address], rejoin=True)
     (restart)        -> start()
@@ -27,8 +25,8 @@ small API the rest of the daemon calls. Expected wiring (``floydd/api/server.py`
     floydd members   -> service.members()
     job path         -> submit_job(spec, idem_key) on any node (forwarded to the leader,
                         answered once committed); the leader's scheduler calls place(...)
-                        (fenced by its term); each node's runtime watches on_apply for
-                        job.place with node == its id and reports with update_job(...).
+                        (fenced by its term); each node's reconciler acts on the jobs
+                        placed on it and reports with update_job(...) (floydd.jobs).
 
 Listing calls read through the leader (ReadIndex) unless ``stale=True``.
 ``python -m floydd.cluster.devnode`` runs one service alone (dev, system tests, benchmarks).
@@ -122,10 +120,12 @@ class ClusterService:
         app.add_routes(self.routes())
         return app
 
-    async def listen(self, host: str = "127.0.0.1", port: int = 0, *, advertise_host: str | None = None) -> str:
-        """Serve :meth:`create_app` with mTLS on ``host:port`` (dev mode and tests; the daemon
-        mounts :meth:`routes` on its own listener). Returns and advertises ``host:port``."""
-        self._runner = web.AppRunner(self.create_app(), access_log=None, shutdown_timeout=0.5)
+    async def listen(self, host: str = "127.0.0.1", port: int = 0, *, advertise_host: str | None = None,
+                     app: web.Application | None = None) -> str:
+        """Serve ``app`` (default :meth:`create_app`) with mTLS on ``host:port`` (dev mode and
+        tests; the daemon serves :func:`floydd.daemon.peers.peer_app` on its own listener).
+        Returns and advertises ``host:port``."""
+        self._runner = web.AppRunner(app or self.create_app(), access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=server_context(self.identity))
         await site.start()
@@ -156,6 +156,12 @@ class ClusterService:
         self._seeds, self._rejoin = list(dict.fromkeys([*join, *self._seeds])), rejoin
         await self.driver.start(voters=voters)
         self._learn_addresses(None)
+        if set(self.driver.status().voters) == {self.node_id}:    # it leads at once: be listed before
+            try:                                                  # the daemon takes requests
+                await self._propose(self._upsert(), timeout=self.config.propose_timeout)
+                self._announced = True
+            except FloyddError as exc:
+                _log.warning("[%s] announcing this node: %s (trying again)", self.node_id, exc)
         self._spawn(self._keep_membership(), f"cluster-membership-{self.node_id[:6]}")
 
     async def close(self, *, leave: bool = True) -> None:
@@ -220,13 +226,17 @@ class ClusterService:
         self.driver.on_apply(callback)
 
     async def submit_job(self, spec: dict, idem_key: str, *, project: str | None = None, user: str = "",
-                         timeout: float | None = None) -> dict:
-        """Commit a new job (numbered in its project); the same ``idem_key`` always gives the
-        same job, so a client may retry after a timeout."""
+                         number: int | None = None, timeout: float | None = None) -> dict:
+        """Commit a new job (numbered in its project, or ``number``: a job this node queued
+        before it had a control plane); the same ``idem_key`` always gives the same job, so a
+        client may retry after a timeout."""
         spec = dict(spec)
         project = project or spec.pop("project", None)
-        return await self._propose({"op": "job.submit", "idem_key": idem_key, "project": project, "spec": spec,
-                                    "origin": self.node_id, "user": user}, timeout=timeout)
+        cmd = {"op": "job.submit", "idem_key": idem_key, "project": project, "spec": spec,
+               "origin": self.node_id, "user": user}
+        if number is not None:
+            cmd["number"] = number
+        return await self._propose(cmd, timeout=timeout)
 
     async def place(self, job: str, node: str, gpus: Iterable[int], *, parts: list[dict] | None = None,
                     timeout: float | None = None) -> dict:
@@ -338,9 +348,10 @@ class ClusterService:
                 _log.debug("[%s] membership upkeep: %s", self.node_id, exc)
 
     def _upsert(self) -> dict:
+        """This node's record; a box alone, with no listener, has no address (port 0)."""
         host, _, port = (self.transport.advertise or "").rpartition(":")
         cmd = {"op": "node.upsert", "id": self.node_id, "name": self.name, "address": host.strip("[]"),
-               "cluster_port": int(port), "api_port": self.api_port, "resources": self.resources,
+               "cluster_port": int(port or 0), "api_port": self.api_port, "resources": self.resources,
                "labels": self.labels}
         if self._rejoin:
             cmd["rejoin"] = True
@@ -375,7 +386,7 @@ class ClusterService:
         else:
             nodes = list(self.state.nodes.values())
         for n in nodes:
-            if n["id"] != self.node_id:
+            if n["id"] != self.node_id and n["address"]:
                 self.transport.set_peer(n["id"], _join_host_port(n["address"], n["cluster_port"]))
 
     def _peer_learnt(self, node_id: str, address: str) -> None:

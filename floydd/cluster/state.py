@@ -21,9 +21,8 @@ how many of them have a part there (``held_gpus``, ``node_load``, ``busy_nodes``
 command that moves a job into or out of an active state keeps it up to date. Removing a node
 leaves it alone: the node's jobs are still active, and should it rejoin its GPUs are still held.
 
-Job states follow :mod:`floydd.records._jobs` (``TRANSITIONS`` below is that table, pinned
-equal by a test, since importing :mod:`floydd.records` would load sqlite), plus one cluster
-edge: ``starting -> queued`` (requeue, when the node a job was placed on is lost before the
+Job states and their moves are the job model's (:mod:`floydd.model`), with its one backward
+edge ``starting -> queued`` (requeue, when the node a job was placed on is lost before the
 job runs; the next placement counts one more attempt)::
 
     queued ──place──► starting ──► running ──► success | failed | stopped | timeout | lost
@@ -52,24 +51,12 @@ from typing import Any, Callable
 import msgpack
 
 from floydd.cluster.commands import check
-from floydd.errors import Conflict, InvalidName, InvalidSpec, NotFound
+from floydd.errors import Conflict, InvalidSpec, NotFound
+from floydd.model import ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, check_dataset_name, check_project
 
-__all__ = ["ClusterState", "StaleTerm", "TRANSITIONS", "FINAL_STATES", "ACTIVE_STATES",
-           "SNAPSHOT_VERSION"]
+__all__ = ["ClusterState", "StaleTerm", "SNAPSHOT_VERSION"]
 
-FINAL_STATES = frozenset({"success", "failed", "stopped", "timeout", "lost"})
-ACTIVE_STATES = frozenset({"starting", "running"})
-TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"starting", "stopped", "failed", "lost"}),
-    "starting": frozenset({"running", "stopped", "failed", "lost"}),
-    "running": frozenset({"success", "failed", "stopped", "timeout", "lost"}),
-    **{state: frozenset() for state in FINAL_STATES},
-}
-_REQUEUE = ("starting", "queued")
 SNAPSHOT_VERSION = 1
-
-_PROJECT = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-_DATASET = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}|[a-z0-9][a-z0-9._-]{0,63}/[1-9][0-9]{0,17}/output")
 _TREE = re.compile(r"[0-9a-f]{16,128}")
 
 
@@ -226,12 +213,13 @@ class ClusterState:
                 raise Conflict(f"idempotency key {cmd['idem_key']!r} was used for something else",
                                code="idempotency_key_reused", hint="use a fresh key for a new submission")
             return _copy(self.jobs[seen[1]])
-        project = cmd["project"]
-        if not _PROJECT.fullmatch(project):
-            raise InvalidName(f"{project!r} is not a valid project name",
-                              hint="use 1-64 lowercase letters, digits, '-' or '_'")
-        number = self.counters.get(project, 0) + 1
+        project = check_project(cmd["project"])
+        number = cmd.get("number", self.counters.get(project, 0) + 1)
+        if not 1 <= number < 10**18:
+            raise InvalidSpec(f"job.submit: number {number} is not a job number")
         key = f"{project}/{number}"
+        if key in self.jobs:
+            raise Conflict(f"job {key} exists", code="job_exists", hint="adopt it under another number")
         ts = cmd["ts"]
         job = {"id": key, "project": project, "number": number, "idem_key": cmd["idem_key"],
                "spec": cmd["spec"], "state": "queued", "reason": "", "waiting_for": "",
@@ -240,7 +228,7 @@ class ClusterState:
                "output_version": None, "summary": {}, "stop_requested": "", "origin": cmd.get("origin", ""),
                "user": cmd.get("user", "")}
         job["history"] = [[ts, f"submitted on {self._name(cmd.get('origin', ''))}"]]
-        self.counters[project] = number
+        self.counters[project] = max(self.counters.get(project, 0), number)
         self.jobs[key] = job
         self.idem[cmd["idem_key"]] = ["job", key]
         return _copy(job)
@@ -304,7 +292,7 @@ class ClusterState:
         if new is not None and new != old:
             if new not in TRANSITIONS:
                 raise InvalidSpec(f"{new!r} is not a job state")
-            if new not in TRANSITIONS[old] and (old, new) != _REQUEUE:
+            if new not in TRANSITIONS[old] and (old, new) != REQUEUE:
                 raise Conflict(f"job {key} is {old}; it cannot become {new}", code="bad_transition")
             job["state"] = new
             if new in ACTIVE_STATES:
@@ -401,9 +389,7 @@ class ClusterState:
     def _project_reserve(self, cmd: dict, term: int) -> int:
         """Number later jobs of a project above ``number`` (a node's own history from before
         it joined uses the numbers up to it)."""
-        project, number = cmd["project"], cmd["number"]
-        if not _PROJECT.fullmatch(project):
-            raise InvalidName(f"{project!r} is not a valid project name")
+        project, number = check_project(cmd["project"]), cmd["number"]
         if number < 0:
             raise InvalidSpec(f"project.reserve: number {number} is negative")
         self.counters[project] = max(self.counters.get(project, 0), number)
@@ -461,8 +447,7 @@ class ClusterState:
                 raise Conflict(f"idempotency key {idem_key!r} was used for something else",
                                code="idempotency_key_reused")
             return _copy(version)
-        if not _DATASET.fullmatch(name) or ".." in name:
-            raise InvalidName(f"{name!r:.80} is not a valid dataset name")
+        check_dataset_name(name)
         if not _TREE.fullmatch(tree):
             raise InvalidSpec(f"{tree!r:.80} is not a tree id (hex)")
         dataset = self.datasets.setdefault(name, {"next": 1, "versions": {}})

@@ -27,6 +27,7 @@ retransmits). Outgoing calls verify the peer's node id in the TLS handshake
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any, Callable, Iterable, Protocol
 
 import aiohttp
@@ -71,8 +72,8 @@ class Transport:
         self.drop: Callable[[str, str], bool] | None = None
         self.on_peer: Callable[[str, str], None] | None = None
         """Called with (node id, address) whenever a peer's address is learnt or changes."""
-        self._ssl_peer = client_context(identity, verify_node_id=True)
-        self._ssl_any = client_context(identity)
+        self._identity = identity
+        self._ssl: dict[bool, ssl.SSLContext] = {}
         self._queue_size, self._max_batch = queue_size, max_batch
         self._backoff, self._timeout = backoff, request_timeout
         self._addresses: dict[str, str] = {}
@@ -91,6 +92,12 @@ class Transport:
     def routes(self) -> list[web.RouteDef]:
         return [web.post(RAFT_PATH, self._handle_raft), web.post(PROPOSE_PATH, self._handle_propose),
                 web.post(READ_PATH, self._handle_read)]
+
+    def _ssl_context(self, verify_node_id: bool) -> ssl.SSLContext:
+        """Made on first use: a box alone (a cluster of one) has no certificate and no peers."""
+        if verify_node_id not in self._ssl:
+            self._ssl[verify_node_id] = client_context(self._identity, verify_node_id=verify_node_id)
+        return self._ssl[verify_node_id]
 
     def set_peer(self, node_id: str, address: str) -> None:
         if node_id != self.node_id and self._addresses.get(node_id) != address:
@@ -164,7 +171,7 @@ class Transport:
             raise Unavailable(f"no address known for {peer}")
         body = msgpack.packb({"from": self.node_id, "addr": self.advertise,
                               "msgs": [encode_message(m) for m in batch]}, use_bin_type=True)
-        async with self._client().post(f"https://{address}{RAFT_PATH}", data=body, ssl=self._ssl_peer,
+        async with self._client().post(f"https://{address}{RAFT_PATH}", data=body, ssl=self._ssl_context(True),
                                        server_hostname=peer, headers={"Content-Type": MSGPACK},
                                        timeout=aiohttp.ClientTimeout(total=self._timeout)) as resp:
             if resp.status != 204:
@@ -206,7 +213,7 @@ class Transport:
         elif address is None:
             raise ValueError("peer or address needed")
         body = msgpack.packb({"from": self.node_id, "addr": self.advertise, **body}, use_bin_type=True)
-        kw = {"ssl": self._ssl_peer, "server_hostname": peer} if peer else {"ssl": self._ssl_any}
+        kw = {"ssl": self._ssl_context(True), "server_hostname": peer} if peer else {"ssl": self._ssl_context(False)}
         try:
             async with self._client().post(f"https://{address}{path}", data=body, headers={"Content-Type": MSGPACK},
                                            timeout=aiohttp.ClientTimeout(total=timeout + 1.0), **kw) as resp:
@@ -236,7 +243,7 @@ class Transport:
         if address is None:
             raise Unavailable(f"no address known for node {peer}", hint="wait for the membership to settle")
         try:
-            async with self._client().get(f"https://{address}{path}", params=params, ssl=self._ssl_peer,
+            async with self._client().get(f"https://{address}{path}", params=params, ssl=self._ssl_context(True),
                                           server_hostname=peer,
                                           timeout=aiohttp.ClientTimeout(total=timeout or 60.0)) as resp:
                 raw = await resp.read()

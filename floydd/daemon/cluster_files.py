@@ -2,13 +2,14 @@
 
     STATE/ca/            the cluster CA (only on the node that ran ``floydd init``)
     STATE/tls/           this node's key, certificate and the CA certificate
-    STATE/cluster/       raft log and peers (the control plane's own files)
+    STATE/cluster/       raft log and peers (the control plane's own files; a box alone has
+                         them too: it is a one-voter cluster)
     STATE/cluster.json   {"name", "listen", "advertise", "seeds", "pending", "join"}
 
 ``pending`` tells the next daemon start what to do once: ``bootstrap`` (found a
 cluster of this node), ``join`` (ask the ``join`` addresses for a seat) or
 ``recover`` (rewrite the log as a new one-node cluster). A node without
-``cluster.json`` is a single box: nothing listens beyond loopback.
+``cluster.json`` is a box alone, a one-voter cluster: nothing listens beyond loopback.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
 
 from floydd.errors import Conflict, UserError
+from floydd.model import FINAL_STATES
 
 __all__ = ["ClusterSettings", "read_settings", "write_settings", "split_address", "guess_address",
-           "DEFAULT_PORT", "install_store_secret"]
+           "DEFAULT_PORT", "install_store_secret", "check_can_join", "leave_own_cluster"]
 
 DEFAULT_PORT = 7654
 SETTINGS = "cluster.json"
@@ -85,17 +88,40 @@ def guess_address() -> str:
     raise UserError("this box has no LAN address", hint="give one with --advertise HOST:PORT")
 
 
+def check_can_join(state_dir: Path) -> None:
+    """Refuse to join another cluster while this box's own has jobs that did not end (a queued
+    job would be lost: the other cluster does not know it)."""
+    from floydd.cluster.recover import read_state
+    state = read_state(Path(state_dir) / "cluster" / "raft.db")
+    unfinished = sorted(k for k, j in state.jobs.items() if j["state"] not in FINAL_STATES)
+    if unfinished:
+        more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
+        raise Conflict(f"{len(unfinished)} job(s) of this box have not ended: {', '.join(unfinished[:5])}{more}",
+                       hint="start the daemon and wait for them or stop them (floyd status, floyd stop), then "
+                            "join; nothing was sent to the cluster yet")
+
+
+def leave_own_cluster(state_dir: Path, records_path: Path, store_dir: Path, secret: bytes) -> None:
+    """After a join was accepted: this box's jobs become its history (listed, not the new
+    cluster's), its own control-plane log is kept aside in ``STATE/cluster.before-join-*``,
+    and its store is set to be re-sealed under the cluster's secret on the next start
+    (resumable; its datasets then enter the cluster's catalog). Each step may be repeated."""
+    from floydd.records import Records
+    with Records(records_path) as records:
+        records.make_history()
+    own = Path(state_dir) / "cluster"
+    if own.exists():
+        os.replace(own, Path(state_dir) / f"cluster.before-join-{int(time.time())}")
+    install_store_secret(store_dir, secret)
+
+
 def install_store_secret(store_dir: Path, secret: bytes) -> None:
-    """Write the cluster's store secret for a joining node (0600); refuse to replace another."""
+    """Give this node the cluster's store secret (0600). A store that holds data under its own
+    secret is re-sealed under the cluster's when the daemon next starts (:mod:`floydd.store.rekey`)."""
+    from floydd.store.crypto import write_secret
+    from floydd.store.rekey import begin_rekey
     store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = store_dir / "key"
-    if key.exists():
-        if key.read_text().strip() == secret.hex():
-            return
-        raise Conflict(f"{store_dir} already holds data sealed with another key",
-                       hint="join with a fresh state folder (--state-dir), or move the old store aside")
-    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret.hex() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        write_secret(store_dir / "key", secret)
+    except FileExistsError:
+        begin_rekey(store_dir, secret)          # a no-op when it is the same secret

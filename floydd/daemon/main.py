@@ -20,7 +20,7 @@ from aiohttp import web
 
 from floydd import log
 from floydd.api import keys
-from floydd.api.server import create_app
+from floydd.daemon.app import create_app
 from floydd.config import Config
 from floydd.errors import Conflict, UserError
 

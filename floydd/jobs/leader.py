@@ -4,8 +4,8 @@ Runs on every node and acts only while that node leads. Each round reads the com
 state (the leader's own copy), plans with the pure :func:`floydd.scheduler.place` over
 every node and commits ``job.place`` fenced by its term; waiting jobs get their reason.
 A plan that the state has moved under is refused by the state machine and made again in
-the next round. :class:`~floydd.jobs.cluster.ClusterJobService` owns one and wakes it when
-job or node entries are applied.
+the next round. :class:`~floydd.jobs.service.JobService` owns one and wakes it when job or
+node entries are applied (on a box alone too: it is a cluster of one, and leads).
 """
 
 from __future__ import annotations

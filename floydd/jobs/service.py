@@ -1,329 +1,357 @@
-"""The job service: submit, queue, place, stop, restart, delete.
+"""The job service: the one road every job takes, on a lone box as in a cluster of many.
 
-Submission is synchronous up to the record: the code folder is snapshotted into
-the store and every data reference resolved to an exact version *before* the job
-exists, so a job never starts with inputs that changed after ``floyd run``.
-Afterwards one scheduler task (woken on submit, finish and stop) feeds queued
-jobs, in order, through :func:`floydd.scheduler.place` and hands placements to
-the node runtime. The runtime owns a job from ``starting`` to its final state.
+A lone box is a cluster of one (a one-voter control plane with no listener); ``floydd
+init`` and ``join`` only add the mTLS listener and discovery. So every job goes::
 
-    submit ──► queued ──(placed)──► runtime: starting → running → final
-                 │                                         │
-                 └──(stop)──► stopped          on_finished ┘──► wake the queue
+    floyd run (any node)               leader                          node it was placed on
+    ────────────────────               ──────                          ─────────────────────
+    check the submission, snapshot ──► job.submit (idempotency key)
+    the code here, pin its data        committed: answered
+    versions in the cluster catalog    ClusterScheduler: place() over  Reconciler: decide() sees a
+                                       every node ──► job.place        part here ──► local record,
+                                       (fenced by its term)            inputs fetched, runtime
+                                                                       starts it ──► job.update
+                                       node silent > lost_after:       running / final (fenced by
+                                       running ──► lost,               attempt and node), metrics,
+                                       starting ──► queued again       the /output version
+
+The replicated job carries the spec, state, placement and a summary (final metrics), so
+every node lists and compares every job; the details (log, metric series, events) stay on
+the node that ran it (:class:`~floydd.jobs.local.LocalJobs`) and are read from there over
+mTLS. A node's history (jobs it ran before it joined its cluster) is not in the
+replicated state: it is listed and handled from this node's records alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import time
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Callable
+
+import msgpack
 
 from floydd import log
-from floydd.errors import Conflict, InvalidSpec, NotFound, UserError
+from floydd.cluster.datasets import ClusterDatasets
+from floydd.cluster.service import ClusterService
+from floydd.errors import Conflict, FloyddError, NotFound, Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
-from floydd.jobs.gang import check_gang_command, single_box_command
-from floydd.model import FINAL_STATES, Mount, MountRequest, Restart, Submission, check_project, parse_job_key
-from floydd.scheduler import NodeSnapshot, PendingJob, place, unplaceable
-from floydd.store import ObjectId
+from floydd.jobs.gang import check_gang_command
+from floydd.jobs.leader import ClusterScheduler
+from floydd.jobs.local import LocalJobs, code_pin, output_ref
+from floydd.jobs.reconcile import FetchTree, Reconciler
+from floydd.model import FINAL_STATES, SPEC_FIELDS, JobKey, JobSpec, Mount, Restart, Submission, check_project
+from floydd.records import Records
+from floydd.runtime import NodeRuntime
+from floydd.scheduler import unplaceable
+from floydd.store import ObjectId, Store
 from floydd.tasks import cancel_and_wait
 
-__all__ = ["JobService"]
+__all__ = ["JobService", "job_view"]
+
+_log = log.scheduler.getChild("jobs")
+_JOB_FIELDS = ("id", "project", "number", "state", "reason", "waiting_for", "created", "started", "ended",
+               "gpus", "exit_code", "output_version", "attempts", "stop_requested", "user", "origin", "endpoint")
+
+
+def job_view(job: dict, node_names: dict[str, str]) -> dict:
+    """A replicated job in the shape of a local job record (what the API and CLI show)."""
+    view = {name: job["spec"].get(name) for name in SPEC_FIELDS}
+    view.update({name: job.get(name) for name in _JOB_FIELDS})
+    view.update(node=node_names.get(job["node"], job["node"] or ""), node_id=job["node"],
+                metrics=dict(job["summary"].get("metrics") or {}), workspace="", agent_pid=None,
+                latest=None, attempt=job["attempts"],
+                parts=[{**part, "node": node_names.get(part["node"], part["node"]), "node_id": part["node"]}
+                       for part in job.get("parts") or ()])
+    view["data"] = view["data"] or []
+    return view
 
 
 class JobService:
-    """Owns the queue of this node; all blocking work goes to threads."""
+    """Every job of the cluster as this node serves them (see the module docstring)."""
 
-    def __init__(self, *, config, records, store, runtime, inventory_state) -> None:
-        self.config = config
-        self.records = records
-        self.store = store
-        self.runtime = runtime
-        self._inventory = inventory_state  # object with .latest (NodeInfo | None)
-        self._wake = asyncio.Event()
-        self._starting: dict[tuple[str, int], tuple[int, ...]] = {}
+    def __init__(self, *, config, cluster: ClusterService, datasets: ClusterDatasets, records: Records,
+                 store: Store, runtime: NodeRuntime, fetch_tree: FetchTree, lost_after: float = 60.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config, self.cluster, self.datasets, self.store, self.runtime = config, cluster, datasets, store, runtime
+        self.node_id = cluster.node_id
+        self._clock = clock
+        self.local = LocalJobs(records=records, store=store, runtime=runtime, jobs_dir=config.jobs_dir)
+        self.reconciler = Reconciler(cluster=cluster, local=self.local, runtime=runtime, store=store,
+                                     fetch_tree=fetch_tree, node_name=config.node_name)
+        self.scheduler = ClusterScheduler(cluster, lost_after=lost_after, clock=clock)
+        cluster.on_apply(self._on_apply)
+        self._ended = asyncio.Condition()            # a run of this node ended (history waits)
         self._tasks: set[asyncio.Task] = set()
-        self._loop_task: asyncio.Task | None = None
-        self._finished = asyncio.Condition()
 
-    # -- lifecycle ----------------------------------------------------------------------
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def _on_apply(self, event) -> None:
+        cmd = event.command
+        if event.restored or (cmd is not None and cmd.get("op", "").startswith(("job.", "node."))):
+            self.scheduler.wake()
 
     async def start(self) -> None:
         await self.runtime.reattach()
-        self._loop_task = asyncio.create_task(self._schedule_forever(), name="floydd.scheduler")
-        self.wake()
+        await self._adopt_queued_history()
+        self.reconciler.start()
+        for name, loop in (("lead", self.scheduler.run), ("reserve", self._reserve_history_numbers)):
+            task = asyncio.create_task(loop(), name=f"floydd.jobs.{name}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
-        if self._loop_task:
-            await cancel_and_wait([self._loop_task])
+        await self.reconciler.close()
         await cancel_and_wait(self._tasks)
 
-    def wake(self) -> None:
-        self._wake.set()
-
     def on_finished(self, project: str, number: int) -> None:
-        """Called by the runtime when a job reached its final state."""
-        self.wake()
-        self._spawn(self._notify_finished())
+        """The runtime ended a run of this node."""
+        self.reconciler.wake()
+        task = asyncio.create_task(self._notify_ended())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def _notify_finished(self) -> None:
-        async with self._finished:
-            self._finished.notify_all()
+    async def _notify_ended(self) -> None:
+        async with self._ended:
+            self._ended.notify_all()
 
-    # -- submission -----------------------------------------------------------------------
+    # -- submission ------------------------------------------------------------------------------
 
     async def submit(self, submission: Submission, *, user: str = "") -> dict:
-        project, fields = await self._prepare(submission, user)
-        return await self._register(project, fields, submission)
-
-    async def _prepare(self, submission: Submission, user: str) -> tuple[str, dict]:
-        """Snapshot a checked submission's code and pin its data versions: the job's fields."""
+        """Check, snapshot the code here, pin the data versions, commit; the job as committed.
+        The same ``idem_key`` always gives the same job, so a client may retry."""
         resources = submission.resources
         if resources.nodes > 1:
             check_gang_command(submission.command)
-        mounts = await self._resolve_mounts(submission.mounts)
+        mounts = []
+        for item in submission.mounts:
+            version = await self.datasets.resolve(item.ref)
+            mounts.append(Mount(ref=version["ref"], tree=version["tree"], mount=item.mount))
         self._check_placeable(resources.gpus, resources.nodes)
         code_tree = submission.code_tree
         if code_tree is None:
             code_tree = str(await asyncio.to_thread(snapshot_code, self.store, Path(submission.code_path),
                                                     int(self.config.max_code_mb * 1024 * 1024)))
-        spec = submission.spec(code_tree=code_tree, data=tuple(mounts))
-        return submission.project, dict(spec.to_dict(), created=time.time(), user=user, node=self.config.node_name)
+        spec = submission.spec(code_tree=code_tree, data=tuple(mounts)).to_dict()
+        try:
+            job = await self.cluster.submit_job(spec, submission.idem_key or uuid.uuid4().hex,
+                                                project=submission.project, user=user)
+        except Unavailable as exc:
+            raise Unavailable(f"the cluster did not take the job: {exc.message}",
+                              hint="a majority of the voting boxes must be up and reachable (floydd members); "
+                                   "resubmitting is safe: floyd run retries with the same key") from exc
+        tree = ObjectId.from_hex(code_tree)
+        if await asyncio.to_thread(self.store.backend.has, tree):   # this node holds the code: keep it
+            await asyncio.to_thread(self.store.catalog.pin, tree, code_pin(JobKey.parse(job["id"])))
+        _log.info("submitted %s: %s", job["id"], submission.command)
+        self.scheduler.wake()
+        return self._view(job)
 
-    async def _register(self, project: str, fields: dict, submission: Submission) -> dict:
-        """Give the prepared job its number and queue it."""
-        await asyncio.to_thread(self.records.ensure_project, project, owner=fields["user"])
-        number = await asyncio.to_thread(self._allocate, project, fields, fields["code_tree"])
-        log.scheduler.info("submitted %s/%d: %s", project, number, fields["command"])
-        self.wake()
-        return await self.get(f"{project}/{number}")
-
-    def _allocate(self, project: str, fields: dict, code_tree) -> int:
-        number = self.records.allocate_job(project, fields)
-        # the code snapshot is a gc root for as long as the job exists
-        self.store.catalog.pin(ObjectId.from_hex(str(code_tree)), _pin(project, number))
-        return number
-
-    async def _resolve_mounts(self, items: list[MountRequest]) -> list[Mount]:
-        return await asyncio.to_thread(self._resolve_data, items)
-
-    def _resolve_data(self, items: list[MountRequest]) -> list[Mount]:
-        mounts = []
-        for item in items:
-            version = self.store.catalog.resolve(item.ref)
-            mounts.append(Mount(ref=version.ref, tree=str(version.tree), mount=item.mount))
-        return mounts
-
-    def _check_placeable(self, gpus: int, nodes: int = 1) -> None:
-        if nodes > 1:
-            raise UserError(f"--nodes {nodes}: this box is not in a cluster, so a job runs on it alone",
-                            hint="join other boxes first (floydd token create, then floydd join on each; "
-                                 "docs/operations.md), or leave out --nodes", code="no_such_resources")
-        why = unplaceable([self._node_snapshot()], gpus)
+    def _check_placeable(self, gpus: int, nodes: int) -> None:
+        why = unplaceable(list(self.scheduler.snapshots(self._clock()).values()), gpus, nodes)
         if why:
-            raise UserError(f"cannot run with --gpu {gpus}: {why}",
-                            hint="use --cpu, or a smaller --gpu count (floyd nodes lists the GPUs)",
-                            code="no_such_resources")
-
-    # -- queue ------------------------------------------------------------------------------
-
-    def _node_snapshot(self) -> NodeSnapshot:
-        info = self._inventory.latest
-        held: dict[int, str] = {}
-        for (project, number), gpus in {**self.runtime.running(), **self._starting}.items():
-            for g in gpus:
-                held[g] = f"{project}/{number}"
-        return NodeSnapshot(name=self.config.node_name,
-                            gpus=tuple(g.index for g in info.gpus) if info else (), held=held)
-
-    async def _schedule_forever(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            try:
-                await self._schedule_once()
-            except Exception:  # keep the queue alive; the cause is in the log
-                log.scheduler.exception("scheduling pass failed")
-
-    async def _schedule_once(self) -> None:
-        queued = await asyncio.to_thread(self.records.list_jobs, None, ["queued"])
-        queued.sort(key=lambda j: (j["created"] or 0, j["project"], j["number"]))
-        if not queued:
-            return
-        pending = [PendingJob(key=j["id"], gpus=int(j["resources"].get("gpus", 0))) for j in queued]
-        plan = place([self._node_snapshot()], pending)
-        by_key = {j["id"]: j for j in queued}
-        for key, why in plan.waiting.items():
-            if by_key[key].get("waiting_for") != why:
-                project, number = parse_job_key(key)
-                await asyncio.to_thread(self.records.update_job, project, number, waiting_for=why)
-        for placement in plan.placements:
-            project, number = parse_job_key(placement.key)
-            self._starting[(project, number)] = placement.gpus
-            if by_key[placement.key].get("waiting_for"):
-                await asyncio.to_thread(self.records.update_job, project, number, waiting_for="")
-            command = single_box_command(by_key[placement.key]["command"], len(placement.gpus))
-            self._spawn(self._start(project, number, list(placement.gpus), command))
-
-    async def _start(self, project: str, number: int, gpus: list[int], command: str | None = None) -> None:
-        try:
-            await self.runtime.start_job(project, number, gpus, command=command)
-        except Exception as exc:
-            log.runtime.exception("starting %s/%d failed", project, number)
-            job = await asyncio.to_thread(self.records.get_job, project, number)
-            if job["state"] not in FINAL_STATES:
-                await asyncio.to_thread(self.records.set_state, project, number, "failed",
-                                        f"could not start: {exc}")
-            self.on_finished(project, number)
-        finally:
-            self._starting.pop((project, number), None)
-
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    # -- queries and actions ------------------------------------------------------------------
-
-    async def get(self, key: str, *, stale: bool = False) -> dict:
-        """The job with its metric summary (``stale`` matters only in a cluster)."""
-        project, number = parse_job_key(key)
-        return await asyncio.to_thread(self._get_full, project, number)
-
-    def _get_full(self, project: str, number: int) -> dict:
-        job = self.records.get_job(project, number)
-        job["metrics"] = self.records.metric_summary(project, number)
-        return job
-
-    async def list(self, project: str | None = None, state: str | None = None, *, stale: bool = False) -> list[dict]:
-        if project is not None:
-            check_project(project)
-        states = [s.strip() for s in state.split(",")] if state else None
-
-        def query() -> list[dict]:
-            jobs = self.records.list_jobs(project, states)
-            for job in jobs:
-                job["metrics"] = self.records.metric_summary(job["project"], job["number"])
-            return jobs
-        return await asyncio.to_thread(query)
-
-    async def events(self, key: str) -> list[dict]:
-        project, number = parse_job_key(key)
-        return await asyncio.to_thread(self.records.events, project, number)
-
-    async def metrics(self, key: str) -> dict:
-        """Every metric series and system sample of the job."""
-        project, number = parse_job_key(key)
-        await asyncio.to_thread(self.records.get_job, project, number)
-        series = await asyncio.to_thread(self.records.metric_series, project, number)
-        samples = await asyncio.to_thread(self.records.system_samples, project, number)
-        return {"metrics": {k: [list(p) for p in v] for k, v in series.items()}, "system": samples}
-
-    async def read_log(self, key: str, offset: int, *, rank: int | None = None) -> tuple[bytes, bool]:
-        """Up to 4 MiB of the job's log from ``offset``, and whether the job has ended (what
-        was read then is all there will be). ``rank``: a part of a distributed job."""
-        if rank not in (None, 0):
-            raise NotFound(f"job {key} runs on one box: it has no rank {rank}", code="no_such_part",
-                           hint="leave out --rank")
-        return await self._read_log(await self.get(key), offset)
-
-    async def read_local_log(self, key: str, offset: int) -> tuple[bytes, bool]:
-        """:meth:`read_log` from this box's own record of ``key`` (in a cluster: its part of
-        the job, which the other boxes read through /cluster/v1)."""
-        try:
-            local = await JobService.get(self, key)
-        except NotFound:                           # placed here, not made into a record yet
-            return b"", False
-        return await self._read_log(local, offset)
-
-    async def _read_log(self, job: dict, offset: int) -> tuple[bytes, bool]:
-        final = job["state"] in FINAL_STATES
-        if not job.get("workspace"):
-            return b"", final
-        return await asyncio.to_thread(_read_from, Path(job["workspace"]) / "job.log", offset), final
-
-    async def tree_for(self, key: str, which: str) -> ObjectId:
-        """The tree of the job's ``code`` or ``output``, present in this node's store."""
-        job = await self.get(key)
-        if which == "code":
-            return ObjectId.from_hex(job["code_tree"])
-        return (await asyncio.to_thread(self.store.catalog.resolve, _output_ref(job))).tree
-
-    async def stop(self, key: str, reason: str = "stopped by user") -> dict:
-        project, number = parse_job_key(key)
-        job = await asyncio.to_thread(self.records.get_job, project, number)
-        if job["state"] in FINAL_STATES:
-            raise Conflict(f"job {key} already ended ({job['state']})", hint="nothing to stop")
-        if job["state"] == "queued" and (project, number) not in self._starting:
-            await asyncio.to_thread(self.records.set_state, project, number, "stopped", reason)
-            self.wake()
-        else:
-            await self.runtime.stop_job(project, number, reason)
-        return await self.get(key)
-
-    async def wait(self, key: str, timeout: float | None = None) -> dict:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = await self.get(key)
-            if job["state"] in FINAL_STATES:
-                return job
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return job
-            async with self._finished:
-                try:
-                    await asyncio.wait_for(self._finished.wait(), min(remaining or 1.0, 1.0))
-                except asyncio.TimeoutError:
-                    pass
+            asked = f"--gpu {gpus}" + (f" --nodes {nodes}" if nodes > 1 else "")
+            hint = "use --cpu, or fewer GPUs or nodes (floyd nodes lists every node's GPUs)"
+            if nodes > len(self.cluster.state.nodes):
+                hint = ("join other boxes first (floydd token create, then floydd join on each; "
+                        "docs/operations.md), or ask for fewer --nodes")
+            raise UserError(f"cannot run with {asked}: {why}", hint=hint, code="no_such_resources")
 
     async def restart(self, key: str, changes: Restart, *, user: str = "") -> dict:
         old = await self.get(key)
-        return await self.submit(changes.submission(parse_job_key(key), old), user=user)
+        return await self.submit(changes.submission(JobKey.parse(key), old), user=user)
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def _view(self, job: dict) -> dict:
+        return job_view(job, {nid: n["name"] for nid, n in self.cluster.state.nodes.items()})
+
+    async def get(self, key: str, *, stale: bool = False) -> dict:
+        """The job, with what this node knows live of a run here; a history job from the records."""
+        parsed = JobKey.parse(key)
+        try:
+            job = self._view(await self.cluster.job(key, stale=stale))
+        except NotFound:
+            return await self.local.get(parsed)       # this node's history (NotFound if none)
+        if job["node_id"] == self.node_id:
+            await asyncio.to_thread(self._overlay, job)
+        return job
+
+    def _overlay(self, job: dict, record: dict | None = None) -> None:
+        """Live details of a run here: workspace, agent, metric summary so far."""
+        record = record or self.local.record(JobKey(job["project"], job["number"]))
+        if record is not None and record.get("attempt") == job["attempt"]:
+            job.update(workspace=record["workspace"], agent_pid=record["agent_pid"], latest=record["latest"],
+                       metrics=self.local.metric_summary(JobKey(job["project"], job["number"])))
+
+    async def list(self, project: str | None = None, state: str | None = None, *, stale: bool = False) -> list[dict]:
+        """Every job of the cluster and this node's history, newest first."""
+        if project is not None:
+            check_project(project)
+        states = [s.strip() for s in state.split(",")] if state else None
+        jobs = [self._view(j) for j in await self.cluster.jobs(project=project, states=states, stale=stale)]
+        known = {j["id"] for j in jobs}
+        history = [j for j in await self.local.history(project, states) if j["id"] not in known]
+
+        def overlay() -> None:
+            for job in jobs:
+                if job["node_id"] == self.node_id and job["state"] not in FINAL_STATES:
+                    self._overlay(job)
+        await asyncio.to_thread(overlay)
+        return sorted(jobs + history, key=lambda j: j.get("created") or 0, reverse=True)
+
+    async def wait(self, key: str, timeout: float | None = None) -> dict:
+        """The job once it ended, or as it is after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        history = _history(await self.get(key))
+        while True:
+            changed = self.reconciler.job_changed
+            if history:
+                job = await self.get(key)
+            else:
+                job = self.cluster.state.jobs.get(key) or await self.cluster.job(key)   # NotFound if deleted
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if job["state"] in FINAL_STATES or (remaining is not None and remaining <= 0):
+                return await self.get(key, stale=key in self.cluster.state.jobs)
+            try:
+                if history:
+                    async with self._ended:
+                        await asyncio.wait_for(self._ended.wait(), min(remaining or 1.0, 1.0))
+                else:
+                    await asyncio.wait_for(changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+
+    async def events(self, key: str) -> list[dict]:
+        """What the cluster decided (submission, placements, requeues, stops) and what the box
+        that ran the job recorded, in time order."""
+        parsed = JobKey.parse(key)
+        try:
+            job = await self.cluster.job(key, stale=True)
+        except NotFound:
+            return await self.local.events(parsed)    # this node's history
+        decided = [{"seq": None, "ts": ts, "kind": "cluster", "message": text, "data": None}
+                   for ts, text in job.get("history") or ()]
+        ran: list[dict] = []
+        if job["node"] == self.node_id:
+            ran = await self.local.events(parsed)
+        elif job["node"]:
+            try:
+                ran = await self._from_peer(job["node"], f"{key}/events")
+            except (Unavailable, NotFound) as exc:
+                ran = [{"seq": None, "ts": self._clock(), "kind": "note", "data": None,
+                        "message": f"the events of the box that ran it are unavailable: {exc.message}"}]
+        return sorted(decided + ran, key=lambda e: e["ts"] or 0)
+
+    async def metrics(self, key: str) -> dict:
+        job = await self.get(key, stale=True)
+        if job.get("node_id") in (None, "", self.node_id):
+            return await self.local.metrics(JobKey.parse(key))
+        return await self._from_peer(job["node_id"], f"{key}/metrics")
+
+    async def _from_peer(self, node: str, what: str):
+        raw, _ = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{what}")
+        return msgpack.unpackb(raw, raw=False)
+
+    async def read_log(self, key: str, offset: int, *, rank: int | None = None) -> tuple[bytes, bool]:
+        """Up to 4 MiB of the log from ``offset`` and whether the job has ended; ``rank``: a part
+        of a distributed job (read from the box that runs it)."""
+        job = await self.get(key, stale=True)         # polled while following: this node's copy
+        node = job.get("node_id", self.node_id)
+        parts = job.get("parts") or []
+        if rank is not None and parts:
+            if not 0 <= rank < len(parts):
+                raise NotFound(f"job {key} has no rank {rank}", code="no_such_part",
+                               hint=f"its ranks are 0-{len(parts) - 1} (floyd info {key})")
+            node = parts[rank]["node_id"]
+        elif rank not in (None, 0):
+            raise NotFound(f"job {key} runs on one box: it has no rank {rank}", code="no_such_part",
+                           hint="leave out --rank")
+        if node == self.node_id:
+            return await self.local.read_log(JobKey.parse(key), offset)
+        if not node or job["state"] == "queued":
+            return b"", job["state"] in FINAL_STATES
+        raw, headers = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{key}/log",
+                                                          params={"offset": str(offset)})
+        return raw, headers.get("X-Floydd-Final") == "1"
+
+    async def tree_for(self, key: str, which: str) -> ObjectId:
+        """The tree of the job's ``code`` or ``output``, made complete in this node's store."""
+        job = await self.get(key)
+        if _history(job):
+            return ObjectId.from_hex(job["code_tree"]) if which == "code" else await self.local.output_tree(job)
+        if which == "code":
+            tree = job["code_tree"]
+            await self.reconciler.ensure_tree(tree, [job["origin"], job["node_id"]])
+            return ObjectId.from_hex(tree)
+        version = await self.datasets.resolve(output_ref(job))
+        await self.datasets.ensure_local(version["tree"], version.get("holders") or [])
+        return ObjectId.from_hex(version["tree"])
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    async def stop(self, key: str, reason: str = "stopped by user") -> dict:
+        job = await self.get(key)
+        if _history(job):
+            await self.local.stop(JobKey.parse(key), reason)
+            return await self.get(key)
+        if job["state"] in FINAL_STATES:
+            raise Conflict(f"job {key} already ended ({job['state']})", hint="nothing to stop")
+        if job["state"] == "queued":
+            try:
+                await self.cluster.update_job(key, state="stopped", reason=reason)
+                return await self.get(key)
+            except Conflict:                           # placed meanwhile: ask its node
+                pass
+        await self.cluster.update_job(key, stop_requested=reason)
+        return await self.wait(key, self.config.stop_grace + 10.0)
 
     async def delete(self, key: str) -> dict:
-        project, number = parse_job_key(key)
-        job = await asyncio.to_thread(self.records.get_job, project, number)
+        job = await self.get(key)
+        if _history(job):
+            return await self.local.delete(JobKey.parse(key))
         if job["state"] not in FINAL_STATES and job["state"] != "queued":
             raise Conflict(f"job {key} is {job['state']}", hint=f"stop it first: floyd stop {key}")
         if job["state"] == "queued":
             await self.stop(key, "deleted")
-
-        await asyncio.to_thread(self._remove_local, job)
-        return job
-
-    def _remove_local(self, job: dict) -> None:
-        """Delete what this node keeps of an ended job: record, code pin, output, workspace."""
-        project, number = job["project"], job["number"]
-        self.records.delete_job(project, number)
-        self.store.catalog.unpin(_pin(project, number))
-        if job.get("output_version"):
+        await self.cluster.delete_job(key)            # every node forgets its part on apply
+        if job.get("output_version"):                 # and its /output goes with it
             try:
-                self.store.catalog.delete(job["output_version"].rpartition(":")[0])
+                await self.datasets.delete(JobKey.parse(key).output_name)
             except NotFound:
                 pass
-        ws = job.get("workspace")
-        if ws and Path(ws).is_relative_to(self.config.jobs_dir):
-            shutil.rmtree(ws, ignore_errors=True)
+        return job
+
+    async def _adopt_queued_history(self) -> None:
+        """Jobs this node queued before it had a control plane (the release before: a lone box
+        kept its queue in its records) enter the cluster's queue under their own numbers."""
+        queued = [j for j in await asyncio.to_thread(self.local.records.list_jobs, None, ["queued"])
+                  if j.get("attempt", 0) == 0]
+        for record in sorted(queued, key=lambda j: (j["created"] or 0, j["number"])):
+            key = JobKey(record["project"], record["number"])
+            spec = JobSpec.from_dict(record).to_dict()
+            try:
+                await self.cluster.submit_job(spec, f"adopted:{self.node_id}:{key}", project=key.project,
+                                              user=record.get("user") or "", number=key.number)
+            except FloyddError as exc:              # it stays queued here; tried again at the next start
+                _log.warning("job %s stays in this box's old queue for now: %s", key, exc)
+                continue
+            await asyncio.to_thread(self.local.records.delete_job, key.project, key.number)
+            _log.info("job %s, queued before this box had a control plane, is in the cluster's queue", key)
+
+    async def _reserve_history_numbers(self) -> None:
+        """Have the cluster number new jobs above this node's history (once, retried)."""
+        projects = await asyncio.to_thread(self.local.records.list_projects)
+        for project in projects:
+            while project["last_number"] > self.cluster.state.counters.get(project["name"], 0):
+                try:
+                    await self.cluster.reserve_numbers(project["name"], project["last_number"])
+                except FloyddError as exc:
+                    _log.debug("reserving job numbers of %s: %s", project["name"], exc)
+                    await asyncio.sleep(1.0)
 
 
-def _output_ref(job: dict) -> str:
-    if not job.get("output_version"):
-        hint = "it has not ended yet" if job["state"] not in FINAL_STATES else "it saved nothing to /output"
-        raise NotFound(f"job {job['id']} has no output", hint=hint)
-    return job["output_version"]
-
-
-def _pin(project: str, number: int) -> str:
-    return f"job:{project}/{number}"
-
-
-def _read_from(path: Path, offset: int, limit: int = 4 * 1024 * 1024) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(limit)
-    except FileNotFoundError:
-        return b""
+def _history(job: dict) -> bool:
+    """A job from this node's records alone (not in the cluster's state)."""
+    return "node_id" not in job

@@ -7,6 +7,7 @@ Jobs are named by ``(project, number)``; their key string is ``"project/number"`
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -14,9 +15,9 @@ from typing import Any, Iterable
 
 from floydd import log
 from floydd.errors import Conflict, NotFound
+from floydd.model import FINAL_STATES, check_project, check_state, check_transition
 from floydd.records import _series
 from floydd.records._db import Connections
-from floydd.model import FINAL_STATES, check_project, check_state, check_transition
 from floydd.records._jobs import COLUMNS, decode_row, encode_fields
 
 __all__ = ["Records"]
@@ -249,6 +250,30 @@ class Records:
         if row is None:
             raise _job_not_found(project, number)
         return row[0]
+
+
+    # -- leaving a cluster -----------------------------------------------------------------------
+
+    def make_history(self) -> int:
+        """Every job becomes this node's history (``attempt`` 0): the node is joining another
+        cluster, which does not know them. How many jobs there are."""
+        with self._db.write() as conn:
+            return conn.execute("UPDATE jobs SET attempt = 0").rowcount
+
+    def remap_trees(self, trees: dict[str, str]) -> int:
+        """Rename the store trees jobs name (code snapshots, data mounts) after the store was
+        re-sealed under another secret: ``{old hex: new hex}``. Idempotent; jobs changed."""
+        changed = 0
+        with self._db.write() as conn:
+            for job_id, code_tree, data in conn.execute("SELECT id, code_tree, data FROM jobs").fetchall():
+                mounts = json.loads(data) if data else []
+                new_mounts = [{**m, "tree": trees.get(m.get("tree"), m.get("tree"))} for m in mounts]
+                new_code = trees.get(code_tree, code_tree)
+                if new_code != code_tree or new_mounts != mounts:
+                    conn.execute("UPDATE jobs SET code_tree = ?, data = ? WHERE id = ?",
+                                 (new_code, json.dumps(new_mounts, separators=(",", ":")), job_id))
+                    changed += 1
+        return changed
 
 
 def _quote(column: str) -> str:

@@ -150,7 +150,8 @@ def m002_metric_stats(db: Database) -> None:
 @MIGRATIONS()
 def m003_cluster_attempt(db: Database) -> None:
     """Which placement of a cluster job this record is (the cluster's ``attempts`` count when it
-    was placed here); 0 for jobs of a single box, which the cluster never numbered."""
+    was placed here); 0 for this node's history: jobs it ran before it joined its cluster (or
+    before a box alone had a control plane), which that cluster does not know."""
     db.execute("ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0")
 
 

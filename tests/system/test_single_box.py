@@ -151,7 +151,7 @@ def test_daemon_killed_during_a_run_job_finishes_and_is_recorded_after_restart(d
     (["run", ""], "command is empty"),
     (["run", "--param", "lr", "python x.py"], "KEY=VALUE"),
     (["run", "--gpu", "3", "python x.py"], "no node has 3 GPUs"),
-    (["run", "--nodes", "2", "python x.py"], "this box is not in a cluster"),
+    (["run", "--nodes", "2", "python x.py"], "it needs 2 nodes, the cluster has 1"),
     (["run", "--nodes", "2", "bash x.sh"], "must start with python or torchrun"),
     (["run", "--nodes", "0", "python x.py"], "at least one box"),
     (["logs", "proj/99"], "proj/99"),

@@ -38,4 +38,4 @@ def test_the_core_never_imports_the_tui():
 
 
 def test_the_daemon_app_factory_does_not_load_textual():
-    assert "textual" not in _loaded_after("import floydd.api.server")
+    assert "textual" not in _loaded_after("import floydd.daemon.app")

@@ -200,7 +200,7 @@ async def test_the_datasets_api_in_cluster_mode_registers_lists_holders_and_clon
     servers = []
     for node in nodes:
         app = web.Application()
-        app[keys.STORE], app[keys.CLUSTER_DATASETS] = c.store(node), await c.attach(node)
+        app[keys.STORE], app[keys.DATASETS] = c.store(node), await c.attach(node)
         app.add_routes(dataset_routes)
         servers.append(await TestServer(app).__aenter__())
     try:

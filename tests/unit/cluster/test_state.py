@@ -12,7 +12,8 @@ import pytest
 
 import floydd.cluster
 from floydd.cluster import commands
-from floydd.cluster.state import TRANSITIONS, ClusterState, StaleTerm
+from floydd.cluster.state import ClusterState, StaleTerm
+from floydd.model import TRANSITIONS
 from floydd.errors import Conflict, InvalidName, InvalidSpec, NotFound
 
 TERM = 3
@@ -78,6 +79,20 @@ def test_numbers_are_not_reused_after_a_delete(log):
     assert log(submit("b"))["id"] == "mnist/2"
     with pytest.raises(NotFound):
         log.state.job("mnist/1")
+
+
+def test_an_adopted_job_keeps_its_number_and_later_ones_follow_the_highest(log):
+    log(submit("a"))
+    assert log(submit("old-5", number=5))["id"] == "mnist/5"
+    assert log(submit("old-3", number=3))["id"] == "mnist/3"           # below the counter: free, taken
+    assert log(submit("old-3", number=3))["id"] == "mnist/3"           # the same key: the same job
+    assert log(submit("b"))["id"] == "mnist/6"
+    with pytest.raises(Conflict):
+        log(submit("other", number=5))
+    for bad in (0, -1, 10**18):
+        with pytest.raises(InvalidSpec):
+            log(submit(f"bad{bad}", number=bad))
+    assert sorted(log.state.jobs) == ["mnist/1", "mnist/3", "mnist/5", "mnist/6"]
 
 
 def test_placement_moves_a_queued_job_to_starting_with_its_gpus_and_term(log):
@@ -292,11 +307,6 @@ def test_reads_are_copies():
     job["spec"]["command"] = "rm -rf /"
     assert log.state.job("mnist/1")["state"] == "queued"
     assert log.state.job("mnist/1")["spec"]["command"] == "python train.py"
-
-
-def test_the_transitions_are_the_job_models():
-    from floydd.model import TRANSITIONS as MODEL_TRANSITIONS
-    assert TRANSITIONS == dict(MODEL_TRANSITIONS)
 
 
 def test_commands_round_trip_through_msgpack_and_oversized_ones_are_refused():

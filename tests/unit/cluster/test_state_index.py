@@ -8,7 +8,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from floydd.cluster.state import ACTIVE_STATES, TRANSITIONS, ClusterState
+from floydd.cluster.state import ClusterState
+from floydd.model import ACTIVE_STATES, TRANSITIONS
 from floydd.errors import FloyddError
 from tests.unit.cluster.test_state_properties import (NODES, PROJECTS, STATES, delete_cmd, health_cmd, node_cmd,
                                                       place_cmd, remove_cmd, ts, update_cmd)

@@ -7,7 +7,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from floydd.cluster.state import ACTIVE_STATES, ClusterState, StaleTerm
+from floydd.cluster.state import ClusterState, StaleTerm
+from floydd.model import ACTIVE_STATES
 from floydd.errors import FloyddError
 
 NODES = ("n1", "n2", "n3")

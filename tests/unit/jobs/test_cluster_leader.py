@@ -1,12 +1,15 @@
-"""The leader's half of ClusterJobService against a real ClusterState (no raft, no I/O):
-placement over every node, reasons for waiting jobs, giving up on silent nodes."""
+"""The leader's half of the job pipeline (ClusterScheduler) and the node's reconciler against a
+real ClusterState (no raft): placement over every node, reasons for waiting jobs, giving up
+on silent nodes, a box's reports."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 from floydd.cluster.state import ClusterState
-from floydd.jobs.cluster import ClusterJobService
+from floydd.jobs.leader import ClusterScheduler
+from floydd.jobs.local import LocalJobs
+from floydd.jobs.reconcile import Reconciler
 
 
 class FakeCluster:
@@ -16,7 +19,7 @@ class FakeCluster:
 
     def __init__(self) -> None:
         self.state = ClusterState()
-        self.config = SimpleNamespace(stale_after=20.0)
+        self.config = SimpleNamespace(stale_after=20.0, heartbeat_interval=5.0)
         self.now = 1000.0
         self._index = 0
 
@@ -43,10 +46,14 @@ class FakeCluster:
         return self.apply({"op": "job.submit", "idem_key": f"k{self._index}", "project": "p", "spec": spec})["id"]
 
 
-def _service(cluster: FakeCluster, lost_after: float = 60.0) -> ClusterJobService:
-    config = SimpleNamespace(node_name="box-a", stop_grace=1.0)
-    return ClusterJobService(cluster=cluster, lost_after=lost_after, clock=lambda: cluster.now, config=config,
-                             records=None, store=None, runtime=None, inventory_state=None)
+def _service(cluster: FakeCluster, lost_after: float = 60.0) -> SimpleNamespace:
+    return SimpleNamespace(scheduler=ClusterScheduler(cluster, lost_after=lost_after, clock=lambda: cluster.now))
+
+
+def _reconciler(cluster: FakeCluster, records, tmp_path) -> Reconciler:
+    runtime = SimpleNamespace(running=dict)
+    return Reconciler(cluster=cluster, local=LocalJobs(records=records, store=None, runtime=runtime, jobs_dir=tmp_path),
+                      runtime=runtime, store=None, fetch_tree=None, node_name="box-a")
 
 
 async def test_the_leader_places_over_every_node_and_says_why_the_rest_waits():
@@ -154,10 +161,7 @@ async def test_a_job_that_ran_and_ended_between_two_looks_is_reported_running_th
         records.insert_job("p", 1, {"command": "python train.py", "attempt": 1})
         for state in ("starting", "running", "success"):
             records.set_state("p", 1, state, "exit code 0" if state == "success" else "")
-        service = ClusterJobService(cluster=cluster, clock=lambda: cluster.now, records=records, store=None,
-                                    runtime=SimpleNamespace(running=dict), inventory_state=None,
-                                    config=SimpleNamespace(node_name="box-a", stop_grace=1.0))
-        await service._reconcile_job(cluster.state.job(key))
+        await _reconciler(cluster, records, tmp_path).round()
         job = cluster.state.jobs[key]
         assert (job["state"], job["reason"]) == ("success", "exit code 0")
         assert job["started"] is not None and job["ended"] is not None
@@ -178,10 +182,7 @@ async def test_a_box_settles_its_part_of_a_gang_that_ended_before_the_part_start
     assert cluster.state.jobs[key]["state"] == "failed"
     records = Records(tmp_path / "records.db")
     try:
-        service = ClusterJobService(cluster=cluster, clock=lambda: cluster.now, records=records, store=None,
-                                    runtime=SimpleNamespace(running=dict), inventory_state=None,
-                                    config=SimpleNamespace(node_name="box-a", stop_grace=1.0))
-        await service._reconcile()
+        await _reconciler(cluster, records, tmp_path).round()
         part = cluster.state.jobs[key]["parts"][1]
         assert (part["state"], part["reason"]) == ("stopped", "the job ended before this part started")
         assert cluster.state.jobs[key]["reason"] == "rank 0 on box-b failed: exit code 1"

@@ -1,0 +1,120 @@
+"""``create_app(config)``: the daemon's composition root, used by ``floydd start``, tests and dev mode.
+
+Each long-lived service is a ``cleanup_ctx`` context (opened in this order, closed in
+reverse), handed to the routes through :mod:`floydd.api.keys`::
+
+    records     records.db: this node's job records, metrics, events
+    store       the encrypted store and its local catalog
+    inventory   psutil + NVML samples of this node
+    control     the control plane (always: a lone box is a cluster of one), the cluster's
+                dataset catalog, and with ``floydd init/join`` the mTLS listener and discovery
+                (:mod:`floydd.daemon.control`)
+    jobs        the runtime and the job service: the one road every job takes
+
+The routes themselves live in :mod:`floydd.api` (``/v1``) and :mod:`floydd.daemon.peers`
+(the node-to-node ``/cluster/v1`` on the mTLS listener).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from floydd import log
+from floydd.api import keys, routes
+from floydd.api.middleware import auth_middleware, error_middleware
+from floydd.cluster.peerstore import fetch_tree
+from floydd.config import Config
+from floydd.daemon.control import control_ctx
+from floydd.daemon.inventory import InventoryState
+from floydd.jobs.service import JobService
+from floydd.node import Inventory
+from floydd.records import Records
+from floydd.runtime import NodeRuntime
+from floydd.store import Store
+from floydd.store.rekey import finish_rekey, rekey, rekey_pending
+
+__all__ = ["create_app"]
+
+
+def create_app(config: Config) -> web.Application:
+    app = web.Application(middlewares=[error_middleware, auth_middleware], client_max_size=16 * 1024 * 1024)
+    app[keys.CONFIG] = config
+    app[keys.STARTED] = time.time()
+    app.cleanup_ctx.extend([_records_ctx, _store_ctx, _inventory_ctx, control_ctx, _jobs_ctx])
+    app.router.add_routes(routes())
+    return app
+
+
+async def _records_ctx(app: web.Application):
+    config = app[keys.CONFIG]
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    records = await asyncio.to_thread(Records, config.records_path)
+    app[keys.RECORDS] = records
+    yield
+    await asyncio.to_thread(records.close)
+
+
+async def _store_ctx(app: web.Application):
+    config = app[keys.CONFIG]
+    if await asyncio.to_thread(rekey_pending, config.store_dir):
+        await _reseal(config, app[keys.RECORDS])
+    app[keys.STORE] = store = await asyncio.to_thread(Store.open, config.store_dir)
+    yield
+    await asyncio.to_thread(store.close)
+
+
+async def _reseal(config: Config, records: Records) -> None:
+    """This box joined a cluster: re-seal its store under the cluster's secret (or finish doing
+    so after a crash), then rename the trees its job records name."""
+    log.daemon.warning("re-sealing the store %s under the cluster's secret (it resumes where it was if "
+                       "stopped); the daemon answers once it is done", config.store_dir)
+    last = [0.0]
+
+    def progress(p) -> None:
+        if time.monotonic() - last[0] > 10:
+            last[0] = time.monotonic()
+            log.daemon.info("re-sealing (%s): %d of %d objects", p.phase, p.objects_done, p.objects_total)
+    trees = await asyncio.to_thread(rekey, config.store_dir, progress=progress)
+    changed = await asyncio.to_thread(records.remap_trees, trees)
+    await asyncio.to_thread(finish_rekey, config.store_dir)
+    log.daemon.warning("store re-sealed: %d trees renamed, %d job records updated", len(trees), changed)
+
+
+async def _inventory_ctx(app: web.Application):
+    config = app[keys.CONFIG]
+    inventory = Inventory(disk_path=config.state_dir, fake_gpus=config.dev_fake_gpus or None)
+    state = InventoryState(inventory, config.inventory_interval)
+    await state.start()
+    app[keys.INVENTORY] = state
+    yield
+    await state.close()
+
+
+async def _jobs_ctx(app: web.Application):
+    config = app[keys.CONFIG]
+    cluster = app[keys.CLUSTER]
+    service: JobService | None = None
+
+    def on_finished(project: str, number: int) -> None:
+        if service is not None:
+            service.on_finished(project, number)
+
+    runtime = NodeRuntime(state_dir=config.state_dir, store=app[keys.STORE], records=app[keys.RECORDS],
+                          sandbox=config.sandbox, sample_interval=config.sample_interval,
+                          tail_interval=config.tail_interval, stop_grace=config.stop_grace,
+                          on_finished=on_finished)
+
+    async def fetch(store, tree: str, sources: list[str]):
+        return await fetch_tree(store, tree, sources, cluster.transport)
+
+    service = JobService(config=config, cluster=cluster, datasets=app[keys.DATASETS], records=app[keys.RECORDS],
+                         store=app[keys.STORE], runtime=runtime, fetch_tree=fetch,
+                         lost_after=config.job_lost_after)
+    app[keys.JOBS] = service
+    await service.start()
+    yield
+    await service.close()
+    await runtime.close()

@@ -1,0 +1,139 @@
+"""The control plane inside the daemon: one ``cleanup_ctx`` around :class:`ClusterService`.
+
+Always there: a box alone is a one-voter cluster whose log is ``STATE/cluster/raft.db``;
+it leads at once and nothing listens beyond loopback. With ``STATE/cluster.json``
+(written by ``floydd init`` or ``floydd join``) the node also serves the node-to-node API
+with mutual TLS on ``listen`` (:mod:`floydd.daemon.peers`), announces itself with zeroconf
+and feeds discovered peers to the transport. ``pending`` in that file says what to do once
+on this start (found, join, recover). A clean stop hands over leadership and leaves the
+voters first (``ClusterService.close``).
+
+The cluster's dataset catalog (:class:`~floydd.cluster.datasets.ClusterDatasets`) starts
+here too: on the first start of a box (or after it joined another cluster) the versions
+of its own store enter the catalog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from aiohttp import web
+
+from floydd import log
+from floydd.api import keys
+from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG
+from floydd.cluster.datasets import ClusterDatasets
+from floydd.cluster.discovery import Discovery
+from floydd.cluster.service import ClusterService
+from floydd.daemon.cluster_files import ClusterSettings, guess_address, read_settings, split_address, write_settings
+from floydd.daemon.peers import peer_app
+from floydd.security.ca import ClusterCA
+from floydd.security.identity import NodeIdentity
+from floydd.security.tls import server_context
+from floydd.security.tokens import TokenStore
+
+__all__ = ["control_ctx", "token_store"]
+
+
+def token_store(state_dir, ca: ClusterCA) -> TokenStore:
+    return TokenStore(state_dir / "ca" / "tokens.db", ca_fingerprint=ca.fingerprint)
+
+
+async def control_ctx(app: web.Application):
+    config = app[keys.CONFIG]
+    settings = await asyncio.to_thread(read_settings, config.state_dir)
+    identity = await asyncio.to_thread(NodeIdentity.load_or_create, config.state_dir / "tls")
+    inventory = app[keys.INVENTORY]
+    info = inventory.latest
+    resources = {"cpus": info.cpus, "memory": info.memory_total, "gpus": [g.index for g in info.gpus],
+                 "gpu_names": [g.name for g in info.gpus]} if info else {}
+
+    def usage() -> dict:  # sent with each heartbeat: what `floyd nodes` shows on every node
+        return inventory.latest.to_dict() if inventory.latest else {}
+    timing = replace(DEFAULT_CLUSTER_CONFIG, heartbeat_interval=config.cluster_heartbeat,
+                     stale_after=4 * config.cluster_heartbeat)
+    advertise = ""
+    if settings is not None:
+        _host, port = split_address(settings.listen)
+        advertise = settings.advertise or f"{guess_address()}:{port}"
+    service = ClusterService(identity, config.state_dir / "cluster", name=config.node_name, advertise=advertise,
+                             resources=resources, usage=usage, config=timing)
+    ca = await asyncio.to_thread(_cluster_ca, config.state_dir)
+    app[keys.TOKENS] = None if ca is None else _Tokens(token_store(config.state_dir, ca), service)
+    listener = None
+    if settings is not None:
+        listener = await _listen(app, service, identity, settings, ca)
+    pending = settings.pending if settings is not None else ""
+    await service.start(bootstrap=settings is None or pending == "bootstrap", join=settings.join if settings else (),
+                        rejoin=pending == "join", recover=pending == "recover")
+    datasets = ClusterDatasets(service, app[keys.STORE],
+                               import_marker=config.state_dir / "cluster" / "imported-datasets")
+    datasets.start()
+    import_task = asyncio.create_task(datasets.import_local(), name="floydd.datasets.import")
+    if pending == "recover":
+        log.cluster.warning("RECOVERED: this node now forms a new single-node cluster on its own; every "
+                            "other node must join it again with a new token")
+    if pending:
+        settings.pending = ""
+        await asyncio.to_thread(write_settings, config.state_dir, settings)
+    discovery = await _discover(service, identity, settings) if settings and settings.discovery else None
+    app[keys.CLUSTER] = service
+    app[keys.DATASETS] = datasets
+    yield
+    if discovery is not None:
+        await discovery.close()
+    import_task.cancel()
+    await asyncio.gather(import_task, return_exceptions=True)
+    await datasets.close()
+    await service.close(leave=True)
+    if listener is not None:
+        await listener.cleanup()
+
+
+class _Tokens:
+    """Join tokens, on a node that holds the cluster CA (``floydd token create``)."""
+
+    def __init__(self, store: TokenStore, service: ClusterService) -> None:
+        self._store, self._service = store, service
+
+    async def create(self, ttl: float) -> str:
+        return await asyncio.to_thread(self._store.create, ttl, address=self._service.transport.advertise)
+
+
+def _cluster_ca(state_dir) -> ClusterCA | None:
+    ca_dir = state_dir / "ca"
+    return ClusterCA.load(ca_dir) if (ca_dir / "ca.key").exists() else None
+
+
+async def _listen(app: web.Application, service: ClusterService, identity: NodeIdentity,
+                  settings: ClusterSettings, ca: ClusterCA | None) -> web.AppRunner:
+    """The node-to-node API with mutual TLS on ``settings.listen``."""
+    config = app[keys.CONFIG]
+    host, port = split_address(settings.listen)
+    mtls = peer_app(service, store=app[keys.STORE], jobs=lambda: app.get(keys.JOBS),
+                    joins=None if ca is None else (ca, token_store(config.state_dir, ca), config.store_dir / "key"))
+    runner = web.AppRunner(mtls, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, ssl_context=server_context(identity)).start()
+    log.cluster.info("cluster %s: node %s listening on %s:%d, advertised as %s", settings.name,
+                     identity.node_id, host, port, service.transport.advertise)
+    return runner
+
+
+async def _discover(service: ClusterService, identity: NodeIdentity, settings: ClusterSettings) -> Discovery | None:
+    adv_host, _ = split_address(service.transport.advertise)
+    _, port = split_address(settings.listen)
+
+    def on_change(peers) -> None:
+        for peer in peers:
+            if peer.node_id and peer.addresses:
+                service.transport.set_peer(peer.node_id, f"{peer.addresses[0]}:{peer.port}")
+    discovery = Discovery(fingerprint=identity.cluster_fingerprint, node_id=identity.node_id, port=port,
+                          name=service.name, addresses=[adv_host], seeds=settings.seeds, on_change=on_change)
+    try:
+        await discovery.start()
+    except Exception as exc:  # discovery is a convenience: static seeds and the log still work
+        log.cluster.warning("zeroconf discovery unavailable: %s", exc)
+        return None
+    return discovery

@@ -1,0 +1,87 @@
+"""The node-to-node API (``/cluster/v1``), all in one place: served with mutual TLS on ``listen``.
+
+Every route but the two a joining box calls needs a node certificate of this cluster whose
+node has not been removed (:func:`~floydd.security.tls.require_peer_cert`). :data:`PEER_ROUTES`
+lists them; a test checks the app serves exactly these::
+
+    POST /cluster/v1/raft                          raft messages, in batches (the transport)
+    POST /cluster/v1/propose                       a command forwarded to the leader
+    POST /cluster/v1/read                          a linearizable read forwarded to the leader
+    GET  /cluster/v1/store/objects/{hex}           a sealed object of this node's store
+    GET  /cluster/v1/jobs/{project}/{number}/log   a job's log from an offset, run here
+    GET  /cluster/v1/jobs/{project}/{number}/metrics|events   its series and events
+    GET  /cluster/v1/ca                            the CA certificate (joining boxes; CA holder only)
+    POST /cluster/v1/join                          a join with a token (CA holder only)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import msgpack
+from aiohttp import web
+
+from floydd.cluster.peerstore import store_routes
+from floydd.cluster.service import ClusterService
+from floydd.cluster.transport import MSGPACK, error_response
+from floydd.errors import FloyddError, NotFound, Unavailable, UserError
+from floydd.model import JobKey
+from floydd.security.ca import ClusterCA
+from floydd.security.join import join_routes
+from floydd.security.tokens import TokenStore
+from floydd.store import Store
+from floydd.store.crypto import load_or_create_secret
+
+__all__ = ["peer_app", "PEER_ROUTES"]
+
+PEER_ROUTES = frozenset({
+    ("POST", "/cluster/v1/raft"), ("POST", "/cluster/v1/propose"), ("POST", "/cluster/v1/read"),
+    ("GET", "/cluster/v1/store/objects/{hex}"), ("GET", "/cluster/v1/jobs/{project}/{number}/{what}"),
+    ("GET", "/cluster/v1/ca"), ("POST", "/cluster/v1/join"),
+})
+"""(method, path) of every node-to-node route."""
+
+
+def peer_app(service: ClusterService, *, store: Store, jobs: Callable[[], Any],
+             joins: tuple[ClusterCA, TokenStore, Path] | None = None) -> web.Application:
+    """The mTLS app: raft and forwarding (``service``), store objects, the details of jobs run
+    here (``jobs()``: the job service, once it runs), and where this node holds the cluster
+    CA, the join routes (``joins``: the CA, its token store, the store secret's file)."""
+    app = service.create_app()
+    app.add_routes(store_routes(store))
+    app.add_routes([web.get("/cluster/v1/jobs/{project}/{number}/{what}", _job_detail(jobs))])
+    if joins is not None:
+        ca, tokens, secret = joins
+        app.add_routes(join_routes(ca, tokens, store_secret_provider=lambda: load_or_create_secret(secret)))
+    return app
+
+
+def _job_detail(jobs: Callable[[], Any]):
+    """What only the node that ran a job has (its log, metric series and events)."""
+
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            service = jobs()
+            if service is None:
+                raise Unavailable("this node's job service is not running yet")
+            key = JobKey.parse(f"{request.match_info['project']}/{request.match_info['number']}")
+            what = request.match_info["what"]
+            if what == "log":
+                raw = request.query.get("offset", "0")
+                if not raw.isascii() or not raw.isdigit():
+                    raise UserError("offset must be a whole number")
+                chunk, final = await service.local.read_log(key, int(raw))
+                return web.Response(body=chunk, headers={"X-Floydd-Final": "1" if final else "0"},
+                                    content_type="application/octet-stream")
+            if what == "metrics":
+                payload: Any = await service.local.metrics(key)
+            elif what == "events":
+                payload = await service.local.events(key)
+            else:
+                raise NotFound(f"no job detail {what!r}", hint="log, metrics or events")
+        except FloyddError as exc:
+            return error_response(exc)
+        return web.Response(body=msgpack.packb(payload, use_bin_type=True), content_type=MSGPACK)
+
+    return handle

@@ -1,0 +1,173 @@
+"""What this node must do about one job: a pure decision, no I/O (the reconciler's brain).
+
+Each node *reconciles* (level-triggered, like a kubelet): it compares what the cluster
+committed about a job with its own record of it and its runtime, and acts on the
+difference. :func:`decide` is that comparison, over plain values, so every combination
+is tested directly; :class:`~floydd.jobs.reconcile.Reconciler` carries the actions out.
+
+    committed (my part)        local record here          runtime     actions
+    ───────────────────        ─────────────────          ───────     ───────
+    none / not here / queued   a run of the cluster's     holds it    Stop (given up or replaced)
+    active                     none, or an older attempt  idle        Start (once no other run here
+                                                                      holds its GPUs)
+    active                     an older attempt           holds it    Stop (it was replaced)
+    active, stop requested     not ended                  holds it    Stop
+    active, stop requested     queued                     idle        EndLocal stopped
+    active                     queued                     idle        Start (a start cut short)
+    part starting              running                    -           Report running
+    part running, rank 0       running                    -           ReportProgress (metrics so far)
+    part active                ended                      -           ReportFinal
+    part active                from before it joined      -           Report failed (number taken)
+    ended (a gang), my part    none or older attempt      -           Report stopped (never started)
+      still active             queued                     idle        EndLocal stopped
+                               ended                      -           ReportFinal
+                               running                    holds it    Stop (the gang ended)
+
+A local record of ``attempt`` 0 is a job from before this node joined its cluster (its
+history): never started, stopped or reported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Union
+
+from floydd.model import ACTIVE_STATES, FINAL_STATES
+
+__all__ = ["Local", "Start", "Stop", "EndLocal", "Report", "ReportFinal", "ReportProgress", "Action", "decide",
+           "part_of", "unsettled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Local:
+    """What decide needs of this node's record of a job."""
+
+    state: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Make (``replace``: remake) the local record of this attempt, bring its inputs here, start it."""
+
+    replace: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop the run the runtime holds."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndLocal:
+    """Settle a local record that never started: set it to ``state``."""
+
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Tell the cluster this part moved to ``state``."""
+
+    state: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportFinal:
+    """Tell the cluster how the local run ended: state, reason, exit code, metrics, /output."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportProgress:
+    """Tell the cluster the metrics so far (the executor spaces these out)."""
+
+
+Action = Union[Start, Stop, EndLocal, Report, ReportFinal, ReportProgress]
+
+GIVEN_UP = "the cluster gave this run up (its node was out of touch) and may run it elsewhere"
+NEVER_STARTED = "the job ended before this part started"
+
+
+def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
+           gpus_taken: bool = False) -> tuple[Action, ...]:
+    """The actions that bring this node in line with the committed ``job`` (None: the cluster
+    has no such job), given its ``local`` record (None: none), whether the runtime ``held``
+    it (starting or running here), and whether another run here still holds one of the GPUs
+    its part was given (``gpus_taken``: it starts only once they are free; the node is the
+    final authority over its GPUs)."""
+    part = part_of(job, node) if job is not None else None
+    if local is not None and local.attempt == 0:                 # this node's own history
+        if part is not None and part["state"] in ACTIVE_STATES:
+            return (Report("failed", f"this box already has a job {job['id']} from before it joined the "
+                                     "cluster; submit it again"),)
+        return ()
+    if part is None or job["state"] == "queued":
+        return (Stop(GIVEN_UP),) if held and local is not None else ()
+    attempts = job["attempts"]
+    if job["state"] in FINAL_STATES:
+        return _ended(job, part, local, held)
+    if part["state"] not in ACTIVE_STATES:       # this part of a gang is over; the others run on
+        return (Stop("this part of the job ended"),) if held and local is not None else ()
+    if local is None or local.attempt < attempts:
+        if held:                        # an older attempt still runs here: stop it first
+            return (Stop(f"attempt {local.attempt} was replaced by attempt {attempts}"),) if local else ()
+        return () if gpus_taken else (Start(replace=local is not None),)
+    if local.attempt > attempts:
+        return ()
+    stop = job.get("stop_requested") or ""
+    if local.state == "queued" and not held:
+        if stop:
+            return (EndLocal("stopped", stop),)
+        return () if gpus_taken else (Start(replace=False),)
+    actions: list[Action] = []
+    if stop and held and local.state not in FINAL_STATES:
+        actions.append(Stop(stop))
+    if local.state == "running" and part["state"] == "starting":
+        actions.append(Report("running"))
+    elif local.state == "running" and part["rank"] in (None, 0):
+        actions.append(ReportProgress())
+    elif local.state in FINAL_STATES:
+        actions.append(ReportFinal())
+    return tuple(actions)
+
+
+def _ended(job: Mapping, part: Mapping, local: Local | None, held: bool) -> tuple[Action, ...]:
+    """A gang that ended (its first part to stop ended it): settle this node's part."""
+    mine_active = part["state"] in ACTIVE_STATES
+    if local is None or local.attempt < job["attempts"]:
+        if held and local is not None:
+            return (Stop(f"the job ended ({job.get('reason') or job['state']})"),)
+        return (Report("stopped", NEVER_STARTED),) if mine_active else ()
+    if local.attempt > job["attempts"]:
+        return ()
+    if local.state in FINAL_STATES:
+        return (ReportFinal(),) if mine_active else ()
+    if held:
+        return (Stop(f"the job ended ({job.get('reason') or job['state']})"),)
+    if local.state == "queued":
+        return (EndLocal("stopped", NEVER_STARTED),)
+    return ()
+
+
+def part_of(job: Mapping, node: str) -> dict | None:
+    """``node``'s part of a placed job: rank (None for a job on one node), node, gpus, state."""
+    parts = job.get("parts") or ()
+    for part in parts:
+        if part["node"] == node:
+            return part
+    if not parts and job.get("node") == node:
+        return {"rank": None, "node": node, "gpus": job["gpus"], "state": job["state"]}
+    return None
+
+
+def unsettled(job: Mapping, node: str) -> bool:
+    """Is there something for ``node`` to do about this job: run or report its part (a gang's
+    part is reported even after the job ended, so every part ends up final)?"""
+    part = part_of(job, node)
+    if part is None:
+        return False
+    return job["state"] in ACTIVE_STATES or (part["rank"] is not None and part["state"] in ACTIVE_STATES)

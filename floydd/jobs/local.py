@@ -1,0 +1,182 @@
+"""What this node itself knows of a job: its record, log, metrics, events, code pin and output.
+
+Records stay local (DESIGN §5): ``records.db`` holds the jobs that ran *here* (made by the
+reconciler when a job is placed here, filled by the runtime while it runs), with their
+metric series, events and logs; the box's store holds their code snapshots and outputs.
+The other nodes read these over mTLS (``/cluster/v1/jobs/...``).
+
+A record whose ``attempt`` is 0 is this node's **history**: a job it ran before it joined
+its cluster (or under a release that had no control plane on a lone box). The cluster
+does not know those; they are listed, read, stopped and deleted from here alone.
+Synchronous methods run in worker threads; the ``async`` ones are the reads the API and
+the peer routes serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from floydd.errors import Conflict, FloyddError, NotFound
+from floydd.model import FINAL_STATES, JobKey
+from floydd.records import Records
+from floydd.runtime import NodeRuntime
+from floydd.store import ObjectId, Store
+
+__all__ = ["LocalJobs", "code_pin", "output_ref", "LOG_CHUNK"]
+
+LOG_CHUNK = 4 * 1024 * 1024
+"""The most bytes of a log one read returns."""
+
+
+class LocalJobs:
+    def __init__(self, *, records: Records, store: Store, runtime: NodeRuntime, jobs_dir: Path) -> None:
+        self.records, self.store, self.runtime = records, store, runtime
+        self.jobs_dir = Path(jobs_dir)
+
+    # -- records (synchronous: call from a thread) ------------------------------------------------
+
+    def record(self, key: JobKey) -> dict | None:
+        try:
+            return self.records.get_job(key.project, key.number)
+        except NotFound:
+            return None
+
+    def make_record(self, key: JobKey, fields: dict, *, replace: bool) -> None:
+        """The record of an attempt placed here (``replace``: drop an older attempt's first)."""
+        if replace:
+            self.records.delete_job(key.project, key.number)
+        try:
+            self.records.insert_job(key.project, key.number, fields)
+        except Conflict:
+            pass                                     # a start again after a restart: it is there
+
+    def end_unstarted(self, key: JobKey, state: str, reason: str) -> None:
+        """Settle a record that did not start (or a start that failed): ``state`` unless it ended."""
+        record = self.record(key)
+        if record is not None and record["state"] not in FINAL_STATES:
+            self.records.set_state(key.project, key.number, state, reason)
+
+    def metric_summary(self, key: JobKey) -> dict:
+        return self.records.metric_summary(key.project, key.number)
+
+    def has_tree(self, oid: ObjectId) -> bool:
+        """Is the tree and every object it names in this store?"""
+        if not self.store.backend.has(oid):
+            return False
+        try:
+            tree = self.store.read_tree(oid)
+        except FloyddError:
+            return False
+        return all(self.store.backend.has(c) for c in tree.chunk_ids())
+
+    def forget(self, key: JobKey) -> None:
+        """The cluster deleted the job: drop this node's part of it (record, pin, output, workspace)."""
+        self.store.catalog.unpin(code_pin(key))
+        record = self.record(key)
+        if record is not None and record.get("attempt", 0) > 0 and record["state"] in FINAL_STATES:
+            self.remove(record)
+
+    def remove(self, job: dict) -> None:
+        """Delete what this node keeps of an ended job: record, code pin, output, workspace."""
+        key = JobKey(job["project"], job["number"])
+        self.records.delete_job(key.project, key.number)
+        self.store.catalog.unpin(code_pin(key))
+        if job.get("output_version"):
+            try:
+                self.store.catalog.delete(job["output_version"].rpartition(":")[0])
+            except NotFound:
+                pass
+        ws = job.get("workspace")
+        if ws and Path(ws).is_relative_to(self.jobs_dir):
+            shutil.rmtree(ws, ignore_errors=True)
+
+    # -- reads (history jobs, and what peers ask of jobs run here) --------------------------------
+
+    async def get(self, key: JobKey) -> dict:
+        """A history job with its metric summary; ``NotFound`` if this node has none (a record
+        of a cluster's job that the cluster no longer knows is being forgotten: not found)."""
+        def read() -> dict:
+            job = self.records.get_job(key.project, key.number)
+            if job.get("attempt", 0) != 0:
+                raise NotFound(f"job {key} does not exist", code="job_not_found", hint="floyd status lists jobs")
+            job["metrics"] = self.records.metric_summary(key.project, key.number)
+            return job
+        return await asyncio.to_thread(read)
+
+    async def history(self, project: str | None, states: list[str] | None) -> list[dict]:
+        """This node's history jobs (attempt 0), newest first, with their metric summaries."""
+        def query() -> list[dict]:
+            jobs = [j for j in self.records.list_jobs(project, states) if j.get("attempt", 0) == 0]
+            for job in jobs:
+                job["metrics"] = self.records.metric_summary(job["project"], job["number"])
+            return jobs
+        return await asyncio.to_thread(query)
+
+    async def events(self, key: JobKey) -> list[dict]:
+        return await asyncio.to_thread(self.records.events, key.project, key.number)
+
+    async def metrics(self, key: JobKey) -> dict:
+        """Every metric series and system sample of the job."""
+        def read() -> dict:
+            self.records.get_job(key.project, key.number)
+            series = self.records.metric_series(key.project, key.number)
+            return {"metrics": {k: [list(p) for p in v] for k, v in series.items()},
+                    "system": self.records.system_samples(key.project, key.number)}
+        return await asyncio.to_thread(read)
+
+    async def read_log(self, key: JobKey, offset: int) -> tuple[bytes, bool]:
+        """Up to :data:`LOG_CHUNK` bytes of the log from ``offset``, and whether the job has
+        ended (what was read then is all there will be). Placed here but without a record
+        yet: nothing so far."""
+        record = await asyncio.to_thread(self.record, key)
+        if record is None:
+            return b"", False
+        final = record["state"] in FINAL_STATES
+        if not record.get("workspace"):
+            return b"", final
+        return await asyncio.to_thread(_read_from, Path(record["workspace"]) / "job.log", offset), final
+
+    async def stop(self, key: JobKey, reason: str) -> None:
+        """Stop a history job (the runtime records its end)."""
+        record = await asyncio.to_thread(self.records.get_job, key.project, key.number)
+        if record["state"] in FINAL_STATES:
+            raise Conflict(f"job {key} already ended ({record['state']})", hint="nothing to stop")
+        if record["state"] == "queued" and tuple(key) not in self.runtime.running():
+            await asyncio.to_thread(self.records.set_state, key.project, key.number, "stopped", reason)
+        else:
+            await self.runtime.stop_job(key.project, key.number, reason)
+
+    async def delete(self, key: JobKey) -> dict:
+        """Delete a history job that ended."""
+        record = await asyncio.to_thread(self.records.get_job, key.project, key.number)
+        if record["state"] not in FINAL_STATES:
+            raise Conflict(f"job {key} is {record['state']}", hint=f"stop it first: floyd stop {key}")
+        await asyncio.to_thread(self.remove, record)
+        return record
+
+    async def output_tree(self, job: dict) -> ObjectId:
+        return (await asyncio.to_thread(self.store.catalog.resolve, output_ref(job))).tree
+
+
+def code_pin(key: JobKey) -> str:
+    """The gc pin that keeps a job's code snapshot for as long as the job exists."""
+    return f"job:{key}"
+
+
+def output_ref(job: dict) -> str:
+    """The dataset version of a job's /output; ``NotFound`` with why when there is none."""
+    if not job.get("output_version"):
+        hint = "it has not ended yet" if job["state"] not in FINAL_STATES else "it saved nothing to /output"
+        raise NotFound(f"job {job['id']} has no output", hint=hint)
+    return job["output_version"]
+
+
+def _read_from(path: Path, offset: int, limit: int = LOG_CHUNK) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except FileNotFoundError:
+        return b""
