@@ -97,9 +97,11 @@ def state_style(state: str | None) -> str:
 
 
 def health_style(health: str | None) -> str:
+    """The daemon's node health (:data:`floydd.api.schemas.Health`): healthy green; stale (its
+    heartbeats stopped coming) or draining yellow; off, down or unknown red."""
     if health == "healthy":
         return "green"
-    if health in ("suspect", "degraded", "joining", "leaving", "draining"):
+    if health in ("stale", "draining"):
         return "yellow"
     return "bold red"
 

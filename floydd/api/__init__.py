@@ -7,7 +7,10 @@ JSON errors at the edge. The node-to-node API is :mod:`floydd.daemon.peers`.
 
 from __future__ import annotations
 
-from aiohttp import web
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # importing floydd.api.schemas (plain types) must not load aiohttp
+    from aiohttp import web
 
 __all__ = ["routes"]
 

@@ -101,26 +101,36 @@ class LocalJobs:
             job = self.records.get_job(key.project, key.number)
             if job.get("attempt", 0) != 0:
                 raise NotFound(f"job {key} does not exist", code="job_not_found", hint="floyd status lists jobs")
-            job["metrics"] = self.records.metric_summary(key.project, key.number)
-            return job
+            return self._history_view(job)
         return await asyncio.to_thread(read)
+
+    def _history_view(self, job: dict) -> dict:
+        """A record of this node's history in the shape of a cluster job (API and CLI)."""
+        job.update(history=True, metrics=self.records.metric_summary(job["project"], job["number"]),
+                   attempts=0, parts=[], stop_requested="", origin="", endpoint=None)
+        return job
 
     async def history(self, project: str | None, states: list[str] | None) -> list[dict]:
         """This node's history jobs (attempt 0), newest first, with their metric summaries."""
         def query() -> list[dict]:
-            jobs = [j for j in self.records.list_jobs(project, states) if j.get("attempt", 0) == 0]
-            for job in jobs:
-                job["metrics"] = self.records.metric_summary(job["project"], job["number"])
-            return jobs
+            return [self._history_view(j) for j in self.records.list_jobs(project, states) if j.get("attempt", 0) == 0]
         return await asyncio.to_thread(query)
 
     async def events(self, key: JobKey) -> list[dict]:
-        return await asyncio.to_thread(self.records.events, key.project, key.number)
+        """What this node recorded of the job; none yet for a job placed here moments ago."""
+        def read() -> list[dict]:
+            try:
+                return self.records.events(key.project, key.number)
+            except NotFound:
+                return []
+        return await asyncio.to_thread(read)
 
     async def metrics(self, key: JobKey) -> dict:
-        """Every metric series and system sample of the job."""
+        """Every metric series and system sample of the job (none yet for a job placed here
+        moments ago)."""
         def read() -> dict:
-            self.records.get_job(key.project, key.number)
+            if self.record(key) is None:
+                return {"metrics": {}, "system": []}
             series = self.records.metric_series(key.project, key.number)
             return {"metrics": {k: [list(p) for p in v] for k, v in series.items()},
                     "system": self.records.system_samples(key.project, key.number)}
@@ -149,12 +159,12 @@ class LocalJobs:
             await self.runtime.stop_job(key.project, key.number, reason)
 
     async def delete(self, key: JobKey) -> dict:
-        """Delete a history job that ended."""
-        record = await asyncio.to_thread(self.records.get_job, key.project, key.number)
-        if record["state"] not in FINAL_STATES:
-            raise Conflict(f"job {key} is {record['state']}", hint=f"stop it first: floyd stop {key}")
-        await asyncio.to_thread(self.remove, record)
-        return record
+        """Delete a history job that ended; the job as it was."""
+        job = await self.get(key)
+        if job["state"] not in FINAL_STATES:
+            raise Conflict(f"job {key} is {job['state']}", hint=f"stop it first: floyd stop {key}")
+        await asyncio.to_thread(self.remove, job)
+        return job
 
     async def output_tree(self, job: dict) -> ObjectId:
         return (await asyncio.to_thread(self.store.catalog.resolve, output_ref(job))).tree

@@ -63,7 +63,7 @@ def job_view(job: dict, node_names: dict[str, str]) -> dict:
                 metrics=dict(job["summary"].get("metrics") or {}), workspace="", agent_pid=None,
                 latest=None, attempt=job["attempts"],
                 parts=[{**part, "node": node_names.get(part["node"], part["node"]), "node_id": part["node"]}
-                       for part in job.get("parts") or ()])
+                       for part in job.get("parts") or ()], history=False)
     view["data"] = view["data"] or []
     return view
 
@@ -242,7 +242,8 @@ class JobService:
             except (Unavailable, NotFound) as exc:
                 ran = [{"seq": None, "ts": self._clock(), "kind": "note", "data": None,
                         "message": f"the events of the box that ran it are unavailable: {exc.message}"}]
-        return sorted(decided + ran, key=lambda e: e["ts"] or 0)
+        said = {e["message"] for e in ran}           # a move both recorded, once
+        return sorted([e for e in decided if e["message"] not in said] + ran, key=lambda e: e["ts"] or 0)
 
     async def metrics(self, key: str) -> dict:
         job = await self.get(key, stale=True)
@@ -354,4 +355,4 @@ class JobService:
 
 def _history(job: dict) -> bool:
     """A job from this node's records alone (not in the cluster's state)."""
-    return "node_id" not in job
+    return job.get("history", False)

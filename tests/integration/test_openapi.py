@@ -41,3 +41,57 @@ def test_every_schema_reference_resolves_and_request_bodies_are_the_models_types
     submit = doc["components"]["schemas"]["Submission"]
     assert set(submit["required"]) == {"project", "command"}
     assert {"gpus", "nodes", "data", "params", "max_runtime", "idem_key", "code_tree"} <= set(submit["properties"])
+
+
+ANSWERS = {
+    ("get", "/v1/info"): "Info", ("get", "/v1/nodes"): "Node[]", ("get", "/v1/jobs"): "Job[]",
+    ("post", "/v1/jobs"): "Job", ("get", "/v1/jobs/{project}/{number}"): "Job",
+    ("delete", "/v1/jobs/{project}/{number}"): "Job", ("get", "/v1/jobs/{project}/{number}/wait"): "Job",
+    ("post", "/v1/jobs/{project}/{number}/stop"): "Job", ("post", "/v1/jobs/{project}/{number}/restart"): "Job",
+    ("get", "/v1/jobs/{project}/{number}/metrics"): "Metrics", ("get", "/v1/compare"): "Compare",
+    ("get", "/v1/cluster"): "Cluster", ("get", "/v1/datasets"): "DatasetVersion[]",
+    ("get", "/v1/datasets/info"): "DatasetInfo", ("post", "/v1/code"): "CodeUpload",
+    ("post", "/v1/datasets/delete"): "DatasetDeleted", ("post", "/v1/store/gc"): "GcReport",
+    ("post", "/v1/cluster/tokens"): "JoinToken", ("post", "/v1/cluster/leave"): "Left",
+}
+"""Each JSON answer and the :mod:`floydd.api.schemas` type describing it (``[]``: a list of them)."""
+
+
+def _answer(op: dict) -> dict:
+    status = "201" if "201" in op["responses"] else "200"
+    return op["responses"][status]["content"]["application/json"]["schema"]
+
+
+def _name(schema: dict) -> str:
+    if schema.get("type") == "array":
+        return _name(schema["items"]) + "[]"
+    return schema["$ref"].removeprefix("#/components/schemas/")
+
+
+def test_every_json_answer_and_error_is_described_by_its_type():
+    doc = spec()
+    components = doc["components"]["schemas"]
+    json_answers = {(method, path) for path, ops in doc["paths"].items() for method, op in ops.items()
+                    if "application/json" in op["responses"].get("201", op["responses"].get("200", {})).get(
+                        "content", {})}
+    assert json_answers - {("get", "/v1/openapi.json")} == set(ANSWERS)
+    for (method, path), name in ANSWERS.items():
+        op = doc["paths"][path][method]
+        assert _name(_answer(op)) == name, (method, path)
+        assert _name(op["responses"]["default"]["content"]["application/json"]["schema"]) == "Error"
+        described = components[name.removesuffix("[]")]
+        assert described["type"] == "object" and described["properties"] and described["required"], name
+
+
+def test_the_answers_require_what_the_tui_and_the_cli_read():
+    schemas = spec()["components"]["schemas"]
+    assert {"id", "state", "node", "user", "gpus", "resources", "metrics", "waiting_for", "created", "started",
+            "ended", "exit_code", "output_version", "params", "data", "command", "message"} <= set(
+        schemas["Job"]["required"])
+    assert {"parts", "events"} <= set(schemas["Job"]["properties"]) - set(schemas["Job"]["required"])
+    assert {"id", "name", "role", "health", "cpus", "memory_total", "gpus", "gpu_source"} <= set(
+        schemas["Node"]["required"])
+    assert "healthy" in schemas["Node"]["properties"]["health"]["enum"]
+    assert {"index", "utilization", "memory_used", "job"} <= set(schemas["Gpu"]["required"])
+    assert set(schemas["Metrics"]["required"]) == {"metrics", "system"}
+    assert {"name", "version", "files", "size", "created", "held_by"} <= set(schemas["DatasetVersion"]["required"])

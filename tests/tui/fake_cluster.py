@@ -1,8 +1,9 @@
 """A made-up cluster with the daemon API's shapes, for TUI tests and the TUI bench.
 
 :class:`FakeCluster` holds nodes, GPUs and jobs generated from a seed; its
-methods answer like :class:`floydd.client.Client` (same names, same JSON
-shapes, the same :mod:`floydd.errors` for bad requests). Nothing reads the
+methods answer like :class:`floydd.client.Client` (same names, the same JSON
+shapes, the same :mod:`floydd.errors` for bad requests): ``test_tui_contract.py``
+holds its answers and a real daemon's to :mod:`floydd.api.schemas`. Nothing reads the
 wall clock: time is ``cluster.now`` and moves only with :meth:`FakeCluster.tick`,
 so the same arguments give the same answers (snapshot tests rely on it).
 :class:`FakeClient` is the in-process client; ``stub_api.py`` serves the same
@@ -35,13 +36,14 @@ class FakeCluster:
     def __init__(self, *, nodes: int = 3, gpus: int | tuple[int, ...] = (4, 2, 0), jobs: int = 14,
                  projects: tuple[str, ...] = PROJECTS, now: float = NOW, seed: int = 1,
                  unhealthy: tuple[str, ...] = ("cyrene",)) -> None:
+        """``unhealthy`` nodes are ``stale`` (their heartbeats stopped coming)."""
         self.now = now
         self.rng = random.Random(seed)
         counts = gpus if isinstance(gpus, tuple) else (gpus,) * nodes
         self.nodes = [self._node(i, counts[i]) for i in range(nodes)]
         for node in self.nodes:
             if node["name"] in unhealthy:
-                node["health"] = "suspect"
+                node["health"] = "stale"
         self.jobs: dict[str, dict] = {}
         self._summary_cache: dict[tuple[str, int], dict] = {}
         self._make_jobs(jobs, projects)
@@ -52,8 +54,9 @@ class FakeCluster:
         name = NAMES[i] if i < len(NAMES) else f"ws{i:02d}"
         role = "leader" if i == 0 else "voter" if i < 5 else "learner"
         return {
-            "name": name, "role": role, "health": "healthy", "address": f"10.0.0.{i + 10}:7443",
-            "hostname": f"{name}.lab", "cpus": 32, "cpu_percent": 10.0 + (i * 7) % 50,
+            "id": _node_id(name), "name": name, "role": role, "health": "healthy",
+            "address": f"10.0.0.{i + 10}:7443", "hostname": f"{name}.lab", "cpus": 32,
+            "cpu_percent": 10.0 + (i * 7) % 50,
             "memory_total": 128 * GIB, "memory_available": (96 - (i * 5) % 40) * GIB,
             "disk_path": "/var/lib/floydd", "disk_total": 2048 * GIB, "disk_free": (1500 - i * 11) * GIB,
             "gpu_source": "fake" if gpus else "none",
@@ -85,7 +88,9 @@ class FakeCluster:
                 job.update(state=kind, started=started, ended=started + 60.0 * (FINISHED_POINTS + n % 9),
                            exit_code={"success": 0, "failed": 1, "stopped": -15, "timeout": -9}[kind],
                            output_version=f"{job['id']}/output:1" if kind == "success" else None,
-                           node=self.nodes[n % len(self.nodes)]["name"])
+                           attempt=1, attempts=1)
+                ran_on = self.nodes[n % len(self.nodes)]
+                job.update(node=ran_on["name"], node_id=ran_on["id"])
                 job["message"] = {"failed": "exit code 1: CUDA out of memory", "timeout": "max runtime exceeded"}.get(kind, "")
             self.jobs[job["id"]] = job
         self._refresh_gpus()
@@ -99,10 +104,12 @@ class FakeCluster:
             "params": {"lr": lr, "batch": str(32 << (number % 3)), "optimizer": ("adam", "sgd")[number % 2]},
             "code_tree": f"{zlib.crc32(key.encode()):08x}" * 4,
             "data": [{"ref": f"{project}-data:{1 + number % 3}", "tree": f"{number:064x}", "mount": "/input"}],
-            "resources": {"gpus": wants, "cpu": False}, "gpus": [], "env": "pytorch-2.13", "message": "",
-            "mode": "command", "max_runtime": None, "created": created, "started": None, "ended": None,
-            "exit_code": None, "output_version": None, "node": None, "workspace": None, "agent_pid": None,
-            "user": USERS[(number + len(project)) % len(USERS)], "waiting_for": None,
+            "resources": {"gpus": wants, "cpu": False}, "gpus": [], "env": "default", "message": "",
+            "mode": "job", "max_runtime": None, "created": created, "started": None, "ended": None,
+            "exit_code": None, "output_version": None, "node": "", "node_id": None, "workspace": "",
+            "agent_pid": None, "latest": None, "attempt": 0, "attempts": 0, "stop_requested": "",
+            "origin": self.nodes[0]["id"] if self.nodes else "", "endpoint": None, "parts": [],
+            "user": USERS[(number + len(project)) % len(USERS)], "waiting_for": "",
         }
 
     def _place(self, job: dict) -> bool:
@@ -112,8 +119,9 @@ class FakeCluster:
             if node["health"] == "healthy" and len(free) >= wants:
                 for g in free[:wants]:
                     g["job"] = job["id"]
-                job.update(node=node["name"], gpus=[g["index"] for g in free[:wants]],
-                           agent_pid=20000 + job["number"], workspace=f"/var/lib/floydd/jobs/{job['id']}")
+                job.update(node=node["name"], node_id=node["id"], gpus=[g["index"] for g in free[:wants]],
+                           attempt=1, attempts=1, agent_pid=20000 + job["number"],
+                           workspace=f"/var/lib/floydd/jobs/{job['id']}")
                 return True
         return False
 
@@ -191,11 +199,13 @@ class FakeCluster:
 
     def info(self) -> dict:
         leader = self.nodes[0]["name"] if self.nodes else "?"
+        leader_id = self.nodes[0]["id"] if self.nodes else ""
         return {"version": "0.1.0", "node": leader, "pid": 4242, "state_dir": "/var/lib/floydd",
                 "socket": "/var/lib/floydd/api.sock", "log": "/var/lib/floydd/floydd.log",
                 "started": self.now - 18000, "uptime": 18000.0, "sandbox": "bwrap",
                 "running": sum(j["state"] == "running" for j in self.jobs.values()),
-                "role": "leader", "cluster_size": len(self.nodes)}
+                "role": "leader", "cluster_size": len(self.nodes),
+                "cluster": leader_id, "leader": leader_id or None}
 
     def list_nodes(self) -> list[dict]:
         return self.nodes
@@ -238,7 +248,7 @@ class FakeCluster:
                 if g["job"] == key:
                     g["job"] = None
         job.update(state="stopped", ended=self.now, exit_code=-15, message="stopped by user")
-        return job
+        return {**job, "metrics": self._summary(job)}
 
     def restart(self, key: str, overrides: dict) -> dict:
         old = self.get(key)
@@ -247,7 +257,7 @@ class FakeCluster:
         job["params"] = {**old["params"], **(overrides.get("params") or {})}
         job["command"] = old["command"]
         self.jobs[job["id"]] = job
-        return job
+        return {**job, "metrics": {}}
 
     def compare(self, keys: list[str]) -> dict:
         jobs = [self.get(k) for k in keys]
@@ -313,3 +323,8 @@ class FakeClient:
 
     def compare(self, keys: list[str]) -> dict:
         return self._enter("compare").compare(list(keys))
+
+
+def _node_id(name: str) -> str:
+    """A node's id: 16 hex digits, as the daemon's."""
+    return f"{zlib.crc32(name.encode()):08x}{zlib.crc32(name[::-1].encode()):08x}"

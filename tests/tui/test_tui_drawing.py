@@ -72,7 +72,7 @@ def test_cluster_rows_put_gpus_under_their_node_with_their_job(client: FakeClien
     user = client.cluster.jobs[holder]["user"]
     assert gpu0[-1][0] == f"{holder} · {user}"
     assert rows[6].cells[-1] == ("idle", "dim")
-    assert "no GPUs" in rows[-1].cells[-1][0] and rows[-1].cells[2] == ("suspect", "yellow")
+    assert "no GPUs" in rows[-1].cells[-1][0] and rows[-1].cells[2] == ("stale", "yellow")
 
 
 def test_job_rows_filter_and_sort(client: FakeClient) -> None:

@@ -49,10 +49,10 @@ async def test_banner_while_the_daemon_is_gone_and_recovery_on_the_same_socket(s
             await until(pilot, lambda: f"no floydd daemon answers at {socket_path}" in plain(banner),
                         what="the reason in the banner")
             assert len(app.screen.query_one(RowTable).rows) == 9  # last data kept
-            cluster.nodes[1]["health"] = "suspect"  # changed while it was away
+            cluster.nodes[1]["health"] = "stale"  # changed while it was away
             server.start()
             await until(pilot, lambda: not banner.display, what="recovery")
-            await until(pilot, lambda: app.screen.query_one(RowTable).rows[5].cells[2] == ("suspect", "yellow"))
+            await until(pilot, lambda: app.screen.query_one(RowTable).rows[5].cells[2] == ("stale", "yellow"))
             assert len(connects) >= 2  # it looked for the daemon again
             assert app.is_running and app._exception is None
     finally:

@@ -23,18 +23,34 @@ def test_the_cli_loads_neither_textual_nor_aiohttp_nor_the_daemon():
         assert heavy not in loaded, f"floyd's CLI imports {heavy}"
 
 
-def test_the_core_never_imports_the_tui():
-    offenders = []
-    for path in (ROOT / "floydd").rglob("*.py"):
+def _imports(folder: Path) -> list[tuple[str, str]]:
+    """(file, imported module) for every import under ``folder``."""
+    found = []
+    for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names
-                          if n.split(".")[0] == "textual" or n.startswith("floydd.tui")]
+            found += [(str(path.relative_to(ROOT)), n) for n in names]
+    return found
+
+
+def test_the_core_never_imports_the_tui():
+    offenders = [f"{path}: {n}" for path, n in _imports(ROOT / "floydd")
+                 if n.split(".")[0] == "textual" or n.startswith("floydd.tui")]
     assert offenders == []
+
+
+def test_routes_never_import_the_composition_root_and_decisions_stay_pure():
+    """``api/`` holds routes and middleware: the daemon builds the app and imports them, not
+    the other way round. ``decide`` and the scheduler import no I/O."""
+    assert [f"{p}: {n}" for p, n in _imports(ROOT / "floydd" / "api") if n.startswith("floydd.daemon")] == []
+    pure = [(p, n) for p, n in _imports(ROOT / "floydd" / "scheduler") + _imports(ROOT / "floydd" / "jobs")
+            if p.endswith(("decide.py",)) or "/scheduler/" in p]
+    allowed = ("__future__", "dataclasses", "typing", "heapq", "collections", "floydd.model", "floydd.scheduler")
+    assert [f"{p}: {n}" for p, n in pure if not n.startswith(allowed)] == []
 
 
 def test_the_daemon_app_factory_does_not_load_textual():

@@ -68,8 +68,9 @@ async def test_a_clean_shutdown_hands_over_leadership_and_a_learner_is_promoted(
     assert old.id not in roles(new)[0] + roles(new)[1]
     # (on a loaded machine the new leader may drop the learner before hearing from it; it then
     # asks for its seat again, so allow for that round trip)
-    await cluster.wait_for(lambda: spare.id in roles(new)[0], timeout=10, what="autopilot to promote the learner")
-    assert len(roles(new)[0]) == 3
+    # and a voter it missed for a moment on a busy box is dropped and comes back the same way
+    await cluster.wait_for(lambda: spare.id in roles(new)[0] and len(roles(new)[0]) == 3, timeout=10,
+                           what="autopilot to promote the learner, three voters")
     assert (await new.service.submit_job(SPEC, "after"))["id"] == "m/1"
     assert new.service.state.nodes[old.id]["status"] == "off"
 
