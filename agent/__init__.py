@@ -6,6 +6,7 @@ reports through ``status.json``. Modules:
 
     spec        AgentSpec: what the daemon asks the agent to run (spec.json)
     status      Status: what the agent reports (status.json, rewritten atomically)
+    stop        what the daemon asks when it ends a job: outcome and reason (the stop file)
     sandbox     the bubblewrap command line and the job's environment
     capture     stdout/stderr pipes -> job.log lines ``<ts> <o|e> <text>``
     supervisor  the main loop: spawn, capture, max-runtime, stop, final status

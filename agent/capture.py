@@ -48,12 +48,21 @@ class LogWriter:
                 self._out.append(b"%.6f %s " % (ts, stream) + rest + b"\n")
                 self._partial[stream] = b""
 
+    def drop(self) -> None:
+        """Forget what is queued (it could not be written: the disk is full)."""
+        self._out.clear()
+
     def write(self) -> None:
-        """Append what is queued to the log in one write."""
+        """Append what is queued to the log in one write (what was written stays written
+        when it raises: the rest stays queued)."""
         if not self._out:
             return
         data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
         self._out.clear()
         view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError:
+            self._out.append(bytes(view))
+            raise

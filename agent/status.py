@@ -13,6 +13,8 @@ a reader sees either the previous or the next status, never a torn one::
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 from dataclasses import asdict, dataclass, replace
@@ -68,8 +70,19 @@ def read_status(workspace: Path) -> Status | None:
 
 
 def write_status(workspace: Path, status: Status) -> None:
-    """Replace status.json; the final (exited) status is also flushed to disk."""
-    atomic_write(Path(workspace) / "status.json", status.to_json().encode(), durable=status.exited)
+    """Replace status.json; the final (exited) status is also flushed to disk.
+
+    On a full disk, where not even a small new file can be made, the status is written
+    over the old one in place (its blocks are already allocated), padded with spaces to
+    the old length so a reader sees the old or the new JSON, never a mix of two lengths.
+    """
+    path = Path(workspace) / "status.json"
+    data = status.to_json().encode()
+    try:
+        atomic_write(path, data, durable=status.exited)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _overwrite(path, data, durable=status.exited):
+            raise
 
 
 def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
@@ -77,14 +90,35 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _overwrite(path: Path, data: bytes, *, durable: bool) -> bool:
+    """Write ``data`` over ``path`` in place; False when there is no such file."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        os.pwrite(fd, data.ljust(size, b" "), 0)
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    return True
 
 
 _boot_time: float | None = None

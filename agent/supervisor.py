@@ -9,16 +9,21 @@ job and a wakeup pipe for signals. Bursts are read 64 KiB at a time and written 
 ``job.log`` in one write per burst; after a burst it naps a few milliseconds so a job
 printing many short lines is read in few large gulps rather than one wakeup per line.
 
-Termination: on SIGTERM/SIGINT (the daemon's ``floyd stop``; reason from the
-``stop`` file) or when ``max_runtime`` passes, every process of the job gets SIGTERM
-and, ``stop_grace`` seconds later, SIGKILL. The agent is a child subreaper, so
-processes the job leaves behind stay its descendants; when the job's main process
-ends they are killed, and the job counts as over.
+Termination: on SIGTERM/SIGINT (the daemon's ``floyd stop``; outcome and reason from
+the ``stop`` file, :mod:`floydd.agent.stop`) or when ``max_runtime`` passes, every process
+of the job gets SIGTERM and, ``stop_grace`` seconds later, SIGKILL. The agent is a child
+subreaper, so processes the job leaves behind stay its descendants; when the job's main
+process ends they are killed, and the job counts as over.
+
+A full disk: when ``job.log`` cannot be written for lack of space the job is ended the
+same way as ``failed``, "disk full at WORKSPACE/job.log" (what it prints meanwhile is
+dropped), and the final status is written in place if a new file cannot be made.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import logging
 import os
@@ -33,6 +38,7 @@ from floydd.agent import sandbox
 from floydd.agent.capture import LogWriter
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import Status, process_start_time, write_status
+from floydd.agent.stop import read_stop
 from floydd.errors import FloyddError
 
 __all__ = ["Supervisor", "main", "outcome_of"]
@@ -45,8 +51,12 @@ NAP = 0.01
 """Pause after a burst so the job's many small writes pile up into one big read."""
 DRAIN_LIMIT = 2.0
 """After the job ended, how long to wait for its pipes to close."""
+WAIT_MAX = 60.0
+"""Longest single wait for the job's output: poll(2) takes at most ~24 days in ms, and a
+long --max-runtime must not overflow it (the loop simply waits again)."""
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def main(argv: list[str]) -> int:
@@ -94,6 +104,7 @@ class Supervisor:
         self._ending: tuple[str, str] | None = None
         self._kill_at: float | None = None
         self._killed = False
+        self._log_full = False
 
     def run(self) -> int:
         wake_r = self._install_signals()
@@ -103,7 +114,7 @@ class Supervisor:
         except (OSError, FloyddError) as exc:
             return self._finish("failed", f"cannot read spec.json: {exc}")
         if self._signalled or (self.ws / "stop").exists():
-            return self._finish("stopped", self._stop_reason())
+            return self._finish(*self._stop_request())
         try:
             launch = sandbox.build_launch(spec, self.ws, sandbox.resolve_sandbox(spec.sandbox))
         except FloyddError as exc:
@@ -128,8 +139,12 @@ class Supervisor:
         writer = LogWriter(log_fd)
         returncode = self._loop(spec, proc, writer, {out_r: b"o", err_r: b"e"}, wake_r)
         writer.flush_partial(time.time())
-        writer.write()
-        os.fsync(log_fd)
+        if not self._write_log(writer) and self._ending is None:
+            self._ending = ("failed", self._disk_full)
+        try:
+            os.fsync(log_fd)
+        except OSError as exc:
+            log.warning("could not flush job.log: %s", exc)
         os.close(log_fd)
         outcome, reason, exit_code, signame = outcome_of(returncode, self._ending)
         return self._finish(outcome, reason, exit_code=exit_code, signal=signame)
@@ -158,7 +173,7 @@ class Supervisor:
                                     None if self._killed else self._kill_at, drain_until) if t is not None]
             if pidfd is None and returncode is None:
                 timeouts.append(now + 0.05)
-            timeout = max(0.0, min(timeouts) - now) if timeouts else None
+            timeout = min(WAIT_MAX, max(0.0, min(timeouts) - now)) if timeouts else None
             got = 0
             for key, _ in sel.select(timeout):
                 fd = key.fd
@@ -168,11 +183,12 @@ class Supervisor:
                     _drain_fd(wake_r)
                 elif fd == pidfd:
                     sel.unregister(pidfd)
-            writer.write()
+            if not self._write_log(writer) and returncode is None and self._ending is None:
+                self._terminate(spec, proc, ("failed", self._disk_full))
             now = time.monotonic()
             if returncode is None and self._ending is None:
                 if self._signalled:
-                    self._terminate(spec, proc, ("stopped", self._stop_reason()))
+                    self._terminate(spec, proc, self._stop_request())
                 elif deadline is not None and now >= deadline:
                     self._terminate(spec, proc, ("timeout", f"exceeded --max-runtime {spec.max_runtime:g}s"))
             if self._kill_at is not None and not self._killed and now >= self._kill_at and returncode is None:
@@ -261,12 +277,29 @@ class Supervisor:
                 except psutil.Error:
                     pass
 
-    def _stop_reason(self) -> str:
+    def _write_log(self, writer: LogWriter) -> bool:
+        """Append what was read to job.log; False (and it is dropped) when the disk is full.
+        After a first failure nothing more is written: what the daemon frees to record
+        the job's end is not for its last lines."""
         try:
-            text = (self.ws / "stop").read_text(errors="replace").strip()
-        except OSError:
-            text = ""
-        return text or "stopped"
+            if not self._log_full:
+                writer.write()
+                return True
+        except OSError as exc:
+            if exc.errno not in _NO_SPACE:
+                raise
+            log.warning("job.log cannot be written: %s", exc)
+            self._log_full = True
+        writer.drop()
+        return False
+
+    @property
+    def _disk_full(self) -> str:
+        return f"disk full at {self.ws / 'job.log'}"
+
+    def _stop_request(self) -> tuple[str, str]:
+        """``(outcome, reason)`` the daemon asked for (a stop without a file: stopped)."""
+        return read_stop(self.ws) or ("stopped", "stopped")
 
     def _finish(self, outcome: str, reason: str, **fields) -> int:
         self.status = self.status.evolve(state="exited", ended=time.time(), outcome=outcome, reason=reason,

@@ -3,10 +3,18 @@
 Synchronous and light (``http.client`` over the daemon's unix socket or TCP), so
 ``floyd`` starts fast; the TUI calls it from a worker thread. Every daemon error
 comes back as the :mod:`floydd.errors` class the daemon raised, with its hint.
+
+Every streamed answer ends with an explicit end record: NDJSON streams with a
+``{"result": ...}`` or ``{"error": ...}`` event, job logs with an end frame
+(:mod:`floydd.logframe`), tars with their announced length. An answer that stops
+before its end means the daemon died mid-command: it is raised as
+:class:`~floydd.errors.Unavailable` with code :data:`GONE`, never taken as a short
+but complete answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -16,9 +24,13 @@ import urllib.parse
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
-from floydd.errors import InvalidSpec, Unavailable, from_payload
+from floydd import logframe
+from floydd.errors import InternalError, InvalidSpec, Unavailable, from_payload
 
-__all__ = ["Client"]
+__all__ = ["Client", "GONE"]
+
+GONE = "daemon_gone"
+"""The code of the error raised when the daemon stops answering in the middle of an answer."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -42,17 +54,26 @@ Progress = Callable[[int, "int | None"], object]
 
 
 class _Counted:
-    """A file or response read in blocks, reporting ``progress(done, total)`` as it goes."""
+    """A file or response read in blocks, reporting ``progress(done, total)`` as it goes;
+    ``cut()``: the error for a response that breaks or ends short of ``total``."""
 
-    def __init__(self, src: IO[bytes], total: int | None, progress: Progress | None) -> None:
-        self.src, self.total, self.progress, self.done = src, total, progress, 0
+    def __init__(self, src: IO[bytes], total: int | None, progress: Progress | None,
+                 cut: Callable[[], Exception] | None = None) -> None:
+        self.src, self.total, self.progress, self.done, self.cut = src, total, progress, 0, cut
 
     @classmethod
     def file(cls, f: IO[bytes], progress: Progress | None) -> _Counted:
         return cls(f, os.fstat(f.fileno()).st_size - f.tell(), progress)
 
     def read(self, size: int = -1) -> bytes:
-        data = self.src.read(size)
+        try:
+            data = self.src.read(size)
+        except (http.client.HTTPException, OSError):
+            if self.cut is None:
+                raise
+            raise self.cut() from None
+        if not data and size and self.cut is not None and self.total is not None and self.done < self.total:
+            raise self.cut()                # an answer shorter than announced: cut short
         self.done += len(data)
         if self.progress is not None:
             self.progress(self.done, self.total)
@@ -60,16 +81,18 @@ class _Counted:
 
 
 class Client:
-    """Talks to one daemon, on a unix socket path or ``host:port``."""
+    """Talks to one daemon, on a unix socket path or ``host:port``; ``log_path``: where that
+    daemon logs, when known (named in the hint when it goes away)."""
 
     def __init__(self, socket_path: Path | None = None, *, address: str | None = None,
-                 token: str | None = None, timeout: float | None = 30.0) -> None:
+                 token: str | None = None, timeout: float | None = 30.0, log_path: Path | None = None) -> None:
         if (socket_path is None) == (address is None):
             raise ValueError("give exactly one of socket_path and address")
         self.socket_path = socket_path
         self.address = address
         self.token = token
         self.timeout = timeout
+        self.log_path = log_path
 
     @property
     def remote(self) -> bool:
@@ -117,14 +140,17 @@ class Client:
                               hint="start one with `floydd start`, or run any `floyd` command to start one") from None
         except socket.timeout:
             conn.close()
-            raise Unavailable(f"floydd at {self.where} did not answer in time",
-                              hint="check the daemon log; `floydd status` shows whether it is alive") from None
+            raise self._slow() from None
+        except (http.client.HTTPException, ConnectionResetError, BrokenPipeError):
+            conn.close()                # it took the request, then closed without (a whole) answer
+            raise self._gone() from None
         except OSError as exc:
             conn.close()
             raise Unavailable(f"cannot talk to floydd at {self.where}: {exc}",
                               hint="check that the daemon is running: `floydd status`") from None
         if resp.status >= 400:
-            raw = resp.read()
+            with self._reading():
+                raw = resp.read()
             conn.close()
             try:
                 payload = json.loads(raw)
@@ -136,24 +162,60 @@ class Client:
     def _call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         conn, resp = self._open(method, path, body, **kw)
         try:
-            raw = resp.read()
+            with self._reading():
+                raw = resp.read()
         finally:
             conn.close()
         return json.loads(raw) if raw else None
 
     def _stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Iterator[dict]:
-        """An NDJSON stream: one event per line; an ``error`` event is raised."""
+        """An NDJSON stream: one event per line, up to the ``result`` event; an ``error`` event
+        is raised, and so is a stream that stops before either (the daemon went away)."""
         conn, resp = self._open(method, path, body, timeout=None, **kw)
         try:
-            for line in resp:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                if "error" in event:
-                    raise from_payload(event, 500)
-                yield event
+            with self._reading():
+                for line in resp:
+                    if not line.endswith(b"\n"):
+                        break           # a last line cut in the middle
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        raise InternalError(f"floydd at {self.where} sent a malformed event: {line[:200]!r}",
+                                            hint="this is a bug; see the daemon log") from None
+                    if "error" in event:
+                        raise from_payload(event, 500)
+                    yield event
+                    if "result" in event:
+                        return
+            raise self._gone()
         finally:
             conn.close()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Reading an answer's body: a connection that breaks is the daemon going away."""
+        try:
+            yield
+        except socket.timeout:
+            raise self._slow() from None
+        except (http.client.HTTPException, OSError):
+            raise self._gone() from None
+
+    def _slow(self) -> Unavailable:
+        return Unavailable(f"floydd at {self.where} did not answer in time",
+                           hint="check the daemon log; `floydd status` shows whether it is alive")
+
+    def _gone(self) -> Unavailable:
+        """The daemon stopped in the middle of an answer (it died, or the connection broke)."""
+        if self.remote:
+            check = "check the daemon on that box with `floydd status`"
+        else:
+            log = self.log_path if self.log_path is not None and self.log_path.exists() else None
+            check = "check it with `floydd status`" + (f" and its log {log}" if log else "")
+        return Unavailable(f"the floydd daemon at {self.where} went away in the middle of this command",
+                           code=GONE, hint=f"{check}; then run the command again")
 
     # -- daemon -----------------------------------------------------------------------
 
@@ -205,11 +267,22 @@ class Client:
 
     def logs(self, job: str, *, follow: bool = False, offset: int = 0, rank: int | None = None) -> Iterator[bytes]:
         """Raw log lines (``b"<ts> <o|e> <text>\\n"``), following until the job ends; ``rank``:
-        a part of a distributed job."""
+        a part of a distributed job. Raises when the log stopped before its end frame
+        (:mod:`floydd.logframe`): why the daemon said, or :data:`GONE`."""
         query = {"follow": int(follow), "offset": offset, **({"rank": rank} if rank is not None else {})}
         conn, resp = self._open("GET", f"/v1/jobs/{_job_path(job)}/logs", query=query, timeout=None)
         try:
-            yield from resp
+            token = resp.getheader(logframe.HEADER)
+            if not token:
+                raise InternalError(f"floydd at {self.where} sent a log without an end marker "
+                                    f"({logframe.HEADER} header)",
+                                    hint="the daemon is of another floydd version: update it (`floydd --version`)")
+            with self._reading():
+                end = yield from logframe.unframe(resp, token)
+            if end is None:
+                raise self._gone()
+            if "error" in end:
+                raise from_payload(end, 503)
         finally:
             conn.close()
 
@@ -266,7 +339,7 @@ class Client:
         conn, resp = self._open("GET", path, query=query, timeout=None)
         try:
             total = int(resp.getheader("Content-Length") or 0) or None
-            return unpack_into(_Counted(resp, total, progress), dest)
+            return unpack_into(_Counted(resp, total, progress, cut=self._gone), dest)
         finally:
             conn.close()
 
@@ -276,8 +349,8 @@ class Client:
     def delete_dataset(self, ref: str) -> dict:
         return self._call("POST", "/v1/datasets/delete", {"ref": ref})
 
-    def verify(self, name: str | None = None) -> Iterator[dict]:
-        return self._stream("POST", "/v1/store/verify", {"name": name})
+    def verify(self, name: str | None = None, *, repair: bool = False) -> Iterator[dict]:
+        return self._stream("POST", "/v1/store/verify", {"name": name, "repair": repair})
 
     def gc(self) -> dict:
         return self._call("POST", "/v1/store/gc", {}, timeout=None)

@@ -30,11 +30,13 @@ from floydd.errors import Conflict, InvalidName, InvalidSpec, UnsafePath
 
 __all__ = [
     "STATES", "FINAL_STATES", "ACTIVE_STATES", "TRANSITIONS", "REQUEUE", "check_state", "check_transition",
-    "PROJECT_PATTERN", "DATASET_PATTERN", "check_project", "check_dataset_name",
+    "PROJECT_PATTERN", "DATASET_PATTERN", "check_project", "check_dataset_name", "check_upload_name",
+    "MAX_PATH", "check_abs_path",
     "JobKey", "parse_job_key", "DatasetRef", "parse_ref",
     "MountRequest", "Mount", "parse_data", "check_mounts", "check_mount_target", "WORKSPACE_NAMES",
     "parse_param", "check_params", "Resources", "JobSpec", "Submission", "SPEC_FIELDS", "ENVIRONMENTS",
-    "MAX_NODES", "Restart",
+    "MAX_NODES", "MAX_GPUS", "MAX_COMMAND", "MAX_MESSAGE", "MAX_PARAMS", "MAX_PARAM_VALUE", "MAX_MOUNTS", "Restart",
+    "MAX_RUNTIME", "check_max_runtime",
 ]
 
 # -- states ------------------------------------------------------------------------------------
@@ -95,6 +97,37 @@ def check_dataset_name(name: object) -> str:
     if isinstance(name, str) and (_DATASET.fullmatch(name) or _OUTPUT.fullmatch(name)) and ".." not in name:
         return name
     raise InvalidName(f"{name!r:.80} is not a valid dataset name", hint=_DATASET_HINT)
+
+
+def check_upload_name(name: object) -> str:
+    """A name an upload may take: a dataset name, but not ``PROJECT/N/output``, which is job
+    N's output (a version under it would be mounted as that job's output). Only the runtime
+    publishes versions under such names."""
+    check_dataset_name(name)
+    output = _OUTPUT.fullmatch(name)  # type: ignore[arg-type]
+    if output:
+        project, number = output.groups()
+        raise InvalidName(f"{name} is the name of the output of job {project}/{number}; an upload cannot take it",
+                          hint=f"choose a plain name, e.g. --name {project}-{number}-output")
+    return name  # type: ignore[return-value]
+
+
+MAX_PATH = 4096
+"""The longest path (bytes, as the kernel's PATH_MAX) a request may name; a name in it at most 255."""
+
+
+def check_abs_path(path: object, what: str, *, hint: str) -> str:
+    """``path`` unchanged if it is an absolute path the kernel can take: no NUL, at most
+    :data:`MAX_PATH` bytes, each name at most 255 (it need not exist)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise UnsafePath(f"{what} must be an absolute path", hint=hint)
+    if "\0" in path:
+        raise UnsafePath(f"{what} {path[:80]!r} holds a NUL byte", hint=hint)
+    encoded = path.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_PATH or any(len(name) > 255 for name in encoded.split(b"/")):
+        raise UnsafePath(f"{what} {path[:80]!r}... is too long: paths are at most {MAX_PATH} bytes, "
+                         "each name in them at most 255", hint=hint)
+    return path
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -177,8 +210,7 @@ def check_mount_target(target: object) -> str:
     normalized, and leaving the system and the job's own folders alone (``/input``,
     ``/input/x``, ``/data`` are fine; ``/``, ``/code``, ``/output``, anything under ``/etc``,
     ``/usr``, ``/tmp``, ``/home``, ... is not)."""
-    if not isinstance(target, str) or not target.startswith("/") or "\0" in target:
-        raise UnsafePath(f"mount point {target!r:.80} must be an absolute path", hint=_MOUNT_HINT)
+    check_abs_path(target, "mount point", hint=_MOUNT_HINT)
     if posixpath.normpath(target) != target or "//" in target:
         raise UnsafePath(f"mount point {target!r:.80} is not normalized", hint=_MOUNT_HINT)
     if target == "/":
@@ -225,12 +257,19 @@ def parse_data(text: object) -> MountRequest:
     return MountRequest(ref=ref, mount=mount)
 
 
+MAX_MOUNTS = 64
+"""The most datasets one job may mount."""
+
+
 def check_mounts(items: object) -> list[MountRequest]:
     """``--data`` items (``NAME[:VER]:MOUNT`` strings or ``{"ref", "mount"}``) with their refs
     parsed and mount points normalized and checked, none twice (/etc, /proc, /code... are
     refused at submission, not at start)."""
     if not isinstance(items, (list, tuple)):
         raise InvalidSpec("data must be a list of NAME[:VERSION]:MOUNT", hint="use --data mnist:/input")
+    if len(items) > MAX_MOUNTS:
+        raise InvalidSpec(f"{len(items)} --data mounts; a job mounts at most {MAX_MOUNTS}",
+                          hint="put the data in fewer datasets, or mount a folder holding them all")
     mounts: list[MountRequest] = []
     seen: set[str] = set()
     for item in items:
@@ -252,6 +291,10 @@ def check_mounts(items: object) -> list[MountRequest]:
 # -- params ------------------------------------------------------------------------------------
 
 _PARAM_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MAX_PARAMS = 256
+"""The most params one job may have (each is a variable in its environment)."""
+MAX_PARAM_VALUE = 65536
+"""The longest param value (bytes): the kernel refuses a longer environment variable at start."""
 _RESERVED_PARAMS = frozenset({"PATH", "HOME", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTHONPATH",
                               "LD_PRELOAD", "LD_LIBRARY_PATH"})
 
@@ -266,26 +309,53 @@ def parse_param(text: object) -> tuple[str, str]:
         raise InvalidSpec(f"--param {key} would override the job's {key.upper()}", hint="pick another name")
     if "\0" in value:
         raise InvalidSpec(f"--param {key}: the value holds a NUL byte", hint="pass plain text")
+    if len(value.encode("utf-8", "surrogateescape")) > MAX_PARAM_VALUE:
+        raise InvalidSpec(f"--param {key}: the value is longer than {MAX_PARAM_VALUE} bytes",
+                          hint="put long values in a file in the code folder or a dataset, and pass its path")
     return key, value
 
 
 def check_params(raw: object) -> dict[str, str]:
     """Params as ``{KEY: VALUE}`` or a list of ``KEY=VALUE``; values become strings."""
-    if isinstance(raw, (list, tuple)):
-        return dict(parse_param(p) for p in raw)
-    if not isinstance(raw, dict):
+    if not isinstance(raw, (list, tuple, dict)):
         raise InvalidSpec("params must be an object of KEY: VALUE", hint="use --param KEY=VALUE")
-    return dict(parse_param(f"{k}={v}") for k, v in raw.items())
+    if len(raw) > MAX_PARAMS:
+        raise InvalidSpec(f"{len(raw)} params; a job takes at most {MAX_PARAMS}",
+                          hint="put the rest in a config file in the code folder")
+    if isinstance(raw, dict):
+        raw = [f"{k}={v}" for k, v in raw.items()]
+    return dict(parse_param(p) for p in raw)
 
 
 # -- the spec of a job -----------------------------------------------------------------------
 
 MAX_NODES = 64
 """The most boxes one distributed job may span."""
+MAX_GPUS = 1024
+"""The most GPUs a job may ask for on each box."""
+MAX_COMMAND = 65536
+"""The longest command (bytes): it is one argument of the shell, which the kernel caps at 128 KiB."""
+MAX_MESSAGE = 4096
+"""The longest message (characters) a job may carry."""
+MAX_RUNTIME = 30 * 24 * 3600.0
+"""The longest ``--max-runtime`` (seconds): 30 days. A job meant to run longer runs without
+one; past this a deadline is a typo (``1e300``), not a plan."""
 ENVIRONMENTS = ("default",)
 """Named environments; a project's floyd_requirements.txt adds packages on top of the chosen one."""
 SPEC_FIELDS = ("command", "params", "code_tree", "data", "resources", "env", "message", "mode", "max_runtime")
 """What a job's spec holds (in the replicated state and in each record); the rest is its state."""
+
+
+def check_max_runtime(value: object) -> float | None:
+    """``--max-runtime``: None, or a finite number of seconds above 0 and at most
+    :data:`MAX_RUNTIME` (``inf``, ``nan``, ``0`` and ``1e300`` are refused)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_RUNTIME:
+        raise InvalidSpec(f"--max-runtime {value!r:.40} must be a number of seconds above 0 and at most "
+                          f"{MAX_RUNTIME:.0f} (30 days)",
+                          hint="e.g. --max-runtime 3600; leave it out to let the job run until it ends")
+    return float(value)
 
 
 def _whole(value: object, flag: str, minimum: int) -> None:
@@ -302,11 +372,15 @@ class Resources:
 
     def __post_init__(self) -> None:
         _whole(self.gpus, "--gpu", 0)
+        if self.gpus > MAX_GPUS:
+            raise InvalidSpec(f"--gpu {str(self.gpus)[:40]} is more than {MAX_GPUS}",
+                              hint=f"use at most --gpu {MAX_GPUS}")
         if self.nodes == 0:
             raise InvalidSpec("--nodes 0: a job runs on at least one box", hint="e.g. --nodes 2")
         _whole(self.nodes, "--nodes", 1)
         if self.nodes > MAX_NODES:
-            raise InvalidSpec(f"--nodes {self.nodes} is more than {MAX_NODES}", hint=f"use at most --nodes {MAX_NODES}")
+            raise InvalidSpec(f"--nodes {str(self.nodes)[:40]} is more than {MAX_NODES}",
+                              hint=f"use at most --nodes {MAX_NODES}")
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> Resources:
@@ -373,21 +447,21 @@ class Submission:
         check_project(self.project)
         if not isinstance(self.command, str) or not self.command.strip():
             raise InvalidSpec("the command is empty", hint='give the command to run, e.g. floyd run "python train.py"')
+        if len(self.command.encode("utf-8", "surrogateescape")) > MAX_COMMAND:
+            raise InvalidSpec(f"the command is longer than {MAX_COMMAND} bytes",
+                              hint="put it in a script in the code folder and run the script")
         if not isinstance(self.message, str):
             raise InvalidSpec("the message must be text", hint='e.g. -m "bigger batch"')
+        if len(self.message) > MAX_MESSAGE:
+            raise InvalidSpec(f"the message is longer than {MAX_MESSAGE} characters", hint="say it in fewer words")
         if self.code_tree is not None:
             if not isinstance(self.code_tree, str) or not re.fullmatch(r"[0-9a-f]{64}", self.code_tree):
                 raise InvalidSpec(f"code_tree {self.code_tree!r:.80} is not a tree id",
                                   hint="leave it out and send code_path instead")
-        elif not isinstance(self.code_path, str) or not posixpath.isabs(self.code_path):
-            raise InvalidSpec("code_path must be an absolute path to the project folder",
-                              hint="run floyd from inside the project folder")
+        else:
+            check_abs_path(self.code_path, "code_path", hint="run floyd from inside the project folder")
         self.resources  # checks gpus and nodes
-        if self.max_runtime is not None and (isinstance(self.max_runtime, bool)
-                                             or not isinstance(self.max_runtime, (int, float))
-                                             or not 0 < self.max_runtime < float("inf")):
-            raise InvalidSpec(f"--max-runtime {self.max_runtime!r} must be a positive number of seconds",
-                              hint="e.g. --max-runtime 3600")
+        check_max_runtime(self.max_runtime)
         if self.env not in ENVIRONMENTS:
             raise InvalidSpec(f"unknown environment {self.env!r:.80}",
                               hint=f"available: {', '.join(ENVIRONMENTS)}; add packages with a floyd_requirements.txt")

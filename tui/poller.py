@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from floydd.client import GONE
 from floydd.errors import FloyddError, Unavailable
 from floydd.tui.snapshot import ACTIVE, Comparison, Detail, LogLine, Points, Snapshot, View, Want
 
@@ -186,8 +187,8 @@ class Poller:
         except FloyddError as exc:
             return Detail(key=key, error=exc.message)
         series, system = self._metrics(key, job.get("state"))
-        self._read_log(key, ended=job.get("state") not in ACTIVE)
-        return Detail(key=key, job=job, metrics=series, system=system, log=tuple(self._log),
+        note = self._read_log(key, ended=job.get("state") not in ACTIVE)
+        return Detail(key=key, job=job, metrics=series, system=system, log=tuple(self._log) + note,
                       log_total=self._log_total)
 
     def _metrics(self, key: str, state: Any) -> tuple[Mapping[str, Points], tuple]:
@@ -204,7 +205,9 @@ class Poller:
                 self._finished_metrics.popitem(last=False)
         return result
 
-    def _read_log(self, key: str, ended: bool) -> None:
+    def _read_log(self, key: str, ended: bool) -> tuple[LogLine, ...]:
+        """Read on in the job's log; a note line (not kept) when the daemon says the log is
+        unavailable now (the box that runs the job is away). The daemon itself gone is raised."""
         lines = self.client.logs(key, follow=False, offset=self._log_offset)
         read = 0
         try:
@@ -217,10 +220,15 @@ class Poller:
                 read += len(raw)
                 if read >= self._log_chunk:
                     break  # a long backlog: the rest next poll, the UI stays live
+        except FloyddError as exc:
+            if exc.code == GONE:
+                raise
+            return (LogLine(0.0, "e", f"[floydd] log unavailable: {exc.message}"),)
         finally:
             close = getattr(lines, "close", None)
             if close is not None:
                 close()
+        return ()
 
     def _comparison(self, keys: tuple[str, ...]) -> Comparison:
         try:

@@ -10,6 +10,9 @@ from floydd.errors import Conflict, UserError
 
 routes = web.RouteTableDef()
 
+MAX_TTL = 365 * 24 * 3600.0
+"""The longest a join token may stay valid (seconds)."""
+
 
 @routes.get("/v1/cluster")
 async def cluster(request: web.Request) -> web.Response:
@@ -26,8 +29,9 @@ async def cluster(request: web.Request) -> web.Response:
 async def create_token(request: web.Request) -> web.Response:
     """A one-time join token; only the node holding the cluster CA can make them."""
     ttl = (await body(request)).get("ttl", 24 * 3600)
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < float("inf"):
-        raise UserError(f"ttl {ttl!r} must be a positive number of seconds", hint="e.g. --ttl 3600")
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= MAX_TTL:
+        raise UserError(f"ttl {str(ttl)[:40]} must be a number of seconds above 0, at most {MAX_TTL:.0f} (a year)",
+                        hint="e.g. --ttl 3600")
     tokens = request.app[keys.TOKENS]
     if tokens is None:
         if not request.app[keys.CLUSTER].transport.advertise:

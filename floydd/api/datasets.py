@@ -4,7 +4,9 @@ The versions are the cluster's (:class:`~floydd.cluster.datasets.ClusterDatasets
 box is a cluster of one): an upload is snapshotted into this node's store and registered
 in the cluster catalog; list and info read the catalog (list shows each version's
 holders); clone first fetches what this node lacks from the holders; delete goes through
-the cluster. ``/v1/store`` (verify, gc) is this node's store.
+the cluster. ``/v1/store`` (verify, gc) is this node's store: verify with ``repair`` fetches
+good copies of damaged objects from other nodes, and gc also keeps the trees the cluster and
+the job records still name (:mod:`floydd.cluster.storecare`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,19 @@ from pathlib import Path
 from aiohttp import web
 
 from floydd.api import keys
-from floydd.api.request import body, check_dest, ndjson, reply
+from floydd.api.params import text_field
+from floydd.api.request import body, check_dest, ndjson, reply, restore_into
 from floydd.api.tarstream import received_folder, send_tree
+from floydd.cluster.storecare import named_trees, repair_damaged
 from floydd.errors import UserError
-from floydd.model import DatasetRef, check_dataset_name
+from floydd.model import DatasetRef, check_abs_path, check_upload_name
 from floydd.store.ids import ObjectId
 
 routes = web.RouteTableDef()
+
+_MESSAGE = 'a short note, e.g. -m "cleaned labels"'
+_IDEM = "leave it out; the CLI sends none"
+_REF = "write NAME, NAME:N or NAME:latest"
 
 
 @routes.get("/v1/datasets")
@@ -45,18 +53,20 @@ async def info(request: web.Request) -> web.Response:
 async def upload(request: web.Request) -> web.StreamResponse:
     """Snapshot a folder on this machine into a new version; streams progress."""
     data = await body(request)
-    return await _ingest(request, data.get("name"), data.get("path"), data.get("message") or "", data.get("idem_key"))
+    return await _ingest(request, data.get("name"), data.get("path"), text_field(data, "message", hint=_MESSAGE),
+                         text_field(data, "idem_key", limit=128, hint=_IDEM))
 
 
 @routes.post("/v1/datasets/tar")
 async def upload_tar(request: web.Request) -> web.StreamResponse:
     """The same from a folder sent as a tar (``?name=&message=``), for a client elsewhere."""
-    name = request.query.get("name") or ""
+    q = request.query
+    name = q.get("name") or ""
     if name:                                    # a bad name is refused before the upload is read
-        check_dataset_name(name)
+        check_upload_name(name)
+    message, idem_key = text_field(q, "message", hint=_MESSAGE), text_field(q, "idem_key", limit=128, hint=_IDEM)
     async with received_folder(request, what="the dataset") as (folder, _got):
-        return await _ingest(request, name, str(folder), request.query.get("message") or "",
-                             request.query.get("idem_key"))
+        return await _ingest(request, name, str(folder), message, idem_key)
 
 
 @routes.get("/v1/datasets/tar")
@@ -71,26 +81,25 @@ async def clone_tar(request: web.Request) -> web.StreamResponse:
     return await send_tree(request, ObjectId.from_hex(found["tree"]), prepare=fetch)
 
 
-async def _ingest(request: web.Request, name, path, message: str, idem_key) -> web.StreamResponse:
+async def _ingest(request: web.Request, name, path, message: str, idem_key: str) -> web.StreamResponse:
     store = request.app[keys.STORE]
     if not isinstance(name, str) or not name:
         raise UserError("name the dataset", hint="floyd data upload PATH --name NAME")
-    if not isinstance(path, str) or not os.path.isabs(path):
-        raise UserError("path must be an absolute path", hint="floyd data upload PATH --name NAME")
+    check_upload_name(name)
+    check_abs_path(path, "path", hint="floyd data upload PATH --name NAME")
     if not os.path.exists(path):
         raise UserError(f"{path} does not exist", hint="check the path you gave to floyd data upload")
     if not os.path.isdir(path):
         raise UserError(f"{path} is not a folder", hint="put the file(s) in a folder and upload the folder")
-    check_dataset_name(name)
     catalog = _catalog(request)
-    idem_key = idem_key if isinstance(idem_key, str) and idem_key else f"upload:{secrets.token_hex(16)}"
+    idem_key = idem_key or f"upload:{secrets.token_hex(16)}"
 
     def snapshot(progress):
         return store.snapshot_report(Path(path), progress=progress)
 
     async def register(result) -> dict:
         return {"result": await catalog.register(name, str(result.tree), size=result.size, files=result.files,
-                                                 message=str(message), idem_key=idem_key)}
+                                                 message=message, idem_key=idem_key)}
     return await ndjson(request, snapshot, register)
 
 
@@ -100,13 +109,13 @@ async def clone(request: web.Request) -> web.StreamResponse:
     data = await body(request)
     dest = check_dest(data.get("dest"))
     catalog = _catalog(request)
-    found = await catalog.resolve(str(data.get("ref", "")))
+    found = await catalog.resolve(text_field(data, "ref", hint=_REF))
     loop = asyncio.get_running_loop()
 
     def fetch_and_restore(progress) -> None:
         pending = catalog.ensure_local(found["tree"], found["holders"], progress=progress)
         asyncio.run_coroutine_threadsafe(pending, loop).result()
-        store.restore(ObjectId.from_hex(found["tree"]), Path(dest), progress=progress)
+        restore_into(store, ObjectId.from_hex(found["tree"]), dest, progress)
 
     async def cloned(_result) -> dict:
         return {"result": {**found, "dest": dest}}
@@ -115,7 +124,7 @@ async def clone(request: web.Request) -> web.StreamResponse:
 
 @routes.post("/v1/datasets/delete")
 async def delete(request: web.Request) -> web.Response:
-    ref = str((await body(request)).get("ref", ""))
+    ref = text_field(await body(request), "ref", hint=_REF)
     catalog = _catalog(request)
     parsed = DatasetRef.parse(ref)              # NAME: every version; NAME:latest: the newest one
     number = (await catalog.resolve(ref))["version"] if ref.endswith(":latest") else parsed.version
@@ -125,20 +134,29 @@ async def delete(request: web.Request) -> web.Response:
 
 @routes.post("/v1/store/verify")
 async def verify(request: web.Request) -> web.StreamResponse:
+    """``{"name"?, "repair"?}``: with ``repair``, damaged objects are fetched again from other nodes."""
     store = request.app[keys.STORE]
-    name = (await body(request)).get("name") or None
+    data = await body(request)
+    name = text_field(data, "name", hint="name a dataset, or leave name out to check them all") or None
+    repair = data.get("repair", False)
+    if not isinstance(repair, bool):
+        raise UserError("repair must be true or false", hint="floyd data verify --repair")
     if name is not None:
         await asyncio.to_thread(store.catalog.resolve, name)
 
     async def finish(report) -> dict:
+        if repair and report.damaged:
+            return {"result": await repair_damaged(report, store, request.app[keys.CLUSTER])}
         return {"result": report.to_dict()}
     return await ndjson(request, lambda p: store.verify(name, progress=p), finish)
 
 
 @routes.post("/v1/store/gc")
 async def gc(request: web.Request) -> web.Response:
-    store = request.app[keys.STORE]
-    report = await asyncio.to_thread(store.gc)
+    """Keeps what the local catalog names and what the cluster and the job records still name."""
+    store, cluster = request.app[keys.STORE], request.app[keys.CLUSTER]
+    jobs = await asyncio.to_thread(request.app[keys.RECORDS].list_jobs)
+    report = await asyncio.to_thread(store.gc, keep=named_trees(cluster.state, cluster.node_id, jobs))
     return reply(report.to_dict())
 
 

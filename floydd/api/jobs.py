@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import fields
-from pathlib import Path
 
 from aiohttp import web
 
+from floydd import logframe
 from floydd.api import keys
-from floydd.api.request import body, caller, check_dest, convert, ndjson, reply, typed_body
+from floydd.api.params import query_float, query_int
+from floydd.api.request import body, caller, check_dest, convert, error_event, ndjson, reply, restore_into, typed_body
 from floydd.api.tarstream import received_folder, send_tree
 from floydd.errors import Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
-from floydd.model import Restart, Submission, parse_job_key
+from floydd.model import MAX_NODES, STATES, Restart, Submission, parse_job_key
 
 routes = web.RouteTableDef()
 
 _JOB = "/v1/jobs/{project}/{number}"
+MAX_WAIT = 7 * 24 * 3600.0
+"""The longest ``timeout`` of a wait (seconds); without one a wait lasts until the job ends."""
+MAX_COMPARE = 100
+"""The most jobs one comparison takes."""
 
 
 def _key(request: web.Request) -> str:
@@ -40,7 +46,12 @@ async def upload_code(request: web.Request) -> web.Response:
 
 @routes.post("/v1/jobs")
 async def submit(request: web.Request) -> web.Response:
-    job = await request.app[keys.JOBS].submit(await typed_body(request, Submission), user=caller(request))
+    submission = await typed_body(request, Submission)
+    if submission.code_tree is None and not await asyncio.to_thread(os.path.isdir, submission.code_path):
+        raise UserError(f"code_path {submission.code_path[:200]} is not a folder on the daemon's machine",
+                        hint="run floyd from inside the project folder (from another machine, set FLOYD_HOST: "
+                             "floyd then sends the folder)")
+    job = await request.app[keys.JOBS].submit(submission, user=caller(request))
     return reply(job, status=201)
 
 
@@ -52,6 +63,9 @@ def _stale(request: web.Request) -> bool:
 async def list_jobs(request: web.Request) -> web.Response:
     """Jobs, newest first; in a cluster every node's, read through the leader unless ``stale=1``."""
     q = request.query
+    unknown = {s.strip() for s in q.get("state", "").split(",")} - set(STATES) - {""}
+    if unknown:
+        raise UserError(f"unknown job state {sorted(unknown)[0][:40]!r}", hint=f"job states are: {', '.join(STATES)}")
     return reply(await request.app[keys.JOBS].list(q.get("project"), q.get("state"), stale=_stale(request)))
 
 
@@ -74,11 +88,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 @routes.get(_JOB + "/wait")
 async def wait(request: web.Request) -> web.Response:
-    raw = request.query.get("timeout")
-    try:
-        timeout = float(raw) if raw else None
-    except ValueError:
-        raise UserError(f"timeout {raw!r} is not a number", hint="give seconds, e.g. timeout=60") from None
+    timeout = query_float(request.query, "timeout", minimum=0, maximum=MAX_WAIT,
+                          hint="give seconds, e.g. timeout=60, or leave it out to wait until the job ends")
     return reply(await request.app[keys.JOBS].wait(_key(request), timeout))
 
 
@@ -105,41 +116,38 @@ async def delete(request: web.Request) -> web.Response:
 
 @routes.get(_JOB + "/logs")
 async def logs(request: web.Request) -> web.StreamResponse:
-    """The raw job log from ``offset``; with ``follow=1`` until the job has ended."""
+    """The raw job log from ``offset``; with ``follow=1`` until the job has ended. The answer
+    ends with an end frame (:mod:`floydd.logframe`): one that stops without it was cut short."""
     service = request.app[keys.JOBS]
     config = request.app[keys.CONFIG]
     key = _key(request)
     follow = request.query.get("follow") in ("1", "true", "yes")
-    try:
-        offset = max(0, int(request.query.get("offset", "0")))
-    except ValueError:
-        raise UserError("offset must be a whole number", hint="offset=0 reads from the start") from None
-    rank = request.query.get("rank")
-    if rank is not None and not rank.isdigit():
-        raise UserError(f"rank {rank!r} must be a whole number", hint="rank=1 reads the second part's log")
-    rank = None if rank is None else int(rank)
-    try:                            # an unknown job or rank: an error answer, not a stream
-        first: tuple[bytes, bool] | None = await service.read_log(key, offset, rank=rank)
-    except Unavailable:
-        first = None                # said in the stream below
-    resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+    offset = query_int(request.query, "offset", 0, minimum=0, maximum=2**63 - 1, hint="offset=0 reads from the start")
+    rank = query_int(request.query, "rank", None, minimum=0, maximum=MAX_NODES - 1,
+                     hint="rank=1 reads the second part's log")
+    # an unknown job or rank, or its box away: an error answer, not a stream
+    chunk, final = await service.read_log(key, offset, rank=rank)
+    token = logframe.new_token()
+    resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8", logframe.HEADER: token})
     await resp.prepare(request)
-    while True:
-        try:
-            chunk, final = first or await service.read_log(key, offset, rank=rank)
-            first = None
-        except Unavailable as exc:  # the node that runs it went away mid-stream: say so, end cleanly
-            await resp.write(f"\n[floydd] log unavailable: {exc.message}\n".encode())
-            break
-        # while the job runs, send only whole lines; once it ended, everything
-        end = len(chunk) if final else chunk.rfind(b"\n") + 1
-        if end:
-            await resp.write(chunk[:end])
-            offset += end
-            continue
-        if not follow or final:
-            break
-        await asyncio.sleep(config.tail_interval)
+    try:
+        while True:
+            # while the job runs, send only whole lines; once it ended, everything
+            end = len(chunk) if final else chunk.rfind(b"\n") + 1
+            if end:
+                await resp.write(chunk[:end])
+                offset += end
+            elif not follow or final:
+                break
+            else:
+                await asyncio.sleep(config.tail_interval)
+            chunk, final = await service.read_log(key, offset, rank=rank)
+        last = {"result": {"offset": offset}}
+    except ConnectionError:
+        raise                       # the client went away: nobody to tell
+    except Exception as exc:        # e.g. the box that runs the job went away mid-stream
+        last = error_event(exc)
+    await resp.write(logframe.frame(token, last))
     await resp.write_eof()
     return resp
 
@@ -148,7 +156,7 @@ async def _restore(request: web.Request, which: str) -> web.StreamResponse:
     store = request.app[keys.STORE]
     dest = check_dest((await body(request)).get("dest"))
     tree = await request.app[keys.JOBS].tree_for(_key(request), which)
-    return await ndjson(request, lambda progress: store.restore(tree, Path(dest), progress=progress),
+    return await ndjson(request, lambda progress: restore_into(store, tree, dest, progress),
                         finish=_done(dest))
 
 
@@ -186,6 +194,8 @@ async def compare(request: web.Request) -> web.Response:
     names = [j for j in request.query.get("jobs", "").split(",") if j]
     if len(names) < 1:
         raise UserError("name at least one job", hint="floyd compare digits/1 digits/2")
+    if len(names) > MAX_COMPARE:
+        raise UserError(f"{len(names)} jobs to compare; at most {MAX_COMPARE} at once", hint="compare fewer jobs")
     service = request.app[keys.JOBS]
     jobs = [await service.get(n) for n in names]
     params = sorted({p for j in jobs for p in j["params"]})

@@ -14,7 +14,9 @@ import floydd
 from floydd.api.request import reply
 from floydd.api.schemas import (Cluster, CodeUpload, Compare, DatasetDeleted, DatasetInfo, DatasetVersion, Error,
                                 GcReport, Info, Job, JoinToken, Left, Metrics, Node)
-from floydd.model import Restart, Submission
+from floydd.api.cluster import MAX_TTL
+from floydd.api.jobs import MAX_WAIT
+from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
 
 routes = web.RouteTableDef()
 
@@ -24,18 +26,29 @@ _REFS, COMPONENTS = msgspec.json.schema_components(_TYPES, ref_template="#/compo
 """One components table: the request bodies are the job model's types (:mod:`floydd.model`), which
 the API decodes with msgspec; the answers are :mod:`floydd.api.schemas`, which the contract test
 holds the daemon (and the TUI's test double) to."""
+COMPONENTS["Restart"]["additionalProperties"] = False     # the handler refuses what a restart cannot change
 
 
 def _schema(kind: type) -> dict:
     return _REFS[_TYPES.index(kind)]
 
 
-_JOB = [{"name": "project", "in": "path", "required": True, "schema": {"type": "string"}},
-        {"name": "number", "in": "path", "required": True, "schema": {"type": "integer"}}]
+_JOB = [{"name": "project", "in": "path", "required": True,
+         "schema": {"type": "string", "pattern": f"^(?:{PROJECT_PATTERN})$"}},
+        {"name": "number", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1,
+                                                                      "maximum": 10**18 - 1}}]
 _ERROR = {"description": "error", "content": {"application/json": {"schema": _schema(Error)}}}
 _NDJSON = {"content": {"application/x-ndjson": {"schema": {"type": "object"}}}}
-_DEST = {"required": True, "content": {"application/json": {"schema": {
-    "type": "object", "required": ["dest"], "properties": {"dest": {"type": "string"}}}}}}
+_TEXT = {"type": "string"}
+
+
+def _json(required: tuple[str, ...] = (), **properties: dict) -> dict:
+    """A JSON object body with these ``properties`` (it may be left out when none is required)."""
+    return {"required": bool(required), "content": {"application/json": {"schema": {
+        "type": "object", "required": list(required), "properties": properties}}}}
+
+
+_DEST = _json(("dest",), dest=_TEXT)
 
 
 def _op(summary: str, answer: type | None = None, *, params=None, body=None, stream=False, status="200") -> dict:
@@ -54,8 +67,14 @@ def _op(summary: str, answer: type | None = None, *, params=None, body=None, str
     return op
 
 
-def _q(*names: str) -> list[dict]:
-    return [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}} for n in names]
+def _q(*names: str, **typed: dict) -> list[dict]:
+    """Optional query parameters: ``names`` are text, ``typed`` have the schemas given."""
+    return [{"name": n, "in": "query", "required": False, "schema": schema}
+            for n, schema in [*((n, _TEXT) for n in names), *typed.items()]]
+
+
+_LOG_QUERY = _q("follow", offset={"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                rank={"type": "integer", "minimum": 0, "maximum": MAX_NODES - 1})
 
 
 _TAR = {"required": True, "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}
@@ -82,14 +101,18 @@ PATHS = {
                                     "delete": _op("Delete an ended job, its records and output", Job, params=_JOB)},
     "/v1/jobs/{project}/{number}/metrics": {"get": _op("Metric series and system samples", Metrics, params=_JOB)},
     "/v1/jobs/{project}/{number}/wait": {"get": _op("Block until the job ended (or timeout seconds passed)", Job,
-                                                    params=_JOB + _q("timeout"))},
+                                                    params=_JOB + _q(timeout={"type": "number", "minimum": 0,
+                                                                              "maximum": MAX_WAIT}))},
     "/v1/jobs/{project}/{number}/stop": {"post": _op("Stop a queued or running job", Job, params=_JOB)},
     "/v1/jobs/{project}/{number}/restart": {"post": _op("Run the job again with overrides", Job, params=_JOB,
                                                         body=_body(Restart), status="201")},
     "/v1/jobs/{project}/{number}/logs": {"get": {
-        **_op("The job log, raw lines '<ts> <o|e> <text>'; rank: a part of a distributed job (default 0)",
-              params=_JOB + _q("offset", "follow", "rank")),
-        "responses": {"200": {"description": "log", "content": {"text/plain": {"schema": {"type": "string"}}}},
+        **_op("The job log, raw lines '<ts> <o|e> <text>', then the end frame '<token> {\"result\"|\"error\": ...}' "
+              "(token: the Floydd-Log-End header); rank: a part of a distributed job (default 0)",
+              params=_JOB + _LOG_QUERY),
+        "responses": {"200": {"description": "log", "content": {"text/plain": {"schema": {"type": "string"}}},
+                              "headers": {"Floydd-Log-End": {"schema": {"type": "string"},
+                                                             "description": "the token of the end frame"}}},
                       "default": _ERROR}}},
     "/v1/jobs/{project}/{number}/output": {"post": _op("Restore the job's /output into dest", params=_JOB,
                                                        body=_DEST, stream=True)},
@@ -101,19 +124,26 @@ PATHS = {
     "/v1/jobs/{project}/{number}/code.tar": {"get": _op_tar("The job's code snapshot as a tar", params=_JOB)},
     "/v1/datasets/tar": {
         "get": _op_tar("Dataset version ref=NAME[:N] as a tar", params=_q("ref")),
-        "post": _op("Upload a folder sent as a tar as the next version of ?name=", params=_q("name", "message"),
-                    body=_TAR, stream=True)},
+        "post": _op("Upload a folder sent as a tar as the next version of ?name=",
+                    params=_q("name", "message", "idem_key"), body=_TAR, stream=True)},
     "/v1/compare": {"get": _op("Params and last/best metrics of jobs side by side", Compare, params=_q("jobs"))},
     "/v1/datasets": {"get": _op("Dataset versions", list[DatasetVersion], params=_q("name")),
-                     "post": _op("Upload a folder as a new dataset version", stream=True)},
+                     "post": _op("Upload a folder on the daemon's machine as a new dataset version (not as "
+                                 "PROJECT/N/output: that is a job's output)", stream=True,
+                                 body=_json(("name", "path"), name=_TEXT, path=_TEXT, message=_TEXT,
+                                            idem_key=_TEXT))},
     "/v1/datasets/info": {"get": _op("One dataset version and its files", DatasetInfo, params=_q("ref"))},
-    "/v1/datasets/clone": {"post": _op("Restore a dataset version into dest", body=_DEST, stream=True)},
-    "/v1/datasets/delete": {"post": _op("Delete a dataset version or a whole dataset", DatasetDeleted)},
-    "/v1/store/verify": {"post": _op("Re-read and re-hash every object (or one dataset's)", stream=True)},
+    "/v1/datasets/clone": {"post": _op("Restore a dataset version into dest", stream=True,
+                                       body=_json(("ref", "dest"), ref=_TEXT, dest=_TEXT))},
+    "/v1/datasets/delete": {"post": _op("Delete a dataset version or a whole dataset", DatasetDeleted,
+                                        body=_json(("ref",), ref=_TEXT))},
+    "/v1/store/verify": {"post": _op("Re-read and re-hash every object (or one dataset's)", stream=True,
+                                     body=_json(name=_TEXT, repair={"type": "boolean"}))},
     "/v1/store/gc": {"post": _op("Remove objects no version or running upload needs", GcReport)},
     "/v1/cluster": {"get": _op("Membership: this node, the leader, voters and learners", Cluster)},
     "/v1/cluster/tokens": {"post": _op("Make a one-time join token (on the node holding the CA)", JoinToken,
-                                       status="201")},
+                                       status="201", body=_json(ttl={"type": "number", "exclusiveMinimum": 0,
+                                                                     "maximum": MAX_TTL}))},
     "/v1/cluster/leave": {"post": _op("Leave the cluster for good", Left)},
     "/v1/openapi.json": {"get": _op("This document")},
 }

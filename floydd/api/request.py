@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import math
-import os
 import pwd
 import socket
 import struct
 import time
+from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
 
 import msgspec
 from aiohttp import web
 
 from floydd import log
-from floydd.errors import FloyddError, InternalError, UserError
+from floydd.api.params import check_json, too_deep
+from floydd.errors import FloyddError, InternalError, StoreFull, UserError
+from floydd.model import check_abs_path
 
-__all__ = ["body", "typed_body", "convert", "caller", "ndjson", "Progress", "check_dest", "reply", "dumps"]
+__all__ = ["body", "typed_body", "convert", "caller", "ndjson", "error_event", "Progress", "check_dest",
+           "restore_into", "reply", "dumps"]
 
 T = TypeVar("T")
 
@@ -54,12 +58,18 @@ async def body(request: web.Request) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_not_json)
     except ValueError as exc:
         raise UserError(f"request body is not valid JSON: {exc}", hint="send a JSON object") from None
+    except RecursionError:                  # nested past what the decoder can follow
+        raise too_deep() from None
     if not isinstance(data, dict):
         raise UserError("request body must be a JSON object", hint="send {...}, not a list or a value")
-    return data
+    return check_json(data)
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 async def typed_body(request: web.Request, kind: type[T]) -> T:
@@ -124,6 +134,8 @@ async def ndjson(request: web.Request, work: Callable[[Progress], Any],
 
     The result event is ``finish(result)`` (or ``{"result": result}``); an error
     becomes a final ``{"error": ...}`` event, since the status line is already sent.
+    Either is the stream's end record: a client takes a stream without one as cut
+    short (the daemon died), never as complete.
     """
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await resp.prepare(request)
@@ -141,12 +153,8 @@ async def ndjson(request: web.Request, work: Callable[[Progress], Any],
         try:
             result = task.result()
             event = await finish(result) if finish else {"result": result}
-        except FloyddError as exc:
-            event = exc.to_payload()
         except Exception as exc:  # reported as JSON: no traceback reaches the user
-            log.api.exception("streamed request failed")
-            event = InternalError(f"internal error: {type(exc).__name__}: {exc}",
-                                  hint="this is a bug; see the daemon log").to_payload()
+            event = error_event(exc)
         await resp.write(dumps(event).encode() + b"\n")
     except (ConnectionError, asyncio.CancelledError) as exc:
         progress.cancelled = True  # the client went away: stop the work at its next report
@@ -159,7 +167,28 @@ async def ndjson(request: web.Request, work: Callable[[Progress], Any],
     return resp
 
 
+def error_event(exc: Exception) -> dict:
+    """The ``{"error": ...}`` end record of a stream that failed after its status line went
+    out; anything but a :class:`FloyddError` is a bug, logged with its traceback here."""
+    if isinstance(exc, FloyddError):
+        return exc.to_payload()
+    log.api.error("streamed request failed", exc_info=exc)
+    return InternalError(f"internal error: {type(exc).__name__}: {exc}",
+                         hint="this is a bug; see the daemon log").to_payload()
+
+
 def check_dest(path: Any) -> str:
-    if not isinstance(path, str) or not os.path.isabs(path):
-        raise UserError("dest must be an absolute path", hint="the CLI sends an absolute path; pass one")
-    return path
+    return check_abs_path(path, "dest", hint="the CLI sends an absolute path; pass one")
+
+
+def restore_into(store, tree, dest: str, progress: Progress) -> None:
+    """``store.restore(tree, dest)``, where a dest the daemon cannot write (its parent not
+    creatable, e.g. under /proc) is the caller's mistake, said as such, not a bug."""
+    try:
+        store.restore(tree, Path(dest), progress=progress)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreFull(f"no space left on the device of {dest}", hint="free disk space there, or restore "
+                                                                           "somewhere else") from None
+        raise UserError(f"cannot restore into {dest}: {exc.strerror or exc}",
+                        hint="choose a folder the daemon's user can create and write") from None

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import click
 
+from floydd.cli import exits
 from floydd.client import Client
 from floydd.config import default_state_dir, socket_path_for
 from floydd.errors import FloyddError, Unavailable
@@ -35,11 +36,11 @@ def connect(*, autostart: bool = True) -> Client:
         return Client(address=host, token=os.environ.get("FLOYD_TOKEN"))
     explicit = os.environ.get("FLOYDD_STATE_DIR")
     state_dir = Path(explicit).expanduser().absolute() if explicit else default_state_dir()
-    client = Client(socket_path_for(state_dir))
+    client = Client(socket_path_for(state_dir), log_path=state_dir / "floydd.log")
     if client.ping():
         return client
     if not explicit:
-        system = Client(socket_path_for(SYSTEM_STATE_DIR))
+        system = Client(socket_path_for(SYSTEM_STATE_DIR), log_path=SYSTEM_STATE_DIR / "floydd.log")
         if system.socket_path.exists() and system.ping():
             return system
     if not autostart:
@@ -73,7 +74,8 @@ def _start_background(state_dir: Path, client: Client) -> None:
 
 
 def handle_errors(fn: Callable) -> Callable:
-    """Turn FloyddError into 'error: message' + hint on stderr and exit 1; never a traceback."""
+    """Turn FloyddError into 'error: message' + hint on stderr and exit 1; never a traceback
+    (the codes: :mod:`floydd.cli.exits`)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -82,7 +84,7 @@ def handle_errors(fn: Callable) -> Callable:
             fail(exc.message, exc.hint)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
-            sys.exit(130)
+            sys.exit(exits.INTERRUPTED)
         except BrokenPipeError:
             sys.exit(0)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
@@ -95,11 +97,12 @@ def handle_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def fail(message: str, hint: str = "") -> None:
+def fail(message: str, hint: str = "", code: int = exits.ERROR) -> None:
+    """Say what went wrong (one line) and what to do, on stderr; exit with ``code``."""
     click.echo(f"error: {message}", err=True)
     if hint:
         click.echo(f"  hint: {hint}", err=True)
-    sys.exit(1)
+    sys.exit(code)
 
 
 def echo_json(data: Any) -> None:

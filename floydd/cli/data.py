@@ -11,6 +11,7 @@ import click
 
 from floydd.cli.common import connect, echo_json, fail, handle_errors, human_bytes
 from floydd.cli.progress import follow_progress, transfer_bar
+from floydd.model import check_upload_name
 
 __all__ = ["data"]
 
@@ -32,6 +33,7 @@ def upload(path: Path, name: str, message: str, as_json: bool) -> None:
     Unchanged data is not stored twice; an interrupted upload run again skips
     what is already stored.
     """
+    check_upload_name(name)                 # before the folder is read or sent
     path = path.expanduser().absolute()
     if not path.exists():
         fail(f"{path} does not exist", "give the folder to upload")
@@ -126,19 +128,32 @@ def delete(ref: str, yes: bool) -> None:
 
 @data.command()
 @click.argument("name", required=False)
+@click.option("--repair", is_flag=True,
+              help="Fetch good copies of damaged objects from other nodes (in a cluster); say what could not be.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def verify(name: str | None, as_json: bool) -> None:
-    """Re-read and re-hash every stored object (or those of dataset NAME)."""
-    report = follow_progress(connect().verify(name), "verifying")
+def verify(name: str | None, repair: bool, as_json: bool) -> None:
+    """Re-read and re-hash every stored object (or those of dataset NAME).
+
+    Exits 1 while anything is damaged. An upload of the same data writes good copies over
+    damaged ones; --repair fetches them from other nodes of the cluster.
+    """
+    report = follow_progress(connect().verify(name, repair=repair), "verifying")
     if as_json:
         echo_json(report)
     damaged = report.get("damaged") or []
     if not as_json:
         click.echo(f"checked {report.get('objects', 0)} objects, {human_bytes(report.get('bytes', 0))}")
+        for item in report.get("repaired") or []:
+            click.echo(f"REPAIRED {item['object']} (a good copy from another node)")
         for item in damaged:
             users = ", ".join(item.get("versions") or []) or "no dataset version"
             click.echo(f"DAMAGED {item['object']}: {item.get('error', 'failed verification')} (used by {users})")
+            if item.get("repair"):
+                click.echo(f"  not repaired: {item['repair']}")
+        if damaged and not repair:
+            click.echo("  hint: floyd data verify --repair fetches good copies from other nodes; uploading the "
+                       "same data again writes good copies too", err=True)
     if damaged:
         sys.exit(1)
 

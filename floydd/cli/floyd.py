@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 import floydd
-from floydd.cli import data, jobs, nodes, project, run, top
+from floydd.cli import data, exits, jobs, nodes, project, run, top
 
 __all__ = ["main", "cli"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=exits.HELP)
 @click.version_option(floydd.__version__, prog_name="floyd")
 def cli() -> None:
     """Run, track and compare experiments on your lab's own GPU boxes.

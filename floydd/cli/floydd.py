@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from floydd.cli import cluster
 from floydd.cli.common import echo_json, handle_errors, human_duration
 from floydd.client import Client
 from floydd.config import load
-from floydd.errors import Unavailable
+from floydd.errors import Conflict, Unavailable
 
 __all__ = ["main", "cli"]
 
@@ -95,6 +96,54 @@ def stop(state_dir, config_file, timeout) -> None:
             return
         time.sleep(0.05)
     raise Unavailable(f"floydd (pid {pid}) did not stop within {timeout:.0f}s", hint=f"kill {pid}")
+
+
+@cli.command()
+@_config_options
+@click.option("--dry-run", is_flag=True, help="Only say what is damaged and what would be done; change nothing.")
+@handle_errors
+def repair(state_dir, config_file, dry_run) -> None:
+    """Rebuild what can be rebuilt of damaged state files (the daemon must be stopped).
+
+    Checks records.db, the store's catalog and key, and the cluster log (integrity_check);
+    each damaged file is set aside as NAME.damaged-WHEN (never deleted) and made anew from
+    what is left: readable rows, the trees in the store, the cluster's catalog, the job
+    records. Says what it could not recover. Exits 1 if something is still untrusted.
+    """
+    from floydd.daemon.main import StateLock
+    from floydd.daemon.repair import repair as run_repair
+    config = load({"state_dir": state_dir}, file=config_file)
+    lock = StateLock(config)
+    try:
+        lock.acquire()
+    except Conflict:
+        raise Conflict(f"floydd is running on {config.state_dir}",
+                       hint=f"stop it first (floydd stop --state-dir {config.state_dir}), then repair") from None
+    try:
+        report = run_repair(config, dry_run=dry_run)
+    finally:
+        lock.release()
+    if not report.found:
+        click.echo(f"nothing to repair in {config.state_dir}: every file can be trusted")
+        return
+    click.echo("cannot be trusted:")
+    for finding in report.found:
+        click.echo(f"  {finding}")
+    click.echo("would do (nothing was changed):" if dry_run else "done:")
+    for line in report.done:
+        click.echo(f"  {line}")
+    if report.lost:
+        click.echo("could not be recovered:")
+        for line in report.lost:
+            click.echo(f"  {line}")
+    if dry_run:
+        click.echo(f"run `floydd repair --state-dir {config.state_dir}` to do it")
+        return
+    if report.left:
+        for finding in report.left:
+            click.echo(f"still cannot be trusted: {finding}", err=True)
+        sys.exit(1)
+    click.echo(f"repaired: floydd can start (floydd start --state-dir {config.state_dir})")
 
 
 for _command in (cluster.init, cluster.token, cluster.join, cluster.members, cluster.leave, cluster.recover):

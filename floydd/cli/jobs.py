@@ -9,14 +9,16 @@ from pathlib import Path
 
 import click
 
+from floydd.cli import exits
 from floydd.cli.common import connect, echo_json, fail, handle_errors, human_duration
 from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.client import Client
-from floydd.errors import UserError
+from floydd.errors import FloyddError, UserError
 from floydd.model import FINAL_STATES
 
-__all__ = ["status", "info", "logs", "stop", "output", "clone", "delete", "compare", "follow_logs", "print_final"]
+__all__ = ["status", "info", "logs", "stop", "output", "clone", "delete", "compare", "follow_logs", "follow_to_end"]
+
 
 def _table(headers: list[str], rows: list[list[str]]) -> None:
     from rich import box
@@ -148,6 +150,8 @@ def _resources_text(resources: dict) -> str:
 
 
 def follow_logs(client: Client, key: str, *, timestamps: bool, follow: bool = True, rank: int | None = None) -> None:
+    """Print the job's output (the text of each log line); a log that stops before its end
+    raises (the daemon went away, or said why)."""
     out = sys.stdout
     for raw in client.logs(key, follow=follow, rank=rank):
         line = raw.decode(errors="replace")
@@ -166,15 +170,30 @@ def follow_logs(client: Client, key: str, *, timestamps: bool, follow: bool = Tr
         out.flush()
 
 
-def print_final(job: dict) -> None:
+def follow_to_end(client: Client, key: str) -> None:
+    """``floyd run -f``: print the job's output until it ends, say how it ended, and exit with
+    its code (:func:`floydd.cli.exits.of_job`); losing track of it exits
+    :data:`~floydd.cli.exits.NOT_FOLLOWED`, Ctrl-C leaves it running."""
+    try:
+        follow_logs(client, key, timestamps=False)
+        job = client.wait(key)
+    except FloyddError as exc:
+        fail(exc.message, f"{exc.hint + '; ' if exc.hint else ''}the job may still be running: floyd status {key}",
+             code=exits.NOT_FOLLOWED)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: job {key} keeps running (floyd logs -f {key}; floyd stop {key})", err=True)
+        sys.exit(exits.INTERRUPTED)
+    _print_final(job)
+    sys.exit(exits.of_job(job))
+
+
+def _print_final(job: dict) -> None:
     reason = f": {job['reason']}" if job.get("reason") else ""
     click.echo(f"job {job['id']} {job['state']}{reason}", err=True)
     if job.get("metrics"):
         click.echo("  " + _metrics_text(job["metrics"], limit=10), err=True)
     if job.get("output_version"):
         click.echo(f"  output: {job['output_version']}   (floyd output {job['id']})", err=True)
-    if job["state"] != "success":
-        sys.exit(1)
 
 
 @click.command()

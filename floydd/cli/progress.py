@@ -7,15 +7,18 @@ import contextlib
 import sys
 from typing import Callable, Iterator
 
+from floydd.errors import InternalError
+
 __all__ = ["follow_progress", "transfer_bar"]
 
 
 def follow_progress(events: Iterator[dict], label: str) -> dict:
-    """Draw progress events until the result; returns the result."""
+    """Draw progress events until the result; returns the result. The client raises a stream
+    that ends without one (the daemon went away); an iterator that still does is a bug."""
     from rich.console import Console
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                                TransferSpeedColumn)
-    result: dict = {}
+    result: dict | None = None
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), transient=False, disable=not sys.stderr.isatty(),
                   console=Console(stderr=True)) as bar:
@@ -26,6 +29,9 @@ def follow_progress(events: Iterator[dict], label: str) -> dict:
                 bar.update(task, completed=done, total=total)
             elif "result" in event:
                 result = event["result"]
+    if not isinstance(result, dict):
+        raise InternalError(f"{label}: the daemon's answer ended without a result",
+                            hint="this is a bug in floyd; run again with FLOYD_DEBUG=1 and report it")
     return result
 
 

@@ -8,12 +8,12 @@ import uuid
 import click
 
 from floydd.cli.common import connect, echo_json, handle_errors
-from floydd.cli.jobs import follow_logs, print_final
+from floydd.cli.jobs import follow_to_end
 from floydd.cli.progress import transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.errors import InvalidSpec, Unavailable
 from floydd.jobs.gang import check_gang_command
-from floydd.model import Resources, check_mounts, check_params
+from floydd.model import Resources, check_max_runtime, check_mounts, check_params
 
 __all__ = ["run", "restart"]
 
@@ -45,8 +45,10 @@ class _OptionalGpuCount(click.Command):
               help="Mount a dataset version read-only, e.g. mnist:/input or digits/2/output:/model. Repeatable.")
 @click.option("--env", default="default", show_default=True, help="Environment to run in.")
 @click.option("-m", "--message", default="", help="A note recorded with the job.")
-@click.option("-f", "--follow", is_flag=True, help="Stream the logs until the job ends.")
-@click.option("--max-runtime", type=float, default=None, metavar="SECONDS", help="Stop the job after this long.")
+@click.option("-f", "--follow", is_flag=True,
+              help="Stream the logs until the job ends, then exit with its exit code (floyd --help lists them).")
+@click.option("--max-runtime", type=float, default=None, metavar="SECONDS",
+              help="Stop the job after this long (more than 0, at most 30 days).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Recorded with the job and passed to it as an environment variable. Repeatable.")
 @click.option("--mode", default="job", show_default=True, type=click.Choice(["job"]), help="Run mode.")
@@ -68,8 +70,7 @@ def run(gpu, cpu, nodes, data, env, message, follow, max_runtime, params, mode, 
         raise InvalidSpec("--gpu and --cpu exclude each other", hint="pick one")
     if gpu is not None and gpu < 1:
         raise InvalidSpec(f"--gpu {gpu}: ask for at least one GPU", hint="or use --cpu")
-    if max_runtime is not None and not 0 < max_runtime < float("inf"):
-        raise InvalidSpec("--max-runtime must be a positive number of seconds", hint="e.g. --max-runtime 3600")
+    check_max_runtime(max_runtime)
     Resources(gpus=gpu or 0, nodes=nodes)
     if nodes > 1:
         check_gang_command(text)
@@ -84,8 +85,7 @@ def run(gpu, cpu, nodes, data, env, message, follow, max_runtime, params, mode, 
     })
     _announce(job, as_json)
     if follow:
-        follow_logs(client, job["id"], timestamps=False)
-        print_final(client.wait(job["id"]))
+        follow_to_end(client, job["id"])
 
 
 @click.command(cls=_OptionalGpuCount)
@@ -96,12 +96,15 @@ def run(gpu, cpu, nodes, data, env, message, follow, max_runtime, params, mode, 
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter.")
 @click.option("--command", "command", default=None, help="Run another command with the same code.")
 @click.option("-m", "--message", default=None)
-@click.option("--max-runtime", type=float, default=None, metavar="SECONDS")
-@click.option("-f", "--follow", is_flag=True, help="Stream the logs until the job ends.")
+@click.option("--max-runtime", type=float, default=None, metavar="SECONDS",
+              help="Change the time limit (more than 0, at most 30 days).")
+@click.option("-f", "--follow", is_flag=True,
+              help="Stream the logs until the job ends, then exit with its exit code (floyd --help lists them).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def restart(job, gpu, cpu, nodes, params, command, message, max_runtime, follow, as_json) -> None:
     """Run JOB again with the same code, data and params, with overrides."""
+    check_max_runtime(max_runtime)
     overrides: dict = {}
     if gpu is not None or cpu:
         overrides["gpus"] = 0 if cpu else gpu
@@ -114,8 +117,7 @@ def restart(job, gpu, cpu, nodes, params, command, message, max_runtime, follow,
     new = client.restart(job_key(job), overrides)
     _announce(new, as_json)
     if follow:
-        follow_logs(client, new["id"], timestamps=False)
-        print_final(client.wait(new["id"]))
+        follow_to_end(client, new["id"])
 
 
 def _code(client, folder) -> dict:

@@ -117,6 +117,8 @@ def check(command: object) -> dict[str, Any]:
                               f"not {type(value).__name__}")
         if isinstance(value, str) and len(value) > _MAX_STR:
             raise InvalidSpec(f"{op}: {name} is longer than {_MAX_STR} characters")
+        if isinstance(value, str):
+            _check_text(value, f"{op}: {name}")
     for name in schema:
         if name in command and isinstance(command[name], (dict, list, tuple)):
             _check_plain(command[name], f"{op}: {name}", 0)
@@ -144,12 +146,25 @@ def _check_plain(value: object, where: str, depth: int) -> None:
     elif isinstance(value, (list, tuple)):
         for item in value:
             _check_plain(item, where, depth + 1)
+    elif isinstance(value, str):
+        _check_text(value, where)
     elif value is not None and not isinstance(value, (str, int, float, bool)):
         raise InvalidSpec(f"{where}: {type(value).__name__} values cannot be replicated")
 
 
+def _check_text(value: str, where: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSpec(f"{where} is not valid UTF-8 text (a lone surrogate)", hint="send plain UTF-8 text") from None
+
+
 def encode(command: Mapping[str, Any]) -> bytes:
-    data = msgpack.packb(command, use_bin_type=True)
+    try:
+        data = msgpack.packb(command, use_bin_type=True)
+    except (ValueError, TypeError, OverflowError) as exc:   # e.g. a lone surrogate, an int past 64 bits
+        raise InvalidSpec(f"{command.get('op')}: cannot be written to the replicated log: {exc}",
+                          hint="send plain UTF-8 text and numbers that fit in 64 bits") from None
     if len(data) > _MAX_ENTRY:
         raise InvalidSpec(f"{command.get('op')}: {len(data)} bytes is too big for the replicated log",
                           hint="keep bulky data (logs, metric series, files) out of the control plane")

@@ -17,6 +17,12 @@ queued for that task, so the core is never re-entered. Each cycle::
         node.advance(); drain the inbox again (what came in during the fsync batches up)
     snapshot + compact every ``snapshot_every`` applied entries
 
+A write that fails for lack of space (the log is on the state folder's disk, which a job
+can fill) is tried again every second until it goes through, instead of ending the loop:
+the node stands still meanwhile (proposals wait, a lone box's jobs report later) and goes
+on, with nothing lost, once space is freed; the runtime releases its reserve on a full
+disk (:mod:`floydd.runtime.disk`) so that is soon.
+
 Persist, then send: a follower acknowledges entries, and a candidate asks for votes,
 only once what the message vouches for is on disk. The leader is the exception
 (``rd.send_early``, Raft thesis 10.2.1, as etcd does): its AppendEntries go out while
@@ -50,7 +56,9 @@ leaving and autopilot in :mod:`floydd.cluster.membership` (mixins of this class)
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
+import sqlite3
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -319,6 +327,10 @@ class RaftDriver(ReadsMixin, MembershipMixin):
             except FloyddError as exc:
                 settle(fut, exc)
                 return
+            except Exception as exc:        # a bad proposal fails alone; the raft loop goes on
+                _log.exception("[%s] proposing %s failed", self.node_id, cmd.get("op"))
+                settle(fut, InternalError(f"{cmd.get('op')} could not be proposed: {exc}"))
+                return
             if entry is not None:
                 self._waiters[entry.index] = (entry.term, fut)
 
@@ -387,7 +399,7 @@ class RaftDriver(ReadsMixin, MembershipMixin):
             return
         hs = hs or self._lazy_hard_state
         self._lazy_hard_state = None
-        await self._write(self._storage.save, hs, rd.entries, rd.snapshot)
+        await self._write_durably(self._storage.save, hs, rd.entries, rd.snapshot)
         if hs is not None:
             self._durable_vote = (hs.term, hs.vote)
 
@@ -477,13 +489,28 @@ class RaftDriver(ReadsMixin, MembershipMixin):
         index = self._applied
         snap = self._node.compact(index, self.state.snapshot())
         self._snapshot_index = index
-        await self._write(self._storage.compact, snap)
+        await self._write_durably(self._storage.compact, snap)
         _log.debug("[%s] snapshot at %d, log compacted", self.node_id, index)
 
     # -- helpers -----------------------------------------------------------------------------------
 
     async def _write(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+
+    async def _write_durably(self, fn, *args):
+        """:meth:`_write`, tried again every second while the disk is full."""
+        waited = 0
+        while True:
+            try:
+                return await self._write(fn, *args)
+            except (sqlite3.OperationalError, OSError) as exc:
+                if not _disk_full(exc):
+                    raise
+                if waited % 60 == 0:
+                    _log.error("[%s] the raft log cannot be written, the disk is full (%s); trying again "
+                               "every second", self.node_id, exc)
+                waited += 1
+                await asyncio.sleep(1.0)
 
     async def _leader_change(self, timeout: float) -> None:
         try:
@@ -524,3 +551,9 @@ class RaftDriver(ReadsMixin, MembershipMixin):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)

@@ -38,7 +38,7 @@ from floydd.store.ids import ObjectId
 from floydd.store.store import Store
 from floydd.store.tree import Tree
 
-__all__ = ["store_routes", "fetch_tree", "fetch_manifest", "OBJECTS_PATH", "FETCH_CONCURRENCY"]
+__all__ = ["store_routes", "fetch_tree", "fetch_manifest", "fetch_objects", "OBJECTS_PATH", "FETCH_CONCURRENCY"]
 
 OBJECTS_PATH = "/cluster/v1/store/objects/"
 FETCH_CONCURRENCY = 4
@@ -97,12 +97,28 @@ async def fetch_manifest(store: Store, tree: str, sources: Iterable[str], transp
     return manifest
 
 
+async def fetch_objects(store: Store, oids: Iterable[ObjectId], sources: Iterable[str],
+                        transport: Fetcher) -> dict[ObjectId, str]:
+    """Good copies of ``oids`` from the ``sources`` (node ids, in order), each verified before
+    it replaces a missing or damaged copy here (``floyd data verify --repair``); id -> "" when
+    repaired, else why not."""
+    pool = _Sources(None, (s for s in sources if s != getattr(transport, "node_id", None)))
+    out: dict[ObjectId, str] = {}
+    for oid in oids:
+        try:
+            await _fetch_one(store, oid, pool, transport)
+            out[oid] = ""
+        except Unavailable as exc:
+            out[oid] = exc.message
+    return out
+
+
 # -- helpers ------------------------------------------------------------------------------
 
 class _Sources:
     """The nodes to ask, in order; one that could not be reached is asked last from then on."""
 
-    def __init__(self, tree_id: ObjectId, sources: Iterable[str]) -> None:
+    def __init__(self, tree_id: ObjectId | None, sources: Iterable[str]) -> None:
         self.tree_id = tree_id
         self.order = list(dict.fromkeys(sources))
         self.down: set[str] = set()
@@ -112,9 +128,14 @@ class _Sources:
         return [s for s in self.order if s not in self.down] + [s for s in self.order if s in self.down]
 
     def none_has(self, oid: ObjectId, why: list[str]) -> Unavailable:
-        what = "tree" if oid == self.tree_id else f"object {oid.short} of tree"
+        if self.tree_id is None:
+            what = f"object {oid.short}"
+        elif oid == self.tree_id:
+            what = f"tree {oid.short}"
+        else:
+            what = f"object {oid.short} of tree {self.tree_id.short}"
         tried = ", ".join(self.order) or "none"
-        return Unavailable(f"no node could send {what} {self.tree_id.short} (nodes tried: {tried})"
+        return Unavailable(f"no node could send {what} (nodes tried: {tried})"
                            + (f": {'; '.join(why)}" if why else ""),
                            hint="start a node that holds this data (floyd data list shows its holders), "
                                 "or upload it again")

@@ -3,7 +3,9 @@
 Each long-lived service is a ``cleanup_ctx`` context (opened in this order, closed in
 reverse), handed to the routes through :mod:`floydd.api.keys`::
 
-    records     records.db: this node's job records, metrics, events
+    records     first the start-up checks (:mod:`floydd.daemon.integrity`: a records file, catalog
+                or raft log that cannot be trusted stops the daemon here, named), then
+                records.db: this node's job records, metrics, events
     store       the encrypted store and its local catalog
     inventory   psutil + NVML samples of this node
     control     the control plane (always: a lone box is a cluster of one), the cluster's
@@ -27,6 +29,7 @@ from floydd.api import keys, routes
 from floydd.api.middleware import auth_middleware, error_middleware
 from floydd.cluster.peerstore import fetch_tree
 from floydd.config import Config
+from floydd.daemon import integrity
 from floydd.daemon.control import control_ctx
 from floydd.daemon.inventory import InventoryState
 from floydd.jobs.service import JobService
@@ -51,6 +54,7 @@ def create_app(config: Config) -> web.Application:
 async def _records_ctx(app: web.Application):
     config = app[keys.CONFIG]
     config.state_dir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(integrity.check_state, config)    # records, store and raft log: before any opens
     records = await asyncio.to_thread(Records, config.records_path)
     app[keys.RECORDS] = records
     yield

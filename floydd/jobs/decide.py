@@ -25,6 +25,12 @@ is tested directly; :class:`~floydd.jobs.reconcile.Reconciler` carries the actio
 
 A local record of ``attempt`` 0 is a job from before this node joined its cluster (its
 history): never started, stopped or reported here.
+
+A job being started here (its inputs fetched, its workspace prepared, its environment
+built: minutes, perhaps) is not decided about until the start is over; meanwhile
+:func:`call_off` says whether that start must end before the job runs (a stop was
+requested, the job ended or was deleted, another attempt replaced it), and the
+reconciler tells the runtime at once.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Mapping, Union
 from floydd.model import ACTIVE_STATES, FINAL_STATES
 
 __all__ = ["Local", "Start", "Stop", "EndLocal", "Report", "ReportFinal", "ReportProgress", "Action", "decide",
-           "part_of", "unsettled"]
+           "call_off", "part_of", "unsettled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +157,25 @@ def _ended(job: Mapping, part: Mapping, local: Local | None, held: bool) -> tupl
     if local.state == "queued":
         return (EndLocal("stopped", NEVER_STARTED),)
     return ()
+
+
+def call_off(job: Mapping | None, node: str, attempt: int) -> str:
+    """Why a start of ``attempt`` of ``job`` still in progress on ``node`` must end before the
+    job runs ("" when it goes on): the reason it ends ``stopped`` with."""
+    if job is None:
+        return "the job was deleted"
+    if job["attempts"] != attempt:
+        return f"attempt {attempt} was replaced by attempt {job['attempts']}"
+    part = part_of(job, node)
+    if part is None or job["state"] == "queued":
+        return GIVEN_UP
+    if job.get("stop_requested"):
+        return job["stop_requested"]
+    if job["state"] in FINAL_STATES:
+        return f"the job ended ({job.get('reason') or job['state']})"
+    if part["state"] not in ACTIVE_STATES:
+        return "this part of the job ended"
+    return ""
 
 
 def part_of(job: Mapping, node: str) -> dict | None:

@@ -15,6 +15,7 @@ the peer routes serve.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
@@ -178,7 +179,8 @@ def code_pin(key: JobKey) -> str:
 def output_ref(job: dict) -> str:
     """The dataset version of a job's /output; ``NotFound`` with why when there is none."""
     if not job.get("output_version"):
-        hint = "it has not ended yet" if job["state"] not in FINAL_STATES else "it saved nothing to /output"
+        hint = ("it has not ended yet" if job["state"] not in FINAL_STATES
+                else f"its /output was not saved; floyd info {job['id']} says why")
         raise NotFound(f"job {job['id']} has no output", hint=hint)
     return job["output_version"]
 
@@ -186,6 +188,8 @@ def output_ref(job: dict) -> str:
 def _read_from(path: Path, offset: int, limit: int = LOG_CHUNK) -> bytes:
     try:
         with open(path, "rb") as f:
+            if offset >= os.fstat(f.fileno()).st_size:   # past the end (a seek there can fail: EINVAL)
+                return b""
             f.seek(offset)
             return f.read(limit)
     except FileNotFoundError:

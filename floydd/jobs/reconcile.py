@@ -14,8 +14,10 @@ every job that has a part here or that the runtime holds, and carries the action
 Every step can be repeated after a crash or a lost answer: the round is driven by what is
 (the committed state, the records, the runtime), not by events, so a report that did not
 commit is simply decided again. Starts and stops run as tasks; a job being started or
-stopped here is left alone by the next rounds until its task ends. When the cluster deletes
-a job, the node forgets its part (record, code pin, output, workspace).
+stopped here is left alone by the next rounds until its task ends, except that a start
+the cluster calls off meanwhile (:func:`~floydd.jobs.decide.call_off`: a stop requested,
+the job ended) is called off in the runtime at once, so the job never runs. When the
+cluster deletes a job, the node forgets its part (record, code pin, output, workspace).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from floydd import log
 from floydd.cluster.driver import Applied
 from floydd.cluster.service import ClusterService
 from floydd.errors import Conflict, FloyddError, Unavailable
-from floydd.jobs.decide import (Action, EndLocal, Local, Report, ReportFinal, ReportProgress, Start, Stop, decide,
-                                part_of, unsettled)
+from floydd.jobs.decide import (Action, EndLocal, Local, Report, ReportFinal, ReportProgress, Start, Stop,
+                                call_off, decide, part_of, unsettled)
 from floydd.jobs.gang import free_port, gang_env, interface_for, single_box_command, torchrun_command
 from floydd.jobs.leader import REPORT_TIMEOUT, every_second_or_sooner
 from floydd.jobs.local import LocalJobs, code_pin
@@ -58,6 +60,7 @@ class Reconciler:
         self._fetch_tree = fetch_tree
         self._wake = asyncio.Event()
         self._busy: set[str] = set()                 # being started or stopped by a task
+        self._starting: dict[str, int] = {}          # being started by a task: the attempt
         self._reported: dict[str, tuple] = {}        # sent and not yet seen applied
         self._progress_due: dict[str, float] = {}
         self._waiting: dict[str, list[str]] = {}     # placed here, its GPUs held by other runs
@@ -96,6 +99,7 @@ class Reconciler:
         gpu_holder = {g: f"{p}/{n}" for (p, n), gpus in running.items() for g in gpus}
         keys = [k for k, j in list(state.jobs.items()) if unsettled(j, self.node_id)]
         keys += sorted(held - set(keys))
+        self._call_off_starts(held)
         for key in keys:
             if key in self._busy:
                 continue
@@ -117,6 +121,7 @@ class Reconciler:
         job = self.cluster.state.job(key) if key in self.cluster.state.jobs else None
         if isinstance(action, Start):
             self._busy.add(key)
+            self._starting[key] = job["attempts"]
             self._spawn(self._start(job, replace=action.replace), f"floydd.jobs.start {key}")
         elif isinstance(action, Stop):
             self._busy.add(key)
@@ -155,9 +160,7 @@ class Reconciler:
                 await asyncio.to_thread(self.local.end_unstarted, key, "failed",
                                         f"could not bring its inputs to {self.node_name}: {exc.message}")
                 return
-            current = self.cluster.state.jobs.get(job["id"]) or {}
-            if current.get("stop_requested"):
-                await asyncio.to_thread(self.local.end_unstarted, key, "stopped", current["stop_requested"])
+            if await self._called_off(job):
                 return
             part = part_of(job, self.node_id)
             command, env = single_box_command(spec["command"], len(part["gpus"])), None
@@ -167,6 +170,10 @@ class Reconciler:
                     await asyncio.to_thread(self.local.end_unstarted, key, "stopped",
                                             "the job ended or was stopped before this part started")
                     return
+                if await self._called_off(job):
+                    return
+            # no await between the last look and the runtime holding the job: a stop committed
+            # from here on is passed to the runtime by the rounds (_call_off_starts)
             await self.runtime.start_job(key.project, key.number, list(part["gpus"]), command=command, env=env)
         except Exception as exc:
             _log.exception("starting %s failed", key)
@@ -176,7 +183,25 @@ class Reconciler:
                 pass
         finally:
             self._busy.discard(job["id"])
+            self._starting.pop(job["id"], None)
             self.wake()
+
+    async def _called_off(self, job: dict) -> bool:
+        """End the local record of a start the cluster called off meanwhile (True), if it did."""
+        why = call_off(self.cluster.state.jobs.get(job["id"]), self.node_id, job["attempts"])
+        if why:
+            await asyncio.to_thread(self.local.end_unstarted, JobKey.parse(job["id"]), "stopped", why)
+        return bool(why)
+
+    def _call_off_starts(self, held: set[str]) -> None:
+        """Starts in progress that the cluster called off: the runtime ends them before the job
+        runs (it holds them from its first step; until then ``_start`` looks itself)."""
+        for key, attempt in list(self._starting.items()):
+            why = call_off(self.cluster.state.jobs.get(key), self.node_id, attempt)
+            if why and key in held:
+                project, number = JobKey.parse(key)
+                if self.runtime.request_stop(project, number, why):
+                    _log.info("%s: its start here is called off: %s", key, why)
 
     async def _gang_part(self, job: dict, part: dict) -> tuple[str | None, dict | None]:
         """This part's torchrun command and environment, once the rendezvous is committed."""

@@ -35,7 +35,7 @@ import msgpack
 from floydd import log
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.service import ClusterService
-from floydd.errors import Conflict, FloyddError, NotFound, Unavailable, UserError
+from floydd.errors import Conflict, FloyddError, NotFound, StoreFull, Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.jobs.gang import check_gang_command
 from floydd.jobs.leader import ClusterScheduler
@@ -129,6 +129,9 @@ class JobService:
             version = await self.datasets.resolve(item.ref)
             mounts.append(Mount(ref=version["ref"], tree=version["tree"], mount=item.mount))
         self._check_placeable(resources.gpus, resources.nodes)
+        if self.runtime.disk.full:     # what the runtime freed is for recording and cleaning up
+            raise StoreFull(f"{self.runtime.disk.why()}: no new job until there is room",
+                            hint="free space: floyd delete an old job, floyd data delete NAME, then floyd data gc")
         code_tree = submission.code_tree
         if code_tree is None:
             code_tree = str(await asyncio.to_thread(snapshot_code, self.store, Path(submission.code_path),

@@ -180,12 +180,14 @@ class Records:
 
     def add_metrics(self, project: str, number: int,
                     points: Iterable[tuple[str, float, int | None, float]], *,
-                    log_offset: int | None = None) -> int:
+                    log_offset: int | None = None, skipped: int = 0, first_skip: str = "") -> int:
         """Record ``(name, value, step, unix_ts)`` points in one transaction; return the count.
 
-        A batch with a non-numeric value or step raises ``InvalidSpec`` and records nothing.
-        ``log_offset``, if given, is stored in the same transaction (so the tailer's offset
-        never runs ahead of what it recorded).
+        A batch with a non-numeric value or a step that is not a 64-bit whole number raises
+        ``InvalidSpec`` and records nothing. ``log_offset``, if given, is stored in the same
+        transaction (so the tailer's offset never runs ahead of what it recorded), and so is
+        ``skipped``: metric lines the tailer skipped, added to the job's count (its one
+        ``metrics`` event, which names ``first_skip``: why the first was skipped).
         """
         if log_offset is not None:
             _check_offset(log_offset)
@@ -193,10 +195,17 @@ class Records:
         with self._db.write() as conn:
             job_id = _job_id(conn, project, number)
             count = _series.insert_metrics(conn, job_id, points, self._metric_names, fresh)
+            if skipped:
+                _series.count_skipped(conn, job_id, time.time(), skipped, first_skip)
             if log_offset is not None:
                 _set_log_offset(conn, job_id, log_offset)
         self._metric_names.update(fresh)  # only once committed: a rolled-back id must not stick
         return count
+
+    def skipped_metrics(self, project: str, number: int) -> int:
+        """How many metric lines of the job were skipped (not recorded)."""
+        with self._db.read() as conn:
+            return _series.skipped_metrics(conn, _job_id(conn, project, number))
 
     def metric_series(self, project: str, number: int,
                       name: str | None = None) -> dict[str, list[tuple[int | None, float, float]]]:

@@ -31,7 +31,7 @@ from sqlite_utils import Database, Migrations
 from floydd import log
 from floydd.errors import Conflict
 
-__all__ = ["MIGRATIONS", "migrate", "configure", "SYNCHRONOUS", "BUSY_TIMEOUT_MS"]
+__all__ = ["MIGRATIONS", "migrate", "configure", "SYNCHRONOUS", "BUSY_TIMEOUT_MS", "TABLES"]
 
 SYNCHRONOUS = "NORMAL"
 """Records survive a crash of floydd or of a job; on power loss WAL + NORMAL may drop the
@@ -49,6 +49,10 @@ JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 a large file around."""
 
 MIGRATIONS = Migrations("floydd.records")
+
+TABLES = frozenset({"_sqlite_migrations", "projects", "jobs", "metric_names", "metrics", "events", "samples"})
+"""The tables every records.db has had since its first migration (``floydd.daemon.integrity``
+checks for them; later migrations add more)."""
 
 
 @MIGRATIONS()

@@ -16,9 +16,12 @@ from typing import Any, Iterable
 from floydd.errors import InvalidSpec
 
 __all__ = ["insert_metrics", "metric_series", "metric_summary", "insert_event", "events",
-           "insert_samples", "samples"]
+           "count_skipped", "skipped_metrics", "insert_samples", "samples", "SKIPPED_KIND"]
 
 MAX_METRIC_NAME = 200
+SKIPPED_KIND = "metrics"
+"""The kind of the one event that counts a job's skipped metric lines (updated in place, so a
+job printing a million bad lines has one warning, not a million)."""
 _NAN = math.nan
 _INSERT_METRIC = "INSERT INTO metrics (job_id, name_id, step, value, ts) VALUES (?, ?, ?, ?, ?)"
 # Fold the rows just inserted (rowid > ?: one writer, so they are all ours) into metric_stats.
@@ -56,7 +59,7 @@ def insert_metrics(conn: sqlite3.Connection, job_id: int, points: Iterable[tuple
     (before,) = conn.execute("SELECT coalesce(max(rowid), 0) FROM metrics").fetchone()
     try:
         conn.executemany(_INSERT_METRIC, rows)
-    except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError) as exc:
+    except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, OverflowError) as exc:
         raise _bad_point(rows, exc) from None
     conn.execute(_UPDATE_STATS, (before,))
     return len(rows)
@@ -99,6 +102,35 @@ def events(conn: sqlite3.Connection, job_id: int, after: int) -> list[dict]:
             for seq, ts, kind, message, data in rows]
 
 
+def count_skipped(conn: sqlite3.Connection, job_id: int, ts: float, count: int, first: str) -> None:
+    """Add ``count`` metric lines to the job's skipped count: its one ``metrics`` event, made
+    (naming why the first was skipped) or updated."""
+    row = conn.execute("SELECT id, data FROM events WHERE job_id = ? AND kind = ? ORDER BY id LIMIT 1",
+                       (job_id, SKIPPED_KIND)).fetchone()
+    if row is None:
+        total, first_text = count, first
+        event_id = None
+    else:
+        event_id, data = row
+        old = json.loads(data) if data else {}
+        total, first_text = int(old.get("skipped", 0)) + count, old.get("first") or first
+    message = (f"{total} metric line{'s' if total != 1 else ''} skipped (not recorded); "
+               f"the first: {first_text}")
+    data = json.dumps({"skipped": total, "first": first_text})
+    if event_id is None:
+        conn.execute("INSERT INTO events (job_id, ts, kind, message, data) VALUES (?, ?, ?, ?, ?)",
+                     (job_id, ts, SKIPPED_KIND, message, data))
+    else:
+        conn.execute("UPDATE events SET message = ?, data = ? WHERE id = ?", (message, data, event_id))
+
+
+def skipped_metrics(conn: sqlite3.Connection, job_id: int) -> int:
+    """How many metric lines of the job were skipped."""
+    row = conn.execute("SELECT data FROM events WHERE job_id = ? AND kind = ? ORDER BY id LIMIT 1",
+                       (job_id, SKIPPED_KIND)).fetchone()
+    return int(json.loads(row[0]).get("skipped", 0)) if row and row[0] else 0
+
+
 def insert_samples(conn: sqlite3.Connection, job_id: int, samples: Iterable[dict]) -> None:
     conn.executemany(
         "INSERT INTO samples (job_id, ts, cpu_percent, rss_bytes, gpu_util, gpu_mem_bytes) "
@@ -117,11 +149,15 @@ def _bad_point(rows: list[tuple], exc: Exception) -> Exception:
     """Name the first point SQLite refused (the whole batch was rolled back)."""
     for i, (_, _, step, value, ts) in enumerate(rows):
         if not (_is_number(value) and _is_number(ts) and ts is not None
-                and (step is None or (_is_number(step) and float(step).is_integer()))):
+                and (step is None or (_is_number(step) and float(step).is_integer() and _fits(step)))):
             return InvalidSpec(f"metric point {i} of the batch is not numeric: value={value!r} step={step!r} "
                                f"ts={ts!r}; nothing of this batch was recorded",
                                hint='metric lines look like {"metric": "loss", "value": 0.3, "step": 10}')
     return exc
+
+
+def _fits(step: int | float) -> bool:
+    return -2**63 <= step < 2**63
 
 
 def _is_number(x: Any) -> bool:

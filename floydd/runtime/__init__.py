@@ -5,7 +5,9 @@
     workspace  STATE/jobs/<project>/<n>/: folders, code and data restored from the store
     envs       the job's Python: the daemon's, or a cached venv for floyd_requirements.txt
     spawn      start the detached agent, recognise it later (pid + start time), stop it
-    tail       job.log from an offset: log lines and metric points
+    tail       job.log from an offset: log lines and metric points (or skipped, counted)
+    outputs    what of /output a snapshot can hold; the rest is named and skipped
+    disk       the state folder's disk: when it is full, and a reserve to record with
 
 The agent itself (the per-job supervisor) is :mod:`floydd.agent`.
 """

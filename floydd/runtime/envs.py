@@ -32,6 +32,7 @@ from pathlib import Path
 
 from floydd import log
 from floydd.errors import InvalidSpec
+from floydd.runtime import workspace
 
 __all__ = ["python_bin_for", "ensure_env", "REQUIREMENTS", "ENVIRONMENTS"]
 
@@ -130,7 +131,5 @@ def _has_requirements(req: Path) -> bool:
 
 def _note(log_path: Path | None, text: str) -> None:
     """Append one stdout line to job.log in the agent's format."""
-    if log_path is None:
-        return
-    with open(log_path, "ab") as f:
-        f.write(b"%.6f o %s\n" % (time.time(), text.encode(errors="replace")))
+    if log_path is not None:
+        workspace.note(log_path, text)

@@ -11,12 +11,20 @@
                               └─ a step fails ──► failed      └─ agent gone without a final
                               └─ stop_job ──────► stopped        status ──► lost
 
-    stop_job   starting: the next prestart step sees it → stopped;
+    stop_job   starting: the next prestart step sees it → stopped; an agent spawned meanwhile
+               is asked at once, and finds the stop file before it starts the job;
                running:  WORKSPACE/stop + SIGTERM to the agent → the agent ends the job → stopped
+               (request_stop: the same without waiting, e.g. for a start still in progress)
     reattach   (daemon start) every starting/running job: agent alive → watch it again from
                the saved log offset; status exited → run the exited steps; agent gone without
-               a final status → lost; starting and never spawned → redo the prestart steps
-    close      stop watching; agents are never killed (they outlive the daemon)
+               a final status → lost; starting and never spawned → redo the prestart steps.
+               Then the state folder's free space is watched (:mod:`.disk`): on a full disk
+               every job here ends failed, "disk full at PATH" (whatever writes would take what
+               the daemon frees), no job starts, and the disk's reserve is released so the
+               records can say so; a job whose log, output or metrics cannot be written for
+               lack of space ends the same way
+    close      stop watching (and give the disk's reserve back); agents are never killed (they
+               outlive the daemon)
 
 Each step can run again after a crash: prepare records what it restored, the log
 offset is stored with each metric batch, /output is saved once (``output_version``),
@@ -37,6 +45,7 @@ from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
 from floydd.model import FINAL_STATES
 from floydd.runtime import envs, spawn, workspace
+from floydd.runtime.disk import CHECK_INTERVAL, Disk, no_space
 from floydd.runtime.watch import JobWatch
 from floydd.tasks import cancel_and_wait
 
@@ -68,10 +77,11 @@ class NodeRuntime:
         self._held: dict[Key, list[int]] = {}
         self._released: dict[Key, asyncio.Event] = {}
         self._watches: dict[Key, asyncio.Task] = {}
-        self._stop_requests: dict[Key, str] = {}
+        self._stop_requests: dict[Key, tuple[str, str]] = {}  # key -> (outcome, reason)
         self._tasks: set[asyncio.Task] = set()
         self._bwrap: str | None | bool = False  # False: not probed yet
         self._closed = False
+        self.disk = Disk(self.state_dir)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -118,6 +128,21 @@ class NodeRuntime:
             raise
         await self._prestart(job, ws, gpus, command=command, env=env or {})
 
+    def request_stop(self, project: str, number: int, reason: str = "stopped by user", *,
+                     outcome: str = "stopped") -> bool:
+        """Note a stop for a job this runtime holds, without waiting: a start in progress
+        ends before the job runs, a running agent is signalled; the job ends as ``outcome``
+        (stopped, or failed). True when this call asked (False: the runtime holds no such
+        job, or a stop was asked already)."""
+        key = (project, number)
+        if key not in self._held or key in self._stop_requests:
+            return False
+        self._stop_requests[key] = (outcome, reason)
+        ws = workspace.job_dir(self.state_dir, project, number)
+        self._spawn(asyncio.to_thread(spawn.request_stop, ws, reason, outcome),
+                    f"floydd.runtime.stop {project}/{number}")
+        return True
+
     async def stop_job(self, project: str, number: int, reason: str = "stopped by user") -> None:
         """Stop a starting or running job and wait (up to stop_grace + 30 s) until it is recorded."""
         key = (project, number)
@@ -127,7 +152,7 @@ class NodeRuntime:
         if job["state"] == "queued" and key not in self._held:
             raise Conflict(f"job {project}/{number} is still queued; the queue stops it, not the runtime",
                            hint="floyd stop handles queued jobs")
-        self._stop_requests[key] = reason
+        self._stop_requests[key] = ("stopped", reason)
         ws = Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, project, number)
         await asyncio.to_thread(spawn.request_stop, ws, reason)
         if key not in self._held:  # a job of a previous daemon nobody re-adopted yet
@@ -143,17 +168,21 @@ class NodeRuntime:
     async def reattach(self) -> None:
         """At daemon start: take every starting/running job of the records back in hand."""
         await asyncio.to_thread(lambda: self.sandbox_mode)
+        await asyncio.to_thread(self.disk.check)
         jobs = await asyncio.to_thread(self._records.list_jobs, None, ["starting", "running"])
         for job in jobs:
             try:
                 await self._adopt(job)
             except Exception:
                 log.runtime.exception("re-adopting job %s failed", job.get("id"))
+        if not self._closed:
+            self._spawn(self._watch_disk(), "floydd.runtime.disk")
 
     async def close(self) -> None:
         """Stop watching (the agents keep running and are re-adopted by the next daemon)."""
         self._closed = True
         await cancel_and_wait(self._tasks)
+        await asyncio.to_thread(self.disk.release)
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -162,6 +191,9 @@ class NodeRuntime:
         project, number = job["project"], job["number"]
         key = (project, number)
         started = time.monotonic()
+        if await asyncio.to_thread(self.disk.check):  # what is free is for recording and cleaning up
+            await self._end_before_start(key, "failed", f"{self.disk.why()}: the job was not started")
+            return
         try:
             mounts = await asyncio.to_thread(workspace.prepare, ws, job, self._store)
             self._check_stop(key)
@@ -176,12 +208,16 @@ class NodeRuntime:
                              stop_grace=self._stop_grace, state_dir=str(self.state_dir))
             handle = await asyncio.to_thread(spawn.start_agent, ws, spec)
         except _StopRequested:
-            await self._end_before_start(key, "stopped", self._stop_requests.get(key) or "stopped")
+            await self._end_before_start(key, *self._stop_requests.get(key, ("stopped", "stopped")))
             return
         except FloyddError as exc:
             await self._end_before_start(key, "failed", exc.message)
             return
         except Exception as exc:
+            if no_space(exc):
+                await asyncio.to_thread(self.disk.check)
+                await self._end_before_start(key, "failed", f"{self.disk.why()}: the job could not be started")
+                return
             log.runtime.exception("job %s/%d: prestart failed", project, number)
             await self._end_before_start(key, "failed", f"could not start the job: {exc!r}")
             return
@@ -192,7 +228,8 @@ class NodeRuntime:
         log.runtime.info("job %s/%d running (agent %d, %.0f ms to start)", project, number, handle.pid,
                          (time.monotonic() - started) * 1000)
         if key in self._stop_requests:  # stop_job came while the agent was being started
-            await asyncio.to_thread(spawn.request_stop, ws, self._stop_requests[key])
+            outcome, reason = self._stop_requests[key]
+            await asyncio.to_thread(spawn.request_stop, ws, reason, outcome)
         self._watch(project, number, ws, handle.process)
 
     def _check_stop(self, key: Key) -> None:
@@ -240,17 +277,23 @@ class NodeRuntime:
     async def _run_watch(self, project: str, number: int, ws: Path, process) -> None:
         key = (project, number)
         delay = self._tail_interval
+        # one watch for every try: what it learnt (a write failed for lack of space; the outcome
+        # it settled on while the disk was full) holds when the records can take it
+        watch = JobWatch(project=project, number=number, ws=ws, records=self._records, store=self._store,
+                         sample_interval=self._sample_interval, tail_interval=self._tail_interval,
+                         sampler=self._sampler, forget=self._forget, process=process, disk=self.disk)
         try:
             while True:
-                watch = JobWatch(project=project, number=number, ws=ws, records=self._records, store=self._store,
-                                 sample_interval=self._sample_interval, tail_interval=self._tail_interval,
-                                 sampler=self._sampler, forget=self._forget, process=process)
                 try:
                     outcome = await watch.run()
                     break
                 except asyncio.CancelledError:
                     raise
-                except Exception:  # e.g. the records briefly unavailable: watch again, from the saved offset
+                except Exception as exc:  # e.g. the records briefly unavailable: watch again, from the saved offset
+                    if no_space(exc):  # space comes back when someone frees it: look again soon
+                        log.runtime.warning("job %s/%d: cannot record it, the disk is full; retrying", project, number)
+                        await asyncio.sleep(CHECK_INTERVAL)
+                        continue
                     log.runtime.exception("watching job %s/%d failed; retrying in %.1fs", project, number, delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 30.0)
@@ -258,6 +301,24 @@ class NodeRuntime:
             self._watches.pop(key, None)
         log.runtime.info("job %s/%d ended: %s (%s)", project, number, outcome.state, outcome.reason)
         self._release(key)
+
+    async def _watch_disk(self) -> None:
+        """Every CHECK_INTERVAL: on a full disk end every job here as failed (whatever writes
+        would take the space the daemon frees to record it) and release the reserve; allocate
+        it again once there is room."""
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL)
+            try:
+                if await asyncio.to_thread(self.disk.check):
+                    self.end_for_full_disk()
+            except Exception:  # a bug here must not stop the watching
+                log.runtime.exception("checking the free space of %s failed", self.state_dir)
+
+    def end_for_full_disk(self) -> None:
+        """End every job this runtime holds as failed, "disk full at STATE"."""
+        for project, number in list(self._held):
+            if self.request_stop(project, number, self.disk.why(), outcome="failed"):
+                log.runtime.warning("job %s/%d: %s; ending it", project, number, self.disk.why())
 
     # -- bookkeeping -----------------------------------------------------------------------------
 

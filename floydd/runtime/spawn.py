@@ -18,6 +18,7 @@ from pathlib import Path
 from floydd import log
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import Status, atomic_write, process_start_time, read_status
+from floydd.agent.stop import write_stop
 
 __all__ = ["AgentHandle", "start_agent", "write_spec", "alive", "request_stop", "kill_orphans"]
 
@@ -61,17 +62,22 @@ def alive(status: Status | None) -> bool:
     return process_start_time(status.agent_pid) == status.agent_start_time
 
 
-def request_stop(ws: Path, reason: str) -> bool:
-    """Ask the job's agent to stop it: write ``ws/stop``, then SIGTERM the agent.
+def request_stop(ws: Path, reason: str, outcome: str = "stopped") -> bool:
+    """Ask the job's agent to end it as ``outcome`` (stopped, or failed): write ``ws/stop``
+    (:mod:`floydd.agent.stop`), then SIGTERM the agent.
 
     Returns whether an agent was signalled. An agent that has not yet written its
     status finds the stop file when it starts and does not run the job at all.
-    A workspace that does not exist yet (still being prepared) is left alone.
+    A workspace that does not exist yet (still being prepared) is left alone. On a full
+    disk, where the file cannot be written, the agent is signalled all the same.
     """
     ws = Path(ws)
     if not ws.is_dir():
         return False
-    atomic_write(ws / "stop", (reason or "stopped").encode())
+    try:
+        write_stop(ws, reason, outcome)
+    except OSError as exc:
+        log.runtime.warning("cannot write %s: %s; signalling its agent all the same", ws / "stop", exc)
     status = read_status(ws)
     if status is None or status.exited or not alive(status):
         return False

@@ -12,6 +12,13 @@ When the agent says the job exited (or vanished without saying so: ``lost``) the
 watch runs the exited steps, each idempotent so a daemon killed half-way redoes them:
 drain the log → save /output as dataset ``PROJECT/N/output`` → drop the input copies →
 final state (the runtime then releases the GPUs and calls on_finished).
+
+Nothing a job does stalls its watch. A metric line is recorded or skipped and counted
+(:mod:`.tail`); a batch the records refuse is skipped and counted too, never retried. An
+entry of /output a snapshot cannot hold is skipped, and named in the job's log and
+events; the rest is saved (:mod:`.outputs`). When a write fails for lack of space (the
+job's metrics, samples or /output) the job is ended ``failed``, "disk full at PATH", and
+a job that fails while the disk is full says so (:mod:`.disk`).
 """
 
 from __future__ import annotations
@@ -21,17 +28,20 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from floydd import log
 from floydd.agent.status import Status, read_status
-from floydd.errors import FloyddError
-from floydd.runtime import spawn, tail, workspace
+from floydd.errors import Unavailable
+from floydd.runtime import outputs, spawn, tail, workspace
+from floydd.runtime.disk import Disk, no_space
 
 __all__ = ["JobWatch", "Outcome"]
 
+MAX_NAMED = 20
+"""The most skipped /output entries named one by one (in the job's log and its events)."""
 RECORDER_NICE = 10
 """Niceness of the thread that parses job logs into the records. Recording may lag a
 running job by a moment; it must not slow the job (jobs run at the daemon's priority)."""
@@ -63,7 +73,7 @@ class Outcome:
 class JobWatch:
     """Follows one job's workspace until the job is over and recorded."""
 
-    def __init__(self, *, project: str, number: int, ws: Path, records, store,
+    def __init__(self, *, project: str, number: int, ws: Path, records, store, disk: Disk,
                  sample_interval: float, tail_interval: float,
                  sampler: Callable[[int], dict | None], forget: Callable[[int], None] | None = None,
                  process=None) -> None:
@@ -75,9 +85,14 @@ class JobWatch:
         self._sampled: set[int] = set()
         self._process = process  # Popen of an agent this daemon started (to reap it)
         self._offset = 0
+        self._disk = disk
+        self._failure: str | None = None  # "disk full at PATH": the job ends failed, whatever it exits with
+        self._warned = False  # about skipped metric lines (once per watch; the records count them all)
+        self._settled: Outcome | None = None  # the outcome to record, once decided (kept across tries)
 
     async def run(self) -> Outcome:
-        """Watch until the job ended; then record it. Returns the final outcome."""
+        """Watch until the job ended; then record it. Returns the final outcome. Called again
+        after it raised (the records unavailable, the disk full), it picks up from the records."""
         self._offset = await asyncio.to_thread(self._records.get_log_offset, self.project, self.number)
         exited = asyncio.Event()
         pidfd = await asyncio.to_thread(self._open_pidfd)
@@ -93,8 +108,7 @@ class JobWatch:
             if self._forget is not None:
                 for pid in self._sampled:
                     self._forget(pid)
-        await self._exited_steps(outcome)
-        return outcome
+        return await self._exited_steps(outcome)
 
     async def _follow(self, exited: asyncio.Event) -> Outcome:
         next_sample = time.monotonic() + min(1.0, self._sample_interval)
@@ -134,12 +148,26 @@ class JobWatch:
         chunk = tail.read_chunk(self.ws / "job.log", self._offset)
         if chunk.offset == self._offset:
             return False
-        points = chunk.metrics  # MetricPoint is the (name, value, step, ts) row add_metrics takes
-        try:
-            self._records.add_metrics(self.project, self.number, points, log_offset=chunk.offset)
-        except FloyddError as exc:  # a batch the records refuse must not stall the log
+        scan = chunk.scan()
+        try:  # MetricPoint is the (name, value, step, ts) row add_metrics takes
+            self._records.add_metrics(self.project, self.number, scan.points, log_offset=chunk.offset,
+                                      skipped=scan.skipped, first_skip=scan.first_skip)
+        except Unavailable:
+            raise
+        except Exception as exc:
+            if no_space(exc):  # these lines again at the next tick; the job is ended
+                self._no_space(self._records.path)
+                return False
+            # a batch the records refuse must not stall the log: skip it, counted
             log.runtime.warning("job %s: metrics at log offset %d not recorded: %s", self.key, self._offset, exc)
-            self._records.set_log_offset(self.project, self.number, chunk.offset)
+            self._records.add_metrics(self.project, self.number, (), log_offset=chunk.offset,
+                                      skipped=scan.skipped + len(scan.points),
+                                      first_skip=scan.first_skip or f"the records refused them: {exc}")
+            scan = tail.Scan([], scan.skipped + len(scan.points), scan.first_skip)
+        if scan.skipped and not self._warned:
+            self._warned = True
+            log.runtime.warning("job %s: metric line skipped (%s); skipped lines are counted in its events",
+                                self.key, scan.first_skip)
         self._offset = chunk.offset
         return len(chunk.data) >= tail.CHUNK_BYTES // 2
 
@@ -152,7 +180,20 @@ class JobWatch:
             return
         if sample:
             sample.setdefault("ts", time.time())
-            self._records.add_system_samples(self.project, self.number, [sample])
+            try:
+                self._records.add_system_samples(self.project, self.number, [sample])
+            except Exception as exc:
+                if not no_space(exc):
+                    raise
+                self._no_space(self._records.path)
+
+    def _no_space(self, path: Path) -> None:
+        """A write for this job failed for lack of space: release the reserve, end the job failed."""
+        self._disk.check()
+        if self._failure is None:
+            self._failure = self._disk.why(path)
+            log.runtime.warning("job %s: %s; ending it", self.key, self._failure)
+            spawn.request_stop(self.ws, self._failure, "failed")
 
     def _open_pidfd(self) -> int | None:
         """A pidfd of the agent (readable once it exits), or None (then ticks poll)."""
@@ -186,7 +227,7 @@ class JobWatch:
 
     # -- exited steps ----------------------------------------------------------------------
 
-    async def _exited_steps(self, outcome: Outcome) -> None:
+    async def _exited_steps(self, outcome: Outcome) -> Outcome:
         while await _record(self._tail_once):  # drain: the agent has written everything
             pass
         job = await asyncio.to_thread(self._records.get_job, self.project, self.number)
@@ -196,33 +237,107 @@ class JobWatch:
             await asyncio.to_thread(workspace.release_inputs, self.ws)
         except OSError:
             log.runtime.exception("job %s: removing its input copies failed", self.key)
-        if job["state"] == "starting" and outcome.state not in ("failed", "stopped", "lost"):
-            await asyncio.to_thread(self._records.set_state, self.project, self.number, "running", "",
-                                    started=outcome.started or time.time())
-        if job["state"] in ("starting", "running"):
-            fields = {"exit_code": outcome.exit_code}
-            if outcome.ended:
-                fields["ended"] = outcome.ended
-            await asyncio.to_thread(self._records.set_state, self.project, self.number, outcome.state,
-                                    outcome.reason, **fields)
+        outcome = await asyncio.to_thread(self._settle, outcome)
+        try:
+            if job["state"] == "starting" and outcome.state not in ("failed", "stopped", "lost"):
+                await asyncio.to_thread(self._records.set_state, self.project, self.number, "running", "",
+                                        started=outcome.started or time.time())
+            if job["state"] in ("starting", "running"):
+                fields = {"exit_code": outcome.exit_code}
+                if outcome.ended:
+                    fields["ended"] = outcome.ended
+                await asyncio.to_thread(self._records.set_state, self.project, self.number, outcome.state,
+                                        outcome.reason, **fields)
+        except Exception as exc:  # retried by the runtime; on a full disk, with the reserve released
+            if no_space(exc):
+                await asyncio.to_thread(self._disk.check)
+            raise
         if self._process is not None:
             await asyncio.to_thread(self._process.wait)
+        return outcome
+
+    def _settle(self, outcome: Outcome) -> Outcome:
+        """The outcome to record: ``failed`` with why when a write of this job's failed for lack
+        of space, or when it failed (or vanished) while the disk is full. Decided once: a try
+        after the records refused it (the disk was full) records the same."""
+        if self._settled is None:
+            self._settled = self._judge(outcome)
+        return self._settled
+
+    def _judge(self, outcome: Outcome) -> Outcome:
+        why = self._failure
+        if why is None and outcome.state in ("failed", "lost") and self._disk.check():
+            why = self._disk.why()
+        if why is None:
+            return outcome
+        if outcome.reason.startswith("disk full at "):  # the agent's words: its log could not be written
+            return replace(outcome, state="failed")
+        return replace(outcome, state="failed", reason=f"{why} ({outcome.reason})" if outcome.reason else why)
 
     def _save_output(self) -> None:
         output = self.ws / "output"
-        if not output.is_dir():
+        if not output.is_dir() and not output.is_symlink():
             return
         name = f"{self.project}/{self.number}/output"
+        if self._disk.check() and any(output.iterdir()):  # a snapshot would only eat the reserve
+            self._output_not_saved(self._disk.why())
+            return
+        screened = outputs.screen(output)
+        self._name_skipped(screened.skipped)
+        if screened.everything:
+            return
         try:
-            tree = self._store.snapshot(output)
+            tree = self._store.snapshot(output, ignore=screened.ignore)
             version = self._store.catalog.add_version(name, tree, message=f"output of {self.key}")
         except Exception as exc:  # the job's result stands; say what happened to its output
-            log.runtime.exception("job %s: saving /output failed", self.key)
-            self._records.add_event(self.project, self.number, "output", f"saving /output failed: {exc}")
+            if no_space(exc):
+                self._disk.check()
+                self._output_not_saved(self._disk.why(self._store.root))
+            else:
+                log.runtime.exception("job %s: saving /output failed", self.key)
+                self._event("output", f"saving /output failed: {exc}")
             return
         self._records.update_job(self.project, self.number, output_version=version.ref)
-        self._records.add_event(self.project, self.number, "output", f"/output saved as {version.ref}",
-                                {"tree": str(tree)})
+        skipped = f" ({len(screened.skipped)} entries skipped)" if screened.skipped else ""
+        self._event("output", f"/output saved as {version.ref}{skipped}", {"tree": str(tree)})
+
+    def _output_not_saved(self, why: str) -> None:
+        """/output could not be stored for lack of space: the job fails, its files stay in the
+        workspace until the job is deleted."""
+        self._failure = self._failure or f"{why}: /output was not saved"
+        self._event("output", f"/output was not saved: {why}")
+        self._note(f"floydd: /output was not saved: {why}")
+
+    def _name_skipped(self, skipped: list[outputs.Skipped]) -> None:
+        """Say, in the job's log and events, which entries of /output are not saved and why."""
+        if not skipped:
+            return
+        lines = []
+        for item in skipped[:MAX_NAMED]:
+            where = f"/output/{item.path}" if item.path else "/output"
+            lines.append(f"floydd: {where} is not saved: {item.why}")
+            self._event("output", f"{where} is not saved: {item.why}", {"path": item.path, "why": item.why})
+        if len(skipped) > MAX_NAMED:
+            more = f"floydd: and {len(skipped) - MAX_NAMED} more entries of /output are not saved"
+            lines.append(more)
+            self._event("output", more.removeprefix("floydd: "), {"more": len(skipped) - MAX_NAMED})
+        log.runtime.warning("job %s: %d entries of /output skipped, e.g. %s", self.key, len(skipped), lines[0])
+        self._note(*lines)
+
+    def _event(self, kind: str, message: str, data: dict | None = None) -> None:
+        """Add an event; on a full disk it is only logged (the job's reason says what matters)."""
+        try:
+            self._records.add_event(self.project, self.number, kind, message, data)
+        except Exception as exc:
+            if not no_space(exc):
+                raise
+            log.runtime.warning("job %s: event not recorded (disk full): %s", self.key, message)
+
+    def _note(self, *lines: str) -> None:
+        try:
+            workspace.note(self.ws / "job.log", *lines, stream=b"e")
+        except OSError as exc:
+            log.runtime.warning("job %s: cannot add to its log: %s", self.key, exc)
 
 
 def _outcome_of(status: Status) -> Outcome:

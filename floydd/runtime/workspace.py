@@ -11,14 +11,18 @@
     stop        why the job was stopped (written before the agent gets SIGTERM)
 
 :func:`prepare` is idempotent: every step records what it did in ``.prepared``, and a
-step interrupted half-way (daemon killed during a restore) is redone from scratch.
+step interrupted half-way (daemon killed during a restore) is redone from scratch. It
+also records the job's attempt: a new attempt placed on the same node first drops the
+previous run's ``stop`` and ``status.json`` (they would stop it, or end it, at once).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +32,14 @@ from floydd.model import check_mount_target
 from floydd.agent.status import atomic_write
 from floydd.errors import InvalidSpec, UnsafePath
 
-__all__ = ["job_dir", "prepare", "plan_mounts", "release_inputs", "DIRS"]
+__all__ = ["job_dir", "prepare", "plan_mounts", "release_inputs", "note", "DIRS", "STALE"]
 
 DIRS = ("code", "input", "output", "home", "tmp")
+STALE = ("stop", "status.json")
+"""What an earlier run of the same job on this node (an earlier attempt) leaves that must not
+speak for the next: its stop request and its final status."""
 _STEPS = ".prepared"
+_ATTEMPT = "attempt"
 
 
 def job_dir(state_dir: Path, project: str, number: int) -> Path:
@@ -72,6 +80,13 @@ def prepare(ws: Path, job: dict[str, Any], store) -> tuple[Mount, ...]:
     for name in DIRS:
         (ws / name).mkdir(mode=0o700, exist_ok=True)
     done = _load_steps(ws)
+    attempt = str(job.get("attempt") or 0)
+    if done.get(_ATTEMPT) != attempt:  # a new run of the job here: an older run's stop and status are not its own
+        for name in STALE:
+            with contextlib.suppress(FileNotFoundError):
+                (ws / name).unlink()
+        done[_ATTEMPT] = attempt
+        _save_steps(ws, done)
 
     code_tree = job.get("code_tree")
     if done.get("/code") != (code_tree or ""):
@@ -113,10 +128,19 @@ def release_inputs(ws: Path, mounts: tuple[Mount, ...] | None = None) -> None:
     """After the job: drop the restored data copies and tmp/ (the store keeps the data)."""
     ws = Path(ws)
     if mounts is None:
-        mounts = tuple(Mount(source=t.lstrip("/"), target=t) for t in _load_steps(ws) if t != "/code")
+        mounts = tuple(Mount(source=t.lstrip("/"), target=t) for t in _load_steps(ws)
+                       if t.startswith("/") and t != "/code")
     for mount in mounts:
         _clear(ws / mount.source)
     _clear(ws / "tmp")
+
+
+def note(log_path: Path, *lines: str, stream: bytes = b"o") -> None:
+    """Append lines of floydd's own to a job's log, in the agent's format (environment builds,
+    what of /output was skipped). Only while no agent writes it, or between its lines."""
+    stamp = b"%.6f %s " % (time.time(), stream)
+    with open(log_path, "ab") as f:
+        f.write(b"".join(stamp + line.encode(errors="replace") + b"\n" for line in lines))
 
 
 def _restore(store, tree: str | None, dest: Path) -> None:

@@ -5,6 +5,9 @@
     ├── snapshot     walk + chunk + metadata cache -> one tree id
     ├── restore      tree -> folder, never outside it
     ├── maintenance  gc (lock scheme in its docstring) and verify
+    ├── trust        when the catalog (or key) cannot be trusted: Store.open and gc refuse
+    │   ├── dbfile       SQLite files that may be damaged: checks, salvage, set aside
+    │   └── rebuild      floydd repair: a catalog rebuilt from the trees in the store
     ├── rekey        re-seal the whole store under a new secret (steps, crash states)
     │   ├── reseal         the copying: old key -> new key, bounded memory
     │   └── rekey_journal  rekey.db: inventory, old -> new ids, phase

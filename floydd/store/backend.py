@@ -6,7 +6,8 @@ peer node, or a caching decorator, implements this same protocol and nothing abo
 
 Rules every backend follows (checked by ``tests/unit/store/test_store_backends.py``):
 
-- objects are write-once: saving an id that exists keeps one valid copy, never a mix;
+- objects are write-once: saving an id that exists keeps one valid copy, never a mix (the
+  checked new copy replaces the old one whole: that is how an upload heals a damaged copy);
 - writes go through a :class:`Batch`: ``save`` stores the bytes, reads them back *from the
   medium* and hands them to ``check`` (which re-opens and re-hashes) before the object can
   become visible; ``commit`` returns only when every saved object is durable and visible;

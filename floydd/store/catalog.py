@@ -159,6 +159,28 @@ class Catalog:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT DISTINCT name FROM versions ORDER BY name")]
 
+    def put_version(self, v: DatasetVersion) -> bool:
+        """Put back a version as it was (``floydd repair``: number, date and sizes kept, the
+        tree not read). False when that number is taken already."""
+        check_name(v.name)
+        with self._lock, _tx(self._db):
+            added = self._db.execute(
+                "INSERT OR IGNORE INTO versions (name, version, tree, created, size, files, message) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (v.name, v.version, v.tree.hex, v.created, v.size, v.files, v.message)).rowcount
+            self._reserve(v.name, v.version + 1)
+        return bool(added)
+
+    def reserve(self, name: str, next_number: int) -> None:
+        """Make ``name``'s next version number at least ``next_number`` (numbers are never reused)."""
+        check_name(name)
+        with self._lock, _tx(self._db):
+            self._reserve(name, next_number)
+
+    def _reserve(self, name: str, next_number: int) -> None:
+        self._db.execute("INSERT INTO datasets (name, next) VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
+                         "SET next = max(next, excluded.next)", (name, next_number))
+
     # -- pins (gc roots that are not versions) ------------------------------------------
 
     def pin(self, tree: ObjectId, holder: str, *, ttl_s: float | None = None) -> None:

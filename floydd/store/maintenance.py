@@ -10,6 +10,12 @@ upload produced is a root. A root tree that cannot be read stops gc before anyth
 removed: its chunks are unknown, so nothing may be called garbage. gc also removes the
 temp files of interrupted writes: with the lock exclusive, no writer owns any.
 
+**gc never trusts a catalog that cannot be trusted** (:mod:`floydd.store.trust`): the check
+runs again under the exclusive lock, and a damaged, emptied or replaced catalog stops gc
+before anything is removed. ``keep`` adds the trees others still name (the daemon passes the
+versions the cluster's catalog says this node holds, job outputs among them, and the jobs'
+code trees), so a local catalog that lags behind them costs no data either.
+
 **verify** re-reads every object (or those of one dataset) from the medium
 (``bypass_cache``), authenticates and re-hashes it, parses trees, and reports each
 damaged or missing object with the versions (and pin holders) that use it.
@@ -73,12 +79,14 @@ class VerifyReport:
 
 
 def gc(objects: Objects, catalog: Catalog, lock: StoreLock, *, keep: Iterable[ObjectId] = (),
-       timeout: float = 600.0) -> GcReport:
+       timeout: float = 600.0, trusted: Callable[[], object] = lambda: None) -> GcReport:
     backend = objects.backend
     with lock.exclusive(timeout):
+        trusted()                                   # raises while the catalog cannot be trusted
         roots = catalog.roots()
         for oid in keep:
-            roots.setdefault(oid, []).append("keep")
+            if oid not in roots and backend.has(oid):   # kept for others (the cluster's catalog, jobs)
+                roots[oid] = ["keep"]
         live: set[ObjectId] = set()
         for tree_id, holders in roots.items():
             try:

@@ -70,8 +70,7 @@ class _MemoryBatch:
 
     def commit(self) -> None:
         with self._lock, self._backend._lock:
-            for oid, data in self._pending.items():
-                self._backend._objects.setdefault(oid, data)
+            self._backend._objects.update(self._pending)   # checked copies: a damaged one is replaced
             self._pending.clear()
 
     def abort(self) -> None:

@@ -2,11 +2,19 @@
 
 This is the only layer that holds both keys and a backend (restic's ``repository``).
 Every ``get`` authenticates and re-hashes, so wrong data is never returned. A ``Writer``
-is one upload: it skips what is stored, seals the rest on the calling thread straight
-from the caller's buffer (the sealed copy is the only copy of the plaintext), and saves
+is one upload: it skips what is stored *and intact*, seals the rest on the calling thread
+straight from the caller's buffer (the sealed copy is the only copy of the plaintext), and saves
 them on worker threads (write, read back, check: see ``backend.Batch``), bounding the
 objects in flight, and checkpoints (commits) every ``checkpoint_bytes`` so a killed
 upload keeps most of its work.
+
+**Re-uploading heals.** An object already stored is reused only once its stored copy has
+been read back, opened and re-hashed (:meth:`Objects.intact`); a damaged one is written
+again from the data in hand, replacing it (the backend renames the good copy over it), so
+the new version never shares the damage and the old versions that named it are whole again.
+This costs one read of each reused object, on the caller's thread (measured, 232 MiB
+re-uploaded unchanged from the page cache, 2 cores: 0.33 s instead of 0.18 s with
+metadata-cache hits, 0.65 s instead of 0.53 s when the files are read again).
 
 Threads and the GIL: reading, FastCDC, BLAKE3, file writes, read-backs and fsync release
 the GIL. AES-GCM releases it only from ``cryptography`` 50 (pyca/cryptography#15361;
@@ -22,6 +30,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from floydd import log
+from floydd.errors import IntegrityError, NotFound
 from floydd.store.backend import Backend
 from floydd.store.crypto import OVERHEAD, Keys
 from floydd.store.ids import ObjectId
@@ -46,6 +56,14 @@ class Objects:
     def has(self, oid: ObjectId) -> bool:
         return self.backend.has(oid)
 
+    def intact(self, oid: ObjectId) -> bool:
+        """Whether the stored copy of ``oid`` opens and re-hashes (False also when it is missing)."""
+        try:
+            self.keys.open(oid, self.backend.load(oid))
+        except (IntegrityError, NotFound):
+            return False
+        return True
+
     def writer(self, *, workers: int = 2, checkpoint_bytes: int = 256 << 20) -> Writer:
         return Writer(self, workers=workers, checkpoint_bytes=checkpoint_bytes)
 
@@ -55,6 +73,7 @@ class WriteStats:
     written_objects: int = 0
     written_bytes: int = 0
     reused_objects: int = 0
+    healed_objects: int = 0     # stored copies found damaged and written again (see Writer.put)
 
 
 class Writer:
@@ -83,10 +102,13 @@ class Writer:
         if oid in self._seen:
             return oid
         if self._backend.has(oid):
-            self._batch.uses(oid)
-            self._seen.add(oid)
-            self.stats.reused_objects += 1
-            return oid
+            if self._objects.intact(oid):
+                self._batch.uses(oid)
+                self._seen.add(oid)
+                self.stats.reused_objects += 1
+                return oid
+            self.stats.healed_objects += 1      # the stored copy is damaged: write a good one over it
+            log.store.warning("object %s is stored but damaged; writing a good copy over it", oid.short)
         self._seen.add(oid)
         self.stats.written_objects += 1
         self.stats.written_bytes += len(data)
@@ -129,8 +151,8 @@ class Writer:
         """Rely on an object stored earlier (a cache hit); False if it is gone."""
         if oid in self._seen:
             return True
-        if not self._backend.has(oid):
-            return False
+        if not self._backend.has(oid) or not self._objects.intact(oid):
+            return False                        # the caller reads the file again and puts it
         self._batch.uses(oid)
         self._seen.add(oid)
         self.stats.reused_objects += 1

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from floydd.errors import IntegrityError, StoreError
-from floydd.store import maintenance, rekey
+from floydd.store import maintenance, rekey, trust
 from floydd.store.backend import Backend
 from floydd.store.catalog import UPLOAD_LEASE_S, Catalog, DatasetVersion
 from floydd.store.chunker import DEFAULT_PARAMS, Chunker
@@ -57,12 +57,14 @@ class Store:
     @classmethod
     def open(cls, root: Path, *, backend: Backend | None = None, workers: int = 2) -> Store:
         """Open the store at ``root``, creating it (key, objects/, catalog.db, cache/) on first use.
-        Refused (``StoreError``) while a re-key is pending, or if the catalog was re-keyed to
-        another key than the key file's."""
+        Refused (``StoreError``) while a re-key is pending, if the catalog was re-keyed to
+        another key than the key file's, or (``Untrusted``) if the catalog cannot be trusted
+        (:mod:`floydd.store.trust`: never taken as "no data")."""
         root = Path(root)
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         (root / "cache").mkdir(mode=0o700, exist_ok=True)
         rekey.refuse_if_pending(root)
+        trust.check_store(root)
         keys = Keys(load_or_create_secret(root / "key"))
         if backend is None:
             backend = LocalBackend(root / "objects")
@@ -152,9 +154,10 @@ class Store:
     def save_sealed(self, oid: ObjectId, sealed: bytes) -> bytes:
         """Store bytes a peer sent as object ``oid``; returns the plaintext. They are opened
         (authenticated, decrypted, re-hashed: ``IntegrityError`` before anything is written),
-        then saved as a snapshot saves: write, read back, check, fsync, name, commit."""
+        then saved as a snapshot saves: write, read back, check, fsync, name, commit. A copy
+        stored here that is damaged is replaced (``verify --repair`` fetches good ones)."""
         plain = self._keys.open(oid, sealed)
-        if not self.backend.has(oid):
+        if not self._objects.intact(oid):       # missing, or damaged here: the good copy replaces it
             with self._shared(), self.backend.batch() as batch:
                 batch.save(oid, sealed, lambda stored: self._keys.check(oid, stored, bytearray(len(plain))))
                 batch.commit()
@@ -170,11 +173,14 @@ class Store:
     # -- maintenance --------------------------------------------------------------------
 
     def gc(self, *, keep: Iterable[ObjectId] = (), timeout: float = 600.0) -> maintenance.GcReport:
-        """Remove objects no version, pin, running upload or ``keep`` tree needs."""
+        """Remove objects no version, pin, running upload or ``keep`` tree needs (a ``keep``
+        tree not stored here is skipped). Refused (``Untrusted``) while the catalog cannot be
+        trusted: checked again under the exclusive lock, before anything is removed."""
         self._check_key()
         with self._trees_lock:
             self._trees.clear()
-        return maintenance.gc(self._objects, self.catalog, self._lock, keep=keep, timeout=timeout)
+        return maintenance.gc(self._objects, self.catalog, self._lock, keep=keep, timeout=timeout,
+                              trusted=lambda: trust.check_store(self.root))
 
     def verify(self, name: str | None = None, progress: Progress | None = None) -> maintenance.VerifyReport:
         """Re-read and re-hash every object (or those of dataset ``name``)."""

@@ -5,9 +5,12 @@ laptop) cannot hand it a path: :func:`pack` writes the project folder (``.floydi
 honoured, regular files and folders only) as an uncompressed tar, and the daemon unpacks it
 with :func:`unpack` into a private scratch folder before snapshotting it like any code
 folder. Unpacking trusts nothing in the archive: names are plain relative paths (no ``/``
-at the start, no ``..``, no NUL), only files and folders are made (links, devices and fifos
-are skipped and counted), modes are reduced to rw/rwx for the owner and group-less, and the
-total size is checked against the limit while reading, before anything past it is written.
+at the start, no ``..``, no NUL) that a tree may hold (at most 4096 bytes, 255 a name, and
+:data:`MAX_DEPTH` folders deep), no name is both a file and a folder, only files and folders
+are made (links, devices and fifos are skipped and counted), modes are reduced to rw/rwx for
+the owner and group-less, and the total size is checked against the limit while reading,
+before anything past it is written. Whatever breaks these rules is refused as
+:class:`~floydd.errors.UnsafePath` naming the member.
 """
 
 from __future__ import annotations
@@ -15,16 +18,22 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
+import stat
 import tarfile
 from pathlib import Path
 from typing import IO, NamedTuple
 
 from floydd.errors import Conflict, InvalidSpec, StoreFull, UnsafePath, UserError
 from floydd.store.ignore import IgnoreRules
+from floydd.store.paths import MAX_COMPONENT, MAX_PATH
 
-__all__ = ["pack", "unpack", "unpack_into", "Unpacked"]
+__all__ = ["pack", "unpack", "unpack_into", "Unpacked", "MAX_DEPTH"]
 
 _CHUNK = 1 << 20
+MAX_DEPTH = 256
+"""How many folders deep a member may lie (deeper trees overflow the recursion of tools that
+walk them, Python's own ``shutil.rmtree`` and ``pathlib.mkdir`` among them)."""
+_HINT = "send a plain tar of one folder"
 
 
 def pack(folder: Path, out: IO[bytes], limit: int | None = None, *, ignore: bool = True) -> tuple[int, int]:
@@ -67,6 +76,7 @@ class Unpacked(NamedTuple):
 def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
     """Unpack the tar stream ``src`` into the empty folder ``dest`` (see the module docstring)."""
     files = total = skipped = 0
+    name = ""
     try:
         with tarfile.open(fileobj=src, mode="r|*") as tar:
             for member in tar:
@@ -75,7 +85,7 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
                     continue
                 target = dest / name
                 if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True, mode=0o700)
+                    _make_folders(dest, name, name.split("/"))
                     continue
                 if not member.isreg():
                     skipped += 1
@@ -84,9 +94,9 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
                 if limit is not None and total > limit:
                     raise UserError(f"the upload holds more than {limit / 2**20:.0f} MiB", code="code_too_large",
                                     hint="move data out of the code folder (floyd data upload) or into .floydignore")
-                target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                if target.exists():
-                    raise UnsafePath(f"the upload names {name} twice", hint="send a plain tar of one folder")
+                _make_folders(dest, name, name.split("/")[:-1])
+                if os.path.lexists(target):
+                    raise UnsafePath(f"the upload names {_show(name)} twice", hint=_HINT)
                 reader = tar.extractfile(member)
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                              0o700 if member.mode & 0o100 else 0o600)
@@ -101,8 +111,24 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise StoreFull(f"no space left on the disk of {dest} while unpacking",
                             hint="free some space there and try again") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise UnsafePath(f"the upload holds a path too long for this box's file system: {_show(name)}",
+                             hint=_HINT) from None
         raise
     return Unpacked(files, total, skipped)
+
+
+def _make_folders(dest: Path, name: str, parts: list[str]) -> None:
+    """Make the folders ``parts`` below ``dest``, one at a time (no recursion), refusing a
+    name the archive also gave a file."""
+    path = os.fspath(dest)
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                raise UnsafePath(f"the upload names {_show(name)} as a file and as a folder", hint=_HINT) from None
 
 
 def unpack_into(src: IO[bytes], dest: Path) -> Unpacked:
@@ -117,11 +143,22 @@ def unpack_into(src: IO[bytes], dest: Path) -> Unpacked:
 def _safe_name(raw: str) -> str | None:
     """A member's path as a plain relative path; None for the archive's own root."""
     if "\0" in raw or raw.startswith("/") or "\\" in raw:
-        raise UnsafePath(f"the upload holds an unsafe path {raw[:200]!r}", hint="send a plain tar of one folder")
+        raise UnsafePath(f"the upload holds an unsafe path {_show(raw)}", hint=_HINT)
     name = posixpath.normpath(raw)
     if name in (".", ""):
         return None
-    if name == ".." or name.startswith("../") or any(part == ".." for part in name.split("/")):
-        raise UnsafePath(f"the upload holds a path outside its folder: {raw[:200]!r}",
-                         hint="send a plain tar of one folder")
+    parts = name.split("/")
+    if ".." in parts:
+        raise UnsafePath(f"the upload holds a path outside its folder: {_show(raw)}", hint=_HINT)
+    if len(os.fsencode(name)) > MAX_PATH or any(len(os.fsencode(part)) > MAX_COMPONENT for part in parts):
+        raise UnsafePath(f"the upload holds a path too long: {_show(raw)}",
+                         hint=f"paths are at most {MAX_PATH} bytes, each name in them at most {MAX_COMPONENT}")
+    if len(parts) > MAX_DEPTH:
+        raise UnsafePath(f"the upload holds a path {len(parts)} folders deep: {_show(raw)}",
+                         hint=f"paths are at most {MAX_DEPTH} folders deep")
     return name
+
+
+def _show(name: str) -> str:
+    """A member's name for a message: its start, quoted."""
+    return repr(name[:80]) + ("..." if len(name) > 80 else "")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from floydd import logframe
 from floydd.errors import FloyddError, NotFound
 
 try:
@@ -68,8 +69,11 @@ def create_app(cluster: FakeCluster, tick: float | None = None) -> web.Applicati
 
     @routes.get("/v1/jobs/{project}/{number}/logs")
     async def logs(request: web.Request) -> web.StreamResponse:
-        lines = c().logs(key(request), int(request.query.get("offset", "0")))
-        return web.Response(body=b"".join(lines), content_type="text/plain")
+        offset = int(request.query.get("offset", "0"))
+        text = b"".join(c().logs(key(request), offset))
+        token = logframe.new_token()   # ends as the daemon's log answers do
+        return web.Response(body=text + logframe.frame(token, {"result": {"offset": offset + len(text)}}),
+                            content_type="text/plain", headers={logframe.HEADER: token})
 
     @routes.post("/v1/jobs/{project}/{number}/stop")
     async def stop(request: web.Request) -> web.Response:

@@ -190,6 +190,7 @@ def test_a_submission_body_decodes_into_a_checked_value():
 @pytest.mark.parametrize("bad", [
     {"project": "Bad"}, {"command": "  "}, {"code_path": "relative"}, {"code_path": None},
     {"code_tree": "zz"}, {"gpus": -1}, {"nodes": 0}, {"max_runtime": 0}, {"max_runtime": float("inf")},
+    {"max_runtime": 1e300}, {"max_runtime": float("nan")}, {"max_runtime": -1}, {"max_runtime": True},
     {"env": "nope"}, {"mode": "serve"}, {"idem_key": "short"}, {"params": {"PATH": "/x"}},
     {"data": ["mnist:/etc"]}, {"gpus": "2"}, {"data": "mnist:/input"}, {"message": 3},
 ])
@@ -198,6 +199,40 @@ def test_a_bad_submission_is_refused_with_a_hint(bad):
         msgspec.convert(_submission(**bad), Submission)
     if not isinstance(err.value, msgspec.ValidationError):
         assert err.value.hint
+
+
+@pytest.mark.parametrize("bad, said", [
+    ({"gpus": model.MAX_GPUS + 1}, "--gpu"), ({"gpus": 10**30}, "--gpu"),
+    ({"command": "x" * (model.MAX_COMMAND + 1)}, "command"),
+    ({"command": "é" * (model.MAX_COMMAND // 2 + 1)}, "command"),               # counted in bytes
+    ({"message": "m" * (model.MAX_MESSAGE + 1)}, "message"),
+    ({"params": {f"p{i}": "1" for i in range(model.MAX_PARAMS + 1)}}, "params"),
+    ({"params": {"a": "v" * (model.MAX_PARAM_VALUE + 1)}}, "--param a"),
+    ({"data": [f"mnist:/in{i}" for i in range(model.MAX_MOUNTS + 1)]}, "mounts"),
+    ({"data": ["mnist:/" + "a" * 256]}, "too long"), ({"code_path": "/a\0b"}, "NUL"),
+    ({"code_path": "/" + "a/" * 2100}, "too long"), ({"code_path": "/" + "n" * 256}, "too long"),
+])
+def test_what_does_not_fit_is_refused_naming_the_limit(bad, said):
+    with pytest.raises((InvalidSpec, UnsafePath), match=said) as err:
+        msgspec.convert(_submission(**bad), Submission)
+    assert err.value.hint and len(err.value.message) < 300
+
+
+def test_the_limits_themselves_are_allowed():
+    sub = msgspec.convert(_submission(gpus=model.MAX_GPUS, command="x" * model.MAX_COMMAND,
+                                      message="m" * model.MAX_MESSAGE, code_path="/" + "n" * 255,
+                                      params={f"p{i}": "v" * 10 for i in range(model.MAX_PARAMS)}), Submission)
+    assert sub.resources.gpus == model.MAX_GPUS
+
+
+def test_an_upload_may_not_take_a_jobs_output_name_that_the_runtime_uses():
+    assert check_dataset_name("mnist/3/output") == "mnist/3/output"       # a job's output, published as such
+    assert model.check_upload_name("mnist") == "mnist" and model.check_upload_name("mnist-3-output")
+    with pytest.raises(InvalidName, match="output of job mnist/3") as err:
+        model.check_upload_name("mnist/3/output")
+    assert "--name mnist-3-output" in err.value.hint
+    with pytest.raises(InvalidName, match="not a valid dataset name"):
+        model.check_upload_name("mnist/3/outputs")
 
 
 def test_a_restart_changes_only_what_it_names():

@@ -11,13 +11,20 @@ COMMIT``: with WAL and ``synchronous=FULL`` the commit is one fsync of the WAL,
 and a crash leaves either all of the ready or none of it. Entries are bytes the
 caller encoded; nothing is pickled. The connection is not thread-safe: the
 driver uses it from one writer thread.
+
+:func:`inspect_log` reads a stopped node's file without changing it and says what makes it
+untrustworthy (``floydd.daemon.integrity`` runs it before the daemon opens the log): rows
+that do not decode, a log that does not run on from its snapshot without a gap, terms that
+go down, a commit index past the last entry. SQLite's own checks of the
+file come first (:mod:`floydd.store.dbfile`).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import msgpack
 
@@ -26,8 +33,9 @@ from .errors import RaftInvariantError
 from .messages import ConfState, Entry, EntryKind, HardState, Snapshot
 from .storage import DurableState, bootstrap_state, check_save
 
-__all__ = ["SqliteStorage"]
+__all__ = ["SqliteStorage", "LogInspection", "inspect_log", "TABLES"]
 
+TABLES = frozenset({"raft_hard_state", "raft_snapshot", "raft_log"})
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS raft_hard_state (
     id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -100,7 +108,7 @@ class SqliteStorage:
                            (hard_state.term, hard_state.vote, hard_state.commit))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
         self._snapshot_index, self._last_index = snapshot_index, last_index
 
@@ -116,7 +124,7 @@ class SqliteStorage:
             db.execute("DELETE FROM raft_log WHERE idx <= ?", (snapshot.index,))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
         self._snapshot_index = snapshot.index
 
@@ -134,3 +142,88 @@ class SqliteStorage:
             return Snapshot()
         idx, term, conf, data = row
         return Snapshot(index=idx, term=term, conf=decode_conf(msgpack.unpackb(conf)), data=bytes(data))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogInspection:
+    problem: str = ""       # "" when the state may be trusted
+    snapshot: int = 0       # the snapshot's index (0: none)
+    last: int = 0           # the last entry's index (the snapshot's when the log is empty)
+    entries: int = 0        # entries after the snapshot
+
+    @property
+    def blank(self) -> bool:
+        """Holds nothing: no snapshot, no entries (a node that has not joined anything yet)."""
+        return not self.problem and self.last == 0
+
+
+def inspect_log(path: str | Path, *, decode: Callable[[bytes], object] | None = None,
+                restore: Callable[[bytes], object] | None = None) -> LogInspection:
+    """Check the raft state in ``path`` (read-only; its tables must exist). ``decode`` is tried
+    on the data of every normal entry, ``restore`` on the snapshot's data."""
+    db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True)
+    try:
+        return _inspect(db, decode, restore)
+    except sqlite3.DatabaseError as e:
+        return LogInspection(problem=f"is damaged ({e})")
+    finally:
+        db.close()
+
+
+def _inspect(db: sqlite3.Connection, decode: Callable[[bytes], object] | None,
+             restore: Callable[[bytes], object] | None) -> LogInspection:
+    hard = db.execute("SELECT term, vote, commit_index FROM raft_hard_state").fetchall()
+    snap = db.execute("SELECT idx, term, conf, data FROM raft_snapshot").fetchall()
+    index = term = 0
+    if snap:
+        index, term, conf, data = snap[0]
+        if not (_count(index) and _count(term)):
+            return LogInspection(problem="has a snapshot with a malformed index or term")
+        try:
+            decode_conf(msgpack.unpackb(conf))
+        except Exception:  # noqa: BLE001 - msgpack and the codec raise several unrelated types
+            return LogInspection(problem=f"has a snapshot (at entry {index}) whose membership does not decode")
+        try:
+            if restore is not None:
+                restore(bytes(data))
+        except Exception:  # noqa: BLE001 - whatever the state raises, the snapshot is damaged
+            return LogInspection(problem=f"has a snapshot (at entry {index}) whose state does not decode")
+    expected, last_term, entries = index + 1, term, 0
+    for idx, entry_term, kind, data in db.execute(
+            "SELECT idx, term, kind, data FROM raft_log WHERE idx > ? ORDER BY idx", (index,)):
+        if idx != expected:
+            return LogInspection(problem=f"has a gap in its log: entry {expected - 1} is followed by entry {idx}")
+        if not _count(entry_term) or entry_term < last_term:
+            return LogInspection(problem=f"has entry {idx} with term {entry_term!r}, below the term "
+                                         f"{last_term} of the entry before it")
+        if kind not in (int(EntryKind.NORMAL), int(EntryKind.CONF_CHANGE)) or not isinstance(data, bytes):
+            return LogInspection(problem=f"has entry {idx} of an unknown kind")
+        if decode is not None and kind == int(EntryKind.NORMAL) and data:
+            try:
+                decode(data)
+            except Exception:  # noqa: BLE001 - whatever the decoder raises, the entry is damaged
+                return LogInspection(problem=f"has entry {idx} whose command does not decode")
+        expected, last_term, entries = idx + 1, entry_term, entries + 1
+    last = expected - 1
+    if hard:
+        hard_term, vote, commit = hard[0]
+        if not (_count(hard_term) and _count(commit)) or (vote is not None and not isinstance(vote, str)):
+            return LogInspection(problem="has a malformed hard state (term, vote, commit)")
+        if commit > last:
+            return LogInspection(problem=f"says entry {commit} is committed, but its log ends at entry {last}")
+        if hard_term < last_term:
+            return LogInspection(problem=f"is at term {hard_term}, below the term {last_term} of its last entry")
+    elif last:
+        return LogInspection(problem="has log entries but no hard state (term, vote, commit)")
+    return LogInspection(snapshot=index, last=last, entries=entries)
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    try:
+        db.execute("ROLLBACK")
+    except sqlite3.OperationalError:  # SQLite ended the transaction itself (a disk full at COMMIT)
+        pass
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0

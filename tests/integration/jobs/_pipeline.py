@@ -23,6 +23,7 @@ from floydd.errors import Conflict
 from floydd.jobs.service import JobService
 from floydd.model import FINAL_STATES, Submission
 from floydd.records import Records
+from floydd.runtime.disk import Disk
 from floydd.security.identity import NodeIdentity
 from floydd.store import Store
 from tests.conftest import wait_until_async
@@ -46,6 +47,7 @@ class FakeRuntime:
         self.on_finished = None
         self.held: dict[Key, list[int]] = {}
         self.started: list[dict] = []
+        self.disk = Disk(jobs_dir)  # the real one: only its checks are used (a test disk has room)
 
     def running(self) -> dict[Key, list[int]]:
         return {k: list(v) for k, v in self.held.items()}
@@ -82,6 +84,13 @@ class FakeRuntime:
     async def stop_job(self, project: str, number: int, reason: str = "stopped by user") -> None:
         if (project, number) in self.held:
             self.finish((project, number), "stopped", reason=reason)
+
+    def request_stop(self, project: str, number: int, reason: str = "stopped by user", *,
+                     outcome: str = "stopped") -> bool:
+        if (project, number) not in self.held:
+            return False
+        self.finish((project, number), outcome, reason=reason)
+        return True
 
     def finish(self, key: Key, state: str = "success", *, exit_code: int | None = 0, reason: str = "") -> None:
         self.records.set_state(*key, state, reason, exit_code=exit_code)

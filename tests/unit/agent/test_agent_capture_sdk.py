@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from floydd.agent import sdk
 from floydd.agent.capture import MAX_PARTIAL, LogWriter
-from floydd.runtime.tail import parse_lines, parse_metrics
+from floydd.runtime.tail import parse_lines, parse_metrics, scan_metrics
 
 
 @pytest.fixture
@@ -97,6 +97,10 @@ def test_sdk_prints_floydhubs_metric_line_and_flushes(monkeypatch):
     ("loss", 0.3, True, TypeError),
     ("", 0.3, None, ValueError),
     (3, 0.3, None, TypeError),
+    ("n" * 201, 0.3, None, ValueError),        # what the node would skip, refused where it is printed
+    ("loss", 10**400, None, ValueError),
+    ("loss", 0.3, 2**63, ValueError),
+    ("loss", 0.3, -(2**63) - 1, ValueError),
 ])
 def test_sdk_rejects_what_is_not_a_metric(name, value, step, error):
     with pytest.raises(error):
@@ -110,3 +114,28 @@ def test_sdk_imports_nothing_heavy():
             "or m.startswith(('floydd.runtime', 'floydd.records', 'floydd.store'))))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "[]"
+
+
+def test_sdk_lines_at_the_limits_are_recorded_not_skipped():
+    lines = [sdk.metric_line("n" * 200, 1e308, 2**63 - 1), sdk.metric_line("m", -(10**300), -(2**63))]
+    assert scan_metrics(b"".join(b"1.000000 o %s\n" % ln.encode() for ln in lines)).skipped == 0
+
+
+def test_a_write_cut_short_by_a_full_disk_keeps_the_rest_queued_and_drop_forgets_it(log, monkeypatch):
+    writer, path = log
+    writer.add(b"o", b"first\nsecond\n", 1.0)
+    real = os.write
+    calls = []
+
+    def full(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real(fd, bytes(data[:5]))
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError):
+        writer.write()
+    monkeypatch.setattr(os, "write", real)
+    writer.drop()
+    writer.write()
+    assert path.read_bytes() == b"1.000"  # what went out stays; nothing more after drop()

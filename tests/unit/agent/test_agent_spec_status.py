@@ -92,6 +92,19 @@ def test_atomic_write_replaces_content_whole(tmp_path):
     assert path.read_bytes() == b"b"
 
 
+def test_on_a_full_disk_the_status_is_written_in_place_and_reads_whole(tmp_path, monkeypatch):
+    long = Status(agent_pid=1, agent_start_time=2.0, state="running", reason="x" * 300)
+    write_status(tmp_path, long)
+
+    def full(fd, data):  # a full disk: a new file gets no blocks (what is allocated stays writable)
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "write", full)
+    final = Status(agent_pid=1, agent_start_time=2.0, state="exited", outcome="failed", reason="disk full")
+    write_status(tmp_path, final)
+    assert read_status(tmp_path) == final  # shorter than before: padded, still one JSON object
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]  # no temp file left behind
+
+
 def test_process_start_time_matches_psutil_and_tells_reused_pids_apart():
     me = os.getpid()
     assert process_start_time(me) == round(psutil.Process(me).create_time(), 2)

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from floydd.jobs.decide import (GIVEN_UP, NEVER_STARTED, EndLocal, Local, Report, ReportFinal, ReportProgress,
-                                Start, Stop, decide, part_of, unsettled)
+                                Start, Stop, call_off, decide, part_of, unsettled)
 from floydd.model import ACTIVE_STATES, FINAL_STATES, STATES, TRANSITIONS
 
 ME, OTHER = "me", "other"
@@ -131,3 +131,29 @@ def test_unsettled_is_an_active_job_or_a_gang_part_still_active_here():
     assert not unsettled(job("success"), ME) and not unsettled(job("queued"), ME)
     assert unsettled(job("failed", gang=True, part="running"), ME)
     assert not unsettled(job("failed", gang=True, part="stopped"), ME)
+
+
+def test_a_start_in_progress_is_called_off_when_the_cluster_no_longer_wants_it():
+    assert call_off(job("starting"), ME, ATTEMPT) == ""
+    assert call_off(job("running", gang=True, part="starting"), ME, ATTEMPT) == ""
+    assert call_off(job("starting", stop="stopped by user"), ME, ATTEMPT) == "stopped by user"
+    assert call_off(None, ME, ATTEMPT) == "the job was deleted"
+    assert call_off(job("starting", attempts=ATTEMPT + 1), ME, ATTEMPT) == "attempt 2 was replaced by attempt 3"
+    assert call_off(job("starting", mine=False), ME, ATTEMPT) == GIVEN_UP
+    assert call_off(job("queued"), ME, ATTEMPT) == GIVEN_UP
+    assert call_off(job("failed"), ME, ATTEMPT) == "the job ended (failed)"
+    assert call_off(job("running", gang=True, part="stopped"), ME, ATTEMPT) == "this part of the job ended"
+
+
+def test_call_off_agrees_with_decide_once_the_start_is_over():
+    """Whenever a start would be called off, decide() (asked once it is over, the run held here)
+    stops the run too: calling it off early changes when, never whether."""
+    called_off = 0
+    for j in JOBS:
+        if call_off(j, ME, ATTEMPT):
+            called_off += 1
+            actions = decide(j, Local("running", ATTEMPT), ME, held=True)
+            assert any(isinstance(a, Stop) for a in actions), (j, actions)
+        elif j is not None and part_of(j, ME) is not None:
+            assert not any(isinstance(a, Stop) for a in decide(j, Local("running", ATTEMPT), ME, held=True)), j
+    assert called_off > 10

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from floydd.runtime.tail import MetricPoint, parse_lines, parse_metrics, read_chunk
+from floydd.runtime.tail import MetricPoint, parse_lines, parse_metrics, read_chunk, scan_metrics
 
 
 def line(text: str, ts: float = 1.5, stream: str = "o") -> bytes:
@@ -83,3 +83,56 @@ def test_every_sdk_style_line_is_found_with_its_value(points):
                                  b"x o {\"metric\": \"a\", \"value\": 1}\n"])
 def test_a_broken_metric_line_is_skipped_not_fatal(bad):
     assert parse_metrics(bad + line('{"metric": "ok", "value": 2}')) == [MetricPoint("ok", 2.0, None, 1.5)]
+
+
+BAD_METRIC_LINES = [
+    ('{"metric": "loss", "value": 1, "step": %d}' % 2**70, "the step does not fit in 64 bits"),
+    ('{"metric": "loss", "value": 1, "step": %d}' % -(2**63 + 1), "the step does not fit in 64 bits"),
+    ('{"metric": "loss", "value": 1, "step": 1e300}', "the step does not fit in 64 bits"),
+    ('{"metric": "loss", "value": 1, "step": 1.5}', "the step is not a whole number"),
+    ('{"metric": "loss", "value": 1, "step": true}', "the step is not a whole number"),
+    ('{"metric": "loss", "value": NaN}', "the value is nan"),
+    ('{"metric": "loss", "value": -Infinity}', "the value is -inf"),
+    ('{"metric": "loss", "value": 1e999}', "the value is inf"),
+    ('{"metric": "loss", "value": %d}' % 10**400, "the value is too large for a float"),
+    ('{"metric": "loss", "value": "0.3"}', "the value is not a number"),
+    ('{"metric": "loss"}', "the value is missing"),
+    ('{"metric": "%s", "value": 1}' % ("n" * 201), "the metric name is not a string of 1 to 200 characters"),
+    ('{"metric": ["loss"], "value": 1}', "the metric name is not a string of 1 to 200 characters"),
+    ('{"metric": "deep", "value": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    ('{"metric": "loss", "value": 1', "not valid JSON"),
+    ('{"metric": "loss", "value": %s}' % ("9" * 5000), "not valid JSON"),  # past Python's int digits
+    ('{"metric": "x", "value": 1} trailing', "not a single JSON object"),
+]
+
+
+@pytest.mark.parametrize("text, why", BAD_METRIC_LINES)
+def test_a_metric_line_beyond_what_the_records_hold_is_skipped_and_counted_with_why(text, why):
+    scan = scan_metrics(line(text) + line('{"metric": "ok", "value": 2, "step": 9223372036854775807}'))
+    assert scan.points == [MetricPoint("ok", 2.0, 2**63 - 1, 1.5)]
+    assert scan.skipped == 1 and scan.first_skip.startswith(why + ": {")
+    assert len(scan.first_skip) < 200  # quotes a piece of the line, not all of it
+
+
+def test_only_the_first_skip_is_described_and_every_one_is_counted():
+    data = b"".join(line(t) for t, _ in BAD_METRIC_LINES) + line('{"metric": "ok", "value": 1}')
+    scan = scan_metrics(data)
+    assert scan.skipped == len(BAD_METRIC_LINES) and scan.first_skip.startswith(BAD_METRIC_LINES[0][1])
+    assert [p.name for p in scan.points] == ["ok"]
+
+
+def test_lines_that_only_mention_metric_are_neither_points_nor_skips():
+    scan = scan_metrics(line('{"kind": "metric", "n": 1}') + line('the "metric" word') + line('["metric", 1]')
+                        + b'garbage "metric" line\n')
+    assert (scan.points, scan.skipped) == ([], 0)
+
+
+@given(st.text(max_size=200))
+def test_no_printed_text_makes_the_scanner_raise(text):
+    for body in (text, '{"metric": ' + text, '{"metric": "m", "value": ' + text + "}"):
+        scan = scan_metrics(line(body.replace("\n", " ")))
+        assert len(scan.points) + scan.skipped <= 1
+
+
+def test_json_without_a_metric_key_is_no_metric_line_even_with_text_after_it():
+    assert scan_metrics(line('{"event": "metric"} and "metric" again')).skipped == 0

@@ -10,6 +10,7 @@ import pytest
 
 from floydd.agent.spec import Mount
 from floydd.agent.status import Status, process_start_time
+from floydd.agent.stop import read_stop
 from floydd.errors import InvalidSpec, UnsafePath
 from floydd.runtime import spawn
 from floydd.runtime.workspace import job_dir, plan_mounts, prepare, release_inputs
@@ -141,4 +142,9 @@ def test_alive_knows_a_running_agent_from_a_dead_one_a_zombie_and_a_reused_pid()
 
 def test_request_stop_writes_the_reason_even_when_no_agent_runs(tmp_path):
     assert spawn.request_stop(tmp_path, "stopped by user") is False
-    assert (tmp_path / "stop").read_text() == "stopped by user"
+    assert read_stop(tmp_path) == ("stopped", "stopped by user")
+    assert spawn.request_stop(tmp_path, "disk full at /x", "failed") is False
+    assert read_stop(tmp_path) == ("failed", "disk full at /x")
+    (tmp_path / "stop").write_text("deleted\n")  # written by an older daemon: plain text
+    assert read_stop(tmp_path) == ("stopped", "deleted")
+    assert read_stop(tmp_path / "nowhere") is None

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from floydd.errors import InvalidSpec, UnsafePath, UserError
-from floydd.store.tarball import pack, unpack
+from floydd.store.tarball import MAX_DEPTH, pack, unpack
 
 
 def _tar(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:
@@ -117,3 +117,49 @@ def test_a_full_disk_while_unpacking_is_a_clear_store_full_error(tmp_path, monke
     dest.mkdir()
     with pytest.raises(StoreFull, match="no space left"):
         unpack(_tar(_file("big.bin", b"1" * 100)), dest)
+
+
+@pytest.mark.parametrize("name, said", [
+    ("n" * 256, "too long"),                                    # a name past 255 bytes
+    ("é" * 128, "too long"),                                    # 256 bytes in UTF-8
+    ("a/" * 2100 + "f", "too long"),                            # a path past 4096 bytes
+    ("a/" * MAX_DEPTH + "f", f"{MAX_DEPTH + 1} folders deep"),  # deeper than the tools that walk trees can follow
+])
+def test_names_a_tree_cannot_hold_are_refused_before_anything_is_made(tmp_path, name, said):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(UnsafePath, match=said):
+        unpack(_tar(_file(name)), dest)
+    assert not any(dest.iterdir())
+
+
+def test_a_path_past_what_the_file_system_takes_is_an_unsafe_path_not_a_crash(tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    name = "/".join(["n" * 255] * 15 + ["f" * 230])           # 4070 bytes: a tree may hold it, this folder not
+    with pytest.raises(UnsafePath, match="too long for this box's file system"):
+        unpack(_tar(_file(name)), dest)
+
+
+def test_a_name_that_is_both_a_file_and_a_folder_is_refused(tmp_path):
+    for n, members in enumerate([(_file("a"), _file("a/b")), (_file("a"), (_dir("a"), None)),
+                                 (_file("a/b"), _file("a"))]):
+        dest = tmp_path / str(n)
+        dest.mkdir()
+        with pytest.raises(UnsafePath, match="as a file and as a folder|twice"):
+            unpack(_tar(*members), dest)
+
+
+def test_the_deepest_and_longest_allowed_names_unpack(tmp_path):
+    deep = "/".join(["d"] * (MAX_DEPTH - 1)) + "/f"
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    got = unpack(_tar(_file(deep, b"deep"), _file("n" * 255, b"long"), (_dir("x/y"), None)), dest)
+    assert got.files == 2 and (dest / deep).read_bytes() == b"deep" and (dest / ("n" * 255)).read_bytes() == b"long"
+    assert (dest / "x" / "y").is_dir()
+
+
+def _dir(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    return info

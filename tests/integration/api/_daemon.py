@@ -1,0 +1,132 @@
+"""The daemon the API tests talk to: a real one (``create_app`` in-process, fake GPUs, no
+sandbox) served on 127.0.0.1 from an event loop in a thread, with an API token, as a daemon
+listening on TCP is; and what it holds before the requests come (:func:`seed`): a dataset
+``mnist`` and an ended job ``seed/1``, so that requests reach past "not found".
+
+Everything the daemon reads or writes lives under the module's temporary folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+import tarfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import requests
+from aiohttp import web
+
+from tests.conftest import wait_until
+
+__all__ = ["Api", "seed", "serve", "tar_of"]
+
+
+@dataclass(frozen=True)
+class Api:
+    """The daemon under test: ``call()`` answers (status, JSON or the NDJSON events, raw text)."""
+
+    url: str
+    token: str
+    root: Path
+    """The module's temporary folder: the daemon's state, the seeded folders, every dest."""
+    session: requests.Session
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def call(self, method: str, path: str, **kw: Any) -> tuple[int, Any, str]:
+        headers = {**self.headers, **kw.pop("headers", {})}
+        resp = self.session.request(method, self.url + path, headers=headers, timeout=60, **kw)
+        return resp.status_code, _decoded(resp), resp.text
+
+
+def tar_of(members: list[tuple[str, str]]) -> bytes:
+    """A tar of ``(name, "file" | "dir")`` members, names as given (a file holds one byte)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, kind in members:
+            info = tarfile.TarInfo(name)
+            if kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = 1
+                tar.addfile(info, io.BytesIO(b"x"))
+    return buf.getvalue()
+
+
+def _decoded(resp: requests.Response) -> Any:
+    kind = resp.headers.get("Content-Type", "")
+    if "x-ndjson" in kind:
+        return [json.loads(line) for line in resp.text.splitlines() if line.strip()]
+    if "json" in kind:
+        return resp.json()
+    return None
+
+
+def seed(api: Api) -> None:
+    """What the tests aim at: the dataset ``mnist`` and the ended job ``seed/1``."""
+    data = api.root / "seed-data"
+    (data / "sub").mkdir(parents=True)
+    (data / "a.txt").write_text("a\n")
+    (data / "sub" / "b.bin").write_bytes(b"\0" * 100)
+    status, events, text = api.call("POST", "/v1/datasets", json={"name": "mnist", "path": str(data)})
+    assert status == 200 and "result" in events[-1], text
+    code = api.root / "seed-code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hello')\n")
+    status, job, text = api.call("POST", "/v1/jobs", json={
+        "project": "seed", "command": "python train.py", "code_path": str(code), "data": ["mnist:/input"]})
+    assert status == 201, text
+    assert job["id"] == "seed/1"
+
+    def ended() -> bool:
+        return api.call("GET", "/v1/jobs/seed/1/wait", params={"timeout": "5"})[1]["state"] == "success"
+    wait_until(ended, 60, what="the seeded job to end")
+
+
+@contextmanager
+def serve(app: web.Application) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 (a free port) with ``web.run_app`` in a thread; its base URL.
+    A daemon that fails to start raises its error here."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = "http://127.0.0.1:%d" % sock.getsockname()[1]
+    loop, failed = asyncio.new_event_loop(), []
+
+    def run() -> None:
+        try:
+            web.run_app(app, sock=sock, loop=loop, handle_signals=False, print=None, access_log=None)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="api-floydd", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: failed or _answers(url), 60, what="the daemon to answer")
+        if failed:
+            raise failed[0]
+        yield url
+    finally:
+        if thread.is_alive():
+            loop.call_soon_threadsafe(_stop)
+        thread.join(30)
+        sock.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url + "/v1/openapi.json", timeout=5).status_code == 401   # up, and asks for a token
+    except requests.ConnectionError:
+        return False
+
+
+def _stop() -> None:
+    raise web.GracefulExit()      # as run_app's own signal handler stops it

@@ -1,0 +1,131 @@
+"""NodeRuntime against what a careless or hostile job does: metric lines the records cannot
+hold, /output entries a snapshot cannot hold, a state folder whose disk fills up, a stale
+stop from an earlier run. Real agents, real Store and Records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from floydd.errors import InvalidSpec
+from floydd.runtime.disk import RESERVE_NAME
+from tests.integration.runtime._hostile import (BAD_METRIC_LINES, BAD_OUTPUT, FILL, GOOD_METRIC_LINES,
+                                               small_disk)
+from tests.integration.runtime.test_node_runtime import Node, ended, node  # noqa: F401 (node: the fixture)
+
+
+async def test_metric_lines_past_what_the_records_hold_are_skipped_counted_and_the_job_ends(node):
+    number = node.submit("python bad.py", {"bad.py": BAD_METRIC_LINES + GOOD_METRIC_LINES})
+    await node.runtime.start_job("p", number, [])
+    job = await ended(node, number)
+    assert job["state"] == "success", job
+    series = node.records.metric_series("p", number)
+    assert list(series) == ["loss"] and [(s, v) for s, v, _ in series["loss"]] == [(0, 1.0), (1, 0.5), (2, 1 / 3)]
+    assert node.records.skipped_metrics("p", number) == 6
+    warnings = [e for e in node.records.events("p", number) if e["kind"] == "metrics"]
+    assert len(warnings) == 1 and warnings[0]["message"].startswith(
+        "6 metric lines skipped (not recorded); the first: the step does not fit in 64 bits: ")
+
+
+async def test_a_batch_the_records_refuse_is_skipped_and_counted_not_retried(node, monkeypatch):
+    real, calls = node.records.add_metrics, []
+
+    def refuse_points(project, number, points, **kw):
+        points = list(points)
+        calls.append(len(points))
+        if points:
+            raise InvalidSpec("refused", hint="a test")
+        return real(project, number, points, **kw)
+    monkeypatch.setattr(node.records, "add_metrics", refuse_points)
+    number = node.submit("python -c \"print('{\\\"metric\\\": \\\"a\\\", \\\"value\\\": 1}')\"")
+    await node.runtime.start_job("p", number, [])
+    job = await ended(node, number)
+    assert job["state"] == "success" and node.records.skipped_metrics("p", number) == 1
+    assert calls.count(1) == 1  # tried once, then skipped
+
+
+async def test_bad_entries_of_output_are_named_and_skipped_and_the_rest_is_saved(node):
+    number = node.submit("python out.py", {"out.py": BAD_OUTPUT})
+    await node.runtime.start_job("p", number, [])
+    job = await ended(node, number)
+    assert job["state"] == "success" and job["output_version"] == f"p/{number}/output:1", job
+    back = node.state.parent / "back"
+    node.store.restore(node.store.catalog.resolve(job["output_version"]).tree, back)
+    assert sorted(p.name for p in back.iterdir()) == ["model.bin"]
+    messages = [e["message"] for e in node.records.events("p", number) if e["kind"] == "output"]
+    for name, why in (("pipe", "FIFO"), ("sock", "socket"), ("passwd", "outside /output")):
+        assert any(m.startswith(f"/output/{name} is not saved: ") and why in m for m in messages), messages
+    assert messages[-1] == f"/output saved as p/{number}/output:1 (3 entries skipped)"
+    log = (Path(job["workspace"]) / "job.log").read_text()
+    assert "floydd: /output/pipe is not saved: it is a FIFO (named pipe)" in log
+
+
+async def test_a_stop_left_by_an_earlier_attempt_does_not_stop_the_next(node):
+    number = node.submit("echo second run", attempt=1)
+    ws = node.state / "jobs" / "p" / str(number)
+    ws.mkdir(parents=True)
+    (ws / ".prepared").write_text(json.dumps({"attempt": "0"}))
+    (ws / "stop").write_text(json.dumps({"outcome": "stopped", "reason": "attempt 0 was replaced"}))
+    (ws / "status.json").write_text(json.dumps({"agent_pid": 1, "agent_start_time": 0, "state": "exited",
+                                                "outcome": "stopped", "reason": "attempt 0 was replaced"}))
+    await node.runtime.start_job("p", number, [])
+    job = await ended(node, number)
+    assert (job["state"], job["reason"]) == ("success", "exit code 0"), job
+
+
+# -- a state folder on a small disk ------------------------------------------------------------------
+
+@pytest.fixture
+async def small(state_dir):
+    with small_disk(state_dir / "state", "8m") as state:
+        n = Node(state)
+        try:
+            yield n
+        finally:
+            await n.runtime.close()
+            n.close()
+
+
+async def test_a_job_filling_the_disk_ends_failed_with_why_and_the_next_runs_once_space_is_freed(small):
+    number = small.submit("python fill.py", {"fill.py": FILL})
+    await small.runtime.start_job("p", number, [])
+    assert (small.state / RESERVE_NAME).exists()                # made at the start: the disk had room
+    job = await ended(small, number, timeout=60)
+    assert job["state"] == "failed" and job["reason"].startswith(f"disk full at {small.state}"), job
+    assert job["reason"].endswith("/job.log") or "exit code 1" in job["reason"], job  # whichever hit it first
+    assert not (small.state / RESERVE_NAME).exists()            # released so the failure could be recorded
+    assert any("/output was not saved: disk full at" in e["message"] for e in small.records.events("p", number))
+    refused = small.submit("echo too soon")
+    await small.runtime.start_job("p", refused, [])
+    assert small.job(refused)["reason"].startswith(f"disk full at {small.state}: the job was not started")
+    (Path(job["workspace"]) / "output" / "big").unlink()        # what floyd delete does
+    again = small.submit("echo after")
+    await small.runtime.start_job("p", again, [])
+    assert (await ended(small, again))["state"] == "success"
+    assert (small.state / RESERVE_NAME).exists()                # made again once there was room
+
+
+async def test_a_log_that_cannot_be_written_ends_the_job_failed_not_lost(small):
+    number = small.submit("python -c \"import sys\nwhile True: print('x' * 4000, flush=True)\"")
+    await small.runtime.start_job("p", number, [])
+    job = await ended(small, number, timeout=60)
+    ws = Path(job["workspace"])
+    assert (job["state"], job["reason"]) == ("failed", f"disk full at {ws / 'job.log'}"), job
+
+
+async def test_metrics_that_cannot_be_recorded_end_the_job_failed(small, monkeypatch):
+    real = small.records.add_metrics
+
+    def full(project, number, points, **kw):
+        points = list(points)
+        if points:
+            raise OSError(28, "No space left on device")
+        return real(project, number, points, **kw)
+    monkeypatch.setattr(small.records, "add_metrics", full)
+    number = small.submit("python -c \"import time\nprint('{\\\"metric\\\": \\\"a\\\", \\\"value\\\": 1}', "
+                          "flush=True)\ntime.sleep(60)\"")
+    await small.runtime.start_job("p", number, [])
+    job = await ended(small, number, timeout=60)
+    assert (job["state"], job["reason"]) == ("failed", f"disk full at {small.records.path}"), job
