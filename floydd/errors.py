@@ -10,6 +10,8 @@
     ├── Conflict                     already exists / immutable / in use / daemon already running (409)
     ├── StoreError                   the store itself
     │   ├── IntegrityError           an object failed authentication or re-hashing (damaged, tampered)
+    │   │   └── Untrusted            a file that must not be read as data, or as "no data", until
+    │   │                            repaired (floydd repair): the daemon refuses to start (409)
     │   └── StoreFull                no space left while writing (507)
     ├── Unavailable                  transient: daemon or peer not reachable, try again (503)
     └── InternalError                a bug; still reported as JSON with a hint to file an issue (500)
@@ -33,6 +35,7 @@ __all__ = [
     "Conflict",
     "StoreError",
     "IntegrityError",
+    "Untrusted",
     "StoreFull",
     "Unavailable",
     "InternalError",
@@ -103,6 +106,11 @@ class IntegrityError(StoreError):
     code = "integrity_error"
 
 
+class Untrusted(IntegrityError):
+    code = "untrusted_state"
+    status = 409
+
+
 class StoreFull(StoreError):
     code = "store_full"
     status = 507
@@ -120,7 +128,7 @@ class InternalError(FloyddError):
 
 _BY_NAME = {cls.__name__: cls for cls in (
     FloyddError, UserError, InvalidName, InvalidSpec, UnsafePath, Unauthorized, NotFound, Conflict,
-    StoreError, IntegrityError, StoreFull, Unavailable, InternalError)}
+    StoreError, IntegrityError, Untrusted, StoreFull, Unavailable, InternalError)}
 
 
 def from_payload(payload: dict[str, Any], status: int = 500) -> FloyddError:

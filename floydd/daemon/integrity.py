@@ -6,7 +6,7 @@ this node's job records ``STATE/records.db`` and the control plane's log
 empty database, and floydd would carry on as if nothing had ever been there: gc would then
 call every object garbage, job numbers would start again at 1 over the old ones, the cluster
 would forget its jobs and datasets. :func:`check_state` runs before any of them is opened and
-raises :class:`~floydd.store.dbfile.Untrusted` naming each file, what is wrong with it and what
+raises :class:`~floydd.errors.Untrusted` naming each file, what is wrong with it and what
 to do (restore it from a backup, or ``floydd repair``: :mod:`floydd.daemon.repair`).
 
 A fresh box legitimately has none of these files. A file "cannot be trusted" when:
@@ -52,7 +52,8 @@ from floydd.cluster.state import ClusterState
 from floydd.config import Config
 from floydd.records._schema import TABLES as RECORDS_TABLES
 from floydd.store import trust
-from floydd.store.dbfile import Untrusted, inspect
+from floydd.errors import Untrusted
+from floydd.store.dbfile import inspect
 
 __all__ = ["Finding", "findings", "check_state", "raft_path", "IMPORTED_MARKER"]
 

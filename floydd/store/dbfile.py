@@ -49,9 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from floydd.errors import IntegrityError
-
-__all__ = ["Inspection", "Untrusted", "inspect", "salvage", "copy_rows", "readable", "set_aside", "tables_of",
+__all__ = ["Inspection", "inspect", "salvage", "copy_rows", "readable", "set_aside", "tables_of",
            "lost_wal_frames", "SQLITE_HEADER"]
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -60,13 +58,6 @@ _WAL_FRAME_HEADER = 24
 _SHM_HEADER = 136
 _ROWID_MAX = 2**63 - 1
 _PAD_MAX = 1 << 30          # a header claiming more missing bytes than this is not believed
-
-
-class Untrusted(IntegrityError):
-    """A file (or the store) that must not be read as data, or as "no data", until repaired."""
-
-    code = "untrusted_state"
-    status = 409
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

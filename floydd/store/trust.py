@@ -16,7 +16,7 @@ Nor is a store whose ``key`` file is missing while objects exist: opening it wou
 key, under which none of them opens.
 
 ``Store.open`` refuses such a store (:func:`check_store` raises
-:class:`~floydd.store.dbfile.Untrusted`, naming the file, what is wrong and the two ways out:
+:class:`~floydd.errors.Untrusted`, naming the file, what is wrong and the two ways out:
 restore the file from a backup, or ``floydd repair``, which rebuilds the catalog from the trees
 in the store: :mod:`floydd.store.rebuild`); gc checks again, under its exclusive lock, before it
 removes anything. What no check here can see: a catalog replaced by an older,
@@ -30,7 +30,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from floydd.store.dbfile import Inspection, Untrusted, inspect
+from floydd.errors import Untrusted
+from floydd.store.dbfile import Inspection, inspect
 
 __all__ = ["CATALOG_TABLES", "store_problems", "catalog_problem", "check_store", "holds_objects",
            "REPAIR_HINT", "KEY_HINT"]

@@ -98,3 +98,12 @@ def test_an_interrupted_upload_commits_nothing_and_a_rerun_reuses_what_was_store
     rerun = [line for line in log.splitlines() if "snapshot " in line and "24 files" in line][-1]
     new_objects = int(re.search(r"(\d+) new objects", rerun).group(1))
     assert new_objects < count() - 3, rerun  # what the first attempt stored was not written again
+
+
+def test_an_upload_cannot_take_a_jobs_output_name(daemon, tmp_path):
+    src = tmp_path / "src"
+    _tree(src)
+    res = daemon.floyd("data", "upload", str(src), "--name", "proj/3/output", check=False)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "output" in res.stderr and len(res.stderr.strip().splitlines()) <= 2
+    assert daemon.floyd_json("data", "ls") == []

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from floydd.daemon.repair import repair
-from floydd.errors import IntegrityError
-from floydd.store.dbfile import Untrusted
+from floydd.errors import IntegrityError, Untrusted
 from tests.integration.store._box import (DATABASES, copy_state, make_state, object_path, result,
                                           running)
 from tests.unit.store.store_testlib import describe

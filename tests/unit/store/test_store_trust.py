@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from floydd.store import Store
-from floydd.store.dbfile import Untrusted
+from floydd.errors import Untrusted
 from floydd.store.rebuild import LOST_FOUND, rebuild_catalog
 from store_testlib import describe, flip_byte, object_files, write_tree
 
