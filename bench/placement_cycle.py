@@ -11,7 +11,8 @@ no network), and judges silent nodes as a leader of long standing does. Timed, i
 seconds of this process (the box is shared):
 
   first    the first cycle: places what fits (``job.place`` applied one by one) and
-           commits the reason of every job that waits;
+           works out the reason of every job that waits (kept in the leader's memory
+           since issue 12: the "reasons" column counts reasons committed, now 0);
   steady   a cycle with nothing new (best of 5): what every box's leader loop pays each
            second; in brackets three of its parts, each timed alone: one pass over the jobs
            (the floor: the queue must be read), the node snapshots, ``place()``; "x pass" is
@@ -59,9 +60,13 @@ class StandIn:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self.config = SimpleNamespace(stale_after=20.0)
+        self.config = SimpleNamespace(stale_after=20.0, suspect_after=3.0)
         self.index = 0
         self.place_s, self.placed, self.updates = 0.0, 0, 0
+
+    def silence(self) -> dict[str, float]:
+        """Every node was heard from just now (the leader judges no box here)."""
+        return dict.fromkeys(self.state.nodes, 0.0)
 
     def apply(self, cmd: dict):
         self.index += 1

@@ -246,9 +246,13 @@ class Client:
     def submit(self, spec: dict) -> dict:
         return self._call("POST", "/v1/jobs", spec, timeout=None)
 
-    def jobs(self, project: str | None = None, state: str | None = None, *, stale: bool = False) -> list[dict]:
+    def jobs(self, project: str | None = None, state: str | None = None, *, stale: bool = False,
+             limit: int | None = None, offset: int = 0, since: float | None = None) -> list[dict]:
+        """Jobs, newest first (archived ones too): ``limit`` of them from ``offset`` (None: every
+        one), created at or after ``since`` (unix seconds)."""
         return self._call("GET", "/v1/jobs", query={"project": project, "state": state,
-                                                    "stale": "1" if stale else None})
+                                                    "stale": "1" if stale else None, "limit": limit,
+                                                    "offset": offset or None, "since": since})
 
     def job(self, job: str) -> dict:
         return self._call("GET", f"/v1/jobs/{_job_path(job)}")

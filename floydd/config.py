@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 import platformdirs
 
-from floydd.errors import UserError
+from floydd.errors import InvalidSpec, UserError
+from floydd.model import check_cpus, parse_size
 
 __all__ = ["Config", "load", "default_state_dir", "socket_path_for", "preset_for_tests"]
 
@@ -66,6 +67,18 @@ class Config:
         if self.sandbox not in ("auto", "bwrap", "none"):
             raise UserError(f"sandbox {self.sandbox!r} is not one of auto, bwrap, none",
                             hint="set FLOYDD_SANDBOX or --sandbox to auto, bwrap or none")
+        try:
+            check_cpus(self.job_cpus)
+            parse_size(self.job_memory)
+        except InvalidSpec as exc:
+            raise UserError(f"config: {exc.message}",
+                            hint="set job_cpus to a number of cores (e.g. 1) and job_memory to a size "
+                                 "(e.g. 2G, or 0) in floydd.toml or FLOYDD_JOB_CPUS/FLOYDD_JOB_MEMORY") from None
+
+    @property
+    def job_memory_bytes(self) -> int:
+        """``job_memory`` in bytes."""
+        return parse_size(self.job_memory)
     dev_fake_gpus: str = ""
     """DEV/TEST ONLY: describe fake GPUs (``"2"``, ``"4xA100-80GB"``) instead of asking NVML."""
     max_code_mb: float = 100.0
@@ -83,9 +96,52 @@ class Config:
     cluster_heartbeat: float = 5.0
     """Seconds between this node's heartbeats to the cluster; a node is listed as stale
     after four missed ones."""
-    job_lost_after: float = 60.0
-    """Seconds without heartbeats from a node (that did not shut down cleanly) after which the
-    leader declares its running jobs lost and queues its not-yet-started ones again."""
+    job_cpus: float = 1.0
+    """Cores a job submitted here sets aside on each box it runs on when ``floyd run`` does
+    not say (``--cpu N``). A box admits jobs while the ones it runs leave it the cores and
+    memory they ask; 0 sets none aside (jobs then queue only for GPUs and memory)."""
+    job_memory: str = "0"
+    """Memory a job submitted here sets aside on each box when ``floyd run`` does not say
+    (``--memory SIZE``): ``16G``, ``512M``...; ``0`` sets none aside. Admission only: a job
+    may use more than it asked, the box just does not start more than fits."""
+    job_lost_after: float = 300.0
+    """Seconds a job's box may be out of touch (the job ``unknown``) before the leader
+    declares the run lost and the job's restart policy decides (``floyd run --lost-after``
+    overrides it per job). An outage shorter than this is not a failure: a box that comes back
+    with the job still running simply carries on. A box that shut down cleanly keeps its jobs."""
+    node_suspect_after: float = 3.0
+    """Seconds the leader may go without hearing from a box before it marks it ``suspect``:
+    nothing new is placed there, its jobs not yet started are placed elsewhere, its running
+    ones become ``unknown``."""
+    checkpoint_interval: float = 60.0
+    """Seconds between snapshots of a running job's ``/output``, published as versions of its
+    output so that a rerun (after its box was lost for good) starts from them; 0 turns them
+    off (a rerun then starts from the last attempt's final output only)."""
+    # -- replicas kept (issue 12): floydd.cluster.replicas, floydd.cluster.storecare --
+    replica_grace: float = 300.0
+    """Seconds a box holding a dataset copy may stay silent (crashed, cut off, switched off)
+    before its copies stop counting and another box makes a new one; a box that returns
+    counts again from its first heartbeat. Long enough for a reboot or an upgrade."""
+    dataset_copy_wait: float = 60.0
+    """Seconds ``floyd data upload`` waits for every copy (2) to be stored before it answers
+    with fewer, saying so ("stored on 1 of 2 boxes; the second copy follows")."""
+    store_scrub_rate: float = 2.0
+    """MB a second the background scrub re-reads and checks (0 turns it off): at 2, a pass
+    over 1 TB takes about 6 days. What it finds damaged is repaired from another box."""
+    store_scrub_every: float = 7 * 86400.0
+    """Seconds between the starts of two scrub passes: a pass that ends sooner waits."""
+    # -- state that stays small (issue 12): floydd.cluster.archiver, floydd.cluster.archive --
+    archive_after: float = 7 * 86400.0
+    """Seconds after it ended that a finished job leaves the hot replicated state (kept in
+    memory on every box) for the archive (SQLite on every box): it is still listed by
+    ``floyd status --all`` and read by ``floyd info``; its log and metrics stay on the box
+    that ran it. Set on the leader (every box, to survive a change of leader)."""
+    archive_keep: int = 1000
+    """At most this many finished jobs stay hot; the oldest beyond it are archived sooner."""
+    raft_snapshot_every: int = 10_000
+    """Entries of the control plane's log applied between two snapshots of its state (the log
+    before a snapshot is dropped; a box that needs it is sent the snapshot, streamed, with the
+    archive). Lower it to test that path; the default keeps the log in memory under ~10 MB."""
 
     @property
     def socket_path(self) -> Path:

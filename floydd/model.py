@@ -8,22 +8,32 @@ nothing of ours but :mod:`floydd.errors` (and nothing heavy at all: the agent an
 load it too). Values are frozen dataclasses; the API decodes request bodies into them with
 msgspec, which also draws their JSON schemas for ``/v1/openapi.json``.
 
-Job states (``TRANSITIONS``; the replicated state adds one backward edge, :data:`REQUEUE`,
-for a job whose box was lost before it started)::
+Job states (``TRANSITIONS``; the replicated state adds the backward edges of :data:`REQUEUE`,
+for a job whose box went silent before it started and for a run its restart policy reruns)::
 
     queued ──place──► starting ──► running ──► success | failed | stopped | timeout | lost
-      ▲  │               │  │
-      │  └───────────────┴──┴──► stopped | failed | lost        (never started)
-      └──── requeue ─────┘
+      ▲  │               │  │        │  ▲
+      │  │               │  │        ▼  │ (its box is back: the run went on)
+      │  │               │  └──► unknown ──► success | failed | stopped | timeout | lost
+      │  └───────────────┴──► stopped | failed | lost        (never started)
+      └── requeue (not started yet) / rerun (restart policy: failed or lost, attempts left) ──┘
 
-Final states are final: a job that ended is run again as a new job, never revived.
+``unknown`` (DESIGN §5b "Outages are not failures"): the box running the job is out of touch;
+the job may well run on. It is a cluster state only: a box's own records never hold it. The
+box coming back reports what became of the run; a box silent past the job's ``lost_after``
+window makes it ``lost``. A rerun is the same job (same number) with a new attempt, and starts
+from the last attempt's ``/output`` (:class:`RestartPolicy`).
+
+Final states are final: the state machine turns a failed or lost run its policy reruns into
+``queued`` instead of ending the job; a job that ended is run again as a new job (``floyd
+restart``), never revived.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
 from floydd.errors import Conflict, InvalidName, InvalidSpec, UnsafePath
@@ -35,24 +45,30 @@ __all__ = [
     "JobKey", "parse_job_key", "DatasetRef", "parse_ref",
     "MountRequest", "Mount", "parse_data", "check_mounts", "check_mount_target", "WORKSPACE_NAMES",
     "parse_param", "check_params", "Resources", "JobSpec", "Submission", "SPEC_FIELDS", "ENVIRONMENTS",
+    "check_cpus", "asked_per_box", "known_count", "parse_size", "format_size", "format_cpus", "describe_needs",
+    "MAX_CPUS", "MAX_MEMORY",
     "MAX_NODES", "MAX_GPUS", "MAX_COMMAND", "MAX_MESSAGE", "MAX_PARAMS", "MAX_PARAM_VALUE", "MAX_MOUNTS", "Restart",
-    "MAX_RUNTIME", "check_max_runtime",
+    "MAX_RUNTIME", "check_max_runtime", "RECORD_FIELDS", "RestartPolicy", "RESTART_POLICIES",
+    "DEFAULT_MAX_ATTEMPTS", "MAX_ATTEMPTS", "parse_duration",
 ]
 
 # -- states ------------------------------------------------------------------------------------
 
-STATES = ("queued", "starting", "running", "success", "failed", "stopped", "timeout", "lost")
+STATES = ("queued", "starting", "running", "unknown", "success", "failed", "stopped", "timeout", "lost")
 FINAL_STATES = frozenset({"success", "failed", "stopped", "timeout", "lost"})
-ACTIVE_STATES = frozenset({"starting", "running"})
+ACTIVE_STATES = frozenset({"starting", "running", "unknown"})
+"""Placed and not over: the job holds its GPUs (an ``unknown`` run may still use them)."""
 TRANSITIONS: Mapping[str, frozenset[str]] = {
     "queued": frozenset({"starting", "stopped", "failed", "lost"}),
-    "starting": frozenset({"running", "stopped", "failed", "lost"}),
-    "running": frozenset({"success", "failed", "stopped", "timeout", "lost"}),
+    "starting": frozenset({"running", "unknown", "stopped", "failed", "lost"}),
+    "running": frozenset({"unknown", "success", "failed", "stopped", "timeout", "lost"}),
+    "unknown": frozenset({"running", "success", "failed", "stopped", "timeout", "lost"}),
     **{state: frozenset() for state in FINAL_STATES},
 }
-REQUEUE = ("starting", "queued")
-"""The one backward move, made only by the cluster's leader: the box a job was placed on
-went silent before the job started, so the job waits to be placed again."""
+REQUEUE = frozenset({("starting", "queued"), ("running", "queued"), ("unknown", "queued")})
+"""The backward moves, made only by the replicated state: the box a job was placed on went
+silent before the job started (the leader requeues it), or the restart policy reruns a
+failed or lost run; either way the job waits to be placed again, as a new attempt."""
 
 
 def check_state(state: object) -> str:
@@ -65,7 +81,7 @@ def check_transition(key: str, old: str, new: str, *, requeue: bool = False) -> 
     """``Conflict`` unless a job may move from ``old`` to ``new`` (``requeue``: the leader's
     :data:`REQUEUE` is allowed too)."""
     check_state(new)
-    if new in TRANSITIONS[old] or (requeue and (old, new) == REQUEUE):
+    if new in TRANSITIONS[old] or (requeue and (old, new) in REQUEUE):
         return
     if old in FINAL_STATES:
         hint = "a job that ended stays ended; run it again as a new job (floyd restart)"
@@ -342,8 +358,11 @@ MAX_RUNTIME = 30 * 24 * 3600.0
 one; past this a deadline is a typo (``1e300``), not a plan."""
 ENVIRONMENTS = ("default",)
 """Named environments; a project's floyd_requirements.txt adds packages on top of the chosen one."""
-SPEC_FIELDS = ("command", "params", "code_tree", "data", "resources", "env", "message", "mode", "max_runtime")
-"""What a job's spec holds (in the replicated state and in each record); the rest is its state."""
+SPEC_FIELDS = ("command", "params", "code_tree", "data", "resources", "env", "message", "mode", "max_runtime",
+               "restart")
+"""What a job's spec holds in the replicated state; the rest is its state."""
+RECORD_FIELDS = SPEC_FIELDS[:-1]
+"""What a box's record of a run keeps of its spec (the restart policy is the cluster's business)."""
 
 
 def check_max_runtime(value: object) -> float | None:
@@ -358,6 +377,78 @@ def check_max_runtime(value: object) -> float | None:
     return float(value)
 
 
+RESTART_POLICIES = ("never", "on-failure", "on-lost")
+"""``--restart``: ``never`` rerun; rerun a run that ``failed`` or was ``lost`` (``on-failure``);
+rerun only a run ``lost`` with its box (``on-lost``, the default: a bug does not rerun, an
+outage does)."""
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 100
+MAX_LOST_AFTER = 30 * 24 * 3600.0
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)?", re.IGNORECASE)
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: object, flag: str = "--lost-after") -> float:
+    """``90``, ``90s``, ``5m``, ``2h``, ``1d`` (or a number of seconds) -> seconds, above 0
+    and at most 30 days."""
+    hint = f"write a duration such as {flag} 90s, 5m or 2h"
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+        if match is None:
+            raise InvalidSpec(f"{flag} {text!r:.40} is not a duration", hint=hint)
+        seconds = float(match.group(1)) * _SECONDS[(match.group(2) or "").lower()]
+    if not 0 < seconds <= MAX_LOST_AFTER:
+        raise InvalidSpec(f"{flag} {text!r:.40} must be above 0 and at most 30 days", hint=hint)
+    return seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RestartPolicy:
+    """What happens to a run that fails or is lost (``floyd run --restart ... --max-attempts N
+    --lost-after DURATION``), part of the job's spec.
+
+    A rerun is the same job with a new attempt, placed anew (a gang whole), and its
+    ``/output`` starts as the last attempt's: the convention for checkpoints is to write them
+    into ``/output`` (atomically: a temporary name, then a rename) and to look there first at
+    start. ``max_attempts`` counts the runs (the first and its reruns; a placement given up
+    before the job started is not a run). ``lost_after``: how long the job's box may be out
+    of touch (the job ``unknown``) before the run is declared lost; None: the cluster's
+    ``job_lost_after``."""
+
+    policy: str = "on-lost"
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    lost_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in RESTART_POLICIES:
+            raise InvalidSpec(f"--restart {self.policy!r:.40} is not a restart policy",
+                              hint=f"use one of {', '.join(RESTART_POLICIES)}")
+        _whole(self.max_attempts, "--max-attempts", 1)
+        if self.max_attempts > MAX_ATTEMPTS:
+            raise InvalidSpec(f"--max-attempts {self.max_attempts} is more than {MAX_ATTEMPTS}",
+                              hint=f"use at most --max-attempts {MAX_ATTEMPTS}")
+        if self.lost_after is not None:
+            parse_duration(self.lost_after)
+
+    def reruns(self, state: str) -> bool:
+        """Whether a run that ended ``state`` is run again (attempts left aside)."""
+        if self.policy == "on-failure":
+            return state in ("failed", "lost")
+        return self.policy == "on-lost" and state == "lost"
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> RestartPolicy:
+        """From the stored form; a spec stored before restart policies has none: the default."""
+        raw = raw or {}
+        return cls(policy=raw.get("policy") or "on-lost", max_attempts=raw.get("max_attempts") or DEFAULT_MAX_ATTEMPTS,
+                   lost_after=raw.get("lost_after"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "max_attempts": self.max_attempts, "lost_after": self.lost_after}
+
+
 def _whole(value: object, flag: str, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidSpec(f"{flag} {value!r:.80} must be a whole number ≥ {minimum}", hint=f"e.g. {flag} {minimum + 1}")
@@ -365,10 +456,17 @@ def _whole(value: object, flag: str, minimum: int) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resources:
-    """What a job needs on each box it runs on, and how many boxes."""
+    """What a job needs on each box it runs on, and how many boxes.
+
+    ``cpus`` (cores, in steps of 0.001) and ``memory`` (bytes) are what a box sets aside for
+    the job while it is active: a box admits jobs while the ones it runs leave it the cores and
+    memory asked (admission, not a limit: a job may use more than it asked). 0 asks for none;
+    a spec stored before they existed has neither, and asks for none."""
 
     gpus: int = 0
     nodes: int = 1
+    cpus: float = 0
+    memory: int = 0
 
     def __post_init__(self) -> None:
         _whole(self.gpus, "--gpu", 0)
@@ -381,15 +479,110 @@ class Resources:
         if self.nodes > MAX_NODES:
             raise InvalidSpec(f"--nodes {str(self.nodes)[:40]} is more than {MAX_NODES}",
                               hint=f"use at most --nodes {MAX_NODES}")
+        check_cpus(self.cpus)
+        _whole(self.memory, "--memory", 0)
+        if self.memory > MAX_MEMORY:
+            raise InvalidSpec(f"--memory {format_size(self.memory)} is more than {format_size(MAX_MEMORY)}",
+                              hint="ask for the memory of one box, e.g. --memory 16G")
+
+    @property
+    def cpu_milli(self) -> int:
+        """``cpus`` in thousandths of a core (what placement and the state add up)."""
+        return round(self.cpus * 1000)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> Resources:
         raw = raw or {}
-        return cls(gpus=raw.get("gpus") or 0, nodes=raw.get("nodes") or 1)
+        return cls(gpus=raw.get("gpus") or 0, nodes=raw.get("nodes") or 1, cpus=raw.get("cpus") or 0,
+                   memory=raw.get("memory") or 0)
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form: ``{"gpus", "cpu"}`` and ``"nodes"`` for a job over several boxes."""
-        return {"gpus": self.gpus, "cpu": self.gpus == 0, **({"nodes": self.nodes} if self.nodes > 1 else {})}
+        """The stored form: ``{"gpus", "cpu"}``, ``"nodes"`` for a job over several boxes, and
+        ``"cpus"``/``"memory"`` when asked for."""
+        return {"gpus": self.gpus, "cpu": self.gpus == 0, **({"nodes": self.nodes} if self.nodes > 1 else {}),
+                **({"cpus": self.cpus} if self.cpus else {}), **({"memory": self.memory} if self.memory else {})}
+
+    def describe(self) -> str:
+        """``2 GPUs, 4 CPUs, 16 GiB`` (per box): what ``floyd run`` and waiting reasons say."""
+        return describe_needs(self.gpus, self.cpu_milli, self.memory)
+
+
+def asked_per_box(spec: object) -> tuple[int, int]:
+    """(thousandths of a core, bytes of memory) a job's spec asks for on each box: (0, 0) for
+    a spec from before they existed, or one whose values are not counts (a job.submit is
+    any dict an authorised node sent: the index never trusts it to be well formed)."""
+    resources = spec.get("resources") if isinstance(spec, dict) else None
+    if not isinstance(resources, dict):
+        return 0, 0
+    cpu, memory = known_count(resources.get("cpus"), 1000), known_count(resources.get("memory"), 1)
+    return cpu or 0, memory or 0
+
+
+def known_count(value: object, scale: int) -> int | None:
+    """A non-negative count times ``scale``, as an int; None if ``value`` is no such count."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**53:
+        return None
+    return round(value * scale)
+
+
+MAX_CPUS = 4096
+"""The most cores a job may ask for on each box."""
+MAX_MEMORY = 1 << 50
+"""The most memory (bytes, 1 PiB) a job may ask for on each box."""
+_SIZE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*([kmgtp]?)(i?b?)", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def check_cpus(value: object) -> float:
+    """``--cpu N``: a number of cores ≥ 0 and at most :data:`MAX_CPUS`, in steps of 0.001."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_CPUS \
+            or abs(round(value * 1000) - value * 1000) > 1e-6:
+        raise InvalidSpec(f"--cpu {value!r:.40} must be a number of cores from 0 to {MAX_CPUS} "
+                          "(in steps of 0.001)", hint="e.g. --cpu 4, or --cpu 0.5 for half a core")
+    return value
+
+
+def parse_size(text: object) -> int:
+    """``--memory SIZE``: ``16G``, ``512M``, ``1.5GiB``, ``64k`` (powers of 1024, as Slurm and
+    Docker read them) or a number of bytes given as an int; a bare number in text is refused
+    unless 0 (``--memory 16`` is more likely a typo than 16 bytes)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        _whole(text, "--memory", 0)
+        return text
+    match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
+    hint = "write a size with its unit, e.g. --memory 16G or --memory 512M"
+    if match is None:
+        raise InvalidSpec(f"--memory {text!r:.40} is not a size", hint=hint)
+    number, unit, _ = match.groups()
+    if not unit and float(number) != 0:
+        raise InvalidSpec(f"--memory {text!r:.40} has no unit", hint=hint)
+    size = int(float(number) * _UNITS[unit.lower()])
+    if size > MAX_MEMORY:
+        raise InvalidSpec(f"--memory {text!r:.40} is more than {format_size(MAX_MEMORY)}", hint=hint)
+    return size
+
+
+def format_size(size: int) -> str:
+    """Bytes as people read them: ``16 GiB``, ``1.5 GiB``, ``512 MiB``, ``300 B``."""
+    for unit, scale in (("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} B"
+
+
+def format_cpus(milli: int) -> str:
+    """Thousandths of a core as people read them: ``1 CPU``, ``4 CPUs``, ``0.5 CPUs``."""
+    text = f"{milli / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{text} CPU" if milli == 1000 else f"{text} CPUs"
+
+
+def describe_needs(gpus: int, cpu_milli: int = 0, memory: int = 0) -> str:
+    """``2 GPUs, 4 CPUs and 16 GiB``; only what is asked (``1 GPU``; ``CPU`` when nothing is)."""
+    words = ([f"{gpus} GPU" if gpus == 1 else f"{gpus} GPUs"] if gpus else []) + \
+        ([format_cpus(cpu_milli)] if cpu_milli else []) + ([format_size(memory)] if memory else [])
+    if not words:
+        return "CPU"
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -405,20 +598,24 @@ class JobSpec:
     message: str = ""
     mode: str = "job"
     max_runtime: float | None = None
+    restart: RestartPolicy = RestartPolicy()
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> JobSpec:
-        """From the stored form (replicated state, records); unknown keys are ignored."""
+        """From the stored form (replicated state, records); unknown keys are ignored, and a
+        spec stored before restart policies (or a record, which keeps none) gets the default."""
         return cls(command=raw["command"], code_tree=raw["code_tree"], params=dict(raw.get("params") or {}),
                    data=tuple(Mount(ref=m["ref"], tree=m["tree"], mount=m["mount"]) for m in raw.get("data") or ()),
                    resources=Resources.from_dict(raw.get("resources")), env=raw.get("env") or "default",
-                   message=raw.get("message") or "", mode=raw.get("mode") or "job", max_runtime=raw.get("max_runtime"))
+                   message=raw.get("message") or "", mode=raw.get("mode") or "job", max_runtime=raw.get("max_runtime"),
+                   restart=RestartPolicy.from_dict(raw.get("restart")))
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form: plain data with exactly :data:`SPEC_FIELDS`."""
         return {"command": self.command, "params": dict(self.params), "code_tree": self.code_tree,
                 "data": [m.to_dict() for m in self.data], "resources": self.resources.to_dict(),
-                "env": self.env, "message": self.message, "mode": self.mode, "max_runtime": self.max_runtime}
+                "env": self.env, "message": self.message, "mode": self.mode, "max_runtime": self.max_runtime,
+                "restart": self.restart.to_dict()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -435,6 +632,10 @@ class Submission:
     code_tree: str | None = None
     gpus: int = 0
     nodes: int = 1
+    cpus: float | None = None
+    """Cores on each box; None: the receiving daemon's ``job_cpus``."""
+    memory: int | str | None = None
+    """Bytes (or a size such as ``"16G"``) on each box; None: the daemon's ``job_memory``."""
     data: tuple[str | MountRequest, ...] = ()
     params: dict[str, Any] | tuple[str, ...] = field(default_factory=dict)
     env: str = "default"
@@ -442,6 +643,11 @@ class Submission:
     max_runtime: float | None = None
     mode: str = "job"
     idem_key: str | None = None
+    restart: str = "on-lost"
+    """The restart policy (:data:`RESTART_POLICIES`)."""
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    lost_after: float | str | None = None
+    """Seconds (or ``"90s"``, ``"5m"``) its box may be out of touch; None: the cluster's default."""
 
     def __post_init__(self) -> None:
         check_project(self.project)
@@ -460,8 +666,9 @@ class Submission:
                                   hint="leave it out and send code_path instead")
         else:
             check_abs_path(self.code_path, "code_path", hint="run floyd from inside the project folder")
-        self.resources  # checks gpus and nodes
+        self.resources  # checks gpus, nodes, cpus and memory
         check_max_runtime(self.max_runtime)
+        self.restart_policy  # checks restart, max_attempts and lost_after
         if self.env not in ENVIRONMENTS:
             raise InvalidSpec(f"unknown environment {self.env!r:.80}",
                               hint=f"available: {', '.join(ENVIRONMENTS)}; add packages with a floyd_requirements.txt")
@@ -475,7 +682,20 @@ class Submission:
 
     @property
     def resources(self) -> Resources:
-        return Resources(gpus=self.gpus, nodes=self.nodes)
+        """What the job asks for; cpus and memory left unset ask for none (the daemon sets
+        its defaults with :meth:`with_defaults` before it commits the job)."""
+        return Resources(gpus=self.gpus, nodes=self.nodes, cpus=self.cpus or 0,
+                         memory=0 if self.memory is None else parse_size(self.memory))
+
+    def with_defaults(self, *, cpus: float, memory: int) -> Submission:
+        """This submission with unset ``cpus``/``memory`` given these (a daemon's defaults)."""
+        return replace(self, cpus=cpus if self.cpus is None else self.cpus,
+                       memory=memory if self.memory is None else self.memory)
+
+    @property
+    def restart_policy(self) -> RestartPolicy:
+        return RestartPolicy(policy=self.restart, max_attempts=self.max_attempts,
+                             lost_after=None if self.lost_after is None else parse_duration(self.lost_after))
 
     @property
     def mounts(self) -> list[MountRequest]:
@@ -485,7 +705,8 @@ class Submission:
         """The job's spec once its code is snapshotted and its data resolved."""
         return JobSpec(command=self.command, code_tree=code_tree, params=check_params(self.params), data=data,
                        resources=self.resources, env=self.env, message=self.message, mode=self.mode,
-                       max_runtime=None if self.max_runtime is None else float(self.max_runtime))
+                       max_runtime=None if self.max_runtime is None else float(self.max_runtime),
+                       restart=self.restart_policy)
 
 
 
@@ -496,20 +717,32 @@ class Restart:
 
     gpus: int | None = None
     nodes: int | None = None
+    cpus: float | None = None
+    memory: int | str | None = None
     command: str | None = None
     params: dict[str, Any] | tuple[str, ...] | None = None
     message: str | None = None
     max_runtime: float | None = None
     env: str | None = None
     data: tuple[str | MountRequest, ...] | None = None
+    restart: str | None = None
+    max_attempts: int | None = None
+    lost_after: float | str | None = None
 
     def submission(self, key: JobKey, old: Mapping[str, Any]) -> Submission:
         """The new run of job ``key``, whose record is ``old``, with these changes."""
         resources = Resources.from_dict(old.get("resources"))
+        asked = old.get("resources") or {}          # a spec from before cpus/memory gets the defaults
         data = self.data if self.data is not None else tuple(f"{d['ref']}:{d['mount']}" for d in old["data"])
-        return Submission(project=key.project, command=self.command or old["command"], code_tree=old["code_tree"],
+        policy = RestartPolicy.from_dict(old.get("restart"))
+        return Submission(restart=self.restart or policy.policy,
+                          max_attempts=self.max_attempts or policy.max_attempts,
+                          lost_after=policy.lost_after if self.lost_after is None else self.lost_after,
+                          project=key.project, command=self.command or old["command"], code_tree=old["code_tree"],
                           gpus=resources.gpus if self.gpus is None else self.gpus,
-                          nodes=resources.nodes if self.nodes is None else self.nodes, data=data,
+                          nodes=resources.nodes if self.nodes is None else self.nodes,
+                          cpus=asked.get("cpus") if self.cpus is None else self.cpus,
+                          memory=asked.get("memory") if self.memory is None else self.memory, data=data,
                           params={**old["params"], **check_params(self.params or {})},
                           env=self.env or old["env"], message=self.message or f"restart of {key}",
                           max_runtime=old["max_runtime"] if self.max_runtime is None else self.max_runtime)

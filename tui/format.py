@@ -18,7 +18,7 @@ _TICKS = "▁▂▃▄▅▆▇█"
 
 STATE_STYLES = {
     "queued": "cyan", "starting": "cyan", "running": "bold green", "success": "green",
-    "failed": "bold red", "stopped": "yellow", "timeout": "red", "lost": "magenta",
+    "failed": "bold red", "stopped": "yellow", "timeout": "red", "lost": "magenta", "unknown": "yellow",
 }
 
 
@@ -98,10 +98,11 @@ def state_style(state: str | None) -> str:
 
 def health_style(health: str | None) -> str:
     """The daemon's node health (:data:`floydd.api.schemas.Health`): healthy green; stale (its
-    heartbeats stopped coming) or draining yellow; off, down or unknown red."""
+    heartbeats stopped coming), suspect (the leader lost touch) or draining yellow; off, down or
+    unknown red."""
     if health == "healthy":
         return "green"
-    if health in ("stale", "draining"):
+    if health in ("stale", "suspect", "draining"):
         return "yellow"
     return "bold red"
 

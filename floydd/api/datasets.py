@@ -1,10 +1,12 @@
 """``/v1/datasets`` and ``/v1/store``: versioned datasets over the encrypted store.
 
 The versions are the cluster's (:class:`~floydd.cluster.datasets.ClusterDatasets`; a lone
-box is a cluster of one): an upload is snapshotted into this node's store and registered
-in the cluster catalog; list and info read the catalog (list shows each version's
-holders); clone first fetches what this node lacks from the holders; delete goes through
-the cluster. ``/v1/store`` (verify, gc) is this node's store: verify with ``repair`` fetches
+box is a cluster of one): an upload is snapshotted into this node's store, registered in
+the cluster catalog, and answered once R copies are kept (or its wait is over: the answer
+then says how many there are, ``copies_note``: "stored on 1 of 2 boxes; the second copy
+follows"); list and info read the catalog and show each version's copies (holders, those
+that count, those silent); clone first fetches what this node lacks from the holders;
+delete goes through the cluster. ``/v1/store`` (verify, gc) is this node's store: verify with ``repair`` fetches
 good copies of damaged objects from other nodes, and gc also keeps the trees the cluster and
 the job records still name (:mod:`floydd.cluster.storecare`).
 """
@@ -46,7 +48,7 @@ async def info(request: web.Request) -> web.Response:
         raise UserError("name a dataset", hint="floyd data info NAME[:VERSION]")
     catalog = _catalog(request)
     version = await catalog.resolve(ref)
-    return reply(_describe(version, await catalog.manifest(version)))
+    return reply(_describe(catalog.describe(version), await catalog.manifest(version)))
 
 
 @routes.post("/v1/datasets")
@@ -98,8 +100,9 @@ async def _ingest(request: web.Request, name, path, message: str, idem_key: str)
         return store.snapshot_report(Path(path), progress=progress)
 
     async def register(result) -> dict:
-        return {"result": await catalog.register(name, str(result.tree), size=result.size, files=result.files,
-                                                 message=message, idem_key=idem_key)}
+        version = await catalog.register(name, str(result.tree), size=result.size, files=result.files,
+                                         message=message, idem_key=idem_key)
+        return {"result": await catalog.wait_for_copies(version)}
     return await ndjson(request, snapshot, register)
 
 
@@ -146,7 +149,7 @@ async def verify(request: web.Request) -> web.StreamResponse:
 
     async def finish(report) -> dict:
         if repair and report.damaged:
-            return {"result": await repair_damaged(report, store, request.app[keys.CLUSTER])}
+            return {"result": await repair_damaged(report, _catalog(request))}
         return {"result": report.to_dict()}
     return await ndjson(request, lambda p: store.verify(name, progress=p), finish)
 

@@ -6,6 +6,7 @@ import asyncio
 import os
 from dataclasses import fields
 
+import msgspec
 from aiohttp import web
 
 from floydd import logframe
@@ -23,6 +24,8 @@ _JOB = "/v1/jobs/{project}/{number}"
 MAX_WAIT = 7 * 24 * 3600.0
 """The longest ``timeout`` of a wait (seconds); without one a wait lasts until the job ends."""
 MAX_COMPARE = 100
+MAX_LIST = 10**9
+"""The largest ``limit`` and ``offset`` of a job listing."""
 """The most jobs one comparison takes."""
 
 
@@ -61,12 +64,21 @@ def _stale(request: web.Request) -> bool:
 
 @routes.get("/v1/jobs")
 async def list_jobs(request: web.Request) -> web.Response:
-    """Jobs, newest first; in a cluster every node's, read through the leader unless ``stale=1``."""
+    """Jobs, newest first (archived ones too); in a cluster every node's, read through the leader
+    unless ``stale=1``. A page: ``limit`` jobs from ``offset``, created at or after ``since``
+    (unix seconds); without ``limit`` every job."""
     q = request.query
     unknown = {s.strip() for s in q.get("state", "").split(",")} - set(STATES) - {""}
     if unknown:
         raise UserError(f"unknown job state {sorted(unknown)[0][:40]!r}", hint=f"job states are: {', '.join(STATES)}")
-    return reply(await request.app[keys.JOBS].list(q.get("project"), q.get("state"), stale=_stale(request)))
+    limit = query_int(q, "limit", None, minimum=1, maximum=MAX_LIST, hint="limit=20 lists the 20 newest jobs")
+    offset = query_int(q, "offset", 0, minimum=0, maximum=MAX_LIST, hint="offset=20 skips the 20 newest jobs")
+    since = query_float(q, "since", minimum=0, maximum=2**53, hint="since=1700000000 (unix seconds) lists jobs "
+                                                                    "created since then")
+    jobs = await request.app[keys.JOBS].list(q.get("project"), q.get("state"), stale=_stale(request),
+                                             limit=limit, offset=offset or 0, since=since)
+    # thousands of jobs: msgspec encodes them ~7x faster than json (NaN and infinities become null too)
+    return web.Response(body=msgspec.json.encode(jobs), content_type="application/json")
 
 
 @routes.get(_JOB)

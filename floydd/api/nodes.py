@@ -8,6 +8,7 @@ import time
 from aiohttp import web
 
 from floydd.api.request import reply
+from floydd.cluster.service import node_health_word
 
 import floydd
 from floydd.api import keys
@@ -50,7 +51,7 @@ async def nodes(request: web.Request) -> web.Response:
         mine = node["id"] == service.node_id
         entry = info.to_dict() if mine else _remote(node)
         entry.update(id=node["id"], name=node.get("name") or node["id"], role=roles.get(node["id"], "none"),
-                     health=_health(node.get("health", node.get("status"))),
+                     health=node_health_word(node.get("health", node.get("status"))),
                      address=node.get("address") or (str(config.socket_path) if mine else ""))
         held = service.state.held_gpus(node["id"])   # placements of the whole cluster
         for gpu in entry["gpus"]:
@@ -59,8 +60,6 @@ async def nodes(request: web.Request) -> web.Response:
     return reply(listing)
 
 
-def _health(status: str | None) -> str:
-    return "healthy" if status == "up" else status or "unknown"
 
 
 def _remote(node: dict) -> dict:

@@ -15,7 +15,7 @@ from floydd.api.request import reply
 from floydd.api.schemas import (Cluster, CodeUpload, Compare, DatasetDeleted, DatasetInfo, DatasetVersion, Error,
                                 GcReport, Info, Job, JoinToken, Left, Metrics, Node)
 from floydd.api.cluster import MAX_TTL
-from floydd.api.jobs import MAX_WAIT
+from floydd.api.jobs import MAX_LIST, MAX_WAIT
 from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
 
 routes = web.RouteTableDef()
@@ -73,6 +73,10 @@ def _q(*names: str, **typed: dict) -> list[dict]:
             for n, schema in [*((n, _TEXT) for n in names), *typed.items()]]
 
 
+def _count(minimum: int) -> dict:
+    return {"type": "integer", "minimum": minimum, "maximum": MAX_LIST}
+
+
 _LOG_QUERY = _q("follow", offset={"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
                 rank={"type": "integer", "minimum": 0, "maximum": MAX_NODES - 1})
 
@@ -95,7 +99,10 @@ PATHS = {
     "/v1/info": {"get": _op("This daemon: version, node, state dir, uptime", Info)},
     "/v1/nodes": {"get": _op("Nodes with CPUs, memory, disk, GPUs and which job holds each GPU; stale=1 reads "
                              "this node's copy of the cluster state", list[Node], params=_q("stale"))},
-    "/v1/jobs": {"get": _op("Jobs, newest first", list[Job], params=_q("project", "state")),
+    "/v1/jobs": {"get": _op("Jobs, newest first (archived ones too): limit jobs from offset (default: every job), "
+                            "created at or after since (unix seconds); stale=1 reads this node's copy",
+                            list[Job], params=_q("project", "state", "stale", limit=_count(1), offset=_count(0),
+                                                 since={"type": "number", "minimum": 0, "maximum": 2**53})),
                  "post": _op("Submit a job", Job, body=SUBMIT, status="201")},
     "/v1/jobs/{project}/{number}": {"get": _op("One job with metric summary and events", Job, params=_JOB),
                                     "delete": _op("Delete an ended job, its records and output", Job, params=_JOB)},

@@ -28,17 +28,19 @@ from typing import Any, Literal
 from floydd.model import Mount
 
 __all__ = [
-    "Info", "Node", "Gpu", "Job", "JobResources", "Part", "MetricSummary", "Event", "Metrics", "SystemSample",
+    "Info", "Node", "Gpu", "Job", "JobRestart", "JobResources", "Part", "MetricSummary", "Event", "Metrics", "SystemSample",
     "Cluster", "Member", "DatasetVersion", "DatasetInfo", "DatasetEntry", "Compare", "CompareRow", "LastBest",
     "CodeUpload", "JoinToken", "Left", "DatasetDeleted", "GcReport", "Error", "ErrorDetail",
     "JobState", "Health", "NodeRole", "MemberRole", "Point",
 ]
 
-JobState = Literal["queued", "starting", "running", "success", "failed", "stopped", "timeout", "lost"]
+JobState = Literal["queued", "starting", "running", "unknown", "success", "failed", "stopped", "timeout", "lost"]
 """Every job state (:data:`floydd.model.STATES`)."""
-Health = Literal["healthy", "stale", "draining", "off", "down", "unknown"]
-"""A node's health: ``healthy`` (up), ``stale`` (up but its heartbeats stopped coming), the status it
-reported otherwise (``draining``, ``off``, ``down``), ``unknown`` before its first report."""
+Health = Literal["healthy", "suspect", "stale", "draining", "off", "down", "unknown"]
+"""A node's health: ``healthy`` (up), ``suspect`` (the leader lost touch with it: nothing new goes
+there, its jobs are ``unknown``), ``stale`` (up but its heartbeats stopped coming), the status it
+reported otherwise (``draining``, ``off``, ``down``), ``unknown`` before its first report.
+``floyd nodes`` and ``floydd members`` show the same word."""
 NodeRole = Literal["leader", "voter", "learner", "none"]
 MemberRole = Literal["voter", "learner", "none"]
 
@@ -110,11 +112,14 @@ class Node:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobResources:
-    """What a job asked for on each box: ``gpus`` (0: CPU only); ``nodes`` only when over 1."""
+    """What a job asked for on each box: ``gpus`` (0: CPU only); ``nodes`` only when over 1;
+    ``cpus`` (cores) and ``memory`` (bytes) set aside, only when asked for."""
 
     gpus: int
     cpu: bool = False
     nodes: int = 1
+    cpus: float = 0
+    memory: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,12 +161,26 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobRestart:
+    """A job's restart policy (``floyd run --restart``): what reruns it (``never``, ``on-failure``:
+    a failed or lost run, ``on-lost``: a run lost with its box), at most ``max_attempts`` runs,
+    ``lost_after`` seconds out of touch before a run is lost (null: the cluster's default)."""
+
+    policy: Literal["never", "on-failure", "on-lost"]
+    max_attempts: int
+    lost_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     """A job: ``GET /v1/jobs`` items, ``GET /v1/jobs/{project}/{number}`` (with ``events``) and
     the answer of submit, wait, stop, restart and delete. ``node`` is the name of the box it runs
     on (rank 0's), "" before it is placed; ``metrics`` the summary per metric so far.
     ``history``: a job only in this node's records (one it ran before it joined its cluster),
-    which has no ``node_id`` and no parts; every other job is the cluster's."""
+    which has no ``node_id`` and no parts; every other job is the cluster's. ``archived``: a
+    finished job moved out of the hot replicated state (listed and read all the same; its
+    cluster history is gone, its box's events stay). ``output_version`` is ``""`` when the job
+    saved nothing (its /output was empty), null when there is none (yet)."""
 
     id: str
     project: str
@@ -199,6 +218,10 @@ class Job:
     parts: tuple[Part, ...] = ()
     events: tuple[Event, ...] = ()
     history: bool = False
+    archived: bool = False
+    restart: JobRestart | None = None
+    reruns: int = 0
+    unknown_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -274,6 +297,7 @@ class Member:
     role: MemberRole
     leader: bool
     status: str | None
+    health: Health
     match: int | None = None
 
 
@@ -308,7 +332,9 @@ class Left:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DatasetVersion:
-    """``GET /v1/datasets`` items: a version, with the names of the boxes holding it."""
+    """``GET /v1/datasets`` items: a version, with the names of the boxes holding it, those of
+    them not heard from within the replica grace (``silent_holders``: their copies do not
+    count), and how many ``copies`` count of the ``replicas`` the cluster keeps."""
 
     name: str
     version: int
@@ -317,9 +343,13 @@ class DatasetVersion:
     files: int
     message: str
     held_by: tuple[str, ...]
+    silent_holders: tuple[str, ...]
+    copies: int
+    replicas: int
     ref: str = ""
     tree: str = ""
     holders: tuple[str, ...] = ()
+    copies_note: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -334,7 +364,8 @@ class DatasetEntry:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DatasetInfo:
-    """``GET /v1/datasets/info``: one version and its first 1000 entries."""
+    """``GET /v1/datasets/info``: one version, its copies (as :class:`DatasetVersion`, and
+    ``copies_note``: "stored on 1 of 2 boxes; the second copy follows") and its first 1000 entries."""
 
     name: str
     version: int
@@ -345,6 +376,11 @@ class DatasetInfo:
     tree: str
     entries: tuple[DatasetEntry, ...]
     truncated: bool
+    held_by: tuple[str, ...]
+    silent_holders: tuple[str, ...]
+    copies: int
+    replicas: int
+    copies_note: str
     ref: str = ""
     holders: tuple[str, ...] = ()
 

@@ -140,7 +140,8 @@ def join(state_dir, join_token, address, listen, advertise, seeds) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def members(state_dir, as_json) -> None:
-    """The cluster's nodes with their raft role (voter, learner) and the leader."""
+    """The cluster's nodes with their raft role (voter, learner), the leader, and each one's health
+    (the same word as ``floyd nodes``: healthy, suspect, stale, off...)."""
     data = _client(_config(state_dir)).cluster()
     if as_json:
         echo_json(data)
@@ -148,7 +149,7 @@ def members(state_dir, as_json) -> None:
     for m in data["members"]:
         role = "leader" if m["leader"] else m["role"]
         here = "  (this node)" if m["id"] == data["node_id"] else ""
-        click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['status'] or '-'}{here}")
+        click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['health']}{here}")
     if not data["initialised"]:
         click.echo("this box is a cluster of one: `floydd init` lets other boxes join it, keeping its jobs and data")
 

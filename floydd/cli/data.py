@@ -31,7 +31,8 @@ def upload(path: Path, name: str, message: str, as_json: bool) -> None:
     """Store the folder PATH as the next version of dataset NAME.
 
     Unchanged data is not stored twice; an interrupted upload run again skips
-    what is already stored.
+    what is already stored. In a cluster it answers once the version is kept on
+    two boxes, or says how many copies it has so far (floyd data info shows them).
     """
     check_upload_name(name)                 # before the folder is read or sent
     path = path.expanduser().absolute()
@@ -51,6 +52,8 @@ def upload(path: Path, name: str, message: str, as_json: bool) -> None:
         return
     click.echo(f"{version['name']}:{version['version']}: {version['files']} files, "
                f"{human_bytes(version['size'])}   (mount it with --data {version['name']}:/input)")
+    if version.get("copies_note"):
+        click.echo(version["copies_note"])
 
 
 @data.command(name="ls")
@@ -70,7 +73,7 @@ def ls(name: str | None, as_json: bool) -> None:
     for v in versions:
         ref = f"{v['name']}:{v['version']}"
         when = datetime.fromtimestamp(v["created"]).strftime("%Y-%m-%d %H:%M")
-        held = f"  [on {', '.join(v['held_by'])}]" if v.get("held_by") else ""  # in a cluster: which boxes
+        held = _held(v)
         click.echo(f"{ref:<{width}}  {when}  {v['files']:>7} files  {human_bytes(v['size']):>10}{held}  {v['message']}")
 
 
@@ -87,6 +90,8 @@ def info(ref: str, as_json: bool) -> None:
     click.echo(f"{v['name']}:{v['version']}  {v['files']} files, {human_bytes(v['size'])}")
     click.echo(f"created  {datetime.fromtimestamp(v['created']):%Y-%m-%d %H:%M:%S}")
     click.echo(f"tree     {v['tree']}")
+    where = ", ".join(v["held_by"]) or "no box"
+    click.echo(f"copies   {v['copies']} of {v['replicas']} on {where}: {v['copies_note']}")
     if v["message"]:
         click.echo(f"message  {v['message']}")
     for e in v["entries"][:50]:
@@ -94,6 +99,17 @@ def info(ref: str, as_json: bool) -> None:
     more = len(v["entries"]) - 50 + (1000 if v.get("truncated") else 0)
     if more > 0:
         click.echo(f"  ... and {more}{'+' if v.get('truncated') else ''} more (floyd data clone to see all)")
+
+
+def _held(v: dict) -> str:
+    """``[on a, b]``; with fewer copies than kept, ``[1 of 2 copies: a; b silent]``."""
+    if not v["held_by"]:
+        return ""
+    if v["copies"] >= v["replicas"] and not v["silent_holders"]:
+        return f"  [on {', '.join(v['held_by'])}]"
+    counted = [h for h in v["held_by"] if h not in v["silent_holders"]]
+    quiet = f"; {', '.join(v['silent_holders'])} silent" if v["silent_holders"] else ""
+    return f"  [{v['copies']} of {v['replicas']} copies: {', '.join(counted) or 'none'}{quiet}]"
 
 
 @data.command()

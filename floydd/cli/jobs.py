@@ -11,7 +11,9 @@ import click
 
 from floydd.cli import exits
 from floydd.cli.common import connect, echo_json, fail, handle_errors, human_duration
+from floydd.cli.policy import describe_policy
 from floydd.cli.progress import follow_progress, transfer_bar
+from floydd.cli.table import cut, print_table
 from floydd.cli.project import find_project, job_key
 from floydd.client import Client
 from floydd.errors import FloyddError, UserError
@@ -20,16 +22,16 @@ from floydd.model import FINAL_STATES
 __all__ = ["status", "info", "logs", "stop", "output", "clone", "delete", "compare", "follow_logs", "follow_to_end"]
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for h in headers:
-        table.add_column(h, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    Console().print(table)
+def _outage_text(j: dict) -> str:
+    """`` (box out of touch 40s)`` for an unknown job, `` (run 2)`` for a rerun; else ""."""
+    if j["state"] == "unknown" and j.get("unknown_since"):
+        return f" (box out of touch {max(0, time.time() - j['unknown_since']):.0f}s)"
+    return f" (run {j['reruns'] + 1})" if j.get("reruns") and j["state"] not in ("queued",) else ""
+
+
+def _output_text(job: dict) -> str:
+    """The /output version, or that the job saved nothing (``""``: /output was empty)."""
+    return job.get("output_version") or ("none: /output was empty" if job.get("output_version") == "" else "-")
 
 
 def _duration(job: dict) -> str:
@@ -46,42 +48,92 @@ def _num(v) -> str:
     return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
+DEFAULT_LIMIT = 20
+"""Jobs ``floyd status`` lists without --limit, --since or --all: the newest."""
+_STATE_WIDTH = 60
+
+
 @click.command()
 @click.argument("job", required=False)
-@click.option("--all", "all_projects", is_flag=True, help="Jobs of every project, not only this one.")
+@click.option("--all", "all_jobs", is_flag=True,
+              help="Every job of every project, archived ones too (all of them unless --limit).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+              help=f"At most N jobs, the newest first (default {DEFAULT_LIMIT}; without a limit "
+                   "with --all or --since).")
+@click.option("--page", type=click.IntRange(min=1), default=1, metavar="P",
+              help="The P-th page of N jobs: --page 2 lists the next older ones.")
+@click.option("--since", metavar="WHEN",
+              help="Jobs created since WHEN: a time ago (30m, 2h, 3d, 1w) or a date (2024-05-01, "
+                   "'2024-05-01 14:30').")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
 @click.option("--stale", is_flag=True,
               help="In a cluster, read this node's copy instead of asking the leader (works without a quorum).")
 @handle_errors
-def status(job, all_projects, as_json, stale) -> None:
-    """This project's jobs (state, duration, GPUs, latest metrics), or one JOB."""
+def status(job, all_jobs, limit, page, since, as_json, stale) -> None:
+    """This project's newest jobs (state, duration, GPUs, latest metrics), or one JOB."""
     client = connect()
+    more = False
     if job:
         jobs = [client.job(job_key(job))]
     else:
         project = None
-        if not all_projects:
+        if not all_jobs:
             try:
                 project = find_project()[0]
             except UserError:
                 project = None
-        jobs = client.jobs(project, stale=stale)
+        if limit is None and not all_jobs and since is None:
+            limit = DEFAULT_LIMIT
+        if page > 1 and limit is None:
+            fail("--page needs a page size", "add --limit N, e.g. floyd status --all --limit 100 --page 2")
+        ask = None if limit is None else limit + (0 if as_json else 1)   # one more: are there older ones?
+        jobs = client.jobs(project, stale=stale, limit=ask, offset=(page - 1) * (limit or 0),
+                           since=None if since is None else since_time(since))
+        more = not as_json and limit is not None and len(jobs) > limit
+        jobs = jobs[:limit]
     if as_json:
         echo_json(jobs)
         return
     if not jobs:
-        click.echo("no jobs yet: floyd run \"python train.py\"")
+        click.echo("no jobs yet: floyd run \"python train.py\"" if page == 1 and since is None and not job
+                   else "no jobs match")
         return
+    print_table(*_status_table(jobs))
+    if more:
+        click.echo(f"{'the newest' if page == 1 else 'page ' + str(page) + ':'} {len(jobs)} shown; older ones: "
+                   f"floyd status --page {page + 1}" + ("" if all_jobs else " (--all: every project, every job)")
+                   + ", --limit N, --since 2d", err=True)
+
+
+def _status_table(jobs: list[dict]) -> tuple[list[str], list[list[str]]]:
     rows = []
     ran_on = {n for j in jobs for n in [j.get("node")] + [p["node"] for p in j.get("parts") or ()] if n}
     many_nodes = len(ran_on) > 1                # a cluster: say where each ran
     for j in jobs:
         state = j["state"] + (f" ({j['waiting_for']})" if j["state"] == "queued" and j.get("waiting_for") else "")
+        state = cut(state + _outage_text(j), _STATE_WIDTH)       # the whole reason: floyd info JOB
         gpus = ",".join(str(g) for g in j.get("gpus") or []) or ("cpu" if not j["resources"].get("gpus") else "-")
         parts = j.get("parts") or []
         where = [(j.get("node") or "-") + (f" +{len(parts) - 1}" if len(parts) > 1 else "")] if many_nodes else []
         rows.append([j["id"], state, *where, _duration(j), gpus, _metrics_text(j.get("metrics") or {}), j["message"]])
-    _table(["JOB", "STATE", *(["NODE"] if many_nodes else []), "DURATION", "GPUS", "METRICS", "MESSAGE"], rows)
+    return ["JOB", "STATE", *(["NODE"] if many_nodes else []), "DURATION", "GPUS", "METRICS", "MESSAGE"], rows
+
+
+_AGO = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def since_time(text: str, now: float | None = None) -> float:
+    """``--since``: ``30m``, ``2h``, ``3d``, ``1w`` ago, or a local date/time -> unix seconds."""
+    text = text.strip()
+    now = time.time() if now is None else now
+    unit = text[-1:].lower()
+    if unit in _AGO and text[:-1].replace(".", "", 1).isdigit():
+        return now - float(text[:-1]) * _AGO[unit]
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise UserError(f"--since {text[:40]!r} is neither a time ago nor a date",
+                        hint="floyd status --since 2h (or 30m, 3d, 1w, or a date: --since 2024-05-01)") from None
 
 
 @click.command()
@@ -104,10 +156,17 @@ def info(job, as_json) -> None:
         ("code", j.get("code_tree") or "-"),
         ("created", when(j["created"])), ("started", when(j.get("started"))), ("ended", when(j.get("ended"))),
         ("duration", _duration(j)), ("exit code", _num(j.get("exit_code"))),
-        ("output", j.get("output_version") or "-"),
+        ("output", _output_text(j)),
     ]
+    if j.get("archived"):
+        lines.append(("archived", "yes: out of the cluster's hot state (its box keeps its log, metrics, events)"))
     if j["state"] == "queued" and j.get("waiting_for"):
         lines.insert(2, ("waiting", j["waiting_for"]))
+    if not j.get("history"):
+        lines.insert(2, ("restart", describe_policy(j)))
+    if j["state"] == "unknown":
+        lines.insert(2, ("out of touch", f"since {when(j.get('unknown_since'))}: the run may go on; "
+                                         "it is lost past the lost-after window"))
     if j.get("endpoint"):
         lines.insert(lines.index(("node", j.get("node") or "-")) + 1, ("rendezvous", j["endpoint"]))
     width = max(len(k) for k, _ in lines)
@@ -194,6 +253,8 @@ def _print_final(job: dict) -> None:
         click.echo("  " + _metrics_text(job["metrics"], limit=10), err=True)
     if job.get("output_version"):
         click.echo(f"  output: {job['output_version']}   (floyd output {job['id']})", err=True)
+    elif job.get("output_version") == "":
+        click.echo("  output: none, /output was empty", err=True)
 
 
 @click.command()
@@ -274,4 +335,4 @@ def compare(jobs, as_json) -> None:
         goal = next((c["goal"] for c in cells if c), "max")
         rows.append([f"{m} (last)"] + [_num(c["last"]) if c else "-" for c in cells])
         rows.append([f"{m} ({goal})"] + [_num(c["best"]) if c else "-" for c in cells])
-    _table(headers, rows)
+    print_table(headers, rows)

@@ -8,11 +8,13 @@ import uuid
 import click
 
 from floydd.cli.common import connect, echo_json, handle_errors
+from floydd.cli.policy import restart_options
 from floydd.cli.jobs import follow_to_end
 from floydd.cli.progress import transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.errors import InvalidSpec, Unavailable
 from floydd.jobs.gang import check_gang_command
+from floydd.cli.resources import CPU_HELP, MEMORY_HELP, OptionalCounts, resource_fields
 from floydd.model import Resources, check_max_runtime, check_mounts, check_params
 
 __all__ = ["run", "restart"]
@@ -21,24 +23,10 @@ _UPLOAD_LIMIT = 1 << 30
 """Stop packing a code folder past 1 GiB (the daemon refuses above its own, smaller limit)."""
 
 
-class _OptionalGpuCount(click.Command):
-    """``--gpu`` alone means one GPU; ``--gpu 2`` / ``--gpu=2`` ask for more."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        fixed = []
-        for i, arg in enumerate(args):
-            if arg == "--" :
-                fixed.extend(args[i:])
-                break
-            if arg == "--gpu" and (i + 1 >= len(args) or not args[i + 1].isdigit()):
-                arg = "--gpu=1"
-            fixed.append(arg)
-        return super().parse_args(ctx, fixed)
-
-
-@click.command(cls=_OptionalGpuCount, context_settings={"allow_interspersed_args": False})
-@click.option("--gpu", "gpu", type=int, default=None, metavar="[N]", help="Run on N GPUs (default 1).")
-@click.option("--cpu", is_flag=True, help="Run on CPU only (the default without --gpu).")
+@click.command(cls=OptionalCounts, context_settings={"allow_interspersed_args": False})
+@click.option("--gpu", "gpu", type=int, default=None, metavar="[N]", help="Run on N GPUs per box (alone: 1).")
+@click.option("--cpu", "cpu", default=None, metavar="[N]", help=CPU_HELP)
+@click.option("--memory", default=None, metavar="SIZE", help=MEMORY_HELP)
 @click.option("--nodes", type=int, default=1, show_default=True, metavar="N",
               help="Spread the job over N boxes under torchrun (distributed training; --gpu is per box).")
 @click.option("--data", "data", multiple=True, metavar="NAME[:VER]:MOUNT",
@@ -54,24 +42,23 @@ class _OptionalGpuCount(click.Command):
 @click.option("--mode", default="job", show_default=True, type=click.Choice(["job"]), help="Run mode.")
 @click.option("--json", "as_json", is_flag=True, help="Print the submitted job as JSON.")
 @click.argument("command", nargs=-1, required=False)
+@restart_options
 @handle_errors
-def run(gpu, cpu, nodes, data, env, message, follow, max_runtime, params, mode, as_json, command) -> None:
+def run(gpu, cpu, memory, nodes, data, env, message, follow, max_runtime, params, mode, as_json, command,
+        policy) -> None:
     """Run COMMAND on the cluster with a snapshot of this project's code.
 
     \b
     floyd run "python train.py"
     floyd run --gpu --data mnist:/input --param lr=0.01 -f "python train.py"
     floyd run --nodes 2 --gpu 4 "python train.py"   # torchrun over 2 boxes, 4 GPUs each
+    floyd run --cpu 8 --memory 32G "python prep.py"  # 8 cores and 32 GiB set aside
     """
     text = " ".join(command).strip()
     if not text:
         raise InvalidSpec("the command is empty", hint='floyd run "python train.py"')
-    if gpu is not None and cpu:
-        raise InvalidSpec("--gpu and --cpu exclude each other", hint="pick one")
-    if gpu is not None and gpu < 1:
-        raise InvalidSpec(f"--gpu {gpu}: ask for at least one GPU", hint="or use --cpu")
+    resources = resource_fields(gpu, cpu, memory, nodes)
     check_max_runtime(max_runtime)
-    Resources(gpus=gpu or 0, nodes=nodes)
     if nodes > 1:
         check_gang_command(text)
     mounts = check_mounts(list(data))
@@ -79,19 +66,21 @@ def run(gpu, cpu, nodes, data, env, message, follow, max_runtime, params, mode, 
     project, folder = find_project()
     client = connect()
     job = _submit(client, {
-        "project": project, "command": text, **_code(client, folder), "gpus": gpu or 0, "nodes": nodes,
+        "project": project, "command": text, **_code(client, folder), **resources,
         "data": [f"{m.ref}:{m.mount}" for m in mounts], "env": env, "message": message,
-        "max_runtime": max_runtime, "params": parsed, "mode": mode, "idem_key": uuid.uuid4().hex,
+        "max_runtime": max_runtime, "params": parsed, "mode": mode, "idem_key": uuid.uuid4().hex, **policy,
     })
     _announce(job, as_json)
     if follow:
         follow_to_end(client, job["id"])
 
 
-@click.command(cls=_OptionalGpuCount)
+@click.command(cls=OptionalCounts)
 @click.argument("job")
 @click.option("--gpu", "gpu", type=int, default=None, metavar="[N]", help="Change the GPU count.")
-@click.option("--cpu", is_flag=True, help="Run on CPU this time.")
+@click.option("--cpu", "cpu", default=None, metavar="[N]",
+              help="Alone: run on CPU this time. With N: set N cores aside on each box.")
+@click.option("--memory", default=None, metavar="SIZE", help="Change the memory set aside on each box (e.g. 16G).")
 @click.option("--nodes", type=int, default=None, metavar="N", help="Change the number of boxes.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter.")
 @click.option("--command", "command", default=None, help="Run another command with the same code.")
@@ -101,20 +90,19 @@ def run(gpu, cpu, nodes, data, env, message, follow, max_runtime, params, mode, 
 @click.option("-f", "--follow", is_flag=True,
               help="Stream the logs until the job ends, then exit with its exit code (floyd --help lists them).")
 @click.option("--json", "as_json", is_flag=True)
+@restart_options
 @handle_errors
-def restart(job, gpu, cpu, nodes, params, command, message, max_runtime, follow, as_json) -> None:
+def restart(job, gpu, cpu, memory, nodes, params, command, message, max_runtime, follow, as_json, policy) -> None:
     """Run JOB again with the same code, data and params, with overrides."""
     check_max_runtime(max_runtime)
-    overrides: dict = {}
-    if gpu is not None or cpu:
-        overrides["gpus"] = 0 if cpu else gpu
+    overrides: dict = resource_fields(gpu, cpu, memory, nodes, restart=True)
     if params:
         overrides["params"] = check_params(list(params))
-    for key, value in (("command", command), ("message", message), ("max_runtime", max_runtime), ("nodes", nodes)):
+    for key, value in (("command", command), ("message", message), ("max_runtime", max_runtime)):
         if value is not None:
             overrides[key] = value
     client = connect()
-    new = client.restart(job_key(job), overrides)
+    new = client.restart(job_key(job), {**overrides, **policy})
     _announce(new, as_json)
     if follow:
         follow_to_end(client, new["id"])
@@ -150,8 +138,8 @@ def _announce(job: dict, as_json: bool) -> None:
     if as_json:
         echo_json(job)
         return
-    gpus, nodes = job["resources"].get("gpus") or 0, job["resources"].get("nodes") or 1
-    where = f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "CPU"
+    asked = Resources.from_dict(job["resources"])
+    nodes, where = asked.nodes, asked.describe()
     if nodes > 1:
         where = f"{nodes} nodes, {where} each, under torchrun"
     click.echo(f"job {job['id']} submitted ({where}, env {job['env']})")

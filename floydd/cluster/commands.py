@@ -11,8 +11,10 @@ turn it into the bytes of a raft entry. Nothing is pickled.
 
     op                    fields (besides op, ts)                          idempotent by
     node.upsert           id, name, address, cluster_port, api_port?,       being an upsert
-                          resources?, labels?, rejoin?
-    node.health           id, status (up|draining|off|down), usage?         being a set
+                          resources?, labels?, rejoin?, procs?
+    node.health           id, status (up|draining|off|down), usage?,        being a set
+                          procs? (its live runs: [{job, attempt, gpus}]);
+                          or the leader's status suspect (lost touch)
     node.remove           id                                                tombstone
     job.submit            idem_key, project, spec, origin?, user?, number?  idem_key
                           (number: a box's queued job from before it had a
@@ -20,8 +22,11 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     job.place             job, node, gpus, parts? (and term: fenced)        job must be queued
     job.update            job, state?, reason?, exit_code?, output_version?, same state = no-op
                           summary?, waiting_for?, stop_requested?, attempt?,
-                          node?, rank?, endpoint?
+                          node?, rank?, endpoint?, silent? (the leader: the
+                          boxes out of touch), note? (a box's line for the
+                          history, also about an older attempt)
     job.delete            job                                               NotFound on retry
+    job.archive           jobs (keys of finished jobs, at most 1,000)       moving what is there
     project.reserve       project, number (later jobs are numbered above)   being a max
     dataset.add_version   name, tree, size?, files?, message?, node?,       idem_key
                           idem_key?
@@ -40,12 +45,12 @@ import msgpack
 
 from floydd.errors import InvalidSpec
 
-__all__ = ["OPS", "FENCED_OPS", "CONF_OP", "CONF_CHANGES", "NODE_STATUSES", "check", "encode", "decode"]
+__all__ = ["OPS", "FENCED_OPS", "CONF_OP", "CONF_CHANGES", "NODE_STATUSES", "MAX_ARCHIVE", "check", "encode", "decode"]
 
 CONF_OP = "raft.conf"
 """A membership change forwarded to the leader: ``{"op": "raft.conf", "change", "node"}``."""
 CONF_CHANGES = ("add_learner", "promote", "remove")
-NODE_STATUSES = ("up", "draining", "off", "down")
+NODE_STATUSES = ("up", "draining", "off", "down", "suspect")
 
 _STR = (str,)
 _OPT_STR = (str, type(None))
@@ -60,8 +65,9 @@ _BOOL = (bool,)
 _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "node.upsert": {"id": (_STR, True), "name": (_STR, True), "address": (_STR, True),
                     "cluster_port": (_INT, True), "api_port": (_OPT_INT, False),
-                    "resources": (_DICT, False), "labels": (_DICT, False), "rejoin": (_BOOL, False)},
-    "node.health": {"id": (_STR, True), "status": (_STR, True), "usage": (_DICT, False)},
+                    "resources": (_DICT, False), "labels": (_DICT, False), "rejoin": (_BOOL, False),
+                    "procs": (_LIST, False)},
+    "node.health": {"id": (_STR, True), "status": (_STR, True), "usage": (_DICT, False), "procs": (_LIST, False)},
     "node.remove": {"id": (_STR, True)},
     "job.submit": {"idem_key": (_STR, True), "project": (_STR, True), "spec": (_DICT, True),
                    "origin": (_STR, False), "user": (_STR, False), "number": (_INT, False)},
@@ -70,8 +76,9 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
                    "exit_code": (_OPT_INT, False), "output_version": (_OPT_STR, False),
                    "summary": (_DICT, False), "waiting_for": (_STR, False), "stop_requested": (_STR, False),
                    "attempt": (_INT, False), "node": (_STR, False), "rank": (_INT, False),
-                   "endpoint": (_STR, False)},
+                   "endpoint": (_STR, False), "silent": (_LIST, False), "note": (_STR, False)},
     "job.delete": {"job": (_STR, True)},
+    "job.archive": {"jobs": (_LIST, True)},
     "project.reserve": {"project": (_STR, True), "number": (_INT, True)},
     "dataset.add_version": {"name": (_STR, True), "tree": (_STR, True), "size": (_INT, False),
                             "files": (_INT, False), "message": (_STR, False), "node": (_STR, False),
@@ -84,6 +91,8 @@ OPS = frozenset(_SCHEMAS)
 FENCED_OPS = frozenset({"job.place"})
 """Leader actions that must carry the leader's term (the driver's ``fenced=True``)."""
 
+MAX_ARCHIVE = 1000
+"""The most jobs one ``job.archive`` moves (the leader archives in bounded batches)."""
 _MAX_STR = 4096
 _MAX_ENTRY = 256 * 1024
 """A command is small, critical state; bulky data never goes through Raft."""
@@ -129,8 +138,18 @@ def check(command: object) -> dict[str, Any]:
                 raise InvalidSpec("job.place: each part is {node: id, gpus: [index, ...]}")
             if not all(type(g) is int and g >= 0 for g in part["gpus"]):
                 raise InvalidSpec("job.place: gpus must be GPU indices (non-negative ints)")
+    if op == "job.archive" and (len(command["jobs"]) > MAX_ARCHIVE
+                                or not all(isinstance(k, str) for k in command["jobs"])):
+        raise InvalidSpec(f"job.archive: jobs lists at most {MAX_ARCHIVE} job keys")
     if op == "node.health" and command["status"] not in NODE_STATUSES:
         raise InvalidSpec(f"node.health: status must be one of {', '.join(NODE_STATUSES)}")
+    for proc in command.get("procs") or () if op in ("node.health", "node.upsert") else ():
+        if not isinstance(proc, dict) or set(proc) != {"job", "attempt", "gpus"} or not isinstance(proc["job"], str) \
+                or type(proc["attempt"]) is not int or not isinstance(proc["gpus"], _LIST) \
+                or not all(type(g) is int and g >= 0 for g in proc["gpus"]):
+            raise InvalidSpec(f"{op}: procs are {{job, attempt, gpus: [index, ...]}}")
+    if op == "job.update" and not all(isinstance(n, str) for n in command.get("silent") or ()):
+        raise InvalidSpec("job.update: silent lists node ids")
     return command
 
 

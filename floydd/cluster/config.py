@@ -31,6 +31,20 @@ class ClusterConfig:
     """Applied entries between snapshots of the state machine; the log before a snapshot is
     dropped, and peers that need it get the snapshot instead."""
 
+    archive_after: float = 7 * 24 * 3600.0
+    """Seconds after it ended that a finished job leaves the hot replicated state for the archive
+    (:mod:`floydd.cluster.archiver`; still listed, from SQLite, by every node)."""
+
+    archive_keep: int = 1000
+    """At most this many finished jobs stay hot; older ones are archived sooner than
+    ``archive_after``."""
+
+    archive_batch: int = 500
+    """Jobs one ``job.archive`` moves at most (a full batch is followed by the next at once)."""
+
+    archive_interval: float = 10.0
+    """Seconds between the leader's looks for jobs to archive."""
+
     propose_timeout: float = 10.0
     """Default seconds a proposal may take to commit, retries and forwarding included."""
 
@@ -42,6 +56,12 @@ class ClusterConfig:
 
     stale_after: float = 20.0
     """A node whose last heartbeat is older than this is listed as ``stale``."""
+
+    suspect_after: float = 3.0
+    """Seconds the leader may go without hearing from a member (raft traffic flows every
+    heartbeat tick) before it marks the box ``suspect``: nothing new is placed there, its jobs
+    not yet started are placed elsewhere and its running ones become ``unknown``
+    (:mod:`floydd.jobs.outages`)."""
 
     rejoin_interval: float = 2.0
     """Seconds without a leader after which a node asks its peers to add it back as a learner
@@ -74,6 +94,6 @@ TEST_CONFIG = ClusterConfig(
     raft=RaftConfig(tick_interval_ms=20, election_ticks=10, heartbeat_ticks=2),
     autopilot=AutopilotConfig(grace=1.0, stabilize=0.2, contact_timeout=0.5),
     autopilot_interval=0.1, snapshot_every=200, propose_timeout=10.0, read_timeout=5.0,
-    heartbeat_interval=1.0, stale_after=5.0, rejoin_interval=0.5, leave_timeout=5.0,
+    heartbeat_interval=1.0, stale_after=5.0, suspect_after=2.0, rejoin_interval=0.5, leave_timeout=5.0,
     transport_backoff=(0.01, 0.1), request_timeout=2.0)
 """In-process cluster tests: 20 ms ticks (0.2-0.4 s election timeout), 1 s grace."""

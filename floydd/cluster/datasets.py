@@ -1,4 +1,4 @@
-"""The cluster's dataset catalog, and keeping every version on R nodes (DESIGN §5 "Store").
+"""The cluster's dataset catalog, and keeping every version on R nodes (DESIGN §5 "Store", §5b).
 
 The replicated state (:mod:`floydd.cluster.state`) numbers the versions and says which
 nodes hold each one; the bytes stay in each node's own store and move between nodes with
@@ -6,34 +6,39 @@ nodes hold each one; the bytes stay in each node's own store and move between no
 :class:`~floydd.store.catalog.Catalog` under the same number, so the local catalog stays
 this node's gc roots and ``NAME:N`` means the same tree on every node.
 
-Replication, driven by committed entries only (``on_apply``), so every node takes the same
-decision at the same log index::
+Which copies count and who makes the missing ones is :mod:`floydd.cluster.replicas`: a holder
+counts while it was heard from within ``grace`` (the daemon's ``replica_grace``), so a dead
+or switched-off holder is replaced once the grace has passed, and counts again from its
+first heartbeat when it returns. Replication is driven by committed entries and by a watch
+of the heartbeats' ages::
 
     dataset.add_version / dataset.holders / node.remove / node.upsert / a node's status
-    change / a restored snapshot / start
-        -> for each version touched: live holders (holders still in the node table) < R?
-           -> targets = up nodes not holding it, ordered by sha256(node id + tree), the
-              first R - live; a node that finds itself among them fetches the tree from the
-              holders (then any node), mirrors the version, then proposes
-              dataset.holders(holds=True)
+    change / a holder or a node crossing its window (the watch) / a restored snapshot / start
+        -> for each version touched: counted holders < R?
+           -> targets = nodes heard from lately not holding it, ordered by sha256(node id +
+              tree), the first R - counted; a node that finds itself among them fetches the
+              tree from the holders that count (then any node, silent ones last), mirrors the
+              version, then proposes dataset.holders(holds=True)
     dataset.delete -> every node drops its mirror (gc gives the space back later)
 
 A replication task looks at the state again before each step, and a tree already complete
 here is not fetched again, so entries replayed after a restart cost no transfer. A failed
 fetch is retried with backoff a few times, and again on the next entry that touches the
-version.
+version. An upload waits (``wait_for_copies``) until R copies count, no other box can take
+one, or its time is up, and says how many copies it has.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from floydd import log
 from floydd.cluster.driver import Applied
 from floydd.cluster.peerstore import fetch_manifest, fetch_tree
+from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
 from floydd.errors import Conflict, FloyddError, NotFound
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
 from floydd.store.ids import ObjectId
@@ -41,37 +46,34 @@ from floydd.store.store import Store
 from floydd.store.tree import Tree
 from floydd.tasks import cancel_and_wait
 
-__all__ = ["ClusterDatasets", "choose_replicas", "DEFAULT_REPLICAS"]
+__all__ = ["ClusterDatasets", "DEFAULT_REPLICAS", "DEFAULT_GRACE", "DEFAULT_COPY_WAIT"]
 
 DEFAULT_REPLICAS = 2
+DEFAULT_GRACE = 300.0
+"""Seconds a holder may stay silent before its copies stop counting (``replica_grace``)."""
+DEFAULT_COPY_WAIT = 60.0
+"""Seconds an upload waits for R copies before it answers with fewer (``dataset_copy_wait``)."""
 _PUBLIC = ("name", "version", "ref", "tree", "created", "size", "files", "message", "holders")
 
 _log = log.cluster.getChild("datasets")
-
-
-def choose_replicas(nodes: dict[str, dict], version: dict, replicas: int) -> list[str]:
-    """The nodes that should fetch ``version`` so it is kept on ``replicas`` nodes: up nodes not
-    holding it, ordered by sha256(node id + tree), as many as are missing. Pure: every node
-    computes the same list from the same committed state."""
-    live = [h for h in version["holders"] if h in nodes]
-    wanted = replicas - len(live)
-    if wanted <= 0:
-        return []
-    candidates = [nid for nid, n in nodes.items() if n.get("status") == "up" and nid not in version["holders"]]
-    candidates.sort(key=lambda nid: hashlib.sha256(f"{nid}{version['tree']}".encode()).digest())
-    return candidates[:wanted]
 
 
 class ClusterDatasets:
     """One node's view of the cluster catalog; ``start()`` after the cluster service started."""
 
     def __init__(self, cluster: Any, store: Store, *, replicas: int = DEFAULT_REPLICAS,
+                 grace: float = DEFAULT_GRACE, copy_wait: float = DEFAULT_COPY_WAIT,
                  retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
-                 import_marker: Path | None = None) -> None:
+                 import_marker: Path | None = None, clock: Callable[[], float] = time.time) -> None:
         self.cluster = cluster
         self._import_marker = import_marker
         self.store = store
         self.replicas = replicas
+        self.grace = grace
+        self.copy_wait = copy_wait
+        self._clock = clock
+        self._holders_changed = asyncio.Event()
+        self._windows: tuple[frozenset, frozenset] | None = None
         self._retry, self._attempts = retry, attempts
         self._replicating: dict[tuple[str, int], asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -87,6 +89,7 @@ class ClusterDatasets:
         """Follow committed entries from now on, and catch up with the state as it is."""
         self.cluster.on_apply(self._on_apply)
         self._scan(repair=True)
+        self._spawn(self._watch(), f"datasets-watch-{self.node_id[:6]}")
 
     async def close(self) -> None:
         self._closed = True
@@ -99,9 +102,23 @@ class ClusterDatasets:
         if name is not None:
             check_name(name)
         versions = [v for v in await self.cluster.datasets() if name is None or v["name"] == name]
-        names = {nid: n["name"] for nid, n in self.cluster.state.nodes.items()}
-        return [{**_public(v), "held_by": [names.get(h, h) for h in v["holders"]]}
-                for v in sorted(versions, key=lambda v: (v["name"], v["version"]))]
+        return [self.describe(v) for v in sorted(versions, key=lambda v: (v["name"], v["version"]))]
+
+    def describe(self, version: dict) -> dict:
+        """``version`` with its copies: the holders' names (``held_by``), those not counted now
+        (``silent_holders``), how many count (``copies``) of the ``replicas`` kept (R, or fewer
+        on a cluster of fewer boxes), and ``copies_note``."""
+        nodes, live = self.cluster.state.nodes, self.liveness()
+        holders = version["holders"]
+        name = {nid: n.get("name") or nid for nid, n in nodes.items()}
+        return {**_public(version), "held_by": [name.get(h, h) for h in holders],
+                "silent_holders": [name.get(h, h) for h in silent(nodes, holders, live)],
+                "copies": len(counted(nodes, holders, live)), "replicas": min(self.replicas, max(1, len(nodes))),
+                "copies_note": copies_note(nodes, version, self.replicas, live)}
+
+    def liveness(self) -> Liveness:
+        """This node's judgement of holders and takers, now (:mod:`floydd.cluster.replicas`)."""
+        return Liveness(now=self._clock(), grace=self.grace, fresh=self.cluster.config.stale_after)
 
     async def resolve(self, ref: str) -> dict:
         """``NAME``, ``NAME:N`` or ``NAME:latest`` -> the version (name, version, ref, tree,
@@ -141,6 +158,22 @@ class ClusterDatasets:
         await self._mirror(version, committed=True)
         _log.info("[%s] registered %s (tree %s)", self.node_id, version["ref"], tree[:12])
         return _public(version)
+
+    async def wait_for_copies(self, version: dict, timeout: float | None = None) -> dict:
+        """``version`` described (:meth:`describe`) once ``replicas`` copies count, no other
+        box can take one, or ``timeout`` (default ``copy_wait``) seconds have passed: an upload's answer."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.copy_wait if timeout is None else timeout)
+        while True:
+            changed = self._holders_changed
+            current = self._version(version["name"], version["version"]) or version
+            nodes, live = self.cluster.state.nodes, self.liveness()
+            if loop.time() >= deadline or not choose_replicas(nodes, current, self.replicas, live):
+                return self.describe(current)
+            try:                    # also look again now and then: a taker may go stale
+                await asyncio.wait_for(changed.wait(), min(1.0, max(0.0, deadline - loop.time())))
+            except asyncio.TimeoutError:
+                pass
 
     async def delete(self, name: str, version: int | None = None) -> int:
         """Delete one version or the whole dataset, on every node; how many versions went."""
@@ -200,6 +233,8 @@ class ClusterDatasets:
         if op == "dataset.add_version":
             self._check(event.result["name"], event.result["version"])
         elif op == "dataset.holders":
+            self._holders_changed.set()
+            self._holders_changed = asyncio.Event()
             self._check(cmd["name"], cmd["version"])
         elif op == "dataset.delete":
             self._dropped(cmd["name"], cmd.get("version"))
@@ -211,6 +246,22 @@ class ClusterDatasets:
             self._scan()
         elif op == "node.health" and self._statuses.get(cmd["id"]) != cmd["status"]:
             self._scan()
+
+    async def _watch(self) -> None:
+        """Scan again whenever a node crosses a window (a holder's grace, a taker's
+        freshness) without an entry saying so: a crash is silence, not a command."""
+        period = max(0.05, min(1.0, self.grace / 4, self.cluster.config.stale_after / 4))   # O(nodes) a look
+        while True:
+            await asyncio.sleep(period)
+            live, nodes = self.liveness(), self.cluster.state.nodes
+            windows = (frozenset(n for n, node in nodes.items() if live.holds(node)),
+                       frozenset(n for n, node in nodes.items() if live.takes(node)))
+            if windows != self._windows:
+                if self._windows is not None:
+                    _log.info("[%s] copies counted on %d nodes, %d may take copies: checking every version",
+                              self.node_id, len(windows[0]), len(windows[1]))
+                self._windows = windows
+                self._scan()
 
     def _scan(self, *, repair: bool = False) -> None:
         """Check every version; ``repair`` also re-mirrors versions this node holds (after a
@@ -229,7 +280,7 @@ class ClusterDatasets:
     def _check(self, name: str, number: int) -> None:
         version = self._version(name, number)
         if version is not None and self.node_id in choose_replicas(self.cluster.state.nodes, version,
-                                                                   self.replicas):
+                                                                   self.replicas, self.liveness()):
             self._replicate_soon(name, number)
 
     def _replicate_soon(self, name: str, number: int) -> None:
@@ -250,7 +301,7 @@ class ClusterDatasets:
                 return
             holder = self.node_id in version["holders"]
             if not holder and self.node_id not in choose_replicas(self.cluster.state.nodes, version,
-                                                                  self.replicas):
+                                                                  self.replicas, self.liveness()):
                 return
             try:
                 fetched = 0
@@ -344,10 +395,8 @@ class ClusterDatasets:
             return False
 
     def _sources(self, holders: Iterable[str]) -> list[str]:
-        """Holders first, then up nodes, then the rest; never this node."""
-        nodes = self.cluster.state.nodes
-        rest = sorted(nodes, key=lambda nid: nodes[nid].get("status") != "up")
-        return [nid for nid in dict.fromkeys([*holders, *rest]) if nid != self.node_id]
+        """Holders that count first, then nodes heard from lately, silent ones last; never this node."""
+        return ranked_sources(self.cluster.state.nodes, holders, self.liveness(), skip=self.node_id)
 
     def _spawn(self, coro, name: str) -> None:
         if self._closed:

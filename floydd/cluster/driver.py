@@ -13,9 +13,16 @@ queued for that task, so the core is never re-entered. Each cycle::
             along with the next save)
         if not rd.send_early: transport.send(rd.messages)   # votes, acks: once durable
         restore the state machine from rd.snapshot; apply rd.committed_entries
-            (resolving proposal futures by (index, term)); serve rd.read_states
+            (resolving proposal futures by (index, term)); write the archive rows they
+            changed (one fsynced transaction); serve rd.read_states
         node.advance(); drain the inbox again (what came in during the fsync batches up)
-    snapshot + compact every ``snapshot_every`` applied entries
+    snapshot + compact every ``snapshot_every`` applied entries (then purge the archive's
+    tombstones the snapshot made useless)
+
+The archive of finished jobs (:mod:`floydd.cluster.archive`) is not in the snapshot's data:
+it lives in tables beside the log, is streamed after a snapshot sent to a peer
+(``snapshot_source``), staged when one is received (``snapshot_sink``) and swapped in by the
+storage in the transaction that saves that snapshot.
 
 A write that fails for lack of space (the log is on the state folder's disk, which a job
 can fill) is tried again every second until it goes through, instead of ending the loop:
@@ -63,15 +70,15 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from floydd import log
 from floydd.cluster import commands
 from floydd.cluster._futures import settle
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.membership import MembershipMixin, check_conf
-from floydd.cluster.raft import (ConfChange, ConfState, Entry, EntryKind, HardState, ProposalDropped, RaftNode,
-                                 Role, Snapshot)
+from floydd.cluster.raft import (ConfChange, ConfState, Entry, EntryKind, HardState, InstallSnapshot,
+                                 ProposalDropped, RaftNode, Role, Snapshot)
 from floydd.cluster.raft.sqlite_storage import SqliteStorage
 from floydd.cluster.reads import ReadsMixin
 from floydd.cluster.state import ClusterState
@@ -180,9 +187,10 @@ class RaftDriver(ReadsMixin, MembershipMixin):
                   sorted(conf.learners))
 
     def _open(self, voters: frozenset | None) -> SqliteStorage:
+        hook = self.state.archive.saved             # a received snapshot's archive is swapped in
         if voters:
-            return SqliteStorage.bootstrap(self.path, ConfState(voters=voters))
-        return SqliteStorage(self.path)
+            return SqliteStorage.bootstrap(self.path, ConfState(voters=voters), on_snapshot=hook)
+        return SqliteStorage(self.path, on_snapshot=hook)
 
     async def close(self, *, flush: bool = True) -> None:
         """Stop at once (no leave; see :meth:`transfer_leadership_and_leave`). Also what a
@@ -196,6 +204,7 @@ class RaftDriver(ReadsMixin, MembershipMixin):
                 if flush and self._lazy_hard_state is not None and self._failed is None:
                     await self._write(self._storage.save, self._lazy_hard_state, (), None)
                 await self._write(self._storage.close)
+            await self._write(self.state.archive.close)
             self._writer.shutdown(wait=True)
             self._writer = None
         _log.info("[%s] raft stopped", self.node_id)
@@ -219,12 +228,21 @@ class RaftDriver(ReadsMixin, MembershipMixin):
         return await self.propose(cmd, timeout=timeout)
 
     async def on_read(self, query: str, args: dict, timeout: float) -> Any:
-        self._require_leader()
-        return await self.read(lambda s: s.query(query, args), timeout=timeout)
+        return await self.answer_read(query, args, timeout)
 
     def report_unreachable(self, peer: str) -> None:
         if self._node is not None:
             self._submit(lambda: self._node.report_unreachable(peer))
+
+    def snapshot_source(self, message: InstallSnapshot) -> AsyncIterator[bytes]:
+        """What the transport streams after a snapshot's message: the archive's rows."""
+        return self.state.archive.export()
+
+    def snapshot_sink(self, message: InstallSnapshot):
+        """Where the transport puts a received snapshot's archive, before the message itself
+        reaches the core (staged on the writer thread; swapped in when the snapshot is saved)."""
+        snap = message.snapshot
+        return self.state.archive.receive(snap.index, snap.term, self._write_durably)
 
     def report_snapshot(self, peer: str, ok: bool) -> None:
         if self._node is not None:
@@ -369,6 +387,8 @@ class RaftDriver(ReadsMixin, MembershipMixin):
                         self._install(rd.snapshot)
                     if rd.committed_entries:
                         self._apply(rd.committed_entries)
+                        if self.state.archive.dirty:      # durable before any snapshot drops the entries
+                            await self.state.archive.flush(self._write_durably)
                     for rs in rd.read_states:
                         fut = self._reads.pop(rs.context, None)
                         if fut is not None and not fut.done():
@@ -460,6 +480,7 @@ class RaftDriver(ReadsMixin, MembershipMixin):
 
     def _install(self, snap: Snapshot) -> None:
         self.state.restore(snap.data)
+        self.state.archive.installed(snap.index, snap.term)
         self._applied = self._snapshot_index = snap.index
         for index in [i for i in self._waiters if i <= snap.index]:
             _, fut = self._waiters.pop(index)
@@ -490,6 +511,7 @@ class RaftDriver(ReadsMixin, MembershipMixin):
         snap = self._node.compact(index, self.state.snapshot())
         self._snapshot_index = index
         await self._write_durably(self._storage.compact, snap)
+        await self.state.archive.purge(index, self._write_durably)   # no replay starts before it now
         _log.debug("[%s] snapshot at %d, log compacted", self.node_id, index)
 
     # -- helpers -----------------------------------------------------------------------------------

@@ -1,19 +1,24 @@
 """Store objects between nodes: the route that serves them and the fetch that pulls a tree.
 
 Every node of a cluster holds the same store secret (copied at join), so a sealed object
-is valid on every node as it lies on disk: a peer serves the stored bytes unchanged and the
-receiver opens (authenticates, decrypts, re-hashes against the id) each one before it keeps
-it. A peer that sends wrong bytes is refused with ``IntegrityError`` and the next source is
-asked; nothing unverified is ever written::
+is valid on every node as it lies on disk: a peer serves the stored bytes unchanged, once it
+has opened them itself (a damaged copy is refused, and repaired in the background through
+the store's repairer), and the receiver opens (authenticates, decrypts, re-hashes against
+the id) each one before it keeps it. A source that has no copy, a damaged one, sends wrong
+bytes or does not answer is passed over and the next source is asked; nothing unverified is
+ever written::
 
     GET /cluster/v1/store/objects/{hex}   -> the sealed object (application/octet-stream)
-                                             400 malformed id, 404 not stored here
+                                             400 malformed id, 404 not stored here,
+                                             500 integrity_error: damaged here
 
 The route is mounted on the node-to-node app only, behind ``require_peer_cert``: a caller
 without a certificate of this cluster never reaches it.
 
 :func:`fetch_tree` makes a tree complete in the local store: its manifest first, then every
-missing object, a few at a time, each from the first source that has it. It holds the
+missing object, a few at a time, each from the first source that has a good copy (a local
+manifest that is damaged is fetched again too; damaged data objects are healed by the
+restore that meets them, :attr:`floydd.store.Store.repairer`). It holds the
 store's shared lock from its first ``has()`` until the tree is pinned under an upload lease
 (``upload:fetch-<tree>``, 24 h, renewed by each fetch; a version added for the tree drops
 it, as for a snapshot), so gc never removes half a fetch, nor the tree before its caller
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from concurrent.futures import Executor
 from typing import Callable, Iterable, Protocol
 
 from aiohttp import web
@@ -61,7 +67,7 @@ def store_routes(store: Store) -> list[web.RouteDef]:
     async def get_object(request: web.Request) -> web.Response:
         try:
             oid = ObjectId.from_hex(request.match_info["hex"])
-            data = await asyncio.to_thread(store.load_sealed, oid)
+            data = await asyncio.to_thread(store.load_sealed, oid, verify=True)
         except FloyddError as exc:
             return error_response(exc)
         return web.Response(body=data, content_type="application/octet-stream")
@@ -98,15 +104,16 @@ async def fetch_manifest(store: Store, tree: str, sources: Iterable[str], transp
 
 
 async def fetch_objects(store: Store, oids: Iterable[ObjectId], sources: Iterable[str],
-                        transport: Fetcher) -> dict[ObjectId, str]:
+                        transport: Fetcher, *, executor: Executor | None = None) -> dict[ObjectId, str]:
     """Good copies of ``oids`` from the ``sources`` (node ids, in order), each verified before
-    it replaces a missing or damaged copy here (``floyd data verify --repair``); id -> "" when
-    repaired, else why not."""
+    it replaces a missing or damaged copy here (repairs: :mod:`floydd.cluster.storecare`); id
+    -> "" when repaired, else why not. ``executor`` runs the checks and writes (a repair that a
+    restore waits for must not need a thread of the pool the restore holds)."""
     pool = _Sources(None, (s for s in sources if s != getattr(transport, "node_id", None)))
     out: dict[ObjectId, str] = {}
     for oid in oids:
         try:
-            await _fetch_one(store, oid, pool, transport)
+            await _fetch_one(store, oid, pool, transport, executor)
             out[oid] = ""
         except Unavailable as exc:
             out[oid] = exc.message
@@ -143,12 +150,17 @@ class _Sources:
 
 async def _manifest(store: Store, tree_id: ObjectId, pool: _Sources, transport: Fetcher) -> tuple[Tree, int]:
     if await asyncio.to_thread(store.backend.has, tree_id):
-        return await asyncio.to_thread(store.read_tree, tree_id), 0
+        try:
+            return await asyncio.to_thread(store.read_tree, tree_id), 0
+        except IntegrityError as exc:   # damaged here: a good copy replaces it
+            _log.warning("the local copy of tree %s is damaged (%s); fetching a good one", tree_id.short,
+                         exc.message)
     plain, size = await _fetch_one(store, tree_id, pool, transport)
     return await asyncio.to_thread(Tree.decode, plain, name=f"tree {tree_id.short}"), size
 
 
-async def _fetch_one(store: Store, oid: ObjectId, pool: _Sources, transport: Fetcher) -> tuple[bytes, int]:
+async def _fetch_one(store: Store, oid: ObjectId, pool: _Sources, transport: Fetcher,
+                     executor: Executor | None = None) -> tuple[bytes, int]:
     """Object ``oid`` from the first source with good bytes, verified and stored: (plaintext, size)."""
     why: list[str] = []
     for peer in pool.ranked():
@@ -163,7 +175,7 @@ async def _fetch_one(store: Store, oid: ObjectId, pool: _Sources, transport: Fet
             why.append(f"{peer}: {exc.message}")
             continue
         try:
-            plain = await asyncio.to_thread(store.save_sealed, oid, data)
+            plain = await asyncio.get_running_loop().run_in_executor(executor, store.save_sealed, oid, data)
         except IntegrityError as exc:   # what the peer sent; a local failure (disk full) is raised
             _log.warning("node %s sent bad bytes for object %s: %s; trying the next node", peer, oid.short,
                          exc.message)

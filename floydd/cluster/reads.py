@@ -8,13 +8,17 @@ local state. Lost requests are retried with a new context every two election tim
 ``stale=True`` skips all that and reads the local state as it is. Named queries
 (:meth:`ClusterState.query`) can also be run by the leader itself (``via_leader``, over
 ``/cluster/v1/read``).
+
+Some answers live only in the leader's memory, never in the log (why each queued job waits:
+:mod:`floydd.jobs.waiting`): :meth:`ReadsMixin.serve` names such a read, which only a leader
+answers, from its memory as it is (no ReadIndex: nothing there was committed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from floydd.cluster._futures import settle
 from floydd.cluster.raft import ProposalDropped
@@ -70,10 +74,35 @@ class ReadsMixin:
             await self._applied_to(index, deadline - loop.time())
             return index
 
+    def serve(self, name: str, answer: Callable[[dict], Any]) -> None:
+        """Answer the named read ``name`` with ``answer(args)`` from this node's memory, while
+        it leads (a read of what the leader knows and never commits)."""
+        self._served[name] = answer
+
+    @property
+    def _served(self) -> dict[str, Callable[[dict], Any]]:
+        served = self.__dict__.get("_served_reads")
+        if served is None:
+            served = self.__dict__["_served_reads"] = {}
+        return served
+
+    async def answer_read(self, name: str, args: Mapping, timeout: float) -> Any:
+        """A named read forwarded to this node as the leader (``/cluster/v1/read``)."""
+        self._require_leader()
+        answer = self._served.get(name)
+        if answer is not None:
+            return answer(dict(args))
+        return await self.read(lambda s: s.query(name, dict(args)), timeout=timeout)
+
     async def query(self, name: str, args: dict | None = None, *, stale: bool = False,
                     via_leader: bool = False, timeout: float | None = None) -> Any:
-        """A named read (:meth:`ClusterState.query`); ``via_leader`` asks the leader to run it."""
+        """A named read (:meth:`ClusterState.query`, or one the leader answers from memory:
+        :meth:`serve`); ``via_leader`` asks the leader to run it."""
         args = args or {}
+        if name in self._served and self.is_leader:
+            return self._served[name](args)
+        if name in self._served and (stale or not via_leader):
+            raise Unavailable(f"only the leader answers {name}", hint="ask without --stale (via the leader)")
         if via_leader and not stale and not self.is_leader:
             lead = self.leader_id
             if lead is None:

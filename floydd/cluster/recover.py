@@ -17,6 +17,7 @@ from pathlib import Path
 
 from floydd import log
 from floydd.cluster import commands
+from floydd.cluster.archive_db import SqliteArchive
 from floydd.cluster.raft import ConfState, EntryKind, HardState, Snapshot
 from floydd.cluster.raft.sqlite_storage import SqliteStorage
 from floydd.cluster.state import ClusterState
@@ -43,9 +44,11 @@ def recover(path: str | Path, node_id: str, *, now: float) -> RecoverReport:
     if not path.exists():
         raise NotFound(f"no raft log at {path}", hint="recover runs on a node that was a cluster member")
     storage = SqliteStorage(path)
+    archive = SqliteArchive(path)       # the jobs the replayed entries archive go where the others are
     try:
         durable = storage.load()
-        state, uncommitted = _replay(durable, committed_only=False)
+        state, uncommitted = _replay(durable, committed_only=False, archive=archive)
+        archive.flush_now()
         last_index, last_term = durable.snapshot.index, durable.snapshot.term
         if durable.entries:
             last_index, last_term = durable.entries[-1].index, durable.entries[-1].term
@@ -58,6 +61,7 @@ def recover(path: str | Path, node_id: str, *, now: float) -> RecoverReport:
         storage.save(HardState(term=term, vote=None, commit=last_index), (), snap)
     finally:
         storage.close()
+        archive.close()
     report = RecoverReport(node_id=node_id, index=last_index, term=term, uncommitted=uncommitted,
                            removed=removed, jobs=len(state.jobs))
     _log.warning("[%s] RECOVER: this node is now a NEW single-node cluster. Kept %d log entries "
@@ -80,10 +84,11 @@ def read_state(path: str | Path) -> ClusterState:
         storage.close()
 
 
-def _replay(durable, *, committed_only: bool) -> tuple[ClusterState, int]:
+def _replay(durable, *, committed_only: bool, archive: SqliteArchive | None = None) -> tuple[ClusterState, int]:
     """The snapshot's state with the log's entries applied; and how many applied entries this
-    node did not know to be committed."""
-    state = ClusterState()
+    node did not know to be committed. Jobs the entries archive go to ``archive`` (default: in
+    memory, for a look at the hot state)."""
+    state = ClusterState(archive)
     state.restore(durable.snapshot.data)
     uncommitted = 0
     for e in durable.entries:

@@ -46,6 +46,8 @@ from aiohttp import web
 
 from floydd import log
 from floydd.cluster import commands
+from floydd.cluster.archive_db import SqliteArchive
+from floydd.cluster.archiver import Archiver
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.driver import Applied, DriverStatus, RaftDriver
 from floydd.cluster.recover import recover as recover_log
@@ -56,7 +58,7 @@ from floydd.security.identity import NodeIdentity
 from floydd.security.tls import require_peer_cert, server_context
 from floydd.tasks import cancel_and_wait
 
-__all__ = ["ClusterService"]
+__all__ = ["ClusterService", "node_health_word"]
 
 _log = log.cluster.getChild("service")
 
@@ -65,6 +67,7 @@ class ClusterService:
     def __init__(self, identity: NodeIdentity, state_dir: str | Path, *, name: str | None = None,
                  advertise: str | None = None, api_port: int | None = None, resources: dict | None = None,
                  labels: dict | None = None, usage: Callable[[], dict] | None = None,
+                 live: Callable[[], list[dict]] | None = None,
                  config: ClusterConfig = DEFAULT_CLUSTER_CONFIG, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None) -> None:
         self.identity = identity
@@ -75,10 +78,12 @@ class ClusterService:
         self.api_port, self.resources, self.labels = api_port, resources or {}, labels or {}
         self._seeds: list[str] = []
         self._usage, self._clock = usage, clock
+        self._live = live
+        self._beat_now = asyncio.Event()
         self.transport = Transport(identity, advertise=advertise, queue_size=config.transport_queue,
                                    max_batch=config.transport_batch, backoff=config.transport_backoff,
                                    request_timeout=config.request_timeout)
-        self.state = ClusterState()
+        self.state = ClusterState(archive=SqliteArchive(self.state_dir / "raft.db"))  # finished jobs, on disk
         self.driver = RaftDriver(self.node_id, self.state_dir / "raft.db", transport=self.transport,
                                  state=self.state, config=config, rng=rng)
         self.driver.on_apply(self._learn_addresses)
@@ -116,7 +121,7 @@ class ClusterService:
 
     def create_app(self) -> web.Application:
         app = web.Application(middlewares=[require_peer_cert(is_member=self.is_member_cert)],
-                              client_max_size=64 << 20)
+                              client_max_size=64 << 20)     # raft batches; snapshots stream, uncapped
         app.add_routes(self.routes())
         return app
 
@@ -158,11 +163,12 @@ class ClusterService:
         self._learn_addresses(None)
         if set(self.driver.status().voters) == {self.node_id}:    # it leads at once: be listed before
             try:                                                  # the daemon takes requests
-                await self._propose(self._upsert(), timeout=self.config.propose_timeout)
+                await self._propose(await self._upsert(), timeout=self.config.propose_timeout)
                 self._announced = True
             except FloyddError as exc:
                 _log.warning("[%s] announcing this node: %s (trying again)", self.node_id, exc)
         self._spawn(self._keep_membership(), f"cluster-membership-{self.node_id[:6]}")
+        self._spawn(Archiver(self, clock=self._clock).run(), f"cluster-archiver-{self.node_id[:6]}")
 
     async def close(self, *, leave: bool = True) -> None:
         """Stop. With ``leave`` (a clean shutdown) first hand over leadership and leave the
@@ -291,9 +297,25 @@ class ClusterService:
     async def datasets(self, *, stale: bool = False) -> list[dict]:
         return await self.driver.read(lambda s: s.list_datasets(), stale=stale)
 
+    def silence(self) -> dict[str, float]:
+        """Leader only: node id -> seconds since this leader last heard from that member over
+        raft (0 for itself; since it was elected for a member it has not heard from). Nodes
+        that are not members are left out: nothing is heard from them. Empty elsewhere."""
+        if not self.is_leader:
+            return {}
+        view = self.driver.autopilot_view()
+        return {m.id: view.now - (view.leader_since if m.last_contact is None
+                                  else max(m.last_contact, view.leader_since)) for m in view.members}
+
+    async def suspect(self, node_id: str, *, timeout: float | None = None) -> None:
+        """Leader only: mark ``node_id`` suspect (it lost touch with it; :mod:`floydd.jobs.outages`)."""
+        await self._propose({"op": "node.health", "id": node_id, "status": "suspect"}, timeout=timeout)
+
     def members(self) -> list[dict]:
-        """Raft membership as this node sees it, with each member's name and address."""
+        """Raft membership as this node sees it, with each member's name, address and health
+        (the same as ``floyd nodes`` shows: :meth:`ClusterState.node_health`)."""
         st = self.driver.status()
+        health = self.state.node_health(self._clock(), self.config.stale_after)
         out = []
         for node_id in sorted(set(st.voters) | set(st.learners) | set(self.state.nodes)):
             record = self.state.nodes.get(node_id, {})
@@ -303,7 +325,7 @@ class ClusterService:
                                                                           if node_id == self.node_id else None),
                         "role": "voter" if node_id in st.voters else "learner" if node_id in st.learners else "none",
                         "leader": node_id == st.leader, "status": record.get("status"),
-                        "match": pr.match if pr else None})
+                        "health": node_health_word(health.get(node_id)), "match": pr.match if pr else None})
         return out
 
     # -- membership upkeep ---------------------------------------------------------------------------
@@ -315,7 +337,11 @@ class ClusterService:
         leaderless_since = loop.time()
         next_beat = 0.0
         while True:
-            await asyncio.sleep(min(self.config.rejoin_interval, self.config.heartbeat_interval) / 2)
+            try:
+                await asyncio.wait_for(self._beat_now.wait(),
+                                       min(self.config.rejoin_interval, self.config.heartbeat_interval) / 2)
+            except asyncio.TimeoutError:
+                pass
             now = loop.time()
             # "leaderless" also covers a leader gone quiet towards us: a learner removed while
             # cut off still lists itself and its old leader, and only asking again tells
@@ -325,7 +351,7 @@ class ClusterService:
             conf_members = set(self.driver.status().voters) | set(self.driver.status().learners)
             try:
                 if not self._announced:
-                    await self._propose(self._upsert(), timeout=2 * self.config.rejoin_interval)
+                    await self._propose(await self._upsert(), timeout=2 * self.config.rejoin_interval)
                     self._announced = True
                     next_beat = now + self.config.heartbeat_interval
                     _log.info("[%s] announced to the cluster as %s at %s", self.node_id, self.name,
@@ -334,9 +360,12 @@ class ClusterService:
                     await self._propose({"op": commands.CONF_OP, "change": "add_learner", "node": self.node_id},
                                         timeout=2 * self.config.rejoin_interval)
                     leaderless_since = loop.time()
-                if now >= next_beat and self.driver.leader_id is not None:
+                # a box the leader marked suspect is back in touch: say so (with its live runs) now
+                suspect = (self.state.nodes.get(self.node_id) or {}).get("status") == "suspect"
+                if (now >= next_beat or suspect or self._beat_now.is_set()) and self.driver.leader_id is not None:
+                    self._beat_now.clear()
                     next_beat = now + self.config.heartbeat_interval
-                    beat = {"op": "node.health", "id": self.node_id, "status": "up"}
+                    beat = {"op": "node.health", "id": self.node_id, "status": "up", **await self._procs()}
                     if self._usage is not None:
                         beat["usage"] = self._usage()
                     await self._propose(beat, timeout=self.config.heartbeat_interval)
@@ -347,15 +376,29 @@ class ClusterService:
             except FloyddError as exc:
                 _log.debug("[%s] membership upkeep: %s", self.node_id, exc)
 
-    def _upsert(self) -> dict:
-        """This node's record; a box alone, with no listener, has no address (port 0)."""
+    async def _upsert(self) -> dict:
+        """This node's record (with its live runs); a box alone, with no listener, has no
+        address (port 0)."""
         host, _, port = (self.transport.advertise or "").rpartition(":")
         cmd = {"op": "node.upsert", "id": self.node_id, "name": self.name, "address": host.strip("[]"),
                "cluster_port": int(port or 0), "api_port": self.api_port, "resources": self.resources,
-               "labels": self.labels}
+               "labels": self.labels, **await self._procs()}
         if self._rejoin:
             cmd["rejoin"] = True
         return cmd
+
+    async def _procs(self) -> dict:
+        """``{"procs": [{job, attempt, gpus}]}``: the runs whose processes are alive on this box
+        (GPU fencing: the leader places nothing on their GPUs while the cluster no longer
+        counts them); ``{}`` without a ``live`` callback (a bare control plane)."""
+        if self._live is None:
+            return {}
+        return {"procs": await asyncio.to_thread(self._live)}
+
+    def beat_soon(self) -> None:
+        """Send a heartbeat now rather than at the next interval (a run here ended: its GPUs
+        are free as soon as the cluster hears that its processes are gone)."""
+        self._beat_now.set()
 
     async def _propose(self, cmd: dict, *, timeout: float | None = None) -> Any:
         """Through the leader when one is known; else through any member we know of (a node
@@ -427,6 +470,13 @@ def _write_peers(path: Path, peers: dict[str, str]) -> None:
 def _with_health(state: ClusterState, now: float, stale_after: float) -> list[dict]:
     health = state.node_health(now, stale_after)
     return [{**n, "health": health[n["id"]]} for n in state.list_nodes()]
+
+
+def node_health_word(status: str | None) -> str:
+    """A node's health as ``floyd nodes`` and ``floydd members`` both show it: ``healthy``
+    (up), ``suspect`` (the leader lost touch), ``stale`` (its heartbeats stopped coming), its
+    status otherwise (``draining``, ``off``, ``down``), ``unknown`` before its first report."""
+    return "healthy" if status == "up" else status or "unknown"
 
 
 def _join_host_port(host: str, port: int) -> str:

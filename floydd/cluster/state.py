@@ -8,39 +8,64 @@ nothing (the rejection is the proposal's answer, the same on every node).
 
 What it holds::
 
-    nodes      id -> address, ports, resources (GPU indices), labels, status, last heartbeat
+    nodes      id -> address, ports, resources (GPU indices), labels, status, last heartbeat,
+               procs (its live runs: job, attempt, GPUs)
     removed    id -> when: tombstones of nodes removed for good (their certificates refused)
-    jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, summary
+    jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, reruns, summary
     counters   project -> last job number (numbers are never reused; project.reserve raises it)
     datasets   name -> versions (tree id, size, holders); version numbers never reused
     idem       idempotency key -> the job or dataset version it made
+    archive    finished jobs moved out by ``job.archive`` (:mod:`floydd.cluster.archive`: SQLite
+               beside the raft log, not in the snapshot's data); ``job``, ``job.submit``'s
+               idempotency and ``job.delete`` also look there, numbers stay in ``counters``
 
 Derived from the jobs and never serialised (rebuilt by ``restore``), so that placement reads
-it in O(nodes + GPUs) every round: the active jobs and, per node id, the GPUs they hold and
-how many of them have a part there (``held_gpus``, ``node_load``, ``busy_nodes``). Every
+it in O(nodes + GPUs) every round: the active jobs and, per node id, the GPUs they hold, the
+cores and memory they asked for there, and how many of them have a part there
+(``held_gpus``, ``set_aside``, ``node_load``, ``busy_nodes``). Every
 command that moves a job into or out of an active state keeps it up to date. Removing a node
 leaves it alone: the node's jobs are still active, and should it rejoin its GPUs are still held.
 
-Job states and their moves are the job model's (:mod:`floydd.model`), with its one backward
-edge ``starting -> queued`` (requeue, when the node a job was placed on is lost before the
-job runs; the next placement counts one more attempt)::
+Job states and their moves are the job model's (:mod:`floydd.model`), with its backward
+edges (:data:`~floydd.model.REQUEUE`): a job whose box went silent before it started is
+requeued by the leader, and a run that ends ``failed`` or ``lost`` is turned into ``queued``
+right here when its restart policy reruns it (``reruns`` counts them; the next placement is
+the next attempt, starting from the job's ``output_version``)::
 
     queued ──place──► starting ──► running ──► success | failed | stopped | timeout | lost
-      ▲  │               │  │
+      ▲  │               │  │        │  ▲
+      │  │               │  │        ▼  │  its box is back and says the run goes on
+      │  │               │  └──► unknown ──► what the box says | lost (silent past lost_after)
       │  └───────────────┴──┴──► stopped | failed | lost
-      └──── requeue ─────┘
+      └── requeue (not started) / rerun (policy, runs left, no stop asked) ──┘
+
+``unknown``: the leader lost touch with the job's box (the node is ``suspect``); the job
+keeps its GPUs and ``unknown_since`` says since when. A box's note on an older attempt
+(``job.update`` with ``note`` and a past ``attempt``: e.g. it stopped a run that was replaced
+while it was away) is added to the history and changes nothing else.
 
 A gang job (``spec.resources.nodes`` > 1, :mod:`floydd.jobs.gang`) is placed whole: its
 ``parts`` (node, GPUs, rank, state, exit code) live on the job, ``node``/``gpus`` are rank 0's,
 and ``endpoint`` is the rendezvous rank 0's box commits before any part starts. Each box
 reports its own part (``rank``); the job's state follows its parts: running once all run,
 success once all succeed, and the first part to fail, stop or be lost ends the job the
-same way (the other boxes then stop their parts).
+same way (the other boxes then stop their parts). The leader's ``unknown``/``lost`` names
+the silent boxes (``silent``), whose parts take that state: while a part is unknown the job
+waits for it, and a part lost with its box is named as the cause before any part that
+failed meanwhile (its peers fail when it vanishes). A gang reruns whole.
+
+Nodes report with each heartbeat the runs whose processes are alive on them (``procs``:
+job, attempt, GPUs); GPUs of a run the cluster gave up or replaced count as held
+(:meth:`ClusterState.held_gpus`) until the node reports them gone, so nothing new is placed
+on a GPU an older placement's processes still use. The leader's ``suspect`` (it lost touch
+with a node) makes the node unplaceable until its own next heartbeat, which carries them.
 
 Leader actions are fenced: a command with a ``term`` (``job.place`` always has one) is
 refused unless that is the term of the log entry that carries it. A placement is also
 re-checked against the state it lands on (the job still queued, the node up and
-holding those GPU indices, none of them held by an active job).
+holding those GPU indices, none of them held by an active job, and the cores and memory the
+job asks for on each box not set aside for other active jobs there, where the node reported
+its own; a spec without ``cpus``/``memory`` asks for none).
 """
 
 from __future__ import annotations
@@ -50,9 +75,11 @@ from typing import Any, Callable
 
 import msgpack
 
+from floydd.cluster.archive import MemoryArchive, archived_form
 from floydd.cluster.commands import check
 from floydd.errors import Conflict, InvalidSpec, NotFound
-from floydd.model import ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, check_dataset_name, check_project
+from floydd.model import (ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, RestartPolicy, check_dataset_name,
+                          asked_per_box, check_project, format_cpus, format_size, known_count)
 
 __all__ = ["ClusterState", "StaleTerm", "SNAPSHOT_VERSION"]
 
@@ -67,7 +94,11 @@ class StaleTerm(Conflict):
 
 
 class ClusterState:
-    def __init__(self) -> None:
+    def __init__(self, archive: Any = None) -> None:
+        self.archive = archive if archive is not None else MemoryArchive()
+        self._index = 0
+        """Finished jobs moved out by ``job.archive`` (:mod:`floydd.cluster.archive`): not in
+        the snapshot's data, shipped beside it."""
         self.nodes: dict[str, dict] = {}
         self.removed: dict[str, float] = {}
         self.jobs: dict[str, dict] = {}
@@ -79,11 +110,14 @@ class ClusterState:
         self._active: dict[str, None] = {}
         self._held: dict[str, dict[int, str]] = {}
         self._load: dict[str, int] = {}
+        self._cpu: dict[str, int] = {}          # node id -> thousandths of a core asked by its active jobs
+        self._memory: dict[str, int] = {}       # node id -> bytes asked by its active jobs
         self._handlers: dict[str, Callable[[dict, int], Any]] = {
             "node.upsert": self._node_upsert, "node.health": self._node_health,
             "node.remove": self._node_remove, "job.submit": self._job_submit,
             "job.place": self._job_place, "job.update": self._job_update,
-            "job.delete": self._job_delete, "project.reserve": self._project_reserve,
+            "job.delete": self._job_delete, "job.archive": self._job_archive,
+            "project.reserve": self._project_reserve,
             "dataset.add_version": self._dataset_add,
             "dataset.delete": self._dataset_delete, "dataset.holders": self._dataset_holders,
         }
@@ -94,6 +128,7 @@ class ClusterState:
         """Apply one committed command (log ``index``, entry ``term``); its result, or a
         FloyddError with nothing changed."""
         cmd = check(command)
+        self._index = index                 # the archive as of this entry (archive.visible)
         if "term" in cmd and cmd["term"] != term:
             raise StaleTerm(f"{cmd['op']} was decided by the leader of term {cmd['term']} but committed in "
                             f"term {term}: a former leader's action", hint="the current leader decides again")
@@ -107,7 +142,7 @@ class ClusterState:
     def restore(self, data: bytes) -> None:
         """Replace everything by a snapshot (``b""``: the empty state of a new cluster)."""
         if not data:
-            self.__init__()
+            self.__init__(self.archive)
             return
         raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
         if not isinstance(raw, dict) or raw.get("v") != SNAPSHOT_VERSION:
@@ -115,7 +150,7 @@ class ClusterState:
                               hint="upgrade this node to the version the cluster runs")
         self.nodes, self.removed, self.jobs = raw["nodes"], raw["removed"], raw["jobs"]
         self.counters, self.datasets, self.idem = raw["counters"], raw["datasets"], raw["idem"]
-        self._active, self._held, self._load = {}, {}, {}
+        self._active, self._held, self._load, self._cpu, self._memory = {}, {}, {}, {}, {}
         for job in self.jobs.values():
             if job["state"] in ACTIVE_STATES:
                 self._activate(job)
@@ -123,7 +158,11 @@ class ClusterState:
     # -- reads (copies; the state itself is only changed by apply) -------------------------
 
     def job(self, key: str) -> dict:
-        return _copy(self._job(key))
+        """The job, from the hot state or else the archive (NotFound if in neither)."""
+        job = self.jobs.get(key)
+        if job is None:
+            job = self.archive.get(key)
+        return _copy(job if job is not None else self._job(key))
 
     def list_jobs(self, project: str | None = None, states=None) -> list[dict]:
         """Jobs in submission order."""
@@ -137,8 +176,26 @@ class ClusterState:
         return _copy([v for d in self.datasets.values() for v in d["versions"].values()])
 
     def held_gpus(self, node: str) -> dict[int, str]:
-        """GPU index -> id of the active job holding it, on ``node`` (O(its GPUs))."""
-        return dict(self._held.get(node) or {})
+        """GPU index -> id of the active job holding it, on ``node`` (O(its GPUs)), and the GPUs
+        the node last reported in use by processes of a placement the cluster gave up or
+        replaced (GPU fencing: until those processes are gone, no job is placed there)."""
+        held = dict(self._held.get(node) or {})
+        for proc in (self.nodes.get(node) or {}).get("procs") or ():
+            if self._given_up(proc):
+                for gpu in proc["gpus"]:
+                    held.setdefault(gpu, f"{proc['job']} (attempt {proc['attempt']}, ending)")
+        return held
+
+    def _given_up(self, proc: dict) -> bool:
+        """Whether a run a node reported (job, attempt) is one the cluster no longer counts
+        as the job's placement: the job deleted, requeued, lost, or at another attempt."""
+        job = self.jobs.get(proc["job"])
+        return job is None or job["attempts"] != proc["attempt"] or job["state"] in ("queued", "lost")
+
+    def set_aside(self, node: str) -> tuple[int, int]:
+        """(thousandths of a core, bytes of memory) the active jobs with a part on ``node``
+        asked for there."""
+        return self._cpu.get(node, 0), self._memory.get(node, 0)
 
     def node_load(self, node: str) -> int:
         """How many active jobs have a part on ``node``."""
@@ -149,7 +206,8 @@ class ClusterState:
         return list(self._load)
 
     def node_health(self, now: float, stale_after: float) -> dict[str, str]:
-        """Each node's status, ``stale`` when its last heartbeat is older than ``stale_after``."""
+        """Each node's status (``suspect``: the leader lost touch with it), ``stale`` when it
+        says it is up but its last heartbeat is older than ``stale_after``."""
         return {nid: ("stale" if n["status"] == "up" and now - n["last_heartbeat"] > stale_after
                       else n["status"]) for nid, n in self.nodes.items()}
 
@@ -165,7 +223,7 @@ class ClusterState:
         if name == "datasets":
             return self.list_datasets()
         if name == "counts":
-            return {"nodes": len(self.nodes), "jobs": len(self.jobs),
+            return {"nodes": len(self.nodes), "jobs": len(self.jobs), "archived": self.archive.count(),
                     "datasets": sum(len(d["versions"]) for d in self.datasets.values())}
         raise InvalidSpec(f"unknown query {name!r}", hint="queries: jobs, job, nodes, datasets, counts")
 
@@ -185,13 +243,24 @@ class ClusterState:
                     api_port=cmd.get("api_port"), resources=cmd.get("resources") or {},
                     labels=cmd.get("labels") or {}, status="up", updated=cmd["ts"],
                     last_heartbeat=cmd["ts"])
+        if "procs" in cmd:
+            node["procs"] = cmd["procs"]
         return _copy(node)
 
     def _node_health(self, cmd: dict, term: int) -> None:
+        """A node's heartbeat (its status, usage and live job processes, ``procs``), or the
+        leader's ``suspect``: it lost touch with the node (the node's next heartbeat, which
+        reports its processes, makes it ``up`` again; until then nothing is placed there)."""
         node = self._node(cmd["id"])
+        if cmd["status"] == "suspect":
+            if node["status"] in ("up", "draining"):
+                node.update(status="suspect", suspect_since=cmd["ts"])
+            return
         node.update(status=cmd["status"], last_heartbeat=cmd["ts"])
         if "usage" in cmd:
             node["usage"] = cmd["usage"]
+        if "procs" in cmd:
+            node["procs"] = cmd["procs"]
 
     def _node_remove(self, cmd: dict, term: int) -> None:
         self.nodes.pop(cmd["id"], None)
@@ -213,12 +282,15 @@ class ClusterState:
                 raise Conflict(f"idempotency key {cmd['idem_key']!r} was used for something else",
                                code="idempotency_key_reused", hint="use a fresh key for a new submission")
             return _copy(self.jobs[seen[1]])
+        archived = self.archive.by_idem(cmd["idem_key"], self._index)
+        if archived is not None:                  # a retry long after: the same job, archived since
+            return _copy(archived)
         project = check_project(cmd["project"])
         number = cmd.get("number", self.counters.get(project, 0) + 1)
         if not 1 <= number < 10**18:
             raise InvalidSpec(f"job.submit: number {number} is not a job number")
         key = f"{project}/{number}"
-        if key in self.jobs:
+        if key in self.jobs or self.archive.get(key, self._index) is not None:
             raise Conflict(f"job {key} exists", code="job_exists", hint="adopt it under another number")
         ts = cmd["ts"]
         job = {"id": key, "project": project, "number": number, "idem_key": cmd["idem_key"],
@@ -265,6 +337,7 @@ class ClusterState:
             if busy:
                 raise Conflict(f"GPU {busy} of node {nid} held by {held[busy[0]]}", code="gpu_busy",
                                hint="the leader plans again from the current state")
+            self._check_room(key, nid, node, job["spec"])
         job.update(state="starting", node=parts[0]["node"], gpus=list(parts[0]["gpus"]),
                    attempts=job["attempts"] + 1, placed_term=term, waiting_for="", reason="",
                    updated=cmd["ts"], endpoint=None,
@@ -279,9 +352,13 @@ class ClusterState:
     def _job_update(self, cmd: dict, term: int) -> dict:
         key = cmd["job"]
         job = self._job(key)
+        if "note" in cmd and set(cmd) <= _NOTE_FIELDS and cmd.get("attempt", 0) <= job["attempts"]:
+            return self._note(job, cmd)         # a box's word, e.g. on a run the cluster replaced
         if "attempt" in cmd and cmd["attempt"] != job["attempts"]:
             raise Conflict(f"update for attempt {cmd['attempt']} of {key}, which is at attempt "
                            f"{job['attempts']}", code="stale_attempt")
+        if "note" in cmd:
+            raise InvalidSpec("job.update: a note goes alone (with job, attempt and node)")
         if "rank" in cmd:
             return self._part_update(job, cmd)
         if "node" in cmd and cmd["node"] != job["node"]:
@@ -292,28 +369,75 @@ class ClusterState:
         if new is not None and new != old:
             if new not in TRANSITIONS:
                 raise InvalidSpec(f"{new!r} is not a job state")
-            if new not in TRANSITIONS[old] and (old, new) != REQUEUE:
+            if new not in TRANSITIONS[old] and (old, new) not in REQUEUE:
                 raise Conflict(f"job {key} is {old}; it cannot become {new}", code="bad_transition")
-            job["state"] = new
-            if new in ACTIVE_STATES:
-                self._activate(job)
-            else:
-                self._deactivate(job)           # before a requeue forgets where the job was placed
-            if new == "running":
-                job["started"] = cmd["ts"]
-            elif new in FINAL_STATES:
-                job["ended"] = cmd["ts"]
-            elif new == "queued":
-                job.update(node=None, gpus=[], parts=[], endpoint=None)
-            why = cmd.get("reason") or ""
-            _remember(job, cmd["ts"], f"{old} → {new}" + (f": {why}" if why else ""))
-        if cmd.get("stop_requested") and not job.get("stop_requested"):
-            _remember(job, cmd["ts"], f"stop requested: {cmd['stop_requested']}")
-        for name in ("reason", "exit_code", "output_version", "waiting_for", "stop_requested"):
-            if name in cmd:
-                job[name] = cmd[name]
+        if "output_version" in cmd:                  # before a rerun, which starts from it
+            job["output_version"] = cmd["output_version"]
         if "summary" in cmd:
             job["summary"].update(cmd["summary"])
+        rerun = False
+        if new is not None and new != old:
+            why = cmd.get("reason") or ""
+            if new in ("unknown", "lost"):           # the leader names the silent boxes of a gang
+                for part in job.get("parts") or ():
+                    if part["node"] in (cmd.get("silent") or ()) and part["state"] in ACTIVE_STATES:
+                        part.update(state=new, reason=why)
+            rerun = self._rerun(job, new, why, cmd["ts"])
+            if not rerun:
+                self._move(job, new, why, cmd["ts"])
+        if cmd.get("stop_requested") and not job.get("stop_requested"):
+            _remember(job, cmd["ts"], f"stop requested: {cmd['stop_requested']}")
+        for name in ("waiting_for", "stop_requested") + (() if rerun else ("reason", "exit_code")):
+            if name in cmd:
+                job[name] = cmd[name]
+        job["updated"] = cmd["ts"]
+        return _copy(job)
+
+    def _move(self, job: dict, new: str, why: str, ts: float) -> None:
+        """Set the job's state (a move already checked) and what goes with it: the index of
+        active jobs, start and end times, the placement a requeue forgets, the history."""
+        old = job["state"]
+        job["state"] = new
+        if new in ACTIVE_STATES:
+            self._activate(job)
+        else:
+            self._deactivate(job)           # before a requeue forgets where the job was placed
+        if new == "running" and (old != "unknown" or job["started"] is None):
+            job["started"] = ts
+        elif new in FINAL_STATES:
+            job["ended"] = ts
+        elif new == "queued":
+            job.update(node=None, gpus=[], parts=[], endpoint=None)
+        job["unknown_since"] = ts if new == "unknown" else None
+        _remember(job, ts, f"{old} → {new}" + (f": {why}" if why else ""))
+
+    def _rerun(self, job: dict, new: str, why: str, ts: float) -> bool:
+        """Run the job again (queued, a new attempt to come) if its restart policy says so for a
+        run that ended ``new``, it has runs left and no stop was asked; True if it does. A gang
+        reruns whole; the rerun starts from the job's last ``/output`` (``output_version``)."""
+        if new not in FINAL_STATES or job["state"] not in ACTIVE_STATES or job.get("stop_requested"):
+            return False
+        try:
+            policy = RestartPolicy.from_dict(job["spec"].get("restart"))
+        except InvalidSpec:                  # not a spec this version can read: never rerun
+            return False
+        reruns = job.get("reruns", 0)
+        if not policy.reruns(new) or reruns + 1 >= policy.max_attempts:
+            return False
+        old, attempt = job["state"], job["attempts"]
+        self._deactivate(job)
+        job.update(state="queued", node=None, gpus=[], parts=[], endpoint=None, started=None, ended=None,
+                   exit_code=None, unknown_since=None, reruns=reruns + 1, waiting_for="",
+                   reason=f"attempt {attempt} {new}" + (f": {why}" if why else "") + "; it runs again")
+        start = f", from the /output of {job['output_version']}" if job.get("output_version") else ""
+        _remember(job, ts, f"{old} → {new}" + (f": {why}" if why else "") +
+                  f"; run {reruns + 2} of at most {policy.max_attempts} follows (--restart {policy.policy}){start}")
+        return True
+
+    def _note(self, job: dict, cmd: dict) -> dict:
+        """A line from a box in the job's history (e.g. it stopped a run the cluster replaced)."""
+        who = self._name(cmd["node"]) if cmd.get("node") else "a box"
+        _remember(job, cmd["ts"], f"{who}: {cmd['note']}")
         job["updated"] = cmd["ts"]
         return _copy(job)
 
@@ -355,8 +479,13 @@ class ClusterState:
         return _copy(job)
 
     def _follow_parts(self, job: dict, ts: float) -> None:
+        """The job's state from its parts'. While a part is ``unknown`` (its box out of touch)
+        the job waits for it; a part lost with its box names that box."""
         parts, old = job["parts"], job["state"]
-        ended = [p for p in parts if p["state"] in FINAL_STATES and p["state"] != "success"]
+        if any(p["state"] == "unknown" for p in parts):
+            return
+        ended = [p for p in parts if p["state"] == "lost"] or \
+            [p for p in parts if p["state"] in FINAL_STATES and p["state"] != "success"]
         if ended:
             first = ended[0]
             new = first["state"]
@@ -364,27 +493,52 @@ class ClusterState:
                   (f": {first['reason']}" if first["reason"] else "")
         elif all(p["state"] == "success" for p in parts):
             new, why = "success", ""
-        elif old == "starting" and all(p["state"] in ("running", "success") for p in parts):
+        elif old in ("starting", "unknown") and all(p["state"] in ("running", "success") for p in parts):
             new, why = "running", ""
+        elif old == "unknown":
+            new, why = "starting", ""       # every box is back; some part has yet to start
         else:
             return
-        job["state"] = new              # derived, so starting -> success is fine: no part skipped running
-        if new == "running" or (new in ("success", "timeout") and job["started"] is None):
-            job["started"] = ts
-        if new != "running":
-            job["ended"] = ts
+        if new != "running" and new != "starting":
             job["reason"] = why
+            if self._rerun(job, new, why, ts):
+                return
+        job["state"] = new              # derived, so starting -> success is fine: no part skipped running
+        job["unknown_since"] = None
+        if job["started"] is None and new in ("running", "success", "timeout"):
+            job["started"] = ts
+        if new not in ("running", "starting"):
+            job["ended"] = ts
             self._deactivate(job)
         _remember(job, ts, f"{old} → {new}" + (f": {why}" if why else ""))
 
     def _job_delete(self, cmd: dict, term: int) -> None:
         key = cmd["job"]
+        if key not in self.jobs and self.archive.drop(key, self._index) is not None:
+            return                                # an archived job: its row goes
         job = self._job(key)
         if job["state"] in ACTIVE_STATES:
             raise Conflict(f"job {key} is {job['state']}", code="job_active",
                            hint=f"stop it first: floyd stop {key}")
         del self.jobs[key]
         self.idem.pop(job["idem_key"], None)
+
+    def _job_archive(self, cmd: dict, term: int) -> dict:
+        """Move finished jobs (every part final) to the archive; any other named job stays
+        (decided again here: the leader chose from an older state). Their idempotency keys
+        move with them, so a retried submission still finds its job."""
+        moved = []
+        for key in cmd["jobs"]:
+            job = self.jobs.get(key)
+            if job is None or key in self._active or job["state"] not in FINAL_STATES \
+                    or any(p["state"] not in FINAL_STATES for p in job.get("parts") or ()):
+                continue
+            del self.jobs[key]
+            if self.idem.get(job["idem_key"]) == ["job", key]:
+                del self.idem[job["idem_key"]]
+            self.archive.put(archived_form(job, self._index))
+            moved.append(key)
+        return {"archived": moved}
 
     def _project_reserve(self, cmd: dict, term: int) -> int:
         """Number later jobs of a project above ``number`` (a node's own history from before
@@ -395,17 +549,35 @@ class ClusterState:
         self.counters[project] = max(self.counters.get(project, 0), number)
         return self.counters[project]
 
+    def _check_room(self, key: str, nid: str, node: dict, spec: dict) -> None:
+        """Conflict unless ``node`` has the cores and memory job ``key`` asks for on each box
+        beside what its active jobs asked (a node that reported neither is never short)."""
+        cpu, memory = asked_per_box(spec)
+        resources = node["resources"]
+        for asked, held, have, say in (
+                (cpu, self._cpu.get(nid, 0), known_count(resources.get("cpus"), 1000), format_cpus),
+                (memory, self._memory.get(nid, 0), known_count(resources.get("memory"), 1), format_size)):
+            if asked and have is not None and held + asked > have:
+                raise Conflict(f"node {nid} has {say(max(0, have - held))} of {say(have)} free; job {key} asks for "
+                               f"{say(asked)}", code="no_room", hint="the leader plans again from the current state")
+
     def _activate(self, job: dict) -> None:
-        """Count an active job in the derived index: a gang holds every part's GPUs while active."""
+        """Count an active job in the derived index: a gang holds every part's GPUs, cores and
+        memory while active."""
         key = job["id"]
         if key in self._active:
             return
         self._active[key] = None
+        cpu, memory = asked_per_box(job["spec"])
         for part in job.get("parts") or (job,):
             nid = part["node"]
             self._load[nid] = self._load.get(nid, 0) + 1
             if part["gpus"]:
                 self._held.setdefault(nid, {}).update((g, key) for g in part["gpus"])
+            if cpu:
+                self._cpu[nid] = self._cpu.get(nid, 0) + cpu
+            if memory:
+                self._memory[nid] = self._memory.get(nid, 0) + memory
 
     def _deactivate(self, job: dict) -> None:
         """Take a job that stops being active out of the derived index (its placement is the
@@ -414,11 +586,17 @@ class ClusterState:
         if key not in self._active:
             return
         del self._active[key]
+        cpu, memory = asked_per_box(job["spec"])
         for part in job.get("parts") or (job,):
             nid = part["node"]
             self._load[nid] -= 1
             if not self._load[nid]:
                 del self._load[nid]
+            for index, asked in ((self._cpu, cpu), (self._memory, memory)):
+                if asked:
+                    index[nid] -= asked
+                    if not index[nid]:
+                        del index[nid]
             held = self._held.get(nid, {})
             for g in part["gpus"]:
                 if held.get(g) == key:
@@ -440,6 +618,8 @@ class ClusterState:
 
     def _dataset_add(self, cmd: dict, term: int) -> dict:
         name, tree, idem_key = cmd["name"], cmd["tree"], cmd.get("idem_key")
+        if idem_key is not None and idem_key not in self.idem and self.archive.by_idem(idem_key, self._index) is not None:
+            raise Conflict(f"idempotency key {idem_key!r} was used for a job", code="idempotency_key_reused")
         if idem_key is not None and idem_key in self.idem:
             seen = self.idem[idem_key]
             version = self.datasets.get(seen[1], {}).get("versions", {}).get(str(seen[2]))
@@ -487,6 +667,8 @@ class ClusterState:
 
 _HISTORY = 32
 """Entries of a job's cluster history kept (the first one, submission, always stays)."""
+_NOTE_FIELDS = frozenset({"op", "ts", "job", "attempt", "node", "note"})
+"""What a box's note on an older attempt may carry (nothing that changes the job)."""
 
 
 def _remember(job: dict, ts: float, text: str) -> None:

@@ -6,6 +6,8 @@ Routes (an aiohttp route table the node-to-node app mounts behind
     POST /cluster/v1/raft     {"from", "addr", "msgs": [encoded raft message, ...]} -> 204
     POST /cluster/v1/propose  {"from", "addr", "cmd", "timeout"}    -> {"ok": result, "by"}
     POST /cluster/v1/read     {"from", "addr", "query", "args", "timeout"} -> {"ok": result, "by"}
+    POST /cluster/v1/snapshot a stream of frames: an InstallSnapshot and what rides
+                              beside it -> 204
 
 Errors answer ``{"error": {...floydd error payload}, "leader": id | None, "by"}`` with the
 error's HTTP status. The sender named in ``from`` and in every raft message must be the node
@@ -20,6 +22,9 @@ carrying an InstallSnapshot succeeded or failed. A full queue drops messages (ra
 retransmits). Outgoing calls verify the peer's node id in the TLS handshake
 (``server_hostname=<node id>``).
 
+Snapshots never go in a batch: they stream, in chunks with what rides beside them, through
+``/cluster/v1/snapshot`` (:mod:`floydd.cluster.snapshot_stream`, a mixin of the transport).
+
 ``drop``, when set, is a test hook ``drop(frm, to) -> bool`` that makes the link from
 ``frm`` to ``to`` lose everything (a partition), on both the sending and receiving side.
 """
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, AsyncIterator, Callable, Iterable, Protocol
 
 import aiohttp
 import msgpack
@@ -40,9 +45,11 @@ from floydd.cluster.raft.errors import CodecError
 from floydd.errors import (Conflict, FloyddError, InternalError, InvalidSpec, NotFound, Unauthorized, Unavailable,
                            UserError, from_payload)
 from floydd.security.identity import NodeIdentity
+from floydd.cluster.snapshot_stream import SNAPSHOT_PATH, SnapshotSink, SnapshotStreamMixin
 from floydd.security.tls import client_context, peer_node_id
 
-__all__ = ["Transport", "Receiver", "RAFT_PATH", "PROPOSE_PATH", "READ_PATH", "MSGPACK", "error_response"]
+__all__ = ["Transport", "Receiver", "RAFT_PATH", "PROPOSE_PATH", "READ_PATH", "SNAPSHOT_PATH", "MSGPACK",
+           "error_response"]
 
 RAFT_PATH = "/cluster/v1/raft"
 PROPOSE_PATH = "/cluster/v1/propose"
@@ -60,9 +67,11 @@ class Receiver(Protocol):
     async def on_read(self, query: str, args: dict, timeout: float) -> Any: ...
     def report_unreachable(self, peer: str) -> None: ...
     def report_snapshot(self, peer: str, ok: bool) -> None: ...
+    def snapshot_source(self, message: InstallSnapshot) -> AsyncIterator[bytes]: ...
+    def snapshot_sink(self, message: InstallSnapshot) -> SnapshotSink: ...
 
 
-class Transport:
+class Transport(SnapshotStreamMixin):
     def __init__(self, identity: NodeIdentity, *, advertise: str | None = None, queue_size: int = 4096,
                  max_batch: int = 512, backoff: tuple[float, float] = (0.02, 1.0),
                  request_timeout: float = 5.0) -> None:
@@ -79,6 +88,8 @@ class Transport:
         self._addresses: dict[str, str] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._senders: dict[str, asyncio.Task] = {}
+        self._snapshots: dict[str, asyncio.Task] = {}     # peer -> the snapshot being streamed to it
+        self._receiving = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
         self._receiver: Receiver | None = None
         self._closed = False
@@ -91,7 +102,7 @@ class Transport:
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post(RAFT_PATH, self._handle_raft), web.post(PROPOSE_PATH, self._handle_propose),
-                web.post(READ_PATH, self._handle_read)]
+                web.post(READ_PATH, self._handle_read), web.post(SNAPSHOT_PATH, self._handle_snapshot)]
 
     def _ssl_context(self, verify_node_id: bool) -> ssl.SSLContext:
         """Made on first use: a box alone (a cluster of one) has no certificate and no peers."""
@@ -115,7 +126,7 @@ class Transport:
 
     async def close(self) -> None:
         self._closed = True
-        senders = list(self._senders.values())
+        senders = list(self._senders.values()) + list(self._snapshots.values())
         for task in senders:
             task.cancel()
         await asyncio.gather(*senders, return_exceptions=True)
@@ -128,6 +139,9 @@ class Transport:
 
     def send(self, messages: Iterable[Message]) -> None:
         for m in messages:
+            if isinstance(m, InstallSnapshot):
+                self._send_snapshot(m)
+                continue
             queue = self._queues.get(m.to)
             if queue is None:
                 if self._closed:

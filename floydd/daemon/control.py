@@ -10,13 +10,16 @@ voters first (``ClusterService.close``).
 
 The cluster's dataset catalog (:class:`~floydd.cluster.datasets.ClusterDatasets`) starts
 here too: on the first start of a box (or after it joined another cluster) the versions
-of its own store enter the catalog.
+of its own store enter the catalog. So does the care of the store
+(:class:`~floydd.cluster.storecare.StoreCare`): reads that meet a damaged object repair it
+from another box, and the background scrub (``store_scrub_rate``) re-checks every object.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from functools import partial
 
 from aiohttp import web
 
@@ -26,8 +29,10 @@ from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.discovery import Discovery
 from floydd.cluster.service import ClusterService
+from floydd.cluster.storecare import StoreCare
 from floydd.daemon.cluster_files import ClusterSettings, guess_address, read_settings, split_address, write_settings
 from floydd.daemon.peers import peer_app
+from floydd.runtime import fence
 from floydd.security.ca import ClusterCA
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import server_context
@@ -52,13 +57,17 @@ async def control_ctx(app: web.Application):
     def usage() -> dict:  # sent with each heartbeat: what `floyd nodes` shows on every node
         return inventory.latest.to_dict() if inventory.latest else {}
     timing = replace(DEFAULT_CLUSTER_CONFIG, heartbeat_interval=config.cluster_heartbeat,
-                     stale_after=4 * config.cluster_heartbeat)
+                     stale_after=4 * config.cluster_heartbeat, suspect_after=config.node_suspect_after,
+                     archive_after=config.archive_after, archive_keep=config.archive_keep,
+                     snapshot_every=config.raft_snapshot_every,
+                     archive_interval=min(10.0, max(0.5, config.archive_after / 4)))
     advertise = ""
     if settings is not None:
         _host, port = split_address(settings.listen)
         advertise = settings.advertise or f"{guess_address()}:{port}"
     service = ClusterService(identity, config.state_dir / "cluster", name=config.node_name, advertise=advertise,
-                             resources=resources, usage=usage, config=timing)
+                             resources=resources, usage=usage, config=timing,
+                             live=partial(fence.live_runs, config.state_dir))   # its runs, with each heartbeat
     ca = await asyncio.to_thread(_cluster_ca, config.state_dir)
     app[keys.TOKENS] = None if ca is None else _Tokens(token_store(config.state_dir, ca), service)
     listener = None
@@ -67,9 +76,12 @@ async def control_ctx(app: web.Application):
     pending = settings.pending if settings is not None else ""
     await service.start(bootstrap=settings is None or pending == "bootstrap", join=settings.join if settings else (),
                         rejoin=pending == "join", recover=pending == "recover")
-    datasets = ClusterDatasets(service, app[keys.STORE],
+    datasets = ClusterDatasets(service, app[keys.STORE], grace=config.replica_grace,
+                               copy_wait=config.dataset_copy_wait,
                                import_marker=config.state_dir / "cluster" / "imported-datasets")
     datasets.start()
+    care = StoreCare(datasets, scrub_rate=config.store_scrub_rate * 1e6, scrub_every=config.store_scrub_every)
+    care.start()
     import_task = asyncio.create_task(datasets.import_local(), name="floydd.datasets.import")
     if pending == "recover":
         log.cluster.warning("RECOVERED: this node now forms a new single-node cluster on its own; every "
@@ -85,6 +97,7 @@ async def control_ctx(app: web.Application):
         await discovery.close()
     import_task.cancel()
     await asyncio.gather(import_task, return_exceptions=True)
+    await care.close()
     await datasets.close()
     await service.close(leave=True)
     if listener is not None:

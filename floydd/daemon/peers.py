@@ -7,6 +7,7 @@ lists them; a test checks the app serves exactly these::
     POST /cluster/v1/raft                          raft messages, in batches (the transport)
     POST /cluster/v1/propose                       a command forwarded to the leader
     POST /cluster/v1/read                          a linearizable read forwarded to the leader
+    POST /cluster/v1/snapshot                      the leader's snapshot, streamed in frames
     GET  /cluster/v1/store/objects/{hex}           a sealed object of this node's store
     GET  /cluster/v1/jobs/{project}/{number}/log   a job's log from an offset, run here
     GET  /cluster/v1/jobs/{project}/{number}/metrics|events   its series and events
@@ -37,6 +38,7 @@ __all__ = ["peer_app", "PEER_ROUTES"]
 
 PEER_ROUTES = frozenset({
     ("POST", "/cluster/v1/raft"), ("POST", "/cluster/v1/propose"), ("POST", "/cluster/v1/read"),
+    ("POST", "/cluster/v1/snapshot"),
     ("GET", "/cluster/v1/store/objects/{hex}"), ("GET", "/cluster/v1/jobs/{project}/{number}/{what}"),
     ("GET", "/cluster/v1/ca"), ("POST", "/cluster/v1/join"),
 })

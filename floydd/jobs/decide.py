@@ -14,6 +14,10 @@ is tested directly; :class:`~floydd.jobs.reconcile.Reconciler` carries the actio
     active, stop requested     not ended                  holds it    Stop
     active, stop requested     queued                     idle        EndLocal stopped
     active                     queued                     idle        Start (a start cut short)
+    part unknown (this box     running                    holds it    Report running (back in touch:
+      was out of touch)                                               the run went on)
+    part unknown               ended                      -           ReportFinal (it ended meanwhile)
+    part unknown               none, older, or queued     -           Report lost (no run of it here)
     part starting              running                    -           Report running
     part running, rank 0       running                    -           ReportProgress (metrics so far)
     part active                ended                      -           ReportFinal
@@ -24,7 +28,11 @@ is tested directly; :class:`~floydd.jobs.reconcile.Reconciler` carries the actio
                                running                    holds it    Stop (the gang ended)
 
 A local record of ``attempt`` 0 is a job from before this node joined its cluster (its
-history): never started, stopped or reported here.
+history): never started, stopped or reported here. A part the cluster calls ``unknown`` (this
+box was out of touch) is never started: the box says what became of the run it had, and a
+run the cluster replaced or gave up meanwhile is stopped (the reconciler notes that in the
+job's history). ``gpus_taken`` covers every process on the part's GPUs that is not this
+attempt's, including those of a run whose agent is gone (:mod:`floydd.runtime.fence`).
 
 A job being started here (its inputs fetched, its workspace prepared, its environment
 built: minutes, perhaps) is not decided about until the start is over; meanwhile
@@ -41,7 +49,7 @@ from typing import Mapping, Union
 from floydd.model import ACTIVE_STATES, FINAL_STATES
 
 __all__ = ["Local", "Start", "Stop", "EndLocal", "Report", "ReportFinal", "ReportProgress", "Action", "decide",
-           "call_off", "part_of", "unsettled"]
+           "call_off", "part_of", "unsettled", "GIVEN_UP", "NEVER_STARTED", "BACK", "NO_RUN_HERE"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +102,10 @@ class ReportProgress:
 
 Action = Union[Start, Stop, EndLocal, Report, ReportFinal, ReportProgress]
 
-GIVEN_UP = "the cluster gave this run up (its node was out of touch) and may run it elsewhere"
+GIVEN_UP = "the cluster gave this run up while this box was out of touch (the job is placed anew or ended)"
 NEVER_STARTED = "the job ended before this part started"
+BACK = "this box is back in touch and the run went on"
+NO_RUN_HERE = "this box is back in touch without this run (it never ran here, or its record is gone)"
 
 
 def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
@@ -118,6 +128,8 @@ def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
         return _ended(job, part, local, held)
     if part["state"] not in ACTIVE_STATES:       # this part of a gang is over; the others run on
         return (Stop("this part of the job ended"),) if held and local is not None else ()
+    if part["state"] == "unknown":
+        return _back(job, local, held)
     if local is None or local.attempt < attempts:
         if held:                        # an older attempt still runs here: stop it first
             return (Stop(f"attempt {local.attempt} was replaced by attempt {attempts}"),) if local else ()
@@ -139,6 +151,26 @@ def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
     elif local.state in FINAL_STATES:
         actions.append(ReportFinal())
     return tuple(actions)
+
+
+def _back(job: Mapping, local: Local | None, held: bool) -> tuple[Action, ...]:
+    """This box is back in touch and the cluster calls its part ``unknown``: say what became
+    of the run (never start it: a start here would be a second run of the same attempt)."""
+    attempts = job["attempts"]
+    if local is not None and local.attempt > attempts:
+        return ()
+    if local is None or local.attempt < attempts:
+        if held and local is not None:
+            return (Stop(f"attempt {local.attempt} was replaced by attempt {attempts}"),)
+        return () if held else (Report("lost", NO_RUN_HERE),)
+    if local.state in FINAL_STATES:
+        return (ReportFinal(),)
+    if local.state == "running" and held:
+        stop = job.get("stop_requested") or ""
+        return ((Stop(stop),) if stop else ()) + (Report("running", BACK),)
+    if local.state == "queued" and not held:
+        return (Report("lost", NO_RUN_HERE),)
+    return ()                                   # being started or re-adopted here: look again
 
 
 def _ended(job: Mapping, part: Mapping, local: Local | None, held: bool) -> tuple[Action, ...]:

@@ -111,10 +111,14 @@ class LocalJobs:
                    attempts=0, parts=[], stop_requested="", origin="", endpoint=None)
         return job
 
-    async def history(self, project: str | None, states: list[str] | None) -> list[dict]:
-        """This node's history jobs (attempt 0), newest first, with their metric summaries."""
+    async def history(self, project: str | None, states: list[str] | None, *, since: float | None = None,
+                      limit: int | None = None) -> list[dict]:
+        """This node's history jobs (attempt 0), newest first, created at or after ``since``, at
+        most ``limit``, with their metric summaries (read for those alone)."""
         def query() -> list[dict]:
-            return [self._history_view(j) for j in self.records.list_jobs(project, states) if j.get("attempt", 0) == 0]
+            jobs = [j for j in self.records.list_jobs(project, states)
+                    if j.get("attempt", 0) == 0 and (since is None or (j.get("created") or 0) >= since)]
+            return [self._history_view(j) for j in jobs[:limit]]
         return await asyncio.to_thread(query)
 
     async def events(self, key: JobKey) -> list[dict]:
@@ -178,6 +182,10 @@ def code_pin(key: JobKey) -> str:
 
 def output_ref(job: dict) -> str:
     """The dataset version of a job's /output; ``NotFound`` with why when there is none."""
+    if job.get("output_version") == "" and job["state"] in FINAL_STATES:
+        raise NotFound(f"job {job['id']} saved nothing: its /output was empty when it ended", code="output_empty",
+                       hint="a job keeps what it writes under /output (FLOYD_OUTPUT without a sandbox); "
+                            f"its log: floyd logs {job['id']}")
     if not job.get("output_version"):
         hint = ("it has not ended yet" if job["state"] not in FINAL_STATES
                 else f"its /output was not saved; floyd info {job['id']} says why")

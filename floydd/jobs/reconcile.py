@@ -11,6 +11,19 @@ every job that has a part here or that the runtime holds, and carries the action
     Report...    ``job.update`` fenced by attempt, node and rank: running, final state, exit
                  code, metrics (every few heartbeats while it runs), the /output version
 
+and, for the outages and reruns of DESIGN §5b:
+
+    GPU fencing  a GPU is taken while any process of another run (job, attempt) uses it,
+                 whether the runtime holds that run or not (:mod:`floydd.runtime.fence`);
+                 every heartbeat interval a sweep kills what is left of runs nobody holds
+    stop noted   a run stopped here because the cluster gave it up or replaced it while this
+                 box was out of touch is said so in the job's history (``job.update`` note)
+    resume       a placement of a job that has an ``output_version`` (a rerun) starts with
+                 that tree as its /output
+    checkpoints  every ``checkpoint_interval`` a running job's /output is snapshotted and
+                 published as the next version of PROJECT/N/output (the previous checkpoint
+                 version of the attempt is deleted; the final output supersedes the last)
+
 Every step can be repeated after a crash or a lost answer: the round is driven by what is
 (the committed state, the records, the runtime), not by events, so a report that did not
 commit is simply decided again. Starts and stops run as tasks; a job being started or
@@ -28,14 +41,17 @@ from typing import Any, Awaitable, Callable
 
 from floydd import log
 from floydd.cluster.driver import Applied
+from floydd.cluster.replicas import Liveness, ranked_sources
 from floydd.cluster.service import ClusterService
 from floydd.errors import Conflict, FloyddError, Unavailable
-from floydd.jobs.decide import (Action, EndLocal, Local, Report, ReportFinal, ReportProgress, Start, Stop,
-                                call_off, decide, part_of, unsettled)
+from floydd.jobs.decide import (GIVEN_UP, Action, EndLocal, Local, Report, ReportFinal, ReportProgress, Start,
+                                Stop, call_off, decide, part_of, unsettled)
+from floydd.jobs.checkpoints import Checkpoints
 from floydd.jobs.gang import free_port, gang_env, interface_for, single_box_command, torchrun_command
 from floydd.jobs.leader import REPORT_TIMEOUT, every_second_or_sooner
 from floydd.jobs.local import LocalJobs, code_pin
-from floydd.model import ACTIVE_STATES, SPEC_FIELDS, JobKey
+from floydd.model import ACTIVE_STATES, RECORD_FIELDS, JobKey
+from floydd.runtime import fence
 from floydd.runtime import NodeRuntime
 from floydd.store import ObjectId, Store
 from floydd.tasks import cancel_and_wait
@@ -53,7 +69,7 @@ class Reconciler:
     """Carries out :func:`decide` for this node (see the module docstring)."""
 
     def __init__(self, *, cluster: ClusterService, local: LocalJobs, runtime: NodeRuntime, store: Store,
-                 fetch_tree: FetchTree, node_name: str) -> None:
+                 fetch_tree: FetchTree, node_name: str, checkpoint_interval: float = 60.0) -> None:
         self.cluster, self.local, self.runtime, self.store = cluster, local, runtime, store
         self.node_id = cluster.node_id
         self.node_name = node_name
@@ -64,6 +80,9 @@ class Reconciler:
         self._reported: dict[str, tuple] = {}        # sent and not yet seen applied
         self._progress_due: dict[str, float] = {}
         self._waiting: dict[str, list[str]] = {}     # placed here, its GPUs held by other runs
+        self._sweep_due = 0.0
+        self.checkpoints = Checkpoints(cluster=cluster, runtime=runtime, store=store, interval=checkpoint_interval,
+                                       ensure_tree=self.ensure_tree, report=self._report, spawn=self._spawn)
         self._tasks: set[asyncio.Task] = set()
         self.job_changed = asyncio.Event()
         """Set (and replaced) whenever a job or node entry is applied; waiters hold the old one."""
@@ -94,12 +113,14 @@ class Reconciler:
 
     async def round(self) -> None:
         state = self.cluster.state
+        await self._sweep()
         running = self.runtime.running()
         held = {f"{p}/{n}" for p, n in running}
         gpu_holder = {g: f"{p}/{n}" for (p, n), gpus in running.items() for g in gpus}
         keys = [k for k, j in list(state.jobs.items()) if unsettled(j, self.node_id)]
         keys += sorted(held - set(keys))
         self._call_off_starts(held)
+        scanned: dict | None = None                  # the processes of every run here, looked at once
         for key in keys:
             if key in self._busy:
                 continue
@@ -107,15 +128,31 @@ class Reconciler:
             record = await asyncio.to_thread(self.local.record, JobKey.parse(key))
             local = None if record is None else Local(record["state"], record.get("attempt", 0))
             part = part_of(job, self.node_id) if job is not None else None
-            taken = sorted({gpu_holder[g] for g in (part or {}).get("gpus", ()) if gpu_holder.get(g, key) != key})
+            gpus = (part or {}).get("gpus") or ()
+            taken = sorted({gpu_holder[g] for g in gpus if gpu_holder.get(g, key) != key})
+            if gpus and not taken and key not in held and job["state"] in ACTIVE_STATES:
+                scanned = await self.runtime.scan_runs() if scanned is None else scanned
+                taken = fence.taken(scanned, key, job["attempts"], gpus)
             if taken:
                 self._note_waiting(key, taken)
             for action in decide(job, local, self.node_id, held=key in held, gpus_taken=bool(taken)):
                 await self._do(action, key, record)
         active = set(keys)
-        for memo in (self._reported, self._progress_due, self._waiting):   # forget jobs no longer active here
-            for key in [k for k in memo if k not in active]:
+        for memo in (self._reported, self._progress_due, self._waiting, self.checkpoints.due):
+            for key in [k for k in memo if k not in active]:   # forget jobs no longer active here
                 del memo[key]
+
+    async def _sweep(self) -> None:
+        """Every heartbeat interval: kill what is left of runs the runtime does not hold (their
+        GPUs are fenced until then) and, if there was any, tell the cluster at once."""
+        if time.monotonic() < self._sweep_due:
+            return
+        self._sweep_due = time.monotonic() + self.cluster.config.heartbeat_interval
+        try:
+            if await self.runtime.sweep():
+                self.cluster.beat_soon()
+        except OSError as exc:
+            _log.warning("looking for leftover job processes: %s", exc)
 
     async def _do(self, action: Action, key: str, record: dict | None) -> None:
         job = self.cluster.state.job(key) if key in self.cluster.state.jobs else None
@@ -125,7 +162,9 @@ class Reconciler:
             self._spawn(self._start(job, replace=action.replace), f"floydd.jobs.start {key}")
         elif isinstance(action, Stop):
             self._busy.add(key)
-            self._spawn(self._stop(key, action.reason), f"floydd.jobs.stop {key}")
+            replaced = action.reason == GIVEN_UP or " was replaced by attempt " in action.reason
+            attempt = (record or {}).get("attempt", 0) if replaced else 0
+            self._spawn(self._stop(key, action.reason, noted=attempt), f"floydd.jobs.stop {key}")
         elif isinstance(action, EndLocal):
             await asyncio.to_thread(self.local.end_unstarted, JobKey.parse(key), action.state, action.reason)
             self.wake()
@@ -136,6 +175,7 @@ class Reconciler:
                 # a few raft writes a minute: every third heartbeat
                 self._progress_due[key] = time.monotonic() + 3 * self.cluster.config.heartbeat_interval
                 await self._report(job, summary=await self._summary(job))
+            self.checkpoints.soon(job)
         elif isinstance(action, ReportFinal):
             await self._report_final(job, record)
 
@@ -151,7 +191,7 @@ class Reconciler:
         key = JobKey.parse(job["id"])
         try:
             spec = job["spec"]
-            fields = {name: spec[name] for name in SPEC_FIELDS if spec.get(name) is not None}
+            fields = {name: spec[name] for name in RECORD_FIELDS if spec.get(name) is not None}
             fields.update(attempt=job["attempts"], user=job["user"], node=self.node_name, created=job["created"])
             await asyncio.to_thread(self.local.make_record, key, fields, replace=replace)
             try:
@@ -162,6 +202,7 @@ class Reconciler:
                 return
             if await self._called_off(job):
                 return
+            resume = await self.checkpoints.resume_from(job)
             part = part_of(job, self.node_id)
             command, env = single_box_command(spec["command"], len(part["gpus"])), None
             if part["rank"] is not None:
@@ -174,7 +215,8 @@ class Reconciler:
                     return
             # no await between the last look and the runtime holding the job: a stop committed
             # from here on is passed to the runtime by the rounds (_call_off_starts)
-            await self.runtime.start_job(key.project, key.number, list(part["gpus"]), command=command, env=env)
+            await self.runtime.start_job(key.project, key.number, list(part["gpus"]), command=command, env=env,
+                                         resume=resume)
         except Exception as exc:
             _log.exception("starting %s failed", key)
             try:
@@ -262,23 +304,34 @@ class Reconciler:
             await self.ensure_tree(mount["tree"], version.get("holders", []))
 
     async def ensure_tree(self, tree: str, likely: list[str]) -> None:
-        """Make ``tree`` complete here: from the ``likely`` holders first, then any node."""
+        """Make ``tree`` complete here: from the ``likely`` holders first, then any node; those
+        not heard from lately last (issue 12, replicas kept: a silent holder asked first could
+        hold the fetch up for a connect timeout). A damaged copy here is healed by the restore
+        that meets it (``Store.repairer``)."""
         if await asyncio.to_thread(self.local.has_tree, ObjectId.from_hex(tree)):
             return
-        nodes = [n for n in dict.fromkeys([*likely, *self.cluster.state.nodes]) if n and n != self.node_id]
+        fresh = self.cluster.config.stale_after
+        nodes = ranked_sources(self.cluster.state.nodes, likely, Liveness(now=time.time(), grace=fresh, fresh=fresh),
+                               skip=self.node_id)
         await self._fetch_tree(self.store, tree, nodes)
 
     # -- stopping ---------------------------------------------------------------------------------
 
-    async def _stop(self, key: str, reason: str) -> None:
+    async def _stop(self, key: str, reason: str, *, noted: int = 0) -> None:
+        """Stop the run held here; ``noted``: the attempt of a run the cluster gave up or
+        replaced, which the job's history is told about once it is stopped."""
         project, number = JobKey.parse(key)
         try:
             if (project, number) in self.runtime.running():
                 await self.runtime.stop_job(project, number, reason)
+                if noted:
+                    await self.cluster.update_job(key, attempt=noted, node=self.node_id, timeout=REPORT_TIMEOUT,
+                                                  note=f"stopped its run of attempt {noted}: {reason}")
         except FloyddError as exc:
             _log.warning("stopping %s here: %s", key, exc)
         finally:
             self._busy.discard(key)
+            self.cluster.beat_soon()                 # its GPUs are free once the cluster hears so
             self.wake()
 
     # -- reporting --------------------------------------------------------------------------------
@@ -289,8 +342,10 @@ class Reconciler:
         rank = (part_of(job, self.node_id) or {}).get("rank")
         if rank is not None:
             fields["rank"] = rank
-        stamp = (job["attempts"], tuple(sorted((k, repr(v)) for k, v in fields.items())))
-        if self._reported.get(key) == stamp:         # sent and not yet seen applied: not again yet
+        # sent, and the job has not changed since: not again yet (once it changed, a report that
+        # is still due is due again: e.g. its state went back while this box was away)
+        stamp = (job["attempts"], job.get("updated"), tuple(sorted((k, repr(v)) for k, v in fields.items())))
+        if self._reported.get(key) == stamp:
             return
         self._reported[key] = stamp
         try:
@@ -312,7 +367,11 @@ class Reconciler:
             fields["summary"] = await self._summary(job)
             if record.get("output_version"):
                 fields["output_version"] = await self._publish_output(job, record["output_version"])
+            elif record.get("output_version") == "":     # /output was empty: no version (issue 12)
+                fields["output_version"] = ""
         await self._report(job, **fields)
+        if part["rank"] in (None, 0):
+            await self.checkpoints.superseded(job, fields.get("output_version"))
 
     async def _summary(self, job: dict) -> dict:
         summary = await asyncio.to_thread(self.local.metric_summary, JobKey.parse(job["id"]))

@@ -11,9 +11,11 @@ init`` and ``join`` only add the mTLS listener and discovery. So every job goes:
                                        every node ──► job.place        part here ──► local record,
                                        (fenced by its term)            inputs fetched, runtime
                                                                        starts it ──► job.update
-                                       node silent > lost_after:       running / final (fenced by
-                                       running ──► lost,               attempt and node), metrics,
-                                       starting ──► queued again       the /output version
+                                       box silent (outages.py):        running / final (fenced by
+                                       starting ──► queued again,      attempt and node), metrics,
+                                       running ──► unknown ──► lost    the /output version,
+                                       past lost_after; the restart    checkpoints of /output
+                                       policy may rerun it
 
 The replicated job carries the spec, state, placement and a summary (final metrics), so
 every node lists and compares every job; the details (log, metric series, events) stay on
@@ -41,7 +43,9 @@ from floydd.jobs.gang import check_gang_command
 from floydd.jobs.leader import ClusterScheduler
 from floydd.jobs.local import LocalJobs, code_pin, output_ref
 from floydd.jobs.reconcile import FetchTree, Reconciler
-from floydd.model import FINAL_STATES, SPEC_FIELDS, JobKey, JobSpec, Mount, Restart, Submission, check_project
+from floydd.jobs.waiting import WaitingReasons
+from floydd.model import (FINAL_STATES, SPEC_FIELDS, JobKey, JobSpec, Mount, Resources, Restart, Submission,
+                          check_project, format_size)
 from floydd.records import Records
 from floydd.runtime import NodeRuntime
 from floydd.scheduler import unplaceable
@@ -52,7 +56,8 @@ __all__ = ["JobService", "job_view"]
 
 _log = log.scheduler.getChild("jobs")
 _JOB_FIELDS = ("id", "project", "number", "state", "reason", "waiting_for", "created", "started", "ended",
-               "gpus", "exit_code", "output_version", "attempts", "stop_requested", "user", "origin", "endpoint")
+               "gpus", "exit_code", "output_version", "attempts", "stop_requested", "user", "origin", "endpoint",
+               "unknown_since")
 
 
 def job_view(job: dict, node_names: dict[str, str]) -> dict:
@@ -61,7 +66,8 @@ def job_view(job: dict, node_names: dict[str, str]) -> dict:
     view.update({name: job.get(name) for name in _JOB_FIELDS})
     view.update(node=node_names.get(job["node"], job["node"] or ""), node_id=job["node"],
                 metrics=dict(job["summary"].get("metrics") or {}), workspace="", agent_pid=None,
-                latest=None, attempt=job["attempts"],
+                latest=None, attempt=job["attempts"], reruns=job.get("reruns") or 0,
+                archived=job.get("archived_at") is not None,
                 parts=[{**part, "node": node_names.get(part["node"], part["node"]), "node_id": part["node"]}
                        for part in job.get("parts") or ()], history=False)
     view["data"] = view["data"] or []
@@ -79,8 +85,10 @@ class JobService:
         self._clock = clock
         self.local = LocalJobs(records=records, store=store, runtime=runtime, jobs_dir=config.jobs_dir)
         self.reconciler = Reconciler(cluster=cluster, local=self.local, runtime=runtime, store=store,
-                                     fetch_tree=fetch_tree, node_name=config.node_name)
+                                     fetch_tree=fetch_tree, node_name=config.node_name,
+                                     checkpoint_interval=config.checkpoint_interval)
         self.scheduler = ClusterScheduler(cluster, lost_after=lost_after, clock=clock)
+        self.waiting = WaitingReasons(cluster, self.scheduler)
         cluster.on_apply(self._on_apply)
         self._ended = asyncio.Condition()            # a run of this node ended (history waits)
         self._tasks: set[asyncio.Task] = set()
@@ -121,6 +129,7 @@ class JobService:
     async def submit(self, submission: Submission, *, user: str = "") -> dict:
         """Check, snapshot the code here, pin the data versions, commit; the job as committed.
         The same ``idem_key`` always gives the same job, so a client may retry."""
+        submission = submission.with_defaults(cpus=self.config.job_cpus, memory=self.config.job_memory_bytes)
         resources = submission.resources
         if resources.nodes > 1:
             check_gang_command(submission.command)
@@ -128,8 +137,10 @@ class JobService:
         for item in submission.mounts:
             version = await self.datasets.resolve(item.ref)
             mounts.append(Mount(ref=version["ref"], tree=version["tree"], mount=item.mount))
-        self._check_placeable(resources.gpus, resources.nodes)
-        if self.runtime.disk.full:     # what the runtime freed is for recording and cleaning up
+        self._check_placeable(resources)
+        # what the runtime freed is for recording and cleaning up; look again (one statvfs) so
+        # space freed a moment ago counts at once
+        if self.runtime.disk.full and await asyncio.to_thread(self.runtime.disk.check):
             raise StoreFull(f"{self.runtime.disk.why()}: no new job until there is room",
                             hint="free space: floyd delete an old job, floyd data delete NAME, then floyd data gc")
         code_tree = submission.code_tree
@@ -151,11 +162,17 @@ class JobService:
         self.scheduler.wake()
         return self._view(job)
 
-    def _check_placeable(self, gpus: int, nodes: int) -> None:
-        why = unplaceable(list(self.scheduler.snapshots(self._clock()).values()), gpus, nodes)
+    def _check_placeable(self, resources: Resources) -> None:
+        """Refuse a job no node could ever hold (not one that only has to wait)."""
+        gpus, nodes = resources.gpus, resources.nodes
+        why = unplaceable(list(self.scheduler.snapshots(self._clock()).values()), gpus, nodes,
+                          resources.cpu_milli, resources.memory)
         if why:
-            asked = f"--gpu {gpus}" + (f" --nodes {nodes}" if nodes > 1 else "")
-            hint = "use --cpu, or fewer GPUs or nodes (floyd nodes lists every node's GPUs)"
+            flags = [f"--gpu {gpus}" if gpus else "", f"--cpu {resources.cpus:g}" if resources.cpus else "",
+                     f"--memory {format_size(resources.memory).replace(' ', '')}" if resources.memory else "",
+                     f"--nodes {nodes}" if nodes > 1 else ""]
+            asked = " ".join(flag for flag in flags if flag) or "these resources"
+            hint = "use --cpu, or fewer GPUs, cores, memory or nodes (floyd nodes lists what every node has)"
             if nodes > len(self.cluster.state.nodes):
                 hint = ("join other boxes first (floydd token create, then floydd join on each; "
                         "docs/operations.md), or ask for fewer --nodes")
@@ -177,6 +194,7 @@ class JobService:
             job = self._view(await self.cluster.job(key, stale=stale))
         except NotFound:
             return await self.local.get(parsed)       # this node's history (NotFound if none)
+        await self.waiting.fill((job,), stale=stale)
         if job["node_id"] == self.node_id:
             await asyncio.to_thread(self._overlay, job)
         return job
@@ -188,21 +206,39 @@ class JobService:
             job.update(workspace=record["workspace"], agent_pid=record["agent_pid"], latest=record["latest"],
                        metrics=self.local.metric_summary(JobKey(job["project"], job["number"])))
 
-    async def list(self, project: str | None = None, state: str | None = None, *, stale: bool = False) -> list[dict]:
-        """Every job of the cluster and this node's history, newest first."""
+    async def list(self, project: str | None = None, state: str | None = None, *, stale: bool = False,
+                   limit: int | None = None, offset: int = 0, since: float | None = None) -> list[dict]:
+        """Jobs of the cluster (the hot state and the archive) and this node's history, newest
+        first (by creation): ``limit`` of them from ``offset``, created at or after ``since``.
+        Each source gives at most ``offset + limit`` (the archive from an index); only the
+        page is turned into views; metrics come from the replicated summaries (a query per
+        job only for runs here not yet ended, and this node's history)."""
         if project is not None:
             check_project(project)
         states = [s.strip() for s in state.split(",")] if state else None
-        jobs = [self._view(j) for j in await self.cluster.jobs(project=project, states=states, stale=stale)]
-        known = {j["id"] for j in jobs}
-        history = [j for j in await self.local.history(project, states) if j["id"] not in known]
+        want = None if limit is None else offset + limit
+        hot = [j for j in await self.cluster.jobs(project=project, states=states, stale=stale)
+               if since is None or (j.get("created") or 0) >= since]
+        archived = await self.cluster.state.archive.page(project=project, states=states, since=since, limit=want)
+        history = await self.local.history(project, states, since=since, limit=want)
+        seen: set[str] = set()
+        merged = []
+        for job in sorted(hot + archived + history, key=_newest, reverse=True):   # a job both hot and in the
+            if job["id"] not in seen:                                            # archive (a replay): the hot one
+                seen.add(job["id"])
+                merged.append(job)
+        page = merged[offset:want]
+        names = {nid: n["name"] for nid, n in self.cluster.state.nodes.items()}
+        jobs = [job if job.get("history") is True else job_view(job, names) for job in page]   # raw jobs
+        cluster_jobs = [job for job in jobs if not _history(job)]                         # hold a list
+        await self.waiting.fill(cluster_jobs, stale=stale)
 
         def overlay() -> None:
-            for job in jobs:
+            for job in cluster_jobs:
                 if job["node_id"] == self.node_id and job["state"] not in FINAL_STATES:
                     self._overlay(job)
         await asyncio.to_thread(overlay)
-        return sorted(jobs + history, key=lambda j: j.get("created") or 0, reverse=True)
+        return jobs
 
     async def wait(self, key: str, timeout: float | None = None) -> dict:
         """The job once it ended, or as it is after ``timeout`` seconds."""
@@ -354,6 +390,10 @@ class JobService:
                 except FloyddError as exc:
                     _log.debug("reserving job numbers of %s: %s", project["name"], exc)
                     await asyncio.sleep(1.0)
+
+
+def _newest(job: dict) -> tuple:
+    return job.get("created") or 0, job["number"]
 
 
 def _history(job: dict) -> bool:

@@ -5,10 +5,17 @@ root pid (or since the root started, on the first one), over the wall time betwe
 100 = one core busy. A process is known by (pid, create time), so a reused pid is a new
 process. CPU of a process that started *and* ended between two samples is not seen.
 ``rss_bytes`` sums resident memory over the tree (pages shared between them count twice).
+
+:func:`job_processes` finds every live process of one box's job runs by what the runtime put
+in their environment (``FLOYD_BOX``, ``FLOYD_JOB``, ``FLOYD_ATTEMPT``; the GPUs from
+``CUDA_VISIBLE_DEVICES``), whatever became of the agent that started them: it reads
+``/proc/PID/environ`` (the environment a process was started with, which it inherits from
+its parent), so a worker that left the job's process group or session is found too.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,7 +24,7 @@ import psutil
 
 from floydd.node import _nvml
 
-__all__ = ["sample_process_tree", "forget_process_tree"]
+__all__ = ["sample_process_tree", "forget_process_tree", "job_processes"]
 
 _MIN_WINDOW = 0.01  # s; create_time and CPU times tick at 10 ms on Linux
 
@@ -101,3 +108,35 @@ def _gpu_usage(pids: set[int]) -> tuple[int | None, float | None]:
     if devices is None:
         return None, None
     return _nvml.tree_gpu_usage(devices, pids)
+
+
+def job_processes(box: str) -> dict[tuple[str, int], dict]:
+    """``(job, attempt) -> {"gpus": set of GPU indices, "pids": [pid, ...]}`` for every live
+    (not zombie) process whose environment says it belongs to a run of box ``box``. Blocking
+    (a read of ``/proc/*/environ``, a few ms for a few hundred processes): call it in a thread."""
+    needle = b"\0FLOYD_BOX=" + box.encode() + b"\0"
+    runs: dict[tuple[str, int], dict] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = b"\0" + f.read() + b"\0"
+            if needle not in environ or _zombie(name):
+                continue
+        except OSError:             # gone meanwhile, or not ours to read
+            continue
+        env = dict(item.partition(b"=")[::2] for item in environ.split(b"\0") if item)
+        job, attempt = env.get(b"FLOYD_JOB", b"").decode(errors="replace"), env.get(b"FLOYD_ATTEMPT", b"")
+        if not job or not attempt.isdigit():
+            continue
+        run = runs.setdefault((job, int(attempt)), {"gpus": set(), "pids": []})
+        run["pids"].append(int(name))
+        run["gpus"].update(int(g) for g in env.get(b"CUDA_VISIBLE_DEVICES", b"").split(b",") if g.strip().isdigit())
+    return runs
+
+
+def _zombie(pid: str) -> bool:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X")

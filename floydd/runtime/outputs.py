@@ -24,7 +24,7 @@ from pathlib import Path
 from floydd.errors import UnsafePath
 from floydd.store.paths import check_link, check_tree_path
 
-__all__ = ["Skipped", "Screened", "screen"]
+__all__ = ["Skipped", "Screened", "screen", "empty"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,14 @@ class Screened:
     def everything(self) -> bool:
         """Whether nothing can be saved at all (/output itself is refused)."""
         return "" in self._paths
+
+
+def empty(root: Path, screened: Screened) -> bool:
+    """Whether ``root`` holds nothing a snapshot would keep (no entry, or only skipped ones):
+    a job that wrote nothing to /output makes no dataset version."""
+    skipped = {s.path for s in screened.skipped}
+    with os.scandir(root) as entries:
+        return all(entry.name in skipped for entry in entries)
 
 
 def screen(root: Path) -> Screened:

@@ -26,6 +26,12 @@
     close      stop watching (and give the disk's reserve back); agents are never killed (they
                outlive the daemon)
 
+Every job process carries ``FLOYD_BOX``/``FLOYD_JOB``/``FLOYD_ATTEMPT`` (:mod:`.fence`), so the
+box finds its runs by their processes whatever became of their agents: ``scan_runs`` for GPU
+fencing and heartbeats, ``sweep`` to kill what is left of runs nobody holds. A rerun starts
+with ``resume``: its ``/output`` is the last attempt's (:mod:`.checkpoint`, ``workspace``),
+and ``checkpoint`` snapshots a running job's ``/output`` for the next one.
+
 Each step can run again after a crash: prepare records what it restored, the log
 offset is stored with each metric batch, /output is saved once (``output_version``),
 and a final state is set only from starting/running.
@@ -44,7 +50,7 @@ from floydd.agent.spec import SANDBOX_MODES, AgentSpec
 from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
 from floydd.model import FINAL_STATES
-from floydd.runtime import envs, spawn, workspace
+from floydd.runtime import checkpoint, envs, fence, spawn, workspace
 from floydd.runtime.disk import CHECK_INTERVAL, Disk, no_space
 from floydd.runtime.watch import JobWatch
 from floydd.tasks import cancel_and_wait
@@ -89,6 +95,27 @@ class NodeRuntime:
         """Every job this runtime holds (starting or running) → the GPUs it holds."""
         return {key: list(gpus) for key, gpus in self._held.items()}
 
+    async def scan_runs(self) -> dict[tuple[str, int], dict]:
+        """This box's live runs found by their processes (:mod:`.fence`): ``(job, attempt) ->
+        {"gpus", "pids"}``, held here or not."""
+        return await asyncio.to_thread(fence.scan, self.state_dir)
+
+    async def sweep(self) -> int:
+        """Kill what is left of runs this runtime does not hold (their agent is gone, or they
+        outlived their stop); how many processes were signalled."""
+        runs = await self.scan_runs()
+        held = {f"{project}/{number}" for project, number in self._held}   # after the scan: a run
+        strays = {run: found for run, found in runs.items() if run[0] not in held}   # started since is held
+        return await asyncio.to_thread(fence.kill, strays) if strays else 0
+
+    async def checkpoint(self, project: str, number: int, previous: str | None = None):
+        """A snapshot of a running job's ``/output`` (:mod:`.checkpoint`), or None: empty,
+        unchanged since ``previous`` (a tree), or the job not held here."""
+        if (project, number) not in self._held or self.disk.full:
+            return None
+        ws = workspace.job_dir(self.state_dir, project, number)
+        return await asyncio.to_thread(checkpoint.save, ws / "output", self._store, previous)
+
     @property
     def sandbox_mode(self) -> str:
         """The sandbox jobs get here: "bwrap" or "none" (probed once for "auto")."""
@@ -101,10 +128,11 @@ class NodeRuntime:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start_job(self, project: str, number: int, gpus: list[int], *, command: str | None = None,
-                        env: dict[str, str] | None = None) -> None:
+                        env: dict[str, str] | None = None, resume: str | None = None) -> None:
         """Take a queued job through the prestart steps to running (or to failed, with why).
         ``command``/``env`` replace the recorded command and add to its environment (a gang's
-        part runs the user's command under torchrun, :mod:`floydd.jobs.gang`)."""
+        part runs the user's command under torchrun, :mod:`floydd.jobs.gang`); ``resume``: the
+        tree its ``/output`` starts from (a rerun's last checkpoint; else it starts empty)."""
         if self._closed:
             raise Unavailable("the node runtime is shutting down", hint="retry once the daemon is back")
         key = (project, number)
@@ -126,7 +154,7 @@ class NodeRuntime:
         except BaseException:
             self._release(key, notify=False)
             raise
-        await self._prestart(job, ws, gpus, command=command, env=env or {})
+        await self._prestart(job, ws, gpus, command=command, env=env or {}, resume=resume)
 
     def request_stop(self, project: str, number: int, reason: str = "stopped by user", *,
                      outcome: str = "stopped") -> bool:
@@ -187,7 +215,7 @@ class NodeRuntime:
     # -- steps ---------------------------------------------------------------------------------
 
     async def _prestart(self, job: dict, ws: Path, gpus: list[int], *, command: str | None = None,
-                        env: dict[str, str] | None = None) -> None:
+                        env: dict[str, str] | None = None, resume: str | None = None) -> None:
         project, number = job["project"], job["number"]
         key = (project, number)
         started = time.monotonic()
@@ -195,13 +223,14 @@ class NodeRuntime:
             await self._end_before_start(key, "failed", f"{self.disk.why()}: the job was not started")
             return
         try:
-            mounts = await asyncio.to_thread(workspace.prepare, ws, job, self._store)
+            mounts = await asyncio.to_thread(workspace.prepare, ws, job, self._store, resume=resume)
             self._check_stop(key)
             python_bin = await asyncio.to_thread(envs.python_bin_for, self.state_dir, ws / "code",
                                                  job.get("env") or "default", log_path=ws / "job.log")
             self._check_stop(key)
             spec = AgentSpec(job=f"{project}/{number}", command=command or job["command"],
-                             env={**{str(k): str(v) for k, v in (job.get("params") or {}).items()}, **(env or {})},
+                             env={**{str(k): str(v) for k, v in (job.get("params") or {}).items()}, **(env or {}),
+                                  **fence.placement_env(self.state_dir, job.get("attempt") or 0)},
                              gpus=tuple(str(g) for g in gpus), max_runtime=job.get("max_runtime"),
                              python_bin=python_bin, mounts=mounts,
                              sandbox=await asyncio.to_thread(lambda: self.sandbox_mode),

@@ -10,7 +10,8 @@ system sample of the job's process tree.
 
 When the agent says the job exited (or vanished without saying so: ``lost``) the
 watch runs the exited steps, each idempotent so a daemon killed half-way redoes them:
-drain the log → save /output as dataset ``PROJECT/N/output`` → drop the input copies →
+drain the log → save /output as dataset ``PROJECT/N/output`` (an empty /output makes no version:
+the record's ``output_version`` is ``""``, "saved nothing") → drop the input copies →
 final state (the runtime then releases the GPUs and calls on_finished).
 
 Nothing a job does stalls its watch. A metric line is recorded or skipped and counted
@@ -285,6 +286,10 @@ class JobWatch:
         screened = outputs.screen(output)
         self._name_skipped(screened.skipped)
         if screened.everything:
+            return
+        if outputs.empty(output, screened):   # nothing to keep: no dataset version, no raft entry
+            self._records.update_job(self.project, self.number, output_version="")
+            self._event("output", "/output is empty: nothing saved")
             return
         try:
             tree = self._store.snapshot(output, ignore=screened.ignore)

@@ -4,7 +4,8 @@
 
     code/       the code snapshot (→ /code, writable, the job's cwd)
     input/      the /input mount (→ read-only); other mounts mirror their target: /data → data/
-    output/     empty at start (→ /output); becomes the dataset version PROJECT/N/output
+    output/     empty at start, or a rerun's starting point (→ /output, read-write); becomes
+                the dataset version PROJECT/N/output
     home/       $HOME          tmp/   $TMPDIR without a sandbox
     spec.json   what the agent runs         status.json   what the agent reports
     job.log     ``<ts> <o|e> <text>`` lines agent.log     the agent's own log
@@ -13,7 +14,10 @@
 :func:`prepare` is idempotent: every step records what it did in ``.prepared``, and a
 step interrupted half-way (daemon killed during a restore) is redone from scratch. It
 also records the job's attempt: a new attempt placed on the same node first drops the
-previous run's ``stop`` and ``status.json`` (they would stop it, or end it, at once).
+previous run's ``stop`` and ``status.json`` (they would stop it, or end it, at once) and
+its ``/output``. A rerun's ``resume`` (the tree of the last attempt's ``/output``, a
+checkpoint or its final output) is recorded first, then restored into ``output/`` as it
+was, writable: the job resumes from its checkpoints (:mod:`floydd.runtime.checkpoint`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ STALE = ("stop", "status.json")
 speak for the next: its stop request and its final status."""
 _STEPS = ".prepared"
 _ATTEMPT = "attempt"
+_RESUME = "resume"
+_OUTPUT = "/output"
 
 
 def job_dir(state_dir: Path, project: str, number: int) -> Path:
@@ -64,11 +70,13 @@ def plan_mounts(data: list[dict[str, Any]] | None) -> tuple[Mount, ...]:
     return tuple(sorted(mounts, key=lambda m: (m.target.count("/"), m.target)))
 
 
-def prepare(ws: Path, job: dict[str, Any], store) -> tuple[Mount, ...]:
-    """Make ``ws`` ready for the agent: folders, code, data mounts, an empty output/.
+def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) -> tuple[Mount, ...]:
+    """Make ``ws`` ready for the agent: folders, code, data mounts, an output/ that is empty
+    or, with ``resume`` (a tree id), the last attempt's.
 
     Synchronous (restores can be large): call it in a thread. Returns the mounts to
-    put in the agent's spec.
+    put in the agent's spec. A start resumed after a restart of the daemon (no ``resume``
+    given) restores what the first try recorded.
     """
     ws = Path(ws)
     mounts = plan_mounts(job.get("data"))
@@ -85,7 +93,12 @@ def prepare(ws: Path, job: dict[str, Any], store) -> tuple[Mount, ...]:
         for name in STALE:
             with contextlib.suppress(FileNotFoundError):
                 (ws / name).unlink()
+        done.pop(_OUTPUT, None)
+        done.pop(_RESUME, None)
         done[_ATTEMPT] = attempt
+        _save_steps(ws, done)
+    if resume:
+        done[_RESUME] = resume
         _save_steps(ws, done)
 
     code_tree = job.get("code_tree")
@@ -117,11 +130,35 @@ def prepare(ws: Path, job: dict[str, Any], store) -> tuple[Mount, ...]:
         done[mount.target] = tree
         _save_steps(ws, done)
 
-    _clear(ws / "output")
-    (ws / "output").mkdir(mode=0o700)
+    _prepare_output(ws, done, store)
     (ws / "job.log").touch(mode=0o600)  # floyd logs works from the start
     log.runtime.debug("workspace %s ready (%d mounts)", ws, len(mounts))
     return mounts
+
+
+def _prepare_output(ws: Path, done: dict[str, str], store) -> None:
+    """output/: empty, or the recorded ``resume`` tree restored (once per attempt; a restore
+    cut short is redone), every part of it writable by the job."""
+    output, resume = ws / "output", done.get(_RESUME, "")
+    if not resume:
+        _clear(output)
+        output.mkdir(mode=0o700)
+        return
+    if done.get(_OUTPUT) == resume:
+        return
+    done[_OUTPUT] = "pending:" + resume
+    _save_steps(ws, done)
+    _clear(output)
+    store.restore(_tree_id(resume), output)
+    for root, dirs, files in os.walk(output):
+        os.chmod(root, 0o700)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode | 0o600)
+    done[_OUTPUT] = resume
+    _save_steps(ws, done)
+    log.runtime.info("workspace %s: /output starts from tree %s", ws, resume[:12])
 
 
 def release_inputs(ws: Path, mounts: tuple[Mount, ...] | None = None) -> None:
@@ -129,7 +166,7 @@ def release_inputs(ws: Path, mounts: tuple[Mount, ...] | None = None) -> None:
     ws = Path(ws)
     if mounts is None:
         mounts = tuple(Mount(source=t.lstrip("/"), target=t) for t in _load_steps(ws)
-                       if t.startswith("/") and t != "/code")
+                       if t.startswith("/") and t not in ("/code", _OUTPUT))
     for mount in mounts:
         _clear(ws / mount.source)
     _clear(ws / "tmp")

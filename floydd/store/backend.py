@@ -12,7 +12,8 @@ Rules every backend follows (checked by ``tests/unit/store/test_store_backends.p
   medium* and hands them to ``check`` (which re-opens and re-hashes) before the object can
   become visible; ``commit`` returns only when every saved object is durable and visible;
   an aborted or crashed batch leaves nothing visible (only temp leftovers, which ``list``
-  skips and ``clean_temp`` removes);
+  skips and ``clean_temp`` removes); ``list(prefix)`` yields only the ids whose hex starts
+  with ``prefix`` (at most two hex digits: the scrub walks the store in 256 slices);
 - ``uses(oid)`` tells the batch that the upload relies on an object saved earlier (maybe
   by someone else's batch); ``commit`` makes such objects durable too;
 - ``load`` raises ``NotFound`` for a missing object; ``remove`` of a missing object is a
@@ -66,7 +67,7 @@ class Backend(Protocol):
     def load(self, oid: ObjectId, *, bypass_cache: bool = False) -> bytes:
         """The stored bytes; ``bypass_cache`` asks to read the medium, not a cache."""
 
-    def list(self) -> Iterator[ObjectId]: ...
+    def list(self, prefix: str = "") -> Iterator[ObjectId]: ...
 
     def remove(self, oid: ObjectId) -> None: ...
 

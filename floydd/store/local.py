@@ -118,14 +118,16 @@ class LocalBackend:
         finally:
             os.close(fd)
 
-    def list(self) -> Iterator[ObjectId]:
-        for prefix in _FANOUT:
+    def list(self, prefix: str = "") -> Iterator[ObjectId]:
+        if len(prefix) > 2:
+            raise ValueError(f"list(prefix={prefix!r}): at most two hex digits")
+        for folder in [f for f in _FANOUT if f.startswith(prefix)]:
             try:
-                names = os.listdir(self.root / prefix)
+                names = os.listdir(self.root / folder)
             except FileNotFoundError:
                 continue
             for name in names:
-                if len(name) == 2 * ID_SIZE and name.startswith(prefix) and _HEXCHARS.issuperset(name):
+                if len(name) == 2 * ID_SIZE and name.startswith(folder) and _HEXCHARS.issuperset(name):
                     yield ObjectId(bytes.fromhex(name))
 
     def remove(self, oid: ObjectId) -> None:

@@ -31,9 +31,9 @@ class MemoryBackend:
         except KeyError:
             raise NotFound(f"object {oid.short} is not in the store") from None
 
-    def list(self) -> Iterator[ObjectId]:
+    def list(self, prefix: str = "") -> Iterator[ObjectId]:
         with self._lock:
-            ids = list(self._objects)
+            ids = [oid for oid in self._objects if oid.hex.startswith(prefix)]
         return iter(ids)
 
     def remove(self, oid: ObjectId) -> None:

@@ -9,21 +9,30 @@ Layout of a store folder (created on first use, mode 0700)::
     catalog.db   dataset versions and gc pins (SQLite, WAL, synchronous=FULL)
     cache/       file-metadata cache (keyed path hashes -> chunk ids), safe to delete
     locks/       the store lock (shared: uploads, restores, verify; exclusive: gc)
+    scrub.json   where the background scrub is in its pass (scrub.py), safe to delete
 
 Synchronous and thread-safe: call it from worker threads (``asyncio.to_thread``).
+
+**Reads repair.** A daemon in a cluster sets :attr:`Store.repairer`: a restore that meets a
+damaged or missing object asks it for a good copy from another node (``heal``, blocking, from
+the restore's thread) and reads on with it, so a job or a clone on a box with a damaged copy
+gets correct data and the copy is repaired; an object a peer asks for is checked before it is
+sent, and a damaged one is refused and reported (``damaged``) for repair in the background.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Protocol
 
-from floydd.errors import IntegrityError, StoreError
+from floydd import log
+from floydd.errors import IntegrityError, NotFound, StoreError
 from floydd.store import maintenance, rekey, trust
 from floydd.store.backend import Backend
 from floydd.store.catalog import UPLOAD_LEASE_S, Catalog, DatasetVersion
@@ -38,7 +47,18 @@ from floydd.store.restore import restore as _restore
 from floydd.store.snapshot import Progress, SnapshotResult, snapshot as _snapshot
 from floydd.store.tree import Tree
 
-__all__ = ["Store"]
+__all__ = ["Store", "Repairer"]
+
+
+class Repairer(Protocol):
+    """What reads ask when they meet a damaged or missing object (set by the daemon)."""
+
+    def heal(self, oid: ObjectId, tree: ObjectId | None) -> bool:
+        """Store a good copy of ``oid`` (an object of ``tree``) from elsewhere now; whether one
+        was stored. Blocking: called from a worker thread, never from the event loop."""
+
+    def damaged(self, oid: ObjectId) -> None:
+        """The stored copy of ``oid`` is damaged: repair it soon. Returns at once; thread-safe."""
 
 
 class Store:
@@ -53,6 +73,7 @@ class Store:
         self._trees_lock = threading.Lock()
         self.catalog = Catalog(self.root / "catalog.db", self.tree_stats)
         self._key_file: tuple[int, int] | None = None  # (dev, inode) of the key file open() read
+        self.repairer: Repairer | None = None   # asked for good copies by reads (the daemon sets it)
 
     @classmethod
     def open(cls, root: Path, *, backend: Backend | None = None, workers: int = 2) -> Store:
@@ -113,11 +134,15 @@ class Store:
         return self.catalog.add_version(name, tree, message=message)
 
     def restore(self, tree_id: ObjectId, dest: Path, *, progress: Progress | None = None) -> None:
-        """Write tree ``tree_id`` into ``dest`` (absent or empty), byte-identical."""
+        """Write tree ``tree_id`` into ``dest`` (absent or empty), byte-identical. A damaged or
+        missing object is fetched again through :attr:`repairer` first, when there is one."""
+        def get(oid: ObjectId) -> bytes:
+            return self._healing(lambda: self._objects.get(oid), oid, tree_id)
+
         with self._shared():
             try:
-                tree = self.read_tree(tree_id)
-                _restore(self._objects.get, tree, Path(dest), progress=progress, workers=self.workers)
+                tree = self._healing(lambda: self.read_tree(tree_id), tree_id, tree_id)
+                _restore(get, tree, Path(dest), progress=progress, workers=self.workers)
             except IntegrityError as e:
                 raise self._explain(e) from None
 
@@ -147,9 +172,20 @@ class Store:
 
     # -- objects from and for peer nodes (floydd.cluster.peerstore) ---------------------
 
-    def load_sealed(self, oid: ObjectId) -> bytes:
-        """Object ``oid`` exactly as stored (sealed), for a peer that shares the secret; ``NotFound``."""
-        return self.backend.load(oid)
+    def load_sealed(self, oid: ObjectId, *, verify: bool = False) -> bytes:
+        """Object ``oid`` exactly as stored (sealed), for a peer that shares the secret;
+        ``NotFound``. With ``verify`` it is opened first: a damaged copy is refused
+        (``IntegrityError``) and reported to :attr:`repairer`, never sent."""
+        sealed = self.backend.load(oid)
+        if verify:
+            try:
+                self._keys.open(oid, sealed)
+            except IntegrityError as e:
+                if self.repairer is not None:
+                    self.repairer.damaged(oid)
+                raise IntegrityError(f"{e.message} (on this node; a good copy is being fetched)",
+                                     hint="the asking node tries the other holders") from None
+        return sealed
 
     def save_sealed(self, oid: ObjectId, sealed: bytes) -> bytes:
         """Store bytes a peer sent as object ``oid``; returns the plaintext. They are opened
@@ -171,6 +207,19 @@ class Store:
             yield
 
     # -- maintenance --------------------------------------------------------------------
+
+    def check_object(self, oid: ObjectId) -> tuple[int, str]:
+        """Re-read ``oid`` from the medium and open it (the scrub, under :meth:`holding`):
+        (bytes read, "" or what is wrong); (0, "") when it is gone (gc removed it)."""
+        try:
+            sealed = self.backend.load(oid, bypass_cache=True)
+        except NotFound:
+            return 0, ""
+        try:
+            self._keys.open(oid, sealed)
+        except IntegrityError as e:
+            return len(sealed), e.message
+        return len(sealed), ""
 
     def gc(self, *, keep: Iterable[ObjectId] = (), timeout: float = 600.0) -> maintenance.GcReport:
         """Remove objects no version, pin, running upload or ``keep`` tree needs (a ``keep``
@@ -204,6 +253,18 @@ class Store:
             raise StoreError(f"the store {self.root} was re-sealed under another key since it was opened",
                              hint="open it again (restart floydd)")
 
+    def _healing(self, read, oid: ObjectId, tree: ObjectId):
+        """``read()``; if ``oid`` is damaged or missing and a repairer stores a good copy, ``read()`` again."""
+        try:
+            return read()
+        except (IntegrityError, NotFound) as e:
+            if self.repairer is None or _on_event_loop():
+                raise
+            log.store.warning("object %s of tree %s: %s; fetching a good copy", oid.short, tree.short, e.message)
+            if not self.repairer.heal(oid, tree):
+                raise
+        return read()
+
     def _explain(self, err: IntegrityError) -> IntegrityError:
         """Add the versions that use the damaged object to a read error."""
         oid = getattr(err, "object", None)
@@ -215,6 +276,15 @@ class Store:
         out = IntegrityError(f"{err.message}; it is used by {', '.join(users)}", hint=err.hint)
         out.object = oid
         return out
+
+
+def _on_event_loop() -> bool:
+    """A repair waits for the loop: never from the loop's own thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -94,4 +94,6 @@ def test_the_answers_require_what_the_tui_and_the_cli_read():
     assert "healthy" in schemas["Node"]["properties"]["health"]["enum"]
     assert {"index", "utilization", "memory_used", "job"} <= set(schemas["Gpu"]["required"])
     assert set(schemas["Metrics"]["required"]) == {"metrics", "system"}
-    assert {"name", "version", "files", "size", "created", "held_by"} <= set(schemas["DatasetVersion"]["required"])
+    assert {"name", "version", "files", "size", "created", "held_by", "silent_holders", "copies", "replicas"} <= set(
+        schemas["DatasetVersion"]["required"])
+    assert {"held_by", "silent_holders", "copies", "replicas", "copies_note"} <= set(schemas["DatasetInfo"]["required"])

@@ -29,14 +29,16 @@ def test_upload_list_info_clone_delete(daemon, tmp_path):
     first = json.loads(daemon.floyd("data", "upload", str(src), "--name", "mnist", "-m", "v1", "--json").stdout)
     assert (first["name"], first["version"], first["files"]) == ("mnist", 1, 3)
     (src / "sub" / "b.txt").write_text("changed\n")
-    second = json.loads(daemon.floyd("data", "upload", str(src), "--name", "mnist", "--json").stdout)
-    assert second["version"] == 2
+    second = daemon.floyd("data", "upload", str(src), "--name", "mnist").stdout
+    assert "mnist:2: 3 files" in second and "stored on this box only" in second     # a box alone keeps one copy
 
     listing = daemon.floyd_json("data", "ls")
     assert sorted((v["name"], v["version"]) for v in listing) == [("mnist", 1), ("mnist", 2)]
     assert "mnist:2" in daemon.floyd("data", "ls", "mnist").stdout
     info = daemon.floyd_json("data", "info", "mnist:latest")
     assert info["version"] == 2 and {e["path"] for e in info["entries"]} >= {"a.bin", "sub/b.txt", "sub/empty"}
+    assert (info["copies"], info["replicas"], info["silent_holders"]) == (1, 1, [])
+    assert "copies   1 of 1 on " in daemon.floyd("data", "info", "mnist:1").stdout
 
     out = tmp_path / "out"
     daemon.floyd("data", "clone", "mnist:2", str(out))

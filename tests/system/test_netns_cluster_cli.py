@@ -17,6 +17,7 @@ from floydd.config import socket_path_for
 from floydd.errors import Unavailable
 from tests.conftest import wait_until
 from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.system.netns_boxes import init_or_join
 
 pytestmark = pytest.mark.slow
 
@@ -33,14 +34,7 @@ def _members(host, state) -> dict:
 def _form(net, tmp_path, n=3):
     daemons = []
     for i in range(1, n + 1):
-        host = net.host(i)
-        state = tmp_path / f"s{i}"
-        addr = f"{host.ip}:7654"
-        if i == 1:
-            _floydd(host, state, "init", "--name", "lab", "--listen", addr, "--advertise", addr)
-        else:
-            token = _floydd(net.host(1), tmp_path / "s1", "token", "create", "--ttl", "10m").stdout.strip()
-            _floydd(host, state, "join", token, "--listen", addr, "--advertise", addr)
+        host, state = init_or_join(net, tmp_path, i)
         started = time.monotonic()
         daemons.append((host, state, host.start_floydd(state, "--node-name", f"box{i}"), started))
     return daemons

@@ -290,7 +290,8 @@ def test_two_torchrun_jobs_on_one_box_each_get_their_own_rendezvous(daemon):
         "import os, time, torch, torch.distributed as dist\n"
         "dist.init_process_group('gloo')\n"
         "t = torch.ones(1)\ndist.all_reduce(t)\n"
-        "print('world', dist.get_world_size(), 'sum', t.item(), flush=True)\n"
+        "if dist.get_rank() == 0:\n"  # ranks share one stdout: two prints may interleave
+        "    print('world', dist.get_world_size(), 'sum', t.item(), flush=True)\n"
         "time.sleep(4)\n"               # both jobs hold their rendezvous at the same time
         "dist.destroy_process_group()\n")
     keys = [json.loads(daemon.floyd("run", "--gpu", "--json", "torchrun ddp.py").stdout)["id"] for _ in range(2)]

@@ -26,7 +26,7 @@ STATE_FILTERS: dict[str, frozenset[str] | None] = {
     "succeeded": FINISHED, "failed": FAILED,
 }
 SORTS = ("newest", "oldest", "state", "project", "user", "time")
-_STATE_ORDER = {s: i for i, s in enumerate(("running", "starting", "queued", "failed", "timeout", "lost",
+_STATE_ORDER = {s: i for i, s in enumerate(("running", "unknown", "starting", "queued", "failed", "timeout", "lost",
                                             "stopped", "success"))}
 _SORT_BY_COLUMN = {0: "project", 1: "state", 2: "user", 5: "time"}
 

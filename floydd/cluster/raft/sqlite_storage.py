@@ -12,6 +12,11 @@ and a crash leaves either all of the ready or none of it. Entries are bytes the
 caller encoded; nothing is pickled. The connection is not thread-safe: the
 driver uses it from one writer thread.
 
+``on_snapshot(db, snapshot)``, when given, runs inside the transaction that saves a snapshot
+(one received from the leader, or a founding one): the application swaps in what it staged
+beside it in tables of the same file (:mod:`floydd.cluster.archive`: the archive of finished
+jobs, which is not in the snapshot's data), so a crash keeps both or neither.
+
 :func:`inspect_log` reads a stopped node's file without changing it and says what makes it
 untrustworthy (``floydd.daemon.integrity`` runs it before the daemon opens the log): rows
 that do not decode, a log that does not run on from its snapshot without a gap, terms that
@@ -49,8 +54,10 @@ CREATE TABLE IF NOT EXISTS raft_log (
 
 
 class SqliteStorage:
-    def __init__(self, path: str | Path, *, check_same_thread: bool = True) -> None:
+    def __init__(self, path: str | Path, *, check_same_thread: bool = True,
+                 on_snapshot: Callable[[sqlite3.Connection, Snapshot], None] | None = None) -> None:
         self.path = str(path)
+        self._on_snapshot = on_snapshot
         self._db = sqlite3.connect(self.path, isolation_level=None,
                                    check_same_thread=check_same_thread)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -95,6 +102,8 @@ class SqliteStorage:
             if snapshot is not None:
                 self._write_snapshot(snapshot)
                 db.execute("DELETE FROM raft_log")
+                if self._on_snapshot is not None:
+                    self._on_snapshot(db, snapshot)
             if entries:
                 first = entries[0].index
                 if first <= last_index:

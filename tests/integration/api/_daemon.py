@@ -81,7 +81,9 @@ def seed(api: Api) -> None:
     assert status == 200 and "result" in events[-1], text
     code = api.root / "seed-code"
     code.mkdir()
-    (code / "train.py").write_text("print('hello')\n")
+    (code / "train.py").write_text("import os\nprint('hello')\n"      # an /output to publish: an empty one is not
+                                   "with open(os.path.join(os.environ.get('FLOYD_OUTPUT', '/output'), 'model.txt'), "
+                                   "'w') as f:\n    f.write('weights')\n")
     status, job, text = api.call("POST", "/v1/jobs", json={
         "project": "seed", "command": "python train.py", "code_path": str(code), "data": ["mnist:/input"]})
     assert status == 201, text

@@ -149,3 +149,13 @@ def test_floyd_data_upload_refuses_an_output_name_before_reading_anything(monkey
     assert res.exit_code == 1, res.output
     assert "error: mnist/3/output is the name of the output of job mnist/3" in res.stderr
     assert "--name mnist-3-output" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_job_listings_page_and_refuse_odd_page_sizes(api):
+    status, jobs, _ = api.call("GET", "/v1/jobs", params={"limit": "1"})
+    assert status == 200 and [j["id"] for j in jobs] == ["seed/1"]
+    assert api.call("GET", "/v1/jobs", params={"limit": "1", "offset": "1"})[1] == []
+    assert api.call("GET", "/v1/jobs", params={"since": str(jobs[0]["created"] + 1)})[1] == []
+    for params in ({"limit": "0"}, {"offset": "-1"}, {"since": "soon"}, {"limit": "1e3"}):
+        status, answer, _ = api.call("GET", "/v1/jobs", params=params)
+        assert status == 400 and answer["error"]["hint"], params

@@ -123,7 +123,8 @@ async def test_a_read_can_be_forwarded_to_the_leader(cluster):
     lead = await cluster.wait_leader()
     follower = next(n for n in nodes if n is not lead)
     await follower.service.submit_job(SPEC, "q")
-    assert await follower.driver.query("counts", via_leader=True) == {"nodes": 3, "jobs": 1, "datasets": 0}
+    assert await follower.driver.query("counts", via_leader=True) == {"nodes": 3, "jobs": 1, "archived": 0,
+                                                                                "datasets": 0}
     jobs = await follower.driver.query("jobs", {"project": "mnist"}, via_leader=True)
     assert [j["id"] for j in jobs] == ["mnist/1"]
 

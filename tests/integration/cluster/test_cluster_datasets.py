@@ -19,6 +19,7 @@ from floydd.api import keys
 from floydd.api.datasets import routes as dataset_routes
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.peerstore import OBJECTS_PATH, store_routes
+from floydd.cluster.storecare import StoreCare
 from floydd.errors import NotFound
 from floydd.store import ObjectId, Store
 from tests.integration.cluster._harness import Cluster, Node
@@ -33,6 +34,7 @@ class DataCluster(Cluster):
         super().__init__(root)
         self.stores: dict[str, Store] = {}
         self.datasets: dict[str, ClusterDatasets] = {}
+        self.cares: dict[str, StoreCare] = {}
 
     def store(self, node: Node) -> Store:
         if node.name not in self.stores:
@@ -53,15 +55,27 @@ class DataCluster(Cluster):
         node.service.create_app = create_app
         await super()._listen(node)
 
-    async def attach(self, node: Node) -> ClusterDatasets:
-        old = self.datasets.pop(node.name, None)
-        if old is not None:
-            await old.close()
-        ds = self.datasets[node.name] = ClusterDatasets(node.service, self.store(node), retry=(0.05, 0.2))
+    async def attach(self, node: Node, **kw) -> ClusterDatasets:
+        """Its ClusterDatasets (``kw``: grace, copy_wait...) and the care of its store
+        (``scrub_rate``, ``scrub_every``), replacing those it had."""
+        care_kw = {k: kw.pop(k) for k in ("scrub_rate", "scrub_every") if k in kw}
+        await self.detach(node)
+        ds = self.datasets[node.name] = ClusterDatasets(node.service, self.store(node), retry=(0.05, 0.2), **kw)
         ds.start()
+        care = self.cares[node.name] = StoreCare(ds, **care_kw)
+        care.start()
         return ds
 
+    async def detach(self, node: Node) -> None:
+        care, ds = self.cares.pop(node.name, None), self.datasets.pop(node.name, None)
+        if care is not None:
+            await care.close()
+        if ds is not None:
+            await ds.close()
+
     async def close(self) -> None:
+        for care in self.cares.values():
+            await care.close()
         for ds in self.datasets.values():
             await ds.close()
         await super().close()
@@ -215,16 +229,19 @@ async def test_the_datasets_api_in_cluster_mode_registers_lists_holders_and_clon
                     return await resp.json()
 
             events = await call(0, "POST", "/v1/datasets", json={"name": "mnist", "path": str(src), "message": "m"})
-            version = events[-1]["result"]
-            assert (version["ref"], version["holders"]) == ("mnist:1", [nodes[0].id])
+            version = events[-1]["result"]        # answered once the second copy is stored
+            assert (version["ref"], nodes[0].id in version["holders"], len(version["holders"])) == ("mnist:1", True, 2)
+            assert (version["copies"], version["replicas"], version["copies_note"]) == (2, 2, "stored on 2 of 2 boxes")
             assert c.store(nodes[0]).catalog.resolve("mnist").tree.hex == version["tree"]
             await c.wait_for(lambda: all(len(_holders(n, "mnist")) == 2 for n in nodes), what="two holders")
             listed = await call(2, "GET", "/v1/datasets")
-            assert [(v["ref"], len(v["holders"])) for v in listed] == [("mnist:1", 2)]
+            assert [(v["ref"], len(v["holders"]), v["copies"], v["silent_holders"]) for v in listed] == \
+                [("mnist:1", 2, 2, [])]
             lacking = next(i for i, n in enumerate(nodes) if n.id not in _holders(n, "mnist"))
             assert not c.store(nodes[lacking]).backend.has(ObjectId.from_hex(version["tree"]))
             info = await call(lacking, "GET", "/v1/datasets/info", params={"ref": "mnist:1"})
             assert {e["path"] for e in info["entries"]} >= {"README", "weights.bin", "train/000.csv"}
+            assert (info["copies"], info["replicas"], sorted(info["held_by"])) == (2, 2, sorted(listed[0]["held_by"]))
             events = await call(lacking, "POST", "/v1/datasets/clone",
                                 json={"ref": "mnist:latest", "dest": str(tmp_path / "out")})
             assert events[-1]["result"]["ref"] == "mnist:1" and any("progress" in e for e in events)
@@ -247,7 +264,7 @@ async def test_a_holder_that_leaves_for_good_is_dropped_and_a_new_copy_made(data
     await c.wait_for(lambda: len(_holders(a, "imagenet")) == 2, what="two holders")
     gone = next(n for n in nodes if n.id in _holders(a, "imagenet") and n is not a)
     third = next(n for n in nodes if n is not a and n is not gone)
-    await c.datasets.pop(gone.name).close()
+    await c.detach(gone)
     await gone.service.leave()
     await c.wait_for(lambda: _holders(a, "imagenet") == sorted([a.id, third.id]), timeout=20,
                      what="the leaver dropped and the third node holding a copy")

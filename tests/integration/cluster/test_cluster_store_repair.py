@@ -25,7 +25,7 @@ async def test_damaged_and_missing_objects_are_fetched_again_from_another_holder
 
     report = await asyncio.to_thread(store.verify)
     assert {d.object for d in report.damaged} == {damaged, missing}
-    answer = await repair_damaged(report, store, a.service)
+    answer = await repair_damaged(report, c.datasets[a.name])
     assert answer["ok"] and answer["damaged"] == []
     assert {r["object"] for r in answer["repaired"]} == {str(damaged), str(missing)}
     assert all(r["versions"] == ["mnist:1"] for r in answer["repaired"])

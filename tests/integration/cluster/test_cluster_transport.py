@@ -24,6 +24,27 @@ class Recorder:
         self.unreachable: list[str] = []
         self.snapshots: list[tuple[str, bool]] = []
         self.proposals: list[tuple[dict, bool]] = []
+        self.chunks: list[bytes] = []            # what this node streams beside a snapshot it sends
+        self.received: list[tuple[int, list[bytes], bool]] = []   # (index, chunks, finished) received
+
+    async def _source(self):
+        for chunk in self.chunks:
+            yield chunk
+
+    def snapshot_source(self, message):
+        return self._source()
+
+    def snapshot_sink(self, message):
+        entry = (message.snapshot.index, [], [False])
+        self.received.append(entry)
+
+        class Sink:
+            async def add(self, chunk):
+                entry[1].append(chunk)
+
+            async def finish(self):
+                entry[2][0] = True
+        return Sink()
 
     def on_raft(self, peer, messages):
         self.batches.append(messages)
@@ -119,6 +140,31 @@ async def test_a_sent_snapshot_is_reported_delivered(identities):
         await until(lambda: ra.snapshots)
         assert ra.snapshots == [(b.node_id, True)]
         assert rb.batches[0][0].snapshot == snap
+        assert rb.received == [(5, [], [True])]
+
+
+async def test_a_snapshot_streams_past_any_body_limit_and_arrives_only_whole(identities):
+    """80 MiB of state and 40 chunks beside it (the raft POST's cap is 64 MiB): every byte
+    arrives, the chunks before the message reaches raft; a stream cut short never reaches it."""
+    a, b, _ = identities
+    async with endpoint(a) as (ta, ra), endpoint(b) as (tb, rb):
+        ta.set_peer(b.node_id, tb.advertise)
+        data = bytes(range(256)) * (80 * 4096)
+        ra.chunks = [bytes([i]) * 300_000 for i in range(40)]
+        snap = Snapshot(index=9, term=2, conf=ConfState(voters=frozenset({a.node_id})), data=data)
+        ta.send([InstallSnapshot(frm=a.node_id, to=b.node_id, term=2, snapshot=snap)])
+        await until(lambda: ra.snapshots, timeout=60)
+        assert ra.snapshots == [(b.node_id, True)]
+        assert rb.batches[0][0].snapshot.data == data
+        assert rb.received == [(9, ra.chunks, [True])]
+
+        async def broken():
+            yield b"\x00" * 1000
+            raise OSError("the disk went away")
+        ra.snapshot_source = lambda message: broken()
+        ta.send([InstallSnapshot(frm=a.node_id, to=b.node_id, term=2, snapshot=snap)])
+        await until(lambda: len(ra.snapshots) == 2)
+        assert ra.snapshots[1] == (b.node_id, False) and len(rb.batches) == 1
 
 
 async def test_a_different_node_at_the_peers_address_is_not_talked_to(identities):

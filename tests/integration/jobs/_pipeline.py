@@ -8,6 +8,7 @@ node-to-node app (store objects, job details) on their mTLS listeners.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from floydd.errors import Conflict
 from floydd.jobs.service import JobService
 from floydd.model import FINAL_STATES, Submission
 from floydd.records import Records
+from floydd.runtime import checkpoint
 from floydd.runtime.disk import Disk
 from floydd.security.identity import NodeIdentity
 from floydd.store import Store
@@ -56,8 +58,22 @@ class FakeRuntime:
         for job in self.records.list_jobs(None, ["starting", "running"]):
             self.held[(job["project"], job["number"])] = list(job["gpus"])
 
+    async def scan_runs(self) -> dict:
+        """Runs found by their processes (none: a fake run has no process)."""
+        return {}
+
+    async def sweep(self) -> int:
+        return 0
+
+    async def checkpoint(self, project: str, number: int, previous: str | None = None):
+        """The real runtime's snapshot of ``/output`` (a ``ckpt`` run writes one file there)."""
+        if (project, number) not in self.held:
+            return None
+        output = self.jobs_dir / project / str(number) / "output"
+        return await asyncio.to_thread(checkpoint.save, output, self.store, previous)
+
     async def start_job(self, project: str, number: int, gpus: list[int], *, command: str | None = None,
-                        env: dict | None = None) -> None:
+                        env: dict | None = None, resume: str | None = None) -> None:
         key = (project, number)
         if key in self.held:
             return
@@ -69,15 +85,21 @@ class FakeRuntime:
         ws.mkdir(parents=True, exist_ok=True)
         command = command or job["command"]
         (ws / "job.log").write_text(f"ran {command}\n")
-        self.started.append({"key": f"{project}/{number}", "gpus": list(gpus), "command": command, "env": env})
+        self.started.append({"key": f"{project}/{number}", "gpus": list(gpus), "command": command, "env": env,
+                             "resume": resume})
         self.records.set_state(project, number, "starting", "", gpus=list(gpus), workspace=str(ws))
         self.records.set_state(project, number, "running", "", agent_pid=0)
+        if job["command"] == "ckpt":            # runs on, with a checkpoint in /output
+            (ws / "output").mkdir(exist_ok=True)
+            (ws / "output" / "step.txt").write_text(f"attempt {job['attempt']}\n")
         if job["command"] == "save":
             (ws / "output").mkdir()
             (ws / "output" / "model.txt").write_text(f"trained {project}/{number}\n")
             version = self.store.upload(ws / "output", f"{project}/{number}/output")
             self.records.update_job(project, number, output_version=version.ref)
-        if job["command"] in ("true", "false", "save"):
+        if job["command"] == "empty":           # /output was empty: the runtime saves no version
+            self.records.update_job(project, number, output_version="")
+        if job["command"] in ("true", "false", "save", "empty"):
             self.finish(key, "failed" if job["command"] == "false" else "success",
                         exit_code=1 if job["command"] == "false" else 0)
 
@@ -121,7 +143,7 @@ class Box:
         self.datasets = ClusterDatasets(self.service, self.store, retry=(0.05, 0.2),
                                         import_marker=self.folder / "cluster" / "imported-datasets")
         self.datasets.start()
-        config = preset_for_tests(self.folder, node_name=self.name)
+        config = preset_for_tests(self.folder, node_name=self.name, checkpoint_interval=0.3)
         self.runtime = FakeRuntime(self.records, self.store, config.jobs_dir)
         service = self.service
 
@@ -169,16 +191,18 @@ class _Boxes:
 class Lone(_Boxes):
     """A box alone: a one-voter control plane with no listener, as the daemon runs by default."""
 
-    def __init__(self, root: Path, gpus: list[int] = (0, 1)) -> None:
+    def __init__(self, root: Path, gpus: list[int] = (0, 1), **resources) -> None:
         self.root = root
         self.gpus = list(gpus)
+        self.resources = resources
+        """More of the box's resources (``cpus``, ``memory``), as its inventory would report them."""
         self.boxes = []
 
     async def start(self) -> Box:
         folder = self.root / "box"
         identity = NodeIdentity.load_or_create(folder / "tls")
         service = ClusterService(identity, folder / "cluster", name="box", advertise="", config=TEST_CONFIG,
-                                 resources={"gpus": self.gpus}, rng=random.Random(7))
+                                 resources={"gpus": self.gpus, **self.resources}, rng=random.Random(7))
         await service.start(bootstrap=True)
         box = Box(name="box", folder=folder, service=service, records=Records(folder / "records.db"),
                   store=Store.open(folder / "store"))
@@ -191,7 +215,7 @@ class Lone(_Boxes):
         await box.detach()
         await box.service.close()
         box.service = ClusterService(box.service.identity, box.folder / "cluster", name="box", advertise="",
-                                     config=TEST_CONFIG, resources={"gpus": self.gpus}, rng=random.Random(8))
+                                     config=TEST_CONFIG, resources={"gpus": self.gpus, **self.resources}, rng=random.Random(8))
         await box.service.start(bootstrap=True)
         await box.attach()
         return box

@@ -46,8 +46,9 @@ async def test_gpu_jobs_wait_for_gpus_say_why_and_a_stop_ends_a_waiting_or_runni
     first = await box.run("train", gpus=2)
     await lone.wait_for(lambda: box.job(first["id"])["state"] == "running", what="the first job running")
     second = await box.run("train", gpus=1)
-    await lone.wait_for(lambda: "waiting for 1 GPU" in box.job(second["id"])["waiting_for"], what="a reason")
-    assert "held by mnist/1" in box.job(second["id"])["waiting_for"]
+    await lone.wait_for(lambda: "waiting for 1 GPU" in box.jobs.scheduler.waiting.get(second["id"], ""),
+                        what="a reason")                # kept in the leader's memory, not committed
+    assert "held by mnist/1" in (await box.jobs.get(second["id"]))["waiting_for"]
     stopped = await box.jobs.stop(second["id"])
     assert stopped["state"] == "stopped" and box.runtime.started[-1]["key"] == first["id"]
     third = await box.run("true", gpus=1)

@@ -284,10 +284,10 @@ async def test_stop_while_starting_means_the_job_never_runs(node, monkeypatch):
     gate, entered = threading.Event(), threading.Event()
     real_prepare = runner.workspace.prepare
 
-    def slow_prepare(*args):
+    def slow_prepare(*args, **kwargs):
         entered.set()
         gate.wait(10)
-        return real_prepare(*args)
+        return real_prepare(*args, **kwargs)
     monkeypatch.setattr(runner.workspace, "prepare", slow_prepare)
     number = node.submit("touch ran")
     start = asyncio.create_task(node.runtime.start_job("p", number, [0]))
@@ -321,3 +321,12 @@ async def test_a_broken_requirements_file_fails_the_job_with_pips_last_line(node
     assert job["reason"].startswith("installing floyd_requirements.txt failed: ")
     assert "floydd-no-such-package" in job["reason"]
     assert not list((node.state / "envs").glob("*/bin"))  # nothing half-built is kept
+
+
+async def test_a_job_that_writes_nothing_to_output_makes_no_dataset_version(node):
+    number = node.submit("python -c 'print(1)'")
+    await node.runtime.start_job("p", number, [])
+    job = await ended(node, number)
+    assert (job["state"], job["output_version"]) == ("success", "")      # "": it saved nothing
+    assert node.store.catalog.list(f"p/{number}/output") == []
+    assert "/output is empty: nothing saved" in [e["message"] for e in node.records.events("p", number)]

@@ -292,7 +292,7 @@ def test_queries_answer_named_reads(log):
     st = log.state
     assert st.query("jobs") == st.list_jobs()
     assert st.query("job", {"job": "mnist/1"})["id"] == "mnist/1"
-    assert st.query("counts") == {"nodes": 1, "jobs": 1, "datasets": 0}
+    assert st.query("counts") == {"nodes": 1, "jobs": 1, "archived": 0, "datasets": 0}
     assert st.query("jobs", {"states": ["running"]}) == []
     with pytest.raises(InvalidSpec):
         st.query("drop tables")

@@ -1,5 +1,7 @@
-"""The state's index of held GPUs and loads (what placement reads every round) always equals
-a recomputation from the jobs, after any command log and after a restore (hypothesis)."""
+"""The state's index of held GPUs, cores and memory set aside, and loads (what placement reads
+every round) always equals a recomputation from the jobs, after any command log and after a
+restore (hypothesis); and a placement is refused where it would set aside more cores or
+memory than a node has."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ from tests.unit.cluster.test_state_properties import (NODES, PROJECTS, STATES, d
                                                       place_cmd, remove_cmd, ts, update_cmd)
 from tests.unit.scheduler import _reference as reference
 
-submit_cmd = st.builds(lambda key, project, gpus, nodes, ts: {
+submit_cmd = st.builds(lambda key, project, gpus, nodes, cpus, memory, ts: {
     "op": "job.submit", "idem_key": f"k{key}", "project": project,
-    "spec": {"command": "train", "resources": {"gpus": gpus, "nodes": nodes}}, "ts": ts},
-    st.integers(0, 30), st.sampled_from(PROJECTS), st.integers(0, 2), st.sampled_from((1, 1, 2, 3)), ts)
+    "spec": {"command": "train", "resources": {"gpus": gpus, "nodes": nodes, **cpus, **memory}}, "ts": ts},
+    st.integers(0, 30), st.sampled_from(PROJECTS), st.integers(0, 2), st.sampled_from((1, 1, 2, 3)),
+    st.sampled_from(({}, {"cpus": 1}, {"cpus": 0.5}, {"cpus": "x"})), st.sampled_from(({}, {"memory": 3 << 30})), ts)
 blind = st.one_of(node_cmd, health_cmd, remove_cmd, place_cmd, update_cmd, delete_cmd)
 
 
@@ -72,7 +75,9 @@ def logs(draw) -> list[dict]:
     """Commands, each drawn against the state the ones before it made (kept in a shadow)."""
     shadow, log = ClusterState(), []
     for nid in NODES:
-        log.append(draw(node_cmd.map(lambda cmd, nid=nid: {**cmd, "id": nid, "name": nid, "rejoin": True})))
+        sized = draw(st.sampled_from(({}, {"cpus": 2, "memory": 8 << 30})))
+        log.append(draw(node_cmd.map(lambda cmd, nid=nid: {**cmd, "id": nid, "name": nid, "rejoin": True,
+                                                           "resources": {**cmd["resources"], **sized}})))
         apply(shadow, log[-1], len(log))
     for _ in range(draw(st.integers(0, 60))):
         choice = draw(st.sampled_from(("blind", "submit", "aimed", "aimed", "aimed", "aimed")))
@@ -82,23 +87,31 @@ def logs(draw) -> list[dict]:
     return log
 
 
-def from_scratch(state: ClusterState) -> tuple[dict, dict]:
-    """Node id -> held GPUs and node id -> active jobs there, recomputed from every job."""
+def from_scratch(state: ClusterState) -> tuple[dict, dict, dict]:
+    """Node id -> held GPUs, node id -> active jobs there and node id -> (thousandths of a
+    core, bytes) they asked for, recomputed from every job."""
     load: dict = {}
+    aside: dict = {}
     for job in state.jobs.values():
         if job["state"] in ACTIVE_STATES:
+            resources = job["spec"].get("resources") or {}
+            cpus = resources.get("cpus") if isinstance(resources.get("cpus"), (int, float)) else 0
             for nid in [p["node"] for p in job.get("parts") or ()] or [job["node"]]:
                 load[nid] = load.get(nid, 0) + 1
+                cpu, memory = aside.get(nid, (0, 0))
+                aside[nid] = (cpu + round(cpus * 1000), memory + resources.get("memory", 0))
     held = {nid: reference.held_gpus(state, nid) for nid in load}
-    return {nid: gpus for nid, gpus in held.items() if gpus}, load
+    return {nid: gpus for nid, gpus in held.items() if gpus}, load, aside
 
 
 def assert_index_is_fresh(state: ClusterState) -> None:
-    held, load = from_scratch(state)
+    held, load, aside = from_scratch(state)
     assert (state._held, state._load) == (held, load)
     assert set(state._active) == {k for k, j in state.jobs.items() if j["state"] in ACTIVE_STATES}
     for nid in (*NODES, None, "elsewhere"):
         assert (state.held_gpus(nid), state.node_load(nid)) == (held.get(nid, {}), load.get(nid, 0))
+        assert state.set_aside(nid) == aside.get(nid, (0, 0))
+    assert not any(v == 0 for v in (*state._cpu.values(), *state._memory.values()))   # no empty entries
     assert sorted(state.busy_nodes(), key=str) == sorted(load, key=str)
 
 
@@ -145,3 +158,35 @@ def test_a_removed_node_that_rejoins_still_has_its_gpus_held():
     assert (state.held_gpus("n1"), state.node_load("n1")) == ({1: "p/1"}, 1)
     state.apply({"op": "job.update", "job": "p/1", "state": "queued", "ts": 4.0}, index=9, term=1)   # requeue
     assert (state.held_gpus("n1"), state.node_load("n1")) == ({}, 0)
+
+
+def test_a_placement_that_would_set_aside_more_cores_or_memory_than_a_node_has_is_refused():
+    state = ClusterState()
+    cmds = [{"op": "node.upsert", "id": "n1", "name": "n1", "address": "10.0.0.1", "cluster_port": 1,
+             "resources": {"gpus": [], "cpus": 2, "memory": 8 << 30}, "ts": 1.0},
+            {"op": "node.upsert", "id": "n2", "name": "n2", "address": "10.0.0.2", "cluster_port": 1,
+             "resources": {"gpus": []}, "ts": 1.0}]                  # n2 reported neither: never short
+    for i, asked in enumerate(({"cpus": 1.5}, {"cpus": 1}, {"memory": 6 << 30}, {"memory": 4 << 30}, {"cpus": 0.5},
+                               {})):
+        cmds.append({"op": "job.submit", "idem_key": f"k{i}", "project": "p",
+                     "spec": {"resources": {"gpus": 0, **asked}}, "ts": 1.0})
+    for i, cmd in enumerate(cmds):
+        state.apply(cmd, index=i + 1, term=1)
+
+    def place(key: str, node: str = "n1") -> str:
+        try:
+            state.apply({"op": "job.place", "job": key, "node": node, "gpus": [], "term": 1, "ts": 2.0},
+                        index=99, term=1)
+        except FloyddError as exc:
+            return exc.code + ": " + exc.message
+        return "placed"
+
+    assert place("p/1") == "placed"
+    assert place("p/2") == "no_room: node n1 has 0.5 CPUs of 2 CPUs free; job p/2 asks for 1 CPU"
+    assert place("p/2", "n2") == "placed"
+    assert place("p/3") == "placed"
+    assert place("p/4") == "no_room: node n1 has 2 GiB of 8 GiB free; job p/4 asks for 4 GiB"
+    assert (place("p/5"), place("p/6")) == ("placed", "placed")     # the last half core; a job asking none
+    assert state.set_aside("n1") == (2000, 6 << 30)
+    state.apply({"op": "job.update", "job": "p/3", "state": "stopped", "ts": 3.0}, index=100, term=1)
+    assert place("p/4") == "placed" and state.set_aside("n1") == (2000, 4 << 30)

@@ -19,7 +19,7 @@ class FakeCluster:
 
     def __init__(self) -> None:
         self.state = ClusterState()
-        self.config = SimpleNamespace(stale_after=20.0, heartbeat_interval=5.0)
+        self.config = SimpleNamespace(stale_after=20.0, heartbeat_interval=5.0, suspect_after=3.0)
         self.now = 1000.0
         self._index = 0
 
@@ -37,6 +37,16 @@ class FakeCluster:
     async def update_job(self, job, *, timeout=None, **fields):
         return self.apply({"op": "job.update", "job": job, **fields})
 
+    def silence(self) -> dict:
+        """Seconds since each node was heard from: here, since its last heartbeat."""
+        return {nid: self.now - n["last_heartbeat"] for nid, n in self.state.nodes.items()}
+
+    def beat_soon(self) -> None:
+        pass
+
+    async def suspect(self, node, *, timeout=None):
+        return self.apply({"op": "node.health", "id": node, "status": "suspect"})
+
     def node(self, nid: str, name: str, gpus=()) -> None:
         self.apply({"op": "node.upsert", "id": nid, "name": name, "address": "127.0.0.1", "cluster_port": 1,
                     "resources": {"gpus": list(gpus)}})
@@ -51,7 +61,9 @@ def _service(cluster: FakeCluster, lost_after: float = 60.0) -> SimpleNamespace:
 
 
 def _reconciler(cluster: FakeCluster, records, tmp_path) -> Reconciler:
-    runtime = SimpleNamespace(running=dict)
+    async def nothing():
+        return {}
+    runtime = SimpleNamespace(running=dict, sweep=nothing, scan_runs=nothing)
     return Reconciler(cluster=cluster, local=LocalJobs(records=records, store=None, runtime=runtime, jobs_dir=tmp_path),
                       runtime=runtime, store=None, fetch_tree=None, node_name="box-a")
 
@@ -61,43 +73,66 @@ async def test_the_leader_places_over_every_node_and_says_why_the_rest_waits():
     cluster.node("n1", "box-a")
     cluster.node("n2", "box-b", gpus=[0, 1])
     big, cpu, small = cluster.submit(2), cluster.submit(0), cluster.submit(1)
-    await _service(cluster).scheduler.lead_once()
+    scheduler = _service(cluster).scheduler
+    await scheduler.lead_once()
     jobs = cluster.state.jobs
     assert (jobs[big]["state"], jobs[big]["node"], jobs[big]["gpus"]) == ("starting", "n2", [0, 1])
     assert (jobs[cpu]["state"], jobs[cpu]["node"]) == ("starting", "n1")     # the less loaded node
     assert jobs[small]["state"] == "queued"
-    assert "box-b has 0 free (held by p/1)" in jobs[small]["waiting_for"]
+    assert "box-b has 0 GPUs free (held by p/1)" in scheduler.waiting[small]   # in the leader's memory
     assert jobs[big]["placed_term"] == 1                                      # fenced by the leader's term
 
 
-async def test_a_silent_node_loses_its_running_jobs_and_its_starting_ones_are_placed_again():
+async def test_a_silent_node_is_suspect_its_running_jobs_unknown_then_lost_and_its_starting_ones_placed_again():
     cluster = FakeCluster()
     cluster.node("n1", "box-a", gpus=[0])
     cluster.node("n2", "box-b", gpus=[0])
     running, starting = cluster.submit(1), cluster.submit(1)
     service = _service(cluster, lost_after=60.0)
+    never = cluster.apply({"op": "job.submit", "idem_key": "never", "project": "p", "spec": {
+        "command": "x", "resources": {"gpus": 0}, "code_tree": "ab" * 32, "restart": {"policy": "never"}}})["id"]
     await cluster.place(running, "n2", [0])
     await cluster.update_job(running, state="running", attempt=1, node="n2")
+    await cluster.place(never, "n2", [])
+    await cluster.update_job(never, state="running", attempt=1, node="n2")
     await cluster.place(starting, "n1", [0])
-    service.scheduler.leading_since = cluster.now
 
-    cluster.now += 100                                  # nobody beats; a leader elected just now waits
+    cluster.now += 10                                   # nobody beats; a leader elected just now waits
     cluster.apply({"op": "node.health", "id": "n1", "status": "up"})
-    service.scheduler.leading_since = cluster.now - 10
+    service.scheduler.leading_since = cluster.now - 1
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
-    assert cluster.state.jobs[running]["state"] == "running"
+    assert cluster.state.nodes["n2"]["status"] == "up" and cluster.state.jobs[running]["state"] == "running"
 
     service.scheduler.leading_since = cluster.now - 100          # it has led long enough to judge
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
-    assert cluster.state.jobs[running]["state"] == "lost"
-    assert "box-b went silent" in cluster.state.jobs[running]["reason"]
-    assert cluster.state.jobs[starting]["state"] == "starting"                # n1 beat recently
+    assert cluster.state.nodes["n2"]["status"] == "suspect"
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
+    job = cluster.state.jobs[running]
+    assert (job["state"], job["unknown_since"]) == ("unknown", cluster.now)
+    assert "box-b is out of touch" in job["reason"]
+    assert cluster.state.held_gpus("n2") == {0: running}            # an unknown run keeps its GPU
+    assert cluster.state.jobs[starting]["state"] == "starting"      # n1 beat recently
 
-    cluster.now += 100
+    cluster.now += 59                                    # within the window: still unknown
+    cluster.apply({"op": "node.health", "id": "n1", "status": "up"})
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
+    assert cluster.state.jobs[running]["state"] == "unknown"
+    cluster.now += 2                                     # past it: lost, and the default policy reruns it
+    cluster.apply({"op": "node.health", "id": "n1", "status": "up"})
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
+    job = cluster.state.jobs[running]
+    assert (job["state"], job["reruns"], job["node"]) == ("queued", 1, None)
+    assert "box-b was out of touch for 61s" in job["reason"]
+    assert cluster.state.jobs[never]["state"] == "lost"            # --restart never: it stays lost
+
+    cluster.now += 10
     cluster.apply({"op": "node.health", "id": "n2", "status": "up"})
-    await service.scheduler.lead_once()                          # n1 silent now: its starting job goes to n2
+    await service.scheduler.lead_once()                  # n1 silent now: its starting job is queued again
     job = cluster.state.jobs[starting]
-    assert (job["state"], job["node"], job["attempts"]) == ("starting", "n2", 2)
+    assert (job["state"], job["node"]) == ("queued", None)
+    assert "box-a went silent before the job started" in job["history"][-1][1]
+    rerun = cluster.state.jobs[running]                  # the rerun (first in the queue) has n2's GPU
+    assert (rerun["state"], rerun["node"], rerun["attempts"]) == ("starting", "n2", 2)
 
 
 async def test_a_gang_is_placed_on_distinct_nodes_in_one_placement():
@@ -113,7 +148,7 @@ async def test_a_gang_is_placed_on_distinct_nodes_in_one_placement():
     assert (cpu["state"], [p["node"] for p in cpu["parts"]]) == ("starting", ["n3", "n1", "n2"])
 
 
-async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_lost_after():
+async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_unknown_then_lost_after():
     cluster = FakeCluster()
     for nid, name in (("n1", "box-a"), ("n2", "box-b"), ("n3", "box-c")):
         cluster.node(nid, name)
@@ -127,9 +162,20 @@ async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_lost
     for nid in ("n1", "n3"):                                 # n2 (in both gangs) is silent
         cluster.apply({"op": "node.health", "id": nid, "status": "up"})
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
     assert cluster.state.jobs[first]["state"] == "queued"             # no part had started
-    assert cluster.state.jobs[second]["state"] == "lost"              # rank 0 was running
-    assert "box-b went silent" in cluster.state.jobs[second]["reason"]
+    job = cluster.state.jobs[second]
+    assert job["state"] == "unknown"                                  # rank 0 was running
+    assert [p["state"] for p in job["parts"]] == ["running", "unknown"]
+    # rank 0 fails when its peer vanishes: the job waits for the silent box's part
+    await cluster.update_job(second, rank=0, node="n3", attempt=1, state="failed", reason="peer gone")
+    assert cluster.state.jobs[second]["state"] == "unknown"
+    cluster.now += 61
+    cluster.apply({"op": "node.health", "id": "n3", "status": "up"})
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
+    job = cluster.state.jobs[second]                                  # lost, naming the silent box
+    assert (job["state"], job["reruns"], job["parts"]) == ("queued", 1, [])
+    assert "box box-b was out of touch" in job["reason"] and "box-c" not in job["reason"]
 
 
 async def test_a_node_that_shut_down_cleanly_keeps_its_jobs():

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from floydd.jobs.decide import (GIVEN_UP, NEVER_STARTED, EndLocal, Local, Report, ReportFinal, ReportProgress,
-                                Start, Stop, call_off, decide, part_of, unsettled)
+from floydd.jobs.decide import (BACK, GIVEN_UP, NEVER_STARTED, NO_RUN_HERE, EndLocal, Local, Report, ReportFinal,
+                                ReportProgress, Start, Stop, call_off, decide, part_of, unsettled)
 from floydd.model import ACTIVE_STATES, FINAL_STATES, STATES, TRANSITIONS
 
 ME, OTHER = "me", "other"
@@ -157,3 +157,24 @@ def test_call_off_agrees_with_decide_once_the_start_is_over():
         elif j is not None and part_of(j, ME) is not None:
             assert not any(isinstance(a, Stop) for a in decide(j, Local("running", ATTEMPT), ME, held=True)), j
     assert called_off > 10
+
+
+@pytest.mark.parametrize("j,local,held,expected", [
+    # this box was out of touch and is back: it says what became of the run, never starts one
+    (job("unknown"), Local("running", ATTEMPT), True, (Report("running", BACK),)),
+    (job("unknown", stop="user"), Local("running", ATTEMPT), True, (Stop("user"), Report("running", BACK))),
+    (job("unknown"), Local("success", ATTEMPT), False, (ReportFinal(),)),
+    (job("unknown"), None, False, (Report("lost", NO_RUN_HERE),)),
+    (job("unknown"), Local("failed", ATTEMPT - 1), False, (Report("lost", NO_RUN_HERE),)),
+    (job("unknown"), Local("queued", ATTEMPT), False, (Report("lost", NO_RUN_HERE),)),
+    (job("unknown"), Local("starting", ATTEMPT), True, ()),
+    (job("unknown"), Local("running", ATTEMPT - 1), True, (Stop("attempt 1 was replaced by attempt 2"),)),
+    # a gang whose part here was unknown: the same, for the part
+    (job("unknown", gang=True, part="unknown"), Local("running", ATTEMPT), True, (Report("running", BACK),)),
+    # the cluster gave the run up while this box was away: the box stops it on its return
+    (job("queued"), Local("running", ATTEMPT), True, (Stop(GIVEN_UP),)),
+    (job("running", attempts=ATTEMPT + 1), Local("running", ATTEMPT), True,
+     (Stop("attempt 2 was replaced by attempt 3"),)),
+])
+def test_a_box_back_in_touch(j, local, held, expected):
+    assert decide(j, local, ME, held=held, gpus_taken=True) == expected

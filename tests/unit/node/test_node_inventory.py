@@ -180,4 +180,4 @@ def test_public_surface_is_pinned():
     import floydd.node
 
     assert sorted(floydd.node.__all__) == ["GpuInfo", "Inventory", "NodeInfo", "forget_process_tree",
-                                           "parse_fake_gpus", "sample_process_tree"]
+                                           "job_processes", "parse_fake_gpus", "sample_process_tree"]

@@ -139,3 +139,25 @@ def test_a_node_on_sqlite_restarts_where_it_was(tmp_path) -> None:
     again.campaign()
     assert again.role == Role.LEADER and again.term == node.term + 1
     assert applied == [b"%d" % i for i in range(20)]
+
+
+def test_sqlite_runs_the_snapshot_hook_inside_the_save(tmp_path) -> None:
+    """What the application stages beside a received snapshot is swapped in by the same
+    transaction: the hook sees the snapshot, and a hook that fails keeps the old log."""
+    seen = []
+
+    def hook(db, snap):
+        seen.append((snap.index, db.in_transaction))
+        db.execute("CREATE TABLE IF NOT EXISTS beside (idx INTEGER)")
+        db.execute("INSERT INTO beside VALUES (?)", (snap.index,))
+        if snap.index == 9:
+            raise OSError("disk went away")
+    storage = SqliteStorage(tmp_path / "raft.db", on_snapshot=hook)
+    storage.save(HardState(term=1, commit=0), [e(1, 1), e(1, 2)], None)
+    storage.save(None, (), Snapshot(index=5, term=1, conf=CONF, data=b"s"))
+    assert seen == [(5, True)]
+    with pytest.raises(OSError):
+        storage.save(None, (), Snapshot(index=9, term=1, conf=CONF, data=b"t"))
+    assert storage.load().snapshot.index == 5
+    assert [r for (r,) in sqlite3.connect(tmp_path / "raft.db").execute("SELECT idx FROM beside")] == [5]
+    storage.close()

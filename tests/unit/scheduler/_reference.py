@@ -6,9 +6,8 @@ node). Tests and bench/ import it; floydd never does."""
 
 from __future__ import annotations
 
+from floydd.model import ACTIVE_STATES  # the job model's, which grew ``unknown`` (issue 12)
 from floydd.scheduler import NodeSnapshot, PendingJob, Placement, Plan
-
-ACTIVE_STATES = frozenset({"starting", "running"})
 
 
 def held_gpus(state, node: str) -> dict[int, str]:

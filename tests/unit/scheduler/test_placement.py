@@ -14,7 +14,7 @@ def test_waiting_job_says_why_and_blocks_later_gpu_jobs_but_not_cpu_jobs():
     plan = place(nodes, [PendingJob(key="p/2", gpus=2), PendingJob(key="p/3", gpus=1),
                          PendingJob(key="p/4", gpus=0)])
     assert [p.key for p in plan.placements] == ["p/4"]
-    assert plan.waiting["p/2"] == "waiting for 2 GPUs: a has 1 free (held by p/1)"
+    assert plan.waiting["p/2"] == "waiting for 2 GPUs: a has 1 GPU free (held by p/1)"
     assert "queued behind p/2" in plan.waiting["p/3"]
 
 
@@ -72,7 +72,7 @@ def test_a_gang_is_placed_whole_or_waits_and_blocks_later_gpu_jobs():
     plan = place(nodes, [PendingJob(key="p/2", gpus=1, nodes=2), PendingJob(key="p/3", gpus=1),
                          PendingJob(key="p/4", gpus=0, nodes=2)])
     assert [(p.key, p.node, p.rank) for p in plan.placements] == [("p/4", "a", 0), ("p/4", "b", 1)]
-    assert plan.waiting["p/2"] == "waiting for 2 nodes with 1 GPU free each: a has 2 free; b has 0 free (held by p/1)"
+    assert plan.waiting["p/2"] == "waiting for 2 nodes with 1 GPU free each: a has room; b has 0 GPUs free (held by p/1)"
     assert "queued behind p/2" in plan.waiting["p/3"]
 
 

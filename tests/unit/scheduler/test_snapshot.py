@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from floydd.cluster.state import ClusterState
 from floydd.jobs.leader import ClusterScheduler
 from floydd.scheduler import NodeSnapshot, node_snapshots
-from tests.unit.cluster.test_state_index import apply, logs
+from tests.unit.cluster.test_state_index import apply, from_scratch, logs
 from tests.unit.scheduler import _reference as reference
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -28,7 +29,15 @@ def test_the_leaders_snapshots_are_what_they_were(log, now, stale_after):
     for i, cmd in enumerate(log):
         apply(state, cmd, i + 1)
     cluster = SimpleNamespace(state=state, config=SimpleNamespace(stale_after=stale_after))
-    assert ClusterScheduler(cluster).snapshots(now) == reference.snapshots(state, now, stale_after)
+    _, _, aside = from_scratch(state)
+    expected = {}                       # the old snapshots, with the cores and memory of issue 12
+    for nid, snap in reference.snapshots(state, now, stale_after).items():
+        resources = state.nodes[nid]["resources"]
+        cpus, memory = resources.get("cpus"), resources.get("memory")
+        cpu_held, memory_held = aside.get(nid, (0, 0))
+        expected[nid] = replace(snap, cpu_milli=None if cpus is None else cpus * 1000, cpu_held=cpu_held,
+                                memory=memory, memory_held=memory_held)
+    assert ClusterScheduler(cluster).snapshots(now) == expected
 
 
 def test_nodes_that_share_a_name_are_told_apart_by_their_ids():

@@ -63,6 +63,14 @@ def test_save_load_has_stat_list_remove(backend):
     backend.remove(a[0])  # removing a missing object is a no-op
 
 
+def test_list_by_prefix_yields_one_slice_of_the_ids(backend):
+    objs = [_obj(f"object {i}".encode()) for i in range(40)]
+    _save(backend, *objs)
+    ids = sorted(o for o, _ in objs)
+    for prefix in {oid.hex[:2] for oid in ids} | {oid.hex[:1] for oid in ids} | {""}:
+        assert sorted(backend.list(prefix)) == [oid for oid in ids if oid.hex.startswith(prefix)]
+
+
 def test_missing_object_is_not_found(backend):
     oid, _ = _obj(b"nope")
     with pytest.raises(NotFound) as e:

@@ -1,0 +1,261 @@
+"""The archive of finished jobs in SQLite, in tables of the raft log's database.
+
+What it holds and the rules it keeps: :mod:`floydd.cluster.archive` (whose
+:class:`~floydd.cluster.archive.MemoryArchive` is the model this one is held to).
+
+Three kinds of connection: the loop's (point reads while commands are applied: an indexed
+lookup each), the raft writer thread's (pending rows, purges and staged snapshots, fsynced
+like the log) and a short-lived one per listing or export page, in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterable
+
+import msgpack
+
+from floydd.cluster.archive import EXPORT_ROWS, ArchiveRules, Run, decode_chunk, newest_first, row_of, visible
+
+__all__ = ["SqliteArchive", "ARCHIVE_TABLES"]
+
+ARCHIVE_TABLES = frozenset({"archive", "archive_incoming", "archive_incoming_meta"})
+_COLUMNS = "id, project, number, created, state, idem_key, deleted, job"
+_INSERT = f"INSERT OR REPLACE INTO {{}} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_SCHEMA = [
+    f"CREATE TABLE IF NOT EXISTS {table} (id TEXT PRIMARY KEY, project TEXT NOT NULL, number INTEGER NOT NULL, "
+    "created REAL NOT NULL, state TEXT NOT NULL, idem_key TEXT, deleted INTEGER, job BLOB NOT NULL)"
+    for table in ("archive", "archive_incoming")
+] + [
+    "CREATE INDEX IF NOT EXISTS archive_by_created ON archive (created, number)",
+    "CREATE INDEX IF NOT EXISTS archive_by_project ON archive (project, created, number)",
+    "CREATE INDEX IF NOT EXISTS archive_by_idem ON archive (idem_key)",
+    "CREATE TABLE IF NOT EXISTS archive_incoming_meta (id INTEGER PRIMARY KEY CHECK (id = 0), "
+    "idx INTEGER NOT NULL, term INTEGER NOT NULL, complete INTEGER NOT NULL)",
+]
+
+
+class SqliteArchive(ArchiveRules):
+    """The archive in ``path`` (the raft log's database), see the module docstring."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._pending: dict[str, dict] = {}          # rows applied, not yet written
+        self._pending_idem: dict[str, set[str]] = {}  # their idempotency keys (a replay queues thousands)
+        self._loop_db: sqlite3.Connection | None = None
+        self._write_db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    # -- what the state machine calls (in the loop) ------------------------------------------
+
+    def put(self, job: dict) -> None:
+        self._pending[job["id"]] = job
+        if job.get("idem_key"):
+            self._pending_idem.setdefault(job["idem_key"], set()).add(job["id"])
+
+    def get(self, key: str, before: int | None = None) -> dict | None:
+        """The archived job as a command at log ``before`` sees it (None: as it is now)."""
+        if key in self._pending:
+            return visible(self._pending[key], before)
+        row = self._loop().execute("SELECT job FROM archive WHERE id = ?", (key,)).fetchone()
+        return None if row is None else visible(msgpack.unpackb(row[0], raw=False), before)
+
+    def _idem_keys(self, idem_key: str) -> set[str]:
+        stored = {k for (k,) in self._loop().execute("SELECT id FROM archive WHERE idem_key = ?", (idem_key,))}
+        return stored | self._pending_idem.get(idem_key, set())
+
+    def count(self) -> int:
+        pending = self._pending
+        db = self._loop()
+        (live,) = db.execute("SELECT count(*) FROM archive WHERE deleted IS NULL").fetchone()
+        if pending:
+            marks = ", ".join("?" * len(pending))
+            (stored,) = db.execute(f"SELECT count(*) FROM archive WHERE deleted IS NULL AND id IN ({marks})",
+                                   list(pending)).fetchone()
+            live += sum(1 for j in pending.values() if j.get("deleted_at") is None) - stored
+        return live
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def page(self, *, project: str | None = None, states: Iterable[str] | None = None,
+                   since: float | None = None, limit: int | None = None) -> list[dict]:
+        """Archived jobs, newest first (by creation), filtered like the hot listing; the query
+        runs in a worker thread, the pending rows are laid over it."""
+        pending = dict(self._pending)
+        states = None if states is None else list(states)
+        want = None if limit is None else limit + len(pending)
+        rows = await asyncio.to_thread(self._query, project, states, since, want)
+        if not pending:
+            return rows                      # filtered and sorted by the query
+        jobs = {j["id"]: j for j in rows if j["id"] not in pending}
+        jobs.update((k, j) for k, j in pending.items() if j.get("deleted_at") is None)
+        return newest_first(jobs.values(), project, states, since, limit)
+
+    def _query(self, project: str | None, states: list[str] | None, since: float | None,
+               limit: int | None) -> list[dict]:
+        where, args = ["deleted IS NULL"], []
+        if project is not None:
+            where.append("project = ?")
+            args.append(project)
+        if states is not None:
+            if not states:
+                return []
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args += states
+        if since is not None:
+            where.append("created >= ?")
+            args.append(float(since))
+        sql = f"SELECT job FROM archive WHERE {' AND '.join(where)} ORDER BY created DESC, number DESC" + \
+            ("" if limit is None else f" LIMIT {int(limit)}")
+        with _Reader(self) as db:
+            return [msgpack.unpackb(blob, raw=False) for (blob,) in db.execute(sql, args)]
+
+    # -- durability ----------------------------------------------------------------------------
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._pending)
+
+    async def flush(self, run: Run) -> None:
+        """Write the pending rows in one fsynced transaction (``run``: on the writer thread)."""
+        batch = list(self._pending.values())
+        await run(self._write, batch)
+        for job in batch:
+            if self._pending.get(job["id"]) is job:
+                del self._pending[job["id"]]
+                self._pending_idem.get(job.get("idem_key"), set()).discard(job["id"])
+
+    def flush_now(self) -> None:
+        """Write the pending rows here and now (offline tools: ``floydd recover``)."""
+        self._write(list(self._pending.values()))
+        self._pending, self._pending_idem = {}, {}
+
+    async def purge(self, upto: int, run: Run) -> None:
+        """Drop the tombstones of deletions at or before log ``upto`` (a durable snapshot's index)."""
+        await run(self._transaction, [("DELETE FROM archive WHERE deleted IS NOT NULL AND deleted <= ?", (upto,))])
+
+    def _write(self, batch: list[dict]) -> None:
+        self._transaction([(_INSERT.format("archive"), row_of(job)) for job in batch])
+
+    def _transaction(self, statements: list[tuple[str, tuple]]) -> None:
+        db = self._writer()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, args in statements:
+                db.execute(sql, args)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    async def export(self, rows: int = EXPORT_ROWS) -> AsyncIterator[bytes]:
+        """The archive, tombstones too, as chunks of ``rows`` rows (page by page, no long read
+        transaction: a row changed meanwhile is changed again by the entries the receiver
+        replays after the snapshot)."""
+        after = ""
+        while True:
+            page = await asyncio.to_thread(self._export_page, after, rows)
+            if not page:
+                return
+            after = page[-1][0]
+            yield msgpack.packb([list(r) for r in page], use_bin_type=True)
+
+    def _export_page(self, after: str, rows: int) -> list[tuple]:
+        with _Reader(self) as db:
+            return db.execute(f"SELECT {_COLUMNS} FROM archive WHERE id > ? ORDER BY id LIMIT ?",
+                              (after, rows)).fetchall()
+
+    def receive(self, index: int, term: int, run: Run) -> "_SqliteSink":
+        """Stage a snapshot's archive (on the writer thread), for :meth:`saved`."""
+        return _SqliteSink(self, index, term, run)
+
+    def saved(self, db: sqlite3.Connection, snapshot: Any) -> None:
+        """SqliteStorage's ``on_snapshot`` hook, inside the transaction that saves ``snapshot``:
+        the archive staged with it replaces the archive; anything else staged is dropped."""
+        for statement in _SCHEMA:
+            db.execute(statement)
+        meta = db.execute("SELECT idx, term, complete FROM archive_incoming_meta").fetchone()
+        if meta is None:
+            return
+        if tuple(meta) == (snapshot.index, snapshot.term, 1):
+            db.execute("DELETE FROM archive")
+            db.execute(f"INSERT INTO archive ({_COLUMNS}) SELECT {_COLUMNS} FROM archive_incoming")
+        db.execute("DELETE FROM archive_incoming")
+        db.execute("DELETE FROM archive_incoming_meta")
+
+    def installed(self, index: int, term: int) -> None:
+        """The state was replaced by a snapshot: what was pending is superseded."""
+        self._pending, self._pending_idem = {}, {}
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _loop(self) -> sqlite3.Connection:
+        if self._loop_db is None:
+            self._loop_db = self._connect()
+        return self._loop_db
+
+    def _writer(self) -> sqlite3.Connection:
+        if self._write_db is None:
+            db = self._connect()
+            db.execute("PRAGMA synchronous=FULL")
+            self._write_db = db
+        return self._write_db
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA busy_timeout=10000")
+        with self._lock:
+            db.execute("PRAGMA journal_mode=WAL")
+            for statement in _SCHEMA:
+                db.execute(statement)
+        return db
+
+    def close(self) -> None:
+        for db in (self._loop_db, self._write_db):
+            if db is not None:
+                db.close()
+        self._loop_db = self._write_db = None
+
+
+class _Reader:
+    """A short-lived connection for one listing or one export page (worker threads)."""
+
+    def __init__(self, archive: SqliteArchive) -> None:
+        self._archive = archive
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._db = self._archive._connect()
+        return self._db
+
+    def __exit__(self, *exc) -> None:
+        self._db.close()
+
+
+class _SqliteSink:
+    def __init__(self, archive: SqliteArchive, index: int, term: int, run: Run) -> None:
+        self._archive, self._index, self._term, self._run = archive, index, term, run
+        self._begun = False
+
+    async def add(self, chunk: bytes) -> None:
+        rows = decode_chunk(chunk)
+        await self._begin()
+        await self._run(self._archive._transaction, [(_INSERT.format("archive_incoming"), row) for row in rows])
+
+    async def finish(self) -> None:
+        await self._begin()
+        await self._run(self._archive._transaction, [(_META, (self._index, self._term, 1))])
+
+    async def _begin(self) -> None:
+        if not self._begun:
+            self._begun = True
+            await self._run(self._archive._transaction, [("DELETE FROM archive_incoming", ()),
+                                                         (_META, (self._index, self._term, 0))])
+
+
+_META = "INSERT OR REPLACE INTO archive_incoming_meta (id, idx, term, complete) VALUES (0, ?, ?, ?)"

@@ -1,0 +1,104 @@
+"""The leader's archiver: finished jobs leave the hot state after an age or past a count.
+
+Every ``archive_interval`` seconds (sooner when a burst leaves ``archive_keep`` +
+``archive_batch`` jobs hot) the leader looks at the hot jobs (live work and recent history,
+so this is small) and commits ``job.archive`` for those :func:`choose` picks, at most
+``archive_batch`` at a time (a batch that was full is followed by the next at once):
+
+- only *finished* jobs: a final state, and every part of a gang final too;
+- none that a live job refers to (an active or queued job that mounts its ``/output``);
+- the oldest first (by when they ended), each one that ended more than ``archive_after``
+  seconds ago, and as many more as it takes to keep at most ``archive_keep`` finished jobs hot.
+
+The state machine checks again as it applies the command (a job that changed meanwhile
+stays). What an archived job is, and how it is still listed: :mod:`floydd.cluster.archive`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable, Iterable
+
+from floydd import log
+from floydd.cluster.commands import MAX_ARCHIVE
+from floydd.errors import FloyddError
+from floydd.model import FINAL_STATES
+
+__all__ = ["Archiver", "choose", "finished", "referenced"]
+
+_log = log.cluster.getChild("archiver")
+_LOOK = 0.5
+"""Seconds between looks at the hot state's size: a burst of jobs is archived without waiting
+for the next round."""
+
+
+def finished(job: dict) -> bool:
+    """A final state, and every part of a gang final."""
+    return job["state"] in FINAL_STATES and all(p["state"] in FINAL_STATES for p in job.get("parts") or ())
+
+
+def referenced(jobs: Iterable[dict]) -> set[str]:
+    """Keys of jobs whose ``/output`` a job not yet finished mounts (``P/N/output:V`` -> ``P/N``)."""
+    out = set()
+    for job in jobs:
+        if job["state"] in FINAL_STATES:
+            continue
+        for mount in job["spec"].get("data") or ():
+            name = str(mount.get("ref", "")).rpartition(":")[0]
+            if name.endswith("/output"):
+                out.add(name.removesuffix("/output"))
+    return out
+
+
+def choose(jobs: Iterable[dict], *, now: float, keep: int, after: float, batch: int) -> list[str]:
+    """The keys to archive now, oldest first (see the module docstring). Pure."""
+    jobs = list(jobs)
+    held = referenced(jobs)
+    done = sorted((j for j in jobs if finished(j)), key=lambda j: (j.get("ended") or j["created"], j["number"]))
+    excess = len(done) - keep
+    cutoff = now - after
+    out: list[str] = []
+    for i, job in enumerate(done):
+        if len(out) >= batch or (i >= excess and (job.get("ended") or job["created"]) > cutoff):
+            break
+        if job["id"] not in held:
+            out.append(job["id"])
+    return out
+
+
+class Archiver:
+    """The loop the leader runs (every node runs it; only the leader acts)."""
+
+    def __init__(self, service, *, clock: Callable[[], float] = time.time) -> None:
+        self.service = service
+        self.config = service.config
+        self._clock = clock
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = 0.0
+        while True:
+            config = self.config
+            batch = min(config.archive_batch, MAX_ARCHIVE)
+            crowded = len(self.service.state.jobs) >= config.archive_keep + batch    # a burst of jobs
+            if self.service.is_leader and (crowded or loop.time() >= due):
+                due = loop.time() + config.archive_interval
+                try:
+                    if await self.archive_once() >= batch:
+                        due = 0.0                   # a full batch: the next one at once
+                except FloyddError as exc:          # a lost leadership, a full disk: next round
+                    _log.info("[%s] archiving finished jobs: %s", self.service.node_id, exc)
+            await asyncio.sleep(0 if due == 0.0 else min(_LOOK, config.archive_interval))
+
+    async def archive_once(self) -> int:
+        """Commit one batch; how many jobs moved."""
+        config = self.config
+        keys = choose(self.service.state.jobs.values(), now=self._clock(), keep=config.archive_keep,
+                      after=config.archive_after, batch=min(config.archive_batch, MAX_ARCHIVE))
+        if not keys:
+            return 0
+        result = await self.service.driver.propose({"op": "job.archive", "jobs": keys, "ts": self._clock()})
+        moved = len(result["archived"])
+        _log.info("[%s] archived %d finished jobs (%s ... %s)", self.service.node_id, moved, keys[0], keys[-1])
+        return moved

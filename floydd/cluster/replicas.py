@@ -1,0 +1,106 @@
+"""Which copies of a dataset version count, and which nodes make the missing ones (DESIGN §5b).
+
+Pure (STYLE 2): the committed node table, a version's holders and a clock reading in; lists
+and words out. Every node judges from the same committed state (a heartbeat is a
+``node.health`` entry stamped by its sender) and its own clock, as the leader judges silent
+nodes for jobs, so clocks are assumed to agree within a few seconds.
+
+A holder **counts** while it is in the node table, not marked ``down``, and was heard from
+within ``grace`` seconds (:attr:`Liveness.grace`, the daemon's ``replica_grace``): a crash, a
+reboot, a cut link or a box switched off for less than the grace costs no copy, and a
+holder that comes back counts again from its first heartbeat (its copy is kept: the
+version then has one copy more than R). A holder removed from the table (it left for good)
+never counts.
+
+A node **takes** a missing copy only while it is ``up`` and was heard from within ``fresh``
+seconds (the cluster's ``stale_after``): a crashed box that still reads ``up`` in the table
+is never chosen, and the next node in the order steps in once the chosen one goes stale.
+The order is sha256(node id + tree), so copies of different versions spread over the nodes
+and every node computes the same list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Iterable
+
+__all__ = ["Liveness", "choose_replicas", "counted", "silent", "ranked_sources", "copies_note"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Liveness:
+    """A clock reading and the two windows: ``grace`` for holders, ``fresh`` for takers."""
+
+    now: float
+    grace: float
+    fresh: float
+
+    def holds(self, node: dict | None) -> bool:
+        """Does a copy on ``node`` count?"""
+        return node is not None and node.get("status") != "down" and self._age(node) <= self.grace
+
+    def takes(self, node: dict | None) -> bool:
+        """May ``node`` be asked to make a copy?"""
+        return node is not None and node.get("status") == "up" and self._age(node) <= self.fresh
+
+    def _age(self, node: dict) -> float:
+        return self.now - node.get("last_heartbeat", 0.0)
+
+
+def counted(nodes: dict[str, dict], holders: Iterable[str], live: Liveness) -> list[str]:
+    """The ``holders`` whose copies count, in their order."""
+    return [h for h in holders if live.holds(nodes.get(h))]
+
+
+def silent(nodes: dict[str, dict], holders: Iterable[str], live: Liveness) -> list[str]:
+    """The ``holders`` still in the node table whose copies do not count now."""
+    return [h for h in holders if h in nodes and not live.holds(nodes[h])]
+
+
+def choose_replicas(nodes: dict[str, dict], version: dict, replicas: int, live: Liveness) -> list[str]:
+    """The nodes that should fetch ``version`` so ``replicas`` copies count: nodes that may
+    take a copy and do not hold one, ordered by sha256(node id + tree), as many as are missing."""
+    wanted = replicas - len(counted(nodes, version["holders"], live))
+    if wanted <= 0:
+        return []
+    candidates = [nid for nid, n in nodes.items() if nid not in version["holders"] and live.takes(n)]
+    candidates.sort(key=lambda nid: hashlib.sha256(f"{nid}{version['tree']}".encode()).digest())
+    return candidates[:wanted]
+
+
+def ranked_sources(nodes: dict[str, dict], likely: Iterable[str], live: Liveness, *, skip: str = "") -> list[str]:
+    """Nodes to fetch from: the ``likely`` ones (holders) that count, then other nodes heard
+    from lately, then the silent holders, then the rest; never ``skip`` (this node). A silent
+    node asked first could hold a fetch up for a whole connect timeout."""
+    likely = [n for n in dict.fromkeys(likely) if n and n != skip]
+    rest = [n for n in nodes if n != skip and n not in likely]
+    good = [n for n in likely if live.holds(nodes.get(n))]
+    fresh = [n for n in rest if live.takes(nodes[n]) or live.holds(nodes[n])]
+    return list(dict.fromkeys([*good, *fresh, *likely, *rest]))
+
+
+def copies_note(nodes: dict[str, dict], version: dict, replicas: int, live: Liveness) -> str:
+    """What ``floyd data upload`` and ``info`` say about a version's copies, e.g. "stored on
+    1 of 2 boxes; the second copy follows"."""
+    holders = version["holders"]
+    good, quiet = counted(nodes, holders, live), silent(nodes, holders, live)
+    if len(nodes) <= 1 and len(good) == 1:
+        return "stored on this box only (a box alone keeps one copy; a box that joins takes the second)"
+    note = f"stored on {len(good)} of {replicas} boxes" if len(good) <= replicas else \
+        f"stored on {len(good)} boxes ({replicas} kept)"
+    missing = replicas - len(good)
+    if missing > 0:
+        takers = [n for n, node in nodes.items() if n not in holders and live.takes(node)]
+        what = f"the {_ORDINAL.get(len(good) + 1, 'next')} copy" if missing == 1 else f"{missing} more copies"
+        note += f"; {what} follows" if takers else f"; no other box is up to take {what}"
+    if quiet:
+        note += f"; not counted: {_names(nodes, quiet)} (not heard from for over {live.grace:.0f}s)"
+    return note
+
+
+def _names(nodes: dict[str, dict], ids: Iterable[str]) -> str:
+    return ", ".join(nodes.get(i, {}).get("name") or i[:12] for i in ids)
+
+
+_ORDINAL = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}

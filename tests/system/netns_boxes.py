@@ -1,0 +1,94 @@
+"""Real daemons formed into a cluster on netns hosts, for the outage tests and benchmarks.
+
+``form(net, folder, ["0", "2", "2"], env)`` runs ``floydd init`` on host 1 and ``join`` on the
+others (box i with that many fake GPUs, a dev/test option), starts each daemon, and waits
+until every box is listed and autopilot made its voters; each box is ``(host, state,
+daemon, client)``, the client on the box's unix socket (a file: reachable from the root
+namespace). ``listed`` reads a job as the listing says (through the leader only), ``crash``
+kills every process of a host's namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+
+from floydd.client import Client
+from floydd.config import socket_path_for
+from floydd.errors import FloyddError
+from tests.conftest import wait_until
+from tests.netns._sys import netns_pids
+
+__all__ = ["init_or_join", "form", "submit", "listed", "state_of", "job", "crash", "attempt"]
+
+
+def _floydd(host, state, *args):
+    return host.python("-m", "floydd.cli.floydd", *args, "--state-dir", str(state), check=True)
+
+
+def init_or_join(net, tmp_path, i: int):
+    """Host ``i``'s box: ``floydd init`` on host 1, a token from it and ``floydd join`` on the
+    others (state in ``tmp_path/s<i>``, listening on the host's address); (host, state)."""
+    host, state = net.host(i), tmp_path / f"s{i}"
+    addr = f"{host.ip}:7654"
+    if i == 1:
+        _floydd(host, state, "init", "--name", "lab", "--listen", addr, "--advertise", addr)
+    else:
+        token = _floydd(net.host(1), tmp_path / "s1", "token", "create", "--ttl", "10m").stdout.strip()
+        _floydd(host, state, "join", token, "--listen", addr, "--advertise", addr)
+    return host, state
+
+
+def form(net, tmp_path, fake_gpus: list[str], env: dict[str, str], sandbox: dict[int, str] | None = None):
+    """floydd init on host 1, join on the others (box i with ``fake_gpus[i - 1]`` and, if
+    given, ``sandbox[i]``); returns [(host, state, daemon, client)]."""
+    boxes = []
+    for i, gpus in enumerate(fake_gpus, start=1):
+        host, state = init_or_join(net, tmp_path, i)
+        extra = {"FLOYDD_SANDBOX": sandbox[i]} if sandbox and i in sandbox else {}
+        daemon = host.start_floydd(state, "--node-name", f"box{i}", "--dev-fake-gpus", gpus, env={**env, **extra})
+        boxes.append((host, state, daemon, Client(socket_path_for(state), timeout=30)))
+    client = boxes[0][3]
+    wait_until(lambda: len(attempt(client.nodes) or []) == len(fake_gpus), timeout=60, what="every box listed")
+    voters = 1 if len(fake_gpus) < 3 else 3               # autopilot keeps an odd number of voters
+    wait_until(lambda: sum(m["role"] == "voter" for m in (attempt(client.cluster) or {}).get("members", ())) == voters,
+               timeout=60, what=f"{voters} voters")
+    return boxes
+
+
+def attempt(call, *args):
+    try:
+        return call(*args)
+    except FloyddError:
+        return None
+
+
+def submit(client, project, command: str, **fields) -> str:
+    body = {"project": "outage", "command": command, "code_path": str(project), "idem_key": uuid.uuid4().hex,
+            **fields}
+    return client.submit(body)["id"]
+
+
+def listed(client, key: str) -> dict:
+    """The job as the listing says (it reads no box but the leader: ``floyd info`` also asks
+    the box that ran the job for its events, which takes a timeout if it is cut off)."""
+    return next((j for j in attempt(client.jobs, key.split("/")[0]) or () if j["id"] == key), {})
+
+
+def state_of(client, key: str) -> str | None:
+    return listed(client, key).get("state")
+
+
+def job(client, key: str) -> dict:
+    return attempt(client.job, key) or {}
+
+
+def crash(host, daemon) -> None:
+    """The box dies: every process in its namespace killed, its cable pulled."""
+    daemon.kill9()
+    for pid in netns_pids(host.ns):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
