@@ -8,6 +8,8 @@ reports through ``status.json``. Modules:
     status      Status: what the agent reports (status.json, rewritten atomically)
     stop        what the daemon asks when it ends a job: outcome and reason (the stop file)
     sandbox     the bubblewrap command line and the job's environment
+    allowlist   what of the host a sandbox shows (system folders, a minimal /etc, the Python)
+    jobenv      the job's environment: an allow-list, never the daemon's
     capture     stdout/stderr pipes -> job.log lines ``<ts> <o|e> <text>``
     supervisor  the main loop: spawn, capture, max-runtime, stop, final status
     sdk         ``log(name, value, step)`` for use inside jobs (imports nothing heavy)

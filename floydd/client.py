@@ -26,6 +26,7 @@ from typing import IO, Any, Callable, Iterator
 
 from floydd import logframe
 from floydd.errors import InternalError, InvalidSpec, Unavailable, from_payload
+from floydd.security.owned_dirs import is_shared_socket, open_owned_dir, socket_folder_hint
 
 __all__ = ["Client", "GONE"]
 
@@ -39,14 +40,26 @@ class _UnixConnection(http.client.HTTPConnection):
         self._path = path
 
     def connect(self) -> None:
+        # A socket under the temp dir is talked to only when its folder is ours and 0700
+        # (another local user may have made the folder first and put their own socket
+        # there); it is reached through the descriptor of the folder that was checked.
+        folder_fd = None
+        path = self._path
+        if is_shared_socket(Path(path)):
+            folder = Path(path).parent
+            folder_fd = open_owned_dir(folder, hint=socket_folder_hint(folder))
+            path = f"/proc/self/fd/{folder_fd}/{Path(path).name}"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if self.timeout is not None:
             sock.settimeout(self.timeout)
         try:
-            sock.connect(self._path)
+            sock.connect(path)
         except OSError:
             sock.close()
             raise
+        finally:
+            if folder_fd is not None:
+                os.close(folder_fd)
         self.sock = sock
 
 
@@ -238,8 +251,17 @@ class Client:
     def create_token(self, ttl: float) -> dict:
         return self._call("POST", "/v1/cluster/tokens", {"ttl": ttl})
 
+    def tokens(self) -> list[dict]:
+        return self._call("GET", "/v1/cluster/tokens")
+
+    def revoke_token(self, token_id: str) -> dict:
+        return self._call("DELETE", f"/v1/cluster/tokens/{urllib.parse.quote(token_id, safe='')}")
+
     def leave(self) -> dict:
         return self._call("POST", "/v1/cluster/leave", {}, timeout=None)
+
+    def remove_node(self, node_id: str) -> dict:
+        return self._call("POST", "/v1/cluster/remove", {"node": node_id}, timeout=None)
 
     # -- jobs -------------------------------------------------------------------------
 

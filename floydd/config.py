@@ -8,10 +8,8 @@ switches to it by itself.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import socket
-import tempfile
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,6 +19,7 @@ import platformdirs
 
 from floydd.errors import InvalidSpec, UserError
 from floydd.model import check_cpus, parse_size
+from floydd.security.owned_dirs import shared_socket_dir
 
 __all__ = ["Config", "load", "default_state_dir", "socket_path_for", "preset_for_tests"]
 
@@ -39,15 +38,16 @@ def socket_path_for(state_dir: Path) -> Path:
     """The API socket of the daemon owning ``state_dir``.
 
     It lives in the state dir (owner-only). A state dir too deep for a unix
-    socket path gets a short, owner-only folder under the temp dir whose name is
-    derived from the state dir, so daemon and clients agree without talking.
+    socket path gets a short folder under the temp dir whose name is derived from
+    the state dir, so daemon and clients agree without talking; that folder is in a
+    shared place, so the daemon makes it 0700 and both sides refuse one that is not
+    safely theirs (:mod:`floydd.security.owned_dirs`).
     """
     state_dir = Path(state_dir).absolute()
     path = state_dir / "floydd.sock"
     if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
         return path
-    digest = hashlib.sha256(os.fsencode(state_dir)).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"floydd-{os.getuid()}-{digest}" / "floydd.sock"
+    return shared_socket_dir(state_dir) / "floydd.sock"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,12 +61,30 @@ class Config:
     tcp: str = ""
     """Optional extra API listener, ``HOST:PORT``; loopback only until a cluster exists."""
     sandbox: str = "auto"
-    """``auto`` (bubblewrap when it works), ``bwrap`` (required) or ``none``."""
+    """How jobs and environment builds are sandboxed (:mod:`floydd.runtime.sandboxing`):
+    ``require`` (bubblewrap, or no job runs here: ``floyd run`` is refused; ``bwrap`` says the
+    same), ``prefer`` (bubblewrap when it works, else unsandboxed, said loudly at start-up, on
+    every ``floyd run`` and in ``floyd info``), ``none`` (never; tests and debugging), or
+    ``auto``: ``require`` when the daemon serves more than its own user (``system``, or a
+    group-accessible socket), ``prefer`` otherwise."""
+    system: bool = False
+    """The daemon serves more than its own user (set by a service install, issue 14): jobs
+    must be sandboxed unless ``sandbox`` says otherwise."""
+    build_network: bool = True
+    """Whether ``floyd_requirements.txt`` builds may use the network (pip's index, the
+    site's pip.conf). Off: pip installs only from ``wheelhouse`` (``--no-index``)."""
+    wheelhouse: str = ""
+    """A folder of wheels for environment builds (``pip --find-links``), shown read-only
+    inside the build's sandbox; with ``build_network = false`` the only source."""
+    job_env_pass: str = ""
+    """Names of the daemon's environment variables jobs get on top of the allow-list
+    (:mod:`floydd.agent.jobenv`: locale, TZ, CUDA_*, NCCL_*, NVIDIA_*), comma-separated;
+    ``NAME*`` passes a prefix. E.g. ``"HTTPS_PROXY,NO_PROXY"``."""
 
     def __post_init__(self) -> None:
-        if self.sandbox not in ("auto", "bwrap", "none"):
-            raise UserError(f"sandbox {self.sandbox!r} is not one of auto, bwrap, none",
-                            hint="set FLOYDD_SANDBOX or --sandbox to auto, bwrap or none")
+        if self.sandbox not in ("auto", "require", "prefer", "bwrap", "none"):
+            raise UserError(f"sandbox {self.sandbox!r} is not one of auto, require, prefer, none",
+                            hint="set FLOYDD_SANDBOX or --sandbox to auto, require, prefer or none")
         try:
             check_cpus(self.job_cpus)
             parse_size(self.job_memory)
@@ -142,6 +160,16 @@ class Config:
     """Entries of the control plane's log applied between two snapshots of its state (the log
     before a snapshot is dropped; a box that needs it is sent the snapshot, streamed, with the
     archive). Lower it to test that path; the default keeps the log in memory under ~10 MB."""
+    # -- trust between boxes (issue 13): floydd.daemon.trust --
+    cert_validity: float = 365 * 86400.0
+    """Seconds a node certificate this node signs is valid (at ``floydd init``, for joins and
+    renewals it admits; every voter holds the CA key). Nodes renew theirs by themselves."""
+    cert_renew_before: float = 0.0
+    """Seconds before its certificate expires that a node renews it; 0: when a third of the
+    certificate's life is left (four months of a year)."""
+    join_attempts_per_minute: float = 10.0
+    """Join attempts a voter accepts from one address a minute (and up to as many at once);
+    more get HTTP 429 with Retry-After. Every attempt is logged."""
 
     @property
     def socket_path(self) -> Path:
@@ -224,6 +252,15 @@ def _coerce(name: str, value: Any, f: dataclasses.Field) -> Any:
             return float(value)
         if kind == "int":
             return int(value)
+        if kind == "bool":
+            if isinstance(value, str):
+                word = value.strip().lower()
+                if word not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                    raise ValueError(value)
+                return word in ("1", "true", "yes", "on")
+            if not isinstance(value, bool):
+                raise TypeError(value)
+            return value
         return str(value)
     except (TypeError, ValueError):
         raise UserError(f"config value {name}={value!r} is not a valid {kind}",

@@ -6,6 +6,8 @@
     │   ├── InvalidSpec              malformed --data, --param, empty command, ...
     │   └── UnsafePath               traversal, absolute paths, special files, links leaving a tree
     ├── Unauthorized                 no or a wrong API token on TCP (401)
+    ├── Forbidden                    known caller, not allowed to do this (a box speaking for another,
+    │                                a user stopping someone else's job) (403)
     ├── NotFound                     a dataset, version, job, project or object that does not exist (404)
     ├── Conflict                     already exists / immutable / in use / daemon already running (409)
     ├── StoreError                   the store itself
@@ -31,6 +33,7 @@ __all__ = [
     "InvalidSpec",
     "UnsafePath",
     "Unauthorized",
+    "Forbidden",
     "NotFound",
     "Conflict",
     "StoreError",
@@ -87,6 +90,11 @@ class Unauthorized(FloyddError):
     status = 401
 
 
+class Forbidden(FloyddError):
+    code = "forbidden"
+    status = 403
+
+
 class NotFound(FloyddError):
     code = "not_found"
     status = 404
@@ -127,7 +135,7 @@ class InternalError(FloyddError):
 
 
 _BY_NAME = {cls.__name__: cls for cls in (
-    FloyddError, UserError, InvalidName, InvalidSpec, UnsafePath, Unauthorized, NotFound, Conflict,
+    FloyddError, UserError, InvalidName, InvalidSpec, UnsafePath, Unauthorized, Forbidden, NotFound, Conflict,
     StoreError, IntegrityError, Untrusted, StoreFull, Unavailable, InternalError)}
 
 

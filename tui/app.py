@@ -173,14 +173,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--refresh", type=float, default=1.0, metavar="SECONDS",
                         help="seconds between polls of the daemon (default 1.0)")
     parser.add_argument("--serve", nargs="?", const="127.0.0.1:8000", default=None, metavar="HOST:PORT",
-                        help="serve the TUI to a browser with textual-serve (default 127.0.0.1:8000)")
+                        help="serve the TUI to a browser with textual-serve (default 127.0.0.1:8000); "
+                             "the URL printed at start carries the token it asks for")
+    parser.add_argument("--host", default=None, metavar="ADDRESS",
+                        help="with --serve: listen on ADDRESS instead of 127.0.0.1 (it warns)")
     args = parser.parse_args(argv)
     if args.refresh <= 0:
         parser.error("--refresh must be positive")
     if args.serve is not None:
         from floydd.tui.serve import serve
 
-        serve(args.serve, args.refresh)
+        serve(args.serve, args.refresh, host=args.host)
         return
     from floydd.tui.connection import Reconnecting
 

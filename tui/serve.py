@@ -1,40 +1,75 @@
 """``floyd top --serve``: the same TUI in a browser, through textual-serve.
 
 textual-serve starts one ``python -m floydd.tui`` per browser tab and streams
-it over a websocket; each tab has its own poller. It listens on loopback unless
-told otherwise, because whoever opens the page can stop and restart jobs as the
-user who ran it.
+it over a websocket; each tab has its own poller. Whoever opens the page can stop
+and restart jobs as the user who ran it, so it listens on loopback unless told
+otherwise (and then warns), and every request needs the token printed at start,
+our own Host and our own Origin (:mod:`floydd.tui.serve_guard`). textual-serve has no
+hook for that; :class:`GuardedServer` adds the check to the aiohttp app it builds.
 """
 
 from __future__ import annotations
 
+import secrets
 import shlex
+import socket
 import sys
 
-__all__ = ["serve", "parse_address"]
+from floydd.tui.serve_guard import Guard, allowed_netlocs, guard_middleware, is_loopback, machine_names, netloc
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+__all__ = ["serve", "parse_address", "make_guard"]
 
 
-def parse_address(where: str) -> tuple[str, int]:
-    """``"HOST:PORT"``, ``":PORT"`` or ``"PORT"`` -> (host, port); the host defaults to loopback."""
-    host, _, port = where.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
+def parse_address(where: str, host: str | None = None) -> tuple[str, int]:
+    """``"HOST:PORT"``, ``":PORT"`` or ``"PORT"`` -> (host, port); ``host`` (``--host``)
+    wins; the host defaults to loopback."""
+    given, _, port = where.rpartition(":")
+    host = (host or given).strip("[]") or "127.0.0.1"
     try:
         number = int(port)
     except ValueError:
-        raise SystemExit(f"floyd top: --serve wants HOST:PORT, not {where!r}") from None
+        raise SystemExit(f"floyd top: --serve wants [HOST:]PORT, not {where!r}") from None
     if not 0 < number < 65536:
         raise SystemExit(f"floyd top: port {number} is out of range")
     return host, number
 
 
-def serve(where: str, refresh: float) -> None:
-    from textual_serve.server import Server
+def make_guard(host: str, port: int, *, token: str | None = None) -> Guard:
+    """The checks for a server on ``host:port`` (a fresh token unless given)."""
+    everywhere = host.strip("[]") in ("0.0.0.0", "::")
+    names = machine_names() if everywhere else ()
+    public = netloc(socket.gethostname() if everywhere else host, port)
+    return Guard(token=token or secrets.token_urlsafe(24), session=secrets.token_urlsafe(32),
+                 cookie_name=f"floyd-top-{port}", allowed=allowed_netlocs(host, port, machine_names=names),
+                 public=public)
 
-    host, port = parse_address(where)
-    if host not in _LOOPBACK:
-        print(f"floyd top: serving on {host}:{port}; anyone who can reach it can stop and restart "
-              "your jobs (there is no login)", file=sys.stderr)
+
+def serve(where: str, refresh: float, host: str | None = None) -> None:
+    try:
+        from textual_serve.server import Server
+    except ImportError:
+        raise SystemExit("error: serving the TUI needs textual-serve, which is not installed\n"
+                         f"  hint: pip install 'floydd[serve]' (or textual-serve) into {sys.prefix}") from None
+
+    class GuardedServer(Server):
+        """textual-serve's server with :func:`guard_middleware` on its app, and our own
+        start-up line (the URL with the token)."""
+
+        async def _make_app(self):
+            app = await super()._make_app()
+            app.middlewares.append(guard_middleware(guard))
+            return app
+
+        async def on_startup(self, app) -> None:
+            print(f"floyd top: serving on {self.public_url}/?token={guard.token}", file=sys.stderr, flush=True)
+            print("floyd top: open that URL (the token lets your browser in); Ctrl-C stops",
+                  file=sys.stderr, flush=True)
+
+    host, port = parse_address(where, host)
+    guard = make_guard(host, port)
+    if not is_loopback(host):
+        print(f"floyd top: warning: serving on {host}:{port}, beyond this machine; whoever has the URL "
+              "with its token can stop and restart your jobs", file=sys.stderr, flush=True)
     command = shlex.join([sys.executable, "-m", "floydd.tui", "--refresh", f"{refresh:g}"])
-    Server(command, host=host, port=port, title="floyd top").serve()
+    GuardedServer(command, host=host, port=port, title="floyd top",
+                  public_url=f"http://{guard.public}").serve()

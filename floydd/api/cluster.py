@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
 
 from floydd.api import keys
-from floydd.api.request import body, reply
+from floydd.api.request import acting_user, body, caller, reply
+from floydd.cluster.trust import MAX_TTL_S, token_state
 from floydd.errors import Conflict, UserError
 
 routes = web.RouteTableDef()
 
-MAX_TTL = 365 * 24 * 3600.0
-"""The longest a join token may stay valid (seconds)."""
+MAX_TTL = MAX_TTL_S
+"""The longest a join token may stay valid (seconds): 30 days."""
 
 
 @routes.get("/v1/cluster")
@@ -27,18 +30,46 @@ async def cluster(request: web.Request) -> web.Response:
 
 @routes.post("/v1/cluster/tokens")
 async def create_token(request: web.Request) -> web.Response:
-    """A one-time join token; only the node holding the cluster CA can make them."""
+    """A one-time join token, made on any voter (a replicated record: any voter redeems it)."""
     ttl = (await body(request)).get("ttl", 24 * 3600)
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= MAX_TTL:
-        raise UserError(f"ttl {str(ttl)[:40]} must be a number of seconds above 0, at most {MAX_TTL:.0f} (a year)",
+        raise UserError(f"ttl {str(ttl)[:40]} must be a number of seconds above 0, at most {MAX_TTL:.0f} (30 days)",
                         hint="e.g. --ttl 3600")
+    tokens = _tokens(request)
+    return reply({"token": await tokens.create(float(ttl), made_by=caller(request)), "ttl": ttl}, status=201)
+
+
+@routes.get("/v1/cluster/tokens")
+async def list_tokens(request: web.Request) -> web.Response:
+    """Every join token the cluster keeps (a spent one for a week), with its state."""
+    now = time.time()
+    return reply([{**t, "state": token_state(t, now)} for t in await _tokens(request).list()])
+
+
+@routes.delete("/v1/cluster/tokens/{token_id}")
+async def revoke_token(request: web.Request) -> web.Response:
+    """Revoke a join token: no voter accepts it afterwards."""
+    record = await _tokens(request).revoke(request.match_info["token_id"], by=caller(request))
+    return reply({**record, "state": token_state(record, time.time())})
+
+
+def _tokens(request: web.Request):
     tokens = request.app[keys.TOKENS]
     if tokens is None:
-        if not request.app[keys.CLUSTER].transport.advertise:
-            raise Conflict("this box is not set up for other boxes to join yet",
-                           hint="stop the daemon (floydd stop), run floydd init, start it again, then make a token")
-        raise Conflict("this node does not hold the cluster CA", hint="make tokens on the node that ran floydd init")
-    return reply({"token": await tokens.create(float(ttl)), "ttl": ttl}, status=201)
+        raise Conflict("this box is not set up for other boxes to join yet",
+                       hint="stop the daemon (floydd stop), run floydd init, start it again, then make a token")
+    return tokens
+
+
+@routes.post("/v1/cluster/remove")
+async def remove(request: web.Request) -> web.Response:
+    """``floydd remove NODE``: take a node out of raft, tombstone it, revoke its certificates;
+    an admin's command (checked by every box: :mod:`floydd.cluster.authz`)."""
+    node = (await body(request)).get("node")
+    if not isinstance(node, str) or not node:
+        raise UserError("node must be a node id", hint="floydd members lists the ids")
+    await request.app[keys.CLUSTER].remove_node(node, user=acting_user(request))
+    return reply({"removed": node})
 
 
 @routes.post("/v1/cluster/leave")

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.params import text_field
-from floydd.api.request import body, check_dest, ndjson, reply, restore_into
+from floydd.api.request import acting_user, body, check_dest, ndjson, reply, restore_into
 from floydd.api.tarstream import received_folder, send_tree
 from floydd.cluster.storecare import named_trees, repair_damaged
 from floydd.errors import UserError
@@ -101,7 +101,7 @@ async def _ingest(request: web.Request, name, path, message: str, idem_key: str)
 
     async def register(result) -> dict:
         version = await catalog.register(name, str(result.tree), size=result.size, files=result.files,
-                                         message=message, idem_key=idem_key)
+                                         message=message, idem_key=idem_key, user=acting_user(request))
         return {"result": await catalog.wait_for_copies(version)}
     return await ndjson(request, snapshot, register)
 
@@ -131,7 +131,7 @@ async def delete(request: web.Request) -> web.Response:
     catalog = _catalog(request)
     parsed = DatasetRef.parse(ref)              # NAME: every version; NAME:latest: the newest one
     number = (await catalog.resolve(ref))["version"] if ref.endswith(":latest") else parsed.version
-    await catalog.delete(parsed.name, number)
+    await catalog.delete(parsed.name, number, user=acting_user(request))
     return reply({"deleted": ref})
 
 

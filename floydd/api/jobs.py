@@ -12,7 +12,7 @@ from aiohttp import web
 from floydd import logframe
 from floydd.api import keys
 from floydd.api.params import query_float, query_int
-from floydd.api.request import body, caller, check_dest, convert, error_event, ndjson, reply, restore_into, typed_body
+from floydd.api.request import acting_user, body, caller, check_dest, convert, error_event, ndjson, reply, restore_into, typed_body
 from floydd.api.tarstream import received_folder, send_tree
 from floydd.errors import Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
@@ -90,6 +90,9 @@ async def get_job(request: web.Request) -> web.Response:
         job["events"] = await service.events(key)
     except Unavailable as exc:  # the node that ran it is away: the job is still worth showing
         job["events"] = [{"ts": None, "kind": "note", "message": f"events unavailable: {exc.message}"}]
+    warning = service.runtime.sandboxing.warning
+    if warning:
+        job["warnings"] = [warning]
     return reply(job)
 
 
@@ -107,7 +110,7 @@ async def wait(request: web.Request) -> web.Response:
 
 @routes.post(_JOB + "/stop")
 async def stop(request: web.Request) -> web.Response:
-    return reply(await request.app[keys.JOBS].stop(_key(request)))
+    return reply(await request.app[keys.JOBS].stop(_key(request), user=acting_user(request)))
 
 
 @routes.post(_JOB + "/restart")
@@ -123,7 +126,7 @@ async def restart(request: web.Request) -> web.Response:
 
 @routes.delete(_JOB)
 async def delete(request: web.Request) -> web.Response:
-    return reply(await request.app[keys.JOBS].delete(_key(request)))
+    return reply(await request.app[keys.JOBS].delete(_key(request), user=acting_user(request)))
 
 
 @routes.get(_JOB + "/logs")

@@ -13,7 +13,8 @@ from aiohttp import web
 import floydd
 from floydd.api.request import reply
 from floydd.api.schemas import (Cluster, CodeUpload, Compare, DatasetDeleted, DatasetInfo, DatasetVersion, Error,
-                                GcReport, Info, Job, JoinToken, Left, Metrics, Node)
+                                GcReport, Info, Job, JoinToken, Left, Metrics, Node, Removed,
+                                TokenRecord)
 from floydd.api.cluster import MAX_TTL
 from floydd.api.jobs import MAX_LIST, MAX_WAIT
 from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
@@ -21,7 +22,8 @@ from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
 routes = web.RouteTableDef()
 
 _TYPES = (Submission, Restart, Error, Info, list[Node], Job, list[Job], Metrics, Compare, CodeUpload,
-          list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left)
+          list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Removed, list[TokenRecord],
+          TokenRecord)
 _REFS, COMPONENTS = msgspec.json.schema_components(_TYPES, ref_template="#/components/schemas/{name}")
 """One components table: the request bodies are the job model's types (:mod:`floydd.model`), which
 the API decodes with msgspec; the answers are :mod:`floydd.api.schemas`, which the contract test
@@ -148,10 +150,16 @@ PATHS = {
                                      body=_json(name=_TEXT, repair={"type": "boolean"}))},
     "/v1/store/gc": {"post": _op("Remove objects no version or running upload needs", GcReport)},
     "/v1/cluster": {"get": _op("Membership: this node, the leader, voters and learners", Cluster)},
-    "/v1/cluster/tokens": {"post": _op("Make a one-time join token (on the node holding the CA)", JoinToken,
+    "/v1/cluster/tokens": {"post": _op("Make a one-time join token (on any voter)", JoinToken,
                                        status="201", body=_json(ttl={"type": "number", "exclusiveMinimum": 0,
-                                                                     "maximum": MAX_TTL}))},
+                                                                     "maximum": MAX_TTL})),
+                           "get": _op("The cluster's join tokens (never their secrets)", list[TokenRecord])},
+    "/v1/cluster/tokens/{token_id}": {"delete": _op("Revoke a join token", TokenRecord, params=[
+        {"name": "token_id", "in": "path", "required": True, "schema": {"type": "string",
+                                                                      "pattern": "^[0-9a-f]{16}$"}}])},
     "/v1/cluster/leave": {"post": _op("Leave the cluster for good", Left)},
+    "/v1/cluster/remove": {"post": _op("Take another node out for good and revoke its certificate (admins)", Removed,
+                                       body=_json(node={"type": "string", "pattern": "^[0-9a-f]{16}$"}))},
     "/v1/openapi.json": {"get": _op("This document")},
 }
 

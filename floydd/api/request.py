@@ -6,6 +6,7 @@ import asyncio
 import errno
 import json
 import math
+import os
 import pwd
 import socket
 import struct
@@ -21,7 +22,7 @@ from floydd.api.params import check_json, too_deep
 from floydd.errors import FloyddError, InternalError, StoreFull, UserError
 from floydd.model import check_abs_path
 
-__all__ = ["body", "typed_body", "convert", "caller", "ndjson", "error_event", "Progress", "check_dest",
+__all__ = ["body", "typed_body", "convert", "caller", "acting_user", "ndjson", "error_event", "Progress", "check_dest",
            "restore_into", "reply", "dumps"]
 
 T = TypeVar("T")
@@ -101,6 +102,19 @@ def caller(request: web.Request) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def acting_user(request: web.Request) -> str:
+    """Whom a change is made for (stop, delete, floydd remove): :func:`caller` on the socket;
+    on TCP, where the caller holds this daemon's own API token, the daemon's user."""
+    return caller(request) or _daemon_user()
+
+
+def _daemon_user() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 class Cancelled(Exception):

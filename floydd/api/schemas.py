@@ -30,7 +30,7 @@ from floydd.model import Mount
 __all__ = [
     "Info", "Node", "Gpu", "Job", "JobRestart", "JobResources", "Part", "MetricSummary", "Event", "Metrics", "SystemSample",
     "Cluster", "Member", "DatasetVersion", "DatasetInfo", "DatasetEntry", "Compare", "CompareRow", "LastBest",
-    "CodeUpload", "JoinToken", "Left", "DatasetDeleted", "GcReport", "Error", "ErrorDetail",
+    "CodeUpload", "JoinToken", "TokenRecord", "Left", "Removed", "DatasetDeleted", "GcReport", "Error", "ErrorDetail",
     "JobState", "Health", "NodeRole", "MemberRole", "Point",
 ]
 
@@ -68,6 +68,10 @@ class Info:
     started: float = 0.0
     cluster: str = ""
     leader: str | None = None
+    sandbox_policy: str = ""
+    """``require``, ``prefer`` or ``off`` (config ``sandbox``, :mod:`floydd.runtime.sandboxing`)."""
+    sandbox_warning: str | None = None
+    """One sentence when jobs here run (or cannot run) without a sandbox."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,6 +226,9 @@ class Job:
     restart: JobRestart | None = None
     reruns: int = 0
     unknown_since: float | None = None
+    warnings: tuple[str, ...] = ()
+    """What the answering box has to say about running jobs (submit and ``GET`` of one job):
+    today, that its jobs run without a sandbox (:mod:`floydd.runtime.sandboxing`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -299,6 +306,8 @@ class Member:
     status: str | None
     health: Health
     match: int | None = None
+    cert_expires: float | None = None
+    """When the member's current node certificate expires (unix seconds; renewed well before)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -322,10 +331,34 @@ class JoinToken:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TokenRecord:
+    """``GET /v1/cluster/tokens`` (a list), ``DELETE /v1/cluster/tokens/{id}``: a join token as
+    the cluster keeps it, never its secret. ``state``: valid, used, expired or revoked."""
+
+    id: str
+    state: Literal["valid", "used", "expired", "revoked"]
+    created: float
+    expires: float
+    made_by: str
+    made_on: str
+    used: float | None = None
+    used_by: str | None = None
+    revoked: float | None = None
+    revoked_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Left:
     """``POST /v1/cluster/leave``: the id of the node that left."""
 
     left: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Removed:
+    """``POST /v1/cluster/remove``: the node taken out of the cluster; its certificates are revoked."""
+
+    removed: str
 
 
 # -- datasets and the store ------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""Operator verbs for the cluster: ``floydd init``, ``token create``, ``join``, ``members``,
-``leave``, ``recover``."""
+"""Operator verbs for the cluster: ``floydd init``, ``token create|list|revoke``, ``join``,
+``members``, ``leave``, ``recover``."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 
 import click
@@ -13,8 +14,9 @@ from floydd.cli.common import echo_json, handle_errors
 from floydd.client import Client
 from floydd.config import load
 from floydd.errors import Conflict, InvalidSpec, UserError
+from floydd.security.owned_dirs import claim_state_dir
 
-__all__ = ["init", "token", "join", "members", "leave", "recover"]
+__all__ = ["init", "token", "join", "members", "leave", "remove", "recover"]
 
 
 def _state_option(fn):
@@ -62,10 +64,11 @@ def init(state_dir, cluster_name, listen, advertise, seeds) -> None:
     _host, port = split_address(listen)
     advertise = advertise or f"{guess_address()}:{port}"
     adv_host, _ = split_address(advertise)
-    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    ca, identity = init_cluster(config.state_dir / "ca", config.state_dir / "tls", cluster_name, [adv_host])
+    claim_state_dir(config.state_dir)      # ours, 0700; one another user made first is refused
+    ca, identity = init_cluster(config.state_dir / "ca", config.state_dir / "tls", cluster_name, [adv_host],
+                                validity=config.cert_validity)
     write_settings(config.state_dir, ClusterSettings(name=cluster_name, listen=listen, advertise=advertise,
-                                                     seeds=list(seeds), pending="bootstrap"))
+                                                     seeds=list(seeds), pending="bootstrap", admin=_me()))
     click.echo(f"cluster {cluster_name} created: CA {ca.short_fingerprint}, this node {identity.node_id}")
     click.echo(f"start the daemon (floydd start) to listen on {listen}, then `floydd token create` "
                "here and `floydd join TOKEN` on the next box")
@@ -80,7 +83,7 @@ def _parse_ttl(text: str) -> float:
 
 @click.group()
 def token() -> None:
-    """One-time join tokens for new nodes."""
+    """One-time join tokens for new nodes (made, listed and revoked on any voter)."""
 
 
 @token.command(name="create")
@@ -91,7 +94,44 @@ def token_create(state_dir, ttl) -> None:
     """Print a one-time join token carrying the cluster CA's fingerprint."""
     answer = _client(_config(state_dir)).create_token(_parse_ttl(ttl))
     click.echo(answer["token"])
-    click.echo(f"on the new box: floydd join {answer['token']}   (works once, for {ttl})", err=True)
+    click.echo(f"on the new box: floydd join {answer['token']}   (works once, for {ttl}; if this box is down, "
+               "add the address of another voter: floydd join TOKEN HOST:PORT)", err=True)
+
+
+@token.command(name="list")
+@_state_option
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+@handle_errors
+def token_list(state_dir, as_json) -> None:
+    """The cluster's join tokens: id, who made it where, expiry, and which node used it (or revoked)."""
+    tokens = _client(_config(state_dir)).tokens()
+    if as_json:
+        echo_json(tokens)
+        return
+    if not tokens:
+        click.echo("no join tokens (floydd token create makes one)")
+        return
+    click.echo(f"{'ID':<16}  {'STATE':<8} {'MADE':<16} {'BY':<12} {'ON':<16} {'EXPIRES':<16} USED BY / REVOKED")
+    for t in tokens:
+        used = (f"node {t['used_by']} at {_when(t['used'])}" if t.get("used") is not None else
+                f"revoked at {_when(t['revoked'])} by {t.get('revoked_by') or '?'}" if t.get("revoked") is not None
+                else "-")
+        click.echo(f"{t['id']:<16}  {t['state']:<8} {_when(t['created']):<16} {t['made_by'] or '?':<12} "
+                   f"{t['made_on'] or '?':<16} {_when(t['expires']):<16} {used}")
+
+
+@token.command(name="revoke")
+@_state_option
+@click.argument("token_id", metavar="ID")
+@handle_errors
+def token_revoke(state_dir, token_id) -> None:
+    """Revoke join token ID (the third part of the token, as floydd token list shows it)."""
+    record = _client(_config(state_dir)).revoke_token(token_id)
+    click.echo(f"join token {record['id']} revoked: no voter accepts it any more")
+
+
+def _when(ts: float | None, shape: str = "%Y-%m-%d %H:%M") -> str:
+    return "-" if ts is None else time.strftime(shape, time.localtime(ts))
 
 
 @click.command()
@@ -124,7 +164,7 @@ def join(state_dir, join_token, address, listen, advertise, seeds) -> None:
     _host, port = split_address(listen)
     advertise = advertise or f"{guess_address()}:{port}"
     adv_host, _ = split_address(advertise)
-    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    claim_state_dir(config.state_dir)      # ours, 0700; one another user made first is refused
     check_can_join(config.state_dir)
     identity = NodeIdentity.load_or_create(config.state_dir / "tls")
     result = asyncio.run(do_join(join_token, target, identity.node_id, identity.key, addresses=[adv_host]))
@@ -140,8 +180,9 @@ def join(state_dir, join_token, address, listen, advertise, seeds) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def members(state_dir, as_json) -> None:
-    """The cluster's nodes with their raft role (voter, learner), the leader, and each one's health
-    (the same word as ``floyd nodes``: healthy, suspect, stale, off...)."""
+    """The cluster's nodes with their raft role (voter, learner), the leader, each one's health
+    (the same word as ``floyd nodes``: healthy, suspect, stale, off...) and when its node
+    certificate expires (renewed by itself well before)."""
     data = _client(_config(state_dir)).cluster()
     if as_json:
         echo_json(data)
@@ -149,7 +190,9 @@ def members(state_dir, as_json) -> None:
     for m in data["members"]:
         role = "leader" if m["leader"] else m["role"]
         here = "  (this node)" if m["id"] == data["node_id"] else ""
-        click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['health']}{here}")
+        expires = f"cert until {_when(m['cert_expires'], '%Y-%m-%d %H:%M:%S')}" if m.get("cert_expires") else "cert -"
+        click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['health']:<8} "
+                   f"{expires}{here}")
     if not data["initialised"]:
         click.echo("this box is a cluster of one: `floydd init` lets other boxes join it, keeping its jobs and data")
 
@@ -164,6 +207,31 @@ def leave(state_dir, yes) -> None:
         click.confirm("leave the cluster for good? this node's certificate will be refused afterwards", abort=True)
     answer = _client(_config(state_dir)).leave()
     click.echo(f"node {answer['left']} left the cluster")
+
+
+@click.command()
+@_state_option
+@click.argument("node_id", metavar="NODE")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask.")
+@handle_errors
+def remove(state_dir, node_id, yes) -> None:
+    """Take NODE (its id, from floydd members) out of the cluster for good and revoke its
+    certificate: every box refuses it from then on (a stolen or retired box). Admins only."""
+    if not yes:
+        click.confirm(f"remove node {node_id} for good? it must join again with a new token", abort=True)
+    answer = _client(_config(state_dir)).remove_node(node_id)
+    click.echo(f"node {answer['removed']} removed; its certificate is refused by every box "
+               "(to protect data it could read, see docs/operations.md: a stolen box)")
+
+
+def _me() -> str:
+    """The user running this command (recorded as the admin by floydd init)."""
+    import os
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 @click.command()

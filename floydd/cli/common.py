@@ -17,6 +17,7 @@ from floydd.cli import exits
 from floydd.client import Client
 from floydd.config import default_state_dir, socket_path_for
 from floydd.errors import FloyddError, Unavailable
+from floydd.security.owned_dirs import claim_state_dir, open_private_file
 
 __all__ = ["connect", "handle_errors", "echo_json", "fail", "human_bytes", "human_duration", "SYSTEM_STATE_DIR"]
 
@@ -50,9 +51,10 @@ def connect(*, autostart: bool = True) -> Client:
 
 
 def _start_background(state_dir: Path, client: Client) -> None:
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    claim_state_dir(state_dir)          # a state dir another user made first is refused
     log_path = state_dir / "floydd.log"
-    with open(log_path, "ab") as logf:
+    # never through a link someone planted: the daemon's output would go where it points
+    with os.fdopen(open_private_file(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as logf:
         proc = subprocess.Popen([sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir", str(state_dir)],
                                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)

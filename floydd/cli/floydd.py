@@ -41,8 +41,9 @@ def _config_options(fn):
 @cli.command()
 @_config_options
 @click.option("--tcp", default=None, metavar="HOST:PORT", help="Also serve the API on loopback TCP (token needed).")
-@click.option("--sandbox", type=click.Choice(["auto", "bwrap", "none"]), default=None,
-              help="Run jobs in bubblewrap (auto: when it works).")
+@click.option("--sandbox", type=click.Choice(["auto", "require", "prefer", "bwrap", "none"]), default=None,
+              help="Run jobs in bubblewrap: require it, prefer it (unsandboxed, loudly, when it does not "
+                   "work), or auto (require when serving others, else prefer).")
 @click.option("--node-name", default=None, help="Name of this node (default: host name).")
 @click.option("--dev-fake-gpus", default=None, metavar="SPEC",
               help="DEV/TEST ONLY: pretend to have GPUs, e.g. 2 or 4xA100-80GB.")
@@ -75,6 +76,8 @@ def status(state_dir, config_file, as_json) -> None:
         return
     click.echo(f"floydd {info['version']} on {info['node']}: up {human_duration(info['uptime'])}, pid {info['pid']}")
     click.echo(f"state {info['state_dir']}  socket {info['socket']}  sandbox {info['sandbox']}")
+    if info.get("sandbox_warning"):
+        click.echo(f"warning: {info['sandbox_warning']}", err=True)
     for n in nodes:
         click.echo(f"node {n['name']}  {n['role']}  {n['health']}  {n['cpus']} CPUs  {len(n['gpus'])} GPUs "
                    f"({n['gpu_source']})  running jobs: {info['running']}")
@@ -146,7 +149,8 @@ def repair(state_dir, config_file, dry_run) -> None:
     click.echo(f"repaired: floydd can start (floydd start --state-dir {config.state_dir})")
 
 
-for _command in (cluster.init, cluster.token, cluster.join, cluster.members, cluster.leave, cluster.recover):
+for _command in (cluster.init, cluster.token, cluster.join, cluster.members, cluster.leave, cluster.remove,
+                 cluster.recover):
     cli.add_command(_command)
 
 

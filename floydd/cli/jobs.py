@@ -172,6 +172,8 @@ def info(job, as_json) -> None:
     width = max(len(k) for k, _ in lines)
     for k, v in lines:
         click.echo(f"{k:<{width}}  {v}")
+    for warning in j.get("warnings") or ():
+        click.echo(f"warning: {warning}", err=True)
     if j.get("parts"):
         click.echo("parts:")
         for p in j["parts"]:

@@ -135,6 +135,8 @@ def _submit(client, body: dict, attempts: int = 3) -> dict:
 
 
 def _announce(job: dict, as_json: bool) -> None:
+    for warning in job.get("warnings") or ():   # e.g. jobs on this box run without a sandbox
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         echo_json(job)
         return

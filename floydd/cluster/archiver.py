@@ -98,7 +98,8 @@ class Archiver:
                       after=config.archive_after, batch=min(config.archive_batch, MAX_ARCHIVE))
         if not keys:
             return 0
-        result = await self.service.driver.propose({"op": "job.archive", "jobs": keys, "ts": self._clock()})
+        result = await self.service.driver.propose({"op": "job.archive", "jobs": keys, "ts": self._clock()},
+                                                   fenced=True)      # a leader action (authz)
         moved = len(result["archived"])
         _log.info("[%s] archived %d finished jobs (%s ... %s)", self.service.node_id, moved, keys[0], keys[-1])
         return moved

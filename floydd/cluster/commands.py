@@ -15,7 +15,7 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     node.health           id, status (up|draining|off|down), usage?,        being a set
                           procs? (its live runs: [{job, attempt, gpus}]);
                           or the leader's status suspect (lost touch)
-    node.remove           id                                                tombstone
+    node.remove           id, user? (an operator's floydd remove)           tombstone
     job.submit            idem_key, project, spec, origin?, user?, number?  idem_key
                           (number: a box's queued job from before it had a
                           control plane keeps its own; else the next one)
@@ -24,14 +24,26 @@ turn it into the bytes of a raft entry. Nothing is pickled.
                           summary?, waiting_for?, stop_requested?, attempt?,
                           node?, rank?, endpoint?, silent? (the leader: the
                           boxes out of touch), note? (a box's line for the
-                          history, also about an older attempt)
-    job.delete            job                                               NotFound on retry
+                          history, also about an older attempt), user? (who
+                          asked for a stop)
+    job.delete            job, user?                                        NotFound on retry
     job.archive           jobs (keys of finished jobs, at most 1,000)       moving what is there
     project.reserve       project, number (later jobs are numbered above)   being a max
     dataset.add_version   name, tree, size?, files?, message?, node?,       idem_key
-                          idem_key?
-    dataset.delete        name, version? (None: every version)              NotFound on retry
+                          idem_key?, user?
+    dataset.delete        name, version? (None: every version), user?       NotFound on retry
     dataset.holders       name, version, node, holds                        being a set
+    token.create          id, secret_sha256, expires, made_by?, made_on?    Conflict on retry
+    token.use             id, secret_sha256, node, serial, not_after        used once (join)
+    token.revoke          id, by?                                           being a set
+    node.cert             id, serial, not_after (a renewed certificate)     being a set
+    (floydd.cluster.trust: join tokens and members' certificates)
+    admin.grant           user (the person who made the cluster; issue 14)  being a set
+
+Every command the leader appends also carries ``proposer``: the node id of the box that
+proposed it, taken from its verified certificate when the leader accepted it (never from
+the body), or the leader's own id. :mod:`floydd.cluster.authz` decides on apply, from it
+and the state, whether that box (and the ``user`` it speaks for) may say the command.
 
 Membership changes are not commands of the state machine: they travel as raft conf
 changes; :data:`CONF_OP` (``raft.conf``) names them when forwarded to the leader.
@@ -61,14 +73,14 @@ _DICT = (dict,)
 _LIST = (list, tuple)
 _BOOL = (bool,)
 
-# op -> field -> (accepted types, required). ``op``, ``ts`` (and ``term``) are implied for every op.
+# op -> field -> (accepted types, required). ``op``, ``ts`` (and ``term``, ``proposer``) are implied for every op.
 _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "node.upsert": {"id": (_STR, True), "name": (_STR, True), "address": (_STR, True),
                     "cluster_port": (_INT, True), "api_port": (_OPT_INT, False),
                     "resources": (_DICT, False), "labels": (_DICT, False), "rejoin": (_BOOL, False),
                     "procs": (_LIST, False)},
     "node.health": {"id": (_STR, True), "status": (_STR, True), "usage": (_DICT, False), "procs": (_LIST, False)},
-    "node.remove": {"id": (_STR, True)},
+    "node.remove": {"id": (_STR, True), "user": (_STR, False)},
     "job.submit": {"idem_key": (_STR, True), "project": (_STR, True), "spec": (_DICT, True),
                    "origin": (_STR, False), "user": (_STR, False), "number": (_INT, False)},
     "job.place": {"job": (_STR, True), "node": (_STR, True), "gpus": (_LIST, True), "parts": (_LIST, False)},
@@ -76,16 +88,24 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
                    "exit_code": (_OPT_INT, False), "output_version": (_OPT_STR, False),
                    "summary": (_DICT, False), "waiting_for": (_STR, False), "stop_requested": (_STR, False),
                    "attempt": (_INT, False), "node": (_STR, False), "rank": (_INT, False),
-                   "endpoint": (_STR, False), "silent": (_LIST, False), "note": (_STR, False)},
-    "job.delete": {"job": (_STR, True)},
+                   "endpoint": (_STR, False), "silent": (_LIST, False), "note": (_STR, False),
+                   "user": (_STR, False)},
+    "job.delete": {"job": (_STR, True), "user": (_STR, False)},
     "job.archive": {"jobs": (_LIST, True)},
     "project.reserve": {"project": (_STR, True), "number": (_INT, True)},
     "dataset.add_version": {"name": (_STR, True), "tree": (_STR, True), "size": (_INT, False),
                             "files": (_INT, False), "message": (_STR, False), "node": (_STR, False),
-                            "idem_key": (_STR, False)},
-    "dataset.delete": {"name": (_STR, True), "version": (_OPT_INT, False)},
+                            "idem_key": (_STR, False), "user": (_STR, False)},
+    "dataset.delete": {"name": (_STR, True), "version": (_OPT_INT, False), "user": (_STR, False)},
     "dataset.holders": {"name": (_STR, True), "version": (_INT, True), "node": (_STR, True),
                         "holds": (_BOOL, True)},
+    "token.create": {"id": (_STR, True), "secret_sha256": (_STR, True), "expires": (_NUM, True),
+                     "made_by": (_STR, False), "made_on": (_STR, False)},
+    "token.use": {"id": (_STR, True), "secret_sha256": (_STR, True), "node": (_STR, True),
+                  "serial": (_STR, True), "not_after": (_NUM, True)},
+    "token.revoke": {"id": (_STR, True), "by": (_STR, False)},
+    "node.cert": {"id": (_STR, True), "serial": (_STR, True), "not_after": (_NUM, True)},
+    "admin.grant": {"user": (_STR, True)},
 }
 OPS = frozenset(_SCHEMAS)
 FENCED_OPS = frozenset({"job.place"})
@@ -112,7 +132,9 @@ def check(command: object) -> dict[str, Any]:
     term = command.get("term")
     if (term is not None or op in FENCED_OPS) and (type(term) is not int or term < 0):
         raise InvalidSpec(f"{op}: term (the leader's fencing token) must be a non-negative int")
-    extra = set(command) - set(schema) - {"op", "ts", "term"}
+    if "proposer" in command and not isinstance(command["proposer"], str):
+        raise InvalidSpec(f"{op}: proposer (the proposing node's id) must be a string")
+    extra = set(command) - set(schema) - {"op", "ts", "term", "proposer"}
     if extra:
         raise InvalidSpec(f"{op}: unknown fields {', '.join(sorted(extra))}")
     for name, (types, required) in schema.items():

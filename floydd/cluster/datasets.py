@@ -148,13 +148,13 @@ class ClusterDatasets:
                                 progress=progress)
 
     async def register(self, name: str, tree: str, *, size: int, files: int, message: str = "",
-                       idem_key: str | None = None) -> dict:
+                       idem_key: str | None = None, user: str = "") -> dict:
         """Commit ``tree`` (stored here) as the next version of ``name``, held by this node,
         and mirror it into the local catalog under the cluster's number. The same
         ``idem_key`` always gives the same version."""
         check_name(name)
         version = await self.cluster.add_dataset_version(name, tree, idem_key=idem_key, size=size, files=files,
-                                                         message=message)
+                                                         message=message, user=user)
         await self._mirror(version, committed=True)
         _log.info("[%s] registered %s (tree %s)", self.node_id, version["ref"], tree[:12])
         return _public(version)
@@ -175,12 +175,13 @@ class ClusterDatasets:
             except asyncio.TimeoutError:
                 pass
 
-    async def delete(self, name: str, version: int | None = None) -> int:
-        """Delete one version or the whole dataset, on every node; how many versions went."""
+    async def delete(self, name: str, version: int | None = None, *, user: str = "") -> int:
+        """Delete one version or the whole dataset, on every node, for ``user`` (who added
+        them, or an admin: :mod:`floydd.cluster.authz`); how many versions went."""
         ref = name if version is None else f"{name}:{version}"
         await self.resolve(ref)         # NotFound with the versions there are
         gone = len([v for v in await self.cluster.datasets() if v["name"] == name]) if version is None else 1
-        await self.cluster.delete_dataset(name, version)
+        await self.cluster.delete_dataset(name, version, user=user)
         return gone
 
     async def import_local(self) -> int:

@@ -75,6 +75,7 @@ from typing import Any, AsyncIterator, Callable, Iterable
 from floydd import log
 from floydd.cluster import commands
 from floydd.cluster._futures import settle
+from floydd.cluster.authz import authorize_conf, joining_may_propose
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.membership import MembershipMixin, check_conf
 from floydd.cluster.raft import (ConfChange, ConfState, Entry, EntryKind, HardState, InstallSnapshot,
@@ -83,7 +84,7 @@ from floydd.cluster.raft.sqlite_storage import SqliteStorage
 from floydd.cluster.reads import ReadsMixin
 from floydd.cluster.state import ClusterState
 from floydd.cluster.transport import Transport
-from floydd.errors import FloyddError, InternalError, InvalidSpec, Unavailable
+from floydd.errors import FloyddError, Forbidden, InternalError, InvalidSpec, Unavailable
 from floydd.tasks import cancel_and_wait
 
 __all__ = ["RaftDriver", "DriverStatus", "Applied"]
@@ -217,15 +218,24 @@ class RaftDriver(ReadsMixin, MembershipMixin):
         if node is not None:
             self._submit(lambda: [node.step(m) for m in messages])
 
-    async def on_propose(self, cmd: Any, timeout: float, forwarded: bool = True) -> Any:
+    async def on_propose(self, cmd: Any, timeout: float, forwarded: bool = True, *, peer: str | None = None,
+                         joining: bool = False) -> Any:
+        """A command ``peer`` (the verified certificate's node id) asks this node, the leader,
+        to commit. It goes in stamped with ``peer`` as its proposer, whatever the body says;
+        a box whose join has not completed (``joining``) may only announce itself. Never
+        relayed further (``forwarded`` is kept for older senders): a relay would be the
+        proposer, so a node that is not the leader answers ProposalDropped naming it."""
         if not isinstance(cmd, dict):
             raise InvalidSpec("a proposal is a command dict")
         if "term" in cmd or cmd.get("op") in commands.FENCED_OPS:
             raise InvalidSpec(f"{cmd.get('op')} is a leader action: it is never forwarded",
                               hint="the leader proposes it itself, fenced by its term")
-        if forwarded:       # one hop at most: the forwarder retries on the leader it learns of
-            return await self._propose_here(cmd, False, timeout)
-        return await self.propose(cmd, timeout=timeout)
+        proposer = peer or self.node_id
+        if joining and not joining_may_propose(cmd, proposer):
+            _log.warning("[%s] refused %s from %s: its join has not completed", self.node_id, cmd.get("op"), proposer)
+            raise Forbidden(f"node {proposer} is not a member yet: it may only announce itself",
+                            code="not_a_member", hint="start the daemon on the joined box; it completes the join")
+        return await self._propose_here(cmd, False, timeout, proposer=proposer)
 
     async def on_read(self, query: str, args: dict, timeout: float) -> Any:
         return await self.answer_read(query, args, timeout)
@@ -327,10 +337,22 @@ class RaftDriver(ReadsMixin, MembershipMixin):
             await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
             pause = min(pause * 2, 0.1)
 
-    async def _propose_here(self, cmd: dict, fenced: bool, timeout: float) -> Any:
+    async def _propose_here(self, cmd: dict, fenced: bool, timeout: float, *, proposer: str | None = None) -> Any:
+        """Put ``cmd`` in the log here (the leader), stamped with its ``proposer`` (this node
+        unless the transport says whose proposal it took)."""
         self._check_running()
+        cmd = {k: v for k, v in cmd.items() if k != "proposer"}
+        if cmd.get("op") != commands.CONF_OP:
+            cmd["proposer"] = proposer or self.node_id
         if cmd.get("op") == commands.CONF_OP:
             check_conf(cmd)
+            if self.is_leader:      # who may change the membership (not a state-machine command)
+                try:
+                    authorize_conf(self.state, cmd, proposer or self.node_id, self.node_id)
+                except Forbidden as exc:
+                    _log.warning("[%s] refused %s %s of %s: %s", self.node_id, cmd.get("op"), cmd.get("change"),
+                                 cmd.get("node"), exc)
+                    raise
         elif not fenced:
             commands.check(cmd)
         fut = asyncio.get_running_loop().create_future()
@@ -449,6 +471,10 @@ class RaftDriver(ReadsMixin, MembershipMixin):
                 try:
                     cmd = commands.decode(e.data)
                     result = self.state.apply(cmd, index=e.index, term=e.term)
+                except Forbidden as exc:     # the same refusal on every box: say who tried what
+                    error = exc
+                    _log.warning("[%s] refused entry %d (%s from %s): %s", self.node_id, e.index, cmd.get("op"),
+                                 cmd.get("proposer"), exc)
                 except FloyddError as exc:
                     error = exc
                 except Exception as exc:     # a bug; deterministic, so the same on every node

@@ -48,10 +48,28 @@ class MembershipMixin:
                            hint="use `floydd recover` to restart a survivor as a new cluster")
         return node.propose_conf_change(ConfChange(_CONF_OPS[change], target))
 
-    async def change_membership(self, change: str, node: str, *, timeout: float | None = None) -> None:
+    async def change_membership(self, change: str, node: str, *, timeout: float | None = None,
+                                user: str | None = None) -> None:
         """``add_learner`` / ``promote`` / ``remove`` ``node``, through the leader; a no-op
-        when it is already so."""
-        await self.propose({"op": commands.CONF_OP, "change": change, "node": node}, timeout=timeout)
+        when it is already so. ``user``: the admin whose command this is (``floydd remove``);
+        without one only the leader itself or the node about its own seat may ask
+        (:func:`floydd.cluster.authz.authorize_conf`)."""
+        cmd = {"op": commands.CONF_OP, "change": change, "node": node}
+        if user is not None:
+            cmd["user"] = user
+        await self.propose(cmd, timeout=timeout)
+
+    def in_conf(self, node_id: str | None) -> bool:
+        """Whether ``node_id`` is a voter or learner in the configuration this node knows
+        (checked on every node-to-node request: kept cheap); ``None``: whether it knows any
+        configuration at all (a blank node that is joining knows none)."""
+        node = self._node
+        if node is None:
+            return False
+        conf = node.tracker.conf
+        if node_id is None:
+            return bool(conf.voters)
+        return node_id in conf.voters or node_id in conf.learners
 
     async def transfer_leadership(self, to: str | None = None, *, timeout: float = 5.0) -> str | None:
         """Hand leadership to ``to`` (default: the most caught-up voter in contact); returns

@@ -48,12 +48,14 @@ from floydd import log
 from floydd.cluster import commands
 from floydd.cluster.archive_db import SqliteArchive
 from floydd.cluster.archiver import Archiver
+from floydd.cluster.authz import standing
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.driver import Applied, DriverStatus, RaftDriver
 from floydd.cluster.recover import recover as recover_log
 from floydd.cluster.state import ClusterState
+from floydd.cluster.raft import ProposalDropped
 from floydd.cluster.transport import Transport
-from floydd.errors import Conflict, FloyddError, Unavailable
+from floydd.errors import Conflict, FloyddError, NotFound, Unavailable
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import require_peer_cert, server_context
 from floydd.tasks import cancel_and_wait
@@ -104,8 +106,22 @@ class ClusterService:
         return self.transport.routes()
 
     def is_member_cert(self, node_id: str) -> bool:
-        """For ``require_peer_cert(is_member=...)``: refuses nodes removed for good."""
-        return node_id not in self.state.removed
+        """Whether ``node_id`` is a member now: in the node table or the raft configuration,
+        not removed."""
+        return node_id not in self.state.removed and (node_id in self.state.nodes or self.driver.in_conf(node_id))
+
+    def peer_standing(self, node_id: str, serial: str) -> str | None:
+        """For ``require_peer_cert(standing=...)``, on every node-to-node request: ``member``,
+        ``joining`` (may only announce itself) or None (refused). Set lookups only.
+
+        A node in no configuration yet (a box that has just joined, before the leader's first
+        entries or snapshot reach it) knows no members: it takes whom the cluster's CA vouches
+        for, as a raft learner must; it holds nothing of the cluster to give away yet."""
+        if not self.driver.running:
+            return None                 # not started yet (or stopped): nothing to serve anyone
+        if not self.driver.in_conf(None):
+            return "member"
+        return standing(self.state, _Conf(self.driver), node_id, serial)
 
     def on_discovered(self, peers: Iterable[Any]) -> None:
         """``Discovery(on_change=service.on_discovered)``: learn peers' addresses from mDNS
@@ -120,7 +136,7 @@ class ClusterService:
                     self.transport.set_peer(peer.node_id, endpoint)
 
     def create_app(self) -> web.Application:
-        app = web.Application(middlewares=[require_peer_cert(is_member=self.is_member_cert)],
+        app = web.Application(middlewares=[require_peer_cert(standing=self.peer_standing)],
                               client_max_size=64 << 20)     # raft batches; snapshots stream, uncapped
         app.add_routes(self.routes())
         return app
@@ -255,15 +271,22 @@ class ClusterService:
 
     async def update_job(self, job: str, *, timeout: float | None = None, **fields: Any) -> dict:
         """state, reason, exit_code, output_version, summary, waiting_for; ``attempt`` and
-        ``node`` fence the update to the current placement."""
+        ``node`` fence the update to the current placement (a box's report on its run);
+        ``user``: the person asking for a stop."""
         return await self._propose({"op": "job.update", "job": job, **fields}, timeout=timeout)
+
+    async def leader_update_job(self, job: str, *, timeout: float | None = None, **fields: Any) -> dict:
+        """Leader only: a job.update fenced by this leader's term (requeue, unknown, lost of the
+        jobs of silent boxes): the leader speaks for no box, so only its term vouches for it."""
+        return await self.driver.propose({"op": "job.update", "job": job, "ts": self._clock(), **fields},
+                                         timeout=timeout, fenced=True)
 
     async def reserve_numbers(self, project: str, number: int, *, timeout: float | None = None) -> int:
         """Number later jobs of ``project`` above ``number``; the project's counter after it."""
         return await self._propose({"op": "project.reserve", "project": project, "number": number}, timeout=timeout)
 
-    async def delete_job(self, job: str, *, timeout: float | None = None) -> None:
-        await self._propose({"op": "job.delete", "job": job}, timeout=timeout)
+    async def delete_job(self, job: str, *, user: str = "", timeout: float | None = None) -> None:
+        await self._propose({"op": "job.delete", "job": job, "user": user}, timeout=timeout)
 
     async def add_dataset_version(self, name: str, tree: str, *, idem_key: str | None = None,
                                   timeout: float | None = None, **fields: Any) -> dict:
@@ -272,15 +295,22 @@ class ClusterService:
             cmd["idem_key"] = idem_key
         return await self._propose(cmd, timeout=timeout)
 
-    async def delete_dataset(self, name: str, version: int | None = None, *, timeout: float | None = None) -> None:
-        """Drop one version (or, with ``version=None``, every version) from the catalog."""
-        await self._propose({"op": "dataset.delete", "name": name, "version": version}, timeout=timeout)
+    async def delete_dataset(self, name: str, version: int | None = None, *, user: str = "",
+                             timeout: float | None = None) -> None:
+        """Drop one version (or, with ``version=None``, every version) from the catalog, for
+        ``user`` (who added them, or an admin)."""
+        await self._propose({"op": "dataset.delete", "name": name, "version": version, "user": user},
+                            timeout=timeout)
 
     async def set_dataset_holder(self, name: str, version: int, *, holds: bool, node: str | None = None,
                                  timeout: float | None = None) -> dict:
-        """Record that ``node`` (this one by default) holds a version's data, or no longer does."""
-        return await self._propose({"op": "dataset.holders", "name": name, "version": version,
-                                    "node": node or self.node_id, "holds": holds}, timeout=timeout)
+        """Record that ``node`` (this one by default) holds a version's data, or no longer does;
+        about another node only the leader says so (fenced by its term)."""
+        cmd = {"op": "dataset.holders", "name": name, "version": version, "node": node or self.node_id,
+               "holds": holds}
+        if cmd["node"] != self.node_id:
+            return await self.driver.propose({**cmd, "ts": self._clock()}, timeout=timeout, fenced=True)
+        return await self._propose(cmd, timeout=timeout)
 
     async def job(self, job: str, *, stale: bool = False) -> dict:
         return await self.driver.read(lambda s: s.job(job), stale=stale)
@@ -309,7 +339,26 @@ class ClusterService:
 
     async def suspect(self, node_id: str, *, timeout: float | None = None) -> None:
         """Leader only: mark ``node_id`` suspect (it lost touch with it; :mod:`floydd.jobs.outages`)."""
-        await self._propose({"op": "node.health", "id": node_id, "status": "suspect"}, timeout=timeout)
+        await self.driver.propose({"op": "node.health", "id": node_id, "status": "suspect", "ts": self._clock()},
+                                  timeout=timeout, fenced=True)
+
+    async def remove_node(self, node_id: str, *, user: str, timeout: float | None = None) -> None:
+        """``floydd remove NODE``, an admin's command: take the node out of raft, tombstone it
+        and revoke its certificates (each box refuses them from then on)."""
+        if node_id == self.node_id:
+            raise Conflict("this is the node you are on", hint="use floydd leave here instead")
+        if node_id not in self.state.nodes and not self.driver.in_conf(node_id):
+            if node_id in self.state.removed:
+                return
+            raise NotFound(f"node {node_id} is not a member", code="node_not_found",
+                           hint="floydd members lists the nodes and their ids")
+        await self.driver.change_membership("remove", node_id, timeout=timeout, user=user)
+        await self._propose({"op": "node.remove", "id": node_id, "user": user}, timeout=timeout)
+
+    async def grant_admin(self, user: str, *, timeout: float | None = None) -> list[str]:
+        """Record ``user`` as the cluster's first admin (``floydd init``); the leader alone, once."""
+        return await self.driver.propose({"op": "admin.grant", "user": user, "ts": self._clock()},
+                                         timeout=timeout, fenced=True)
 
     def members(self) -> list[dict]:
         """Raft membership as this node sees it, with each member's name, address and health
@@ -325,7 +374,8 @@ class ClusterService:
                                                                           if node_id == self.node_id else None),
                         "role": "voter" if node_id in st.voters else "learner" if node_id in st.learners else "none",
                         "leader": node_id == st.leader, "status": record.get("status"),
-                        "health": node_health_word(health.get(node_id)), "match": pr.match if pr else None})
+                        "health": node_health_word(health.get(node_id)), "match": pr.match if pr else None,
+                        "cert_expires": (self.state.trust.certs.get(node_id) or {}).get("not_after")})
         return out
 
     # -- membership upkeep ---------------------------------------------------------------------------
@@ -412,6 +462,15 @@ class ClusterService:
             try:
                 result, _ = await self.transport.forward_propose(cmd, timeout, address=address, forwarded=False)
                 return result
+            except ProposalDropped as exc:  # not the leader: it named the leader, and where it is
+                last = exc
+                if exc.leader is None or self.transport.address_of(exc.leader) is None:
+                    continue
+                try:                        # straight to the leader: a relay would be the proposer
+                    result, _ = await self.transport.forward_propose(cmd, timeout, peer=exc.leader)
+                    return result
+                except Unavailable as again:
+                    last = again
             except Unavailable as exc:
                 last = exc
         raise last
@@ -449,6 +508,18 @@ class ClusterService:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+class _Conf:
+    """The raft configuration's members, as :func:`floydd.cluster.authz.standing` asks: ``in``."""
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, driver: RaftDriver) -> None:
+        self._driver = driver
+
+    def __contains__(self, node_id: object) -> bool:
+        return isinstance(node_id, str) and self._driver.in_conf(node_id)
 
 
 def _read_peers(path: Path) -> dict[str, str]:

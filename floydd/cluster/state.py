@@ -1,6 +1,7 @@
 """The control plane's replicated state machine: nodes, jobs, the dataset catalog.
 
-Pure (STYLE 2): no I/O, no clock, no randomness. Every node applies the same committed
+Pure (STYLE 2): no I/O, no clock, no randomness. Every command is first checked for who may
+say it (:func:`floydd.cluster.authz.authorize`, from its stamped ``proposer`` and the state). Every node applies the same committed
 commands (:mod:`floydd.cluster.commands`) in the same order and so holds the same state;
 time comes in as each command's ``ts``, set by its proposer. ``apply`` either changes the
 state and returns a result, or raises a :class:`~floydd.errors.FloyddError` having changed
@@ -11,6 +12,8 @@ What it holds::
     nodes      id -> address, ports, resources (GPU indices), labels, status, last heartbeat,
                procs (its live runs: job, attempt, GPUs)
     removed    id -> when: tombstones of nodes removed for good (their certificates refused)
+    revoked    certificate serial -> {node, ts}: the certificates of removed nodes
+    admins     people who may act on every job (the first: who ran floydd init)
     jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, reruns, summary
     counters   project -> last job number (numbers are never reused; project.reserve raises it)
     datasets   name -> versions (tree id, size, holders); version numbers never reused
@@ -76,7 +79,9 @@ from typing import Any, Callable
 import msgpack
 
 from floydd.cluster.archive import MemoryArchive, archived_form
+from floydd.cluster.authz import authorize
 from floydd.cluster.commands import check
+from floydd.cluster.trust import TrustState
 from floydd.errors import Conflict, InvalidSpec, NotFound
 from floydd.model import (ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, RestartPolicy, check_dataset_name,
                           asked_per_box, check_project, format_cpus, format_size, known_count)
@@ -105,6 +110,9 @@ class ClusterState:
         self.counters: dict[str, int] = {}
         self.datasets: dict[str, dict] = {}
         self.idem: dict[str, list] = {}
+        self.trust = TrustState()           # join tokens, members' certificates (floydd.cluster.trust)
+        self.revoked: dict[str, dict] = {}  # certificate serial (hex) -> {node, ts}: removed nodes' (authz)
+        self.admins: list[str] = []         # people who may act on anyone's jobs (authz; issue 14: roles)
         # derived, never serialised (rebuilt by restore): ids of the jobs in ACTIVE_STATES, and
         # per node id the GPUs they hold (index -> job id) and how many of them have a part there
         self._active: dict[str, None] = {}
@@ -120,6 +128,11 @@ class ClusterState:
             "project.reserve": self._project_reserve,
             "dataset.add_version": self._dataset_add,
             "dataset.delete": self._dataset_delete, "dataset.holders": self._dataset_holders,
+            "token.create": lambda cmd, term: self.trust.token_create(cmd),
+            "token.use": lambda cmd, term: self.trust.token_use(cmd, members=self.nodes, removed=self.removed),
+            "token.revoke": lambda cmd, term: self.trust.token_revoke(cmd),
+            "node.cert": lambda cmd, term: self.trust.node_cert(cmd, members=self.nodes, removed=self.removed),
+            "admin.grant": self._admin_grant,
         }
 
     # -- the state machine ---------------------------------------------------------------
@@ -132,12 +145,15 @@ class ClusterState:
         if "term" in cmd and cmd["term"] != term:
             raise StaleTerm(f"{cmd['op']} was decided by the leader of term {cmd['term']} but committed in "
                             f"term {term}: a former leader's action", hint="the current leader decides again")
+        authorize(self, cmd, cmd.get("proposer"))   # Forbidden: who proposed it may not say it
         return self._handlers[cmd["op"]](cmd, term)
 
     def snapshot(self) -> bytes:
         return msgpack.packb({"v": SNAPSHOT_VERSION, "nodes": self.nodes, "removed": self.removed,
                               "jobs": self.jobs, "counters": self.counters,
-                              "datasets": self.datasets, "idem": self.idem}, use_bin_type=True)
+                              "datasets": self.datasets, "idem": self.idem, **self.trust.snapshot(),
+                              "revoked": self.revoked, "admins": self.admins},
+                             use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
         """Replace everything by a snapshot (``b""``: the empty state of a new cluster)."""
@@ -150,6 +166,8 @@ class ClusterState:
                               hint="upgrade this node to the version the cluster runs")
         self.nodes, self.removed, self.jobs = raw["nodes"], raw["removed"], raw["jobs"]
         self.counters, self.datasets, self.idem = raw["counters"], raw["datasets"], raw["idem"]
+        self.trust.restore(raw)
+        self.revoked, self.admins = dict(raw.get("revoked") or {}), list(raw.get("admins") or [])
         self._active, self._held, self._load, self._cpu, self._memory = {}, {}, {}, {}, {}
         for job in self.jobs.values():
             if job["state"] in ACTIVE_STATES:
@@ -222,10 +240,12 @@ class ClusterState:
             return self.list_nodes()
         if name == "datasets":
             return self.list_datasets()
+        if name == "tokens":
+            return _copy(self.trust.list_tokens())
         if name == "counts":
             return {"nodes": len(self.nodes), "jobs": len(self.jobs), "archived": self.archive.count(),
                     "datasets": sum(len(d["versions"]) for d in self.datasets.values())}
-        raise InvalidSpec(f"unknown query {name!r}", hint="queries: jobs, job, nodes, datasets, counts")
+        raise InvalidSpec(f"unknown query {name!r}", hint="queries: jobs, job, nodes, datasets, counts, tokens")
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -263,8 +283,20 @@ class ClusterState:
             node["procs"] = cmd["procs"]
 
     def _node_remove(self, cmd: dict, term: int) -> None:
-        self.nodes.pop(cmd["id"], None)
-        self.removed[cmd["id"]] = cmd["ts"]
+        """Tombstone the node and revoke the certificates recorded for it (its current and
+        previous one): whoever holds them is refused from now on, whatever node id they claim."""
+        nid = cmd["id"]
+        self.nodes.pop(nid, None)
+        self.removed[nid] = cmd["ts"]
+        record = self.trust.certs.get(nid) or {}
+        for serial in (record.get("serial"), (record.get("previous") or {}).get("serial")):
+            if serial:
+                self.revoked[serial] = {"node": nid, "ts": cmd["ts"]}
+
+    def _admin_grant(self, cmd: dict, term: int) -> list[str]:
+        if cmd["user"] not in self.admins:
+            self.admins.append(cmd["user"])
+        return list(self.admins)
 
     def _node(self, nid: str) -> dict:
         node = self.nodes.get(nid)
@@ -636,7 +668,7 @@ class ClusterState:
         version = {"name": name, "version": number, "ref": f"{name}:{number}", "tree": tree,
                    "created": cmd["ts"], "size": cmd.get("size", 0), "files": cmd.get("files", 0),
                    "message": cmd.get("message", ""), "holders": [cmd["node"]] if "node" in cmd else [],
-                   "idem_key": idem_key}
+                   "idem_key": idem_key, "user": cmd.get("user", "")}
         dataset["versions"][str(number)] = version
         if idem_key is not None:
             self.idem[idem_key] = ["dataset", name, number]
@@ -667,7 +699,7 @@ class ClusterState:
 
 _HISTORY = 32
 """Entries of a job's cluster history kept (the first one, submission, always stays)."""
-_NOTE_FIELDS = frozenset({"op", "ts", "job", "attempt", "node", "note"})
+_NOTE_FIELDS = frozenset({"op", "ts", "job", "attempt", "node", "note", "proposer"})
 """What a box's note on an older attempt may carry (nothing that changes the job)."""
 
 

@@ -12,7 +12,10 @@ Routes (an aiohttp route table the node-to-node app mounts behind
 Errors answer ``{"error": {...floydd error payload}, "leader": id | None, "by"}`` with the
 error's HTTP status. The sender named in ``from`` and in every raft message must be the node
 named by the verified client certificate, else 403: a member cannot speak for another.
-``addr`` is where the sender listens; a verified peer's address is learnt from it.
+``addr`` is where the sender listens; a verified peer's address is learnt from it. A
+proposal is stamped with the verified sender as its ``proposer`` (:mod:`floydd.cluster.authz`);
+a sender whose join has not completed may only announce itself. A node that is not the
+leader answers a proposal with ProposalDropped, the leader and its address (``leader_addr``).
 
 Sending: :meth:`Transport.send` never blocks. Each peer has one sender task and a bounded
 queue; the task takes whatever has queued up (coalescing up to ``max_batch`` messages into
@@ -46,7 +49,7 @@ from floydd.errors import (Conflict, FloyddError, InternalError, InvalidSpec, No
                            UserError, from_payload)
 from floydd.security.identity import NodeIdentity
 from floydd.cluster.snapshot_stream import SNAPSHOT_PATH, SnapshotSink, SnapshotStreamMixin
-from floydd.security.tls import client_context, peer_node_id
+from floydd.security.tls import PEER_STANDING, client_context, peer_node_id
 
 __all__ = ["Transport", "Receiver", "RAFT_PATH", "PROPOSE_PATH", "READ_PATH", "SNAPSHOT_PATH", "MSGPACK",
            "error_response"]
@@ -63,7 +66,8 @@ class Receiver(Protocol):
     """What the transport hands incoming traffic and delivery reports to (the driver)."""
 
     def on_raft(self, peer: str, messages: list[Message]) -> None: ...
-    async def on_propose(self, cmd: dict, timeout: float, forwarded: bool) -> Any: ...
+    async def on_propose(self, cmd: dict, timeout: float, forwarded: bool, *, peer: str | None = None,
+                         joining: bool = False) -> Any: ...
     async def on_read(self, query: str, args: dict, timeout: float) -> Any: ...
     def report_unreachable(self, peer: str) -> None: ...
     def report_snapshot(self, peer: str, ok: bool) -> None: ...
@@ -91,6 +95,7 @@ class Transport(SnapshotStreamMixin):
         self._snapshots: dict[str, asyncio.Task] = {}     # peer -> the snapshot being streamed to it
         self._receiving = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
+        self._retired: list[aiohttp.ClientSession] = []    # pools of a certificate since renewed
         self._receiver: Receiver | None = None
         self._closed = False
         self.sent_batches = 0
@@ -124,8 +129,25 @@ class Transport(SnapshotStreamMixin):
     def peers(self) -> dict[str, str]:
         return dict(self._addresses)
 
+    def new_connections(self) -> None:
+        """This node's certificate was renewed: later requests open new connections, which
+        present it; the old pool is closed once requests already on it had time to finish
+        (peers accept the previous certificate, not older ones)."""
+        old, self._session = self._session, None
+        if old is not None:
+            self._retired.append(old)
+            asyncio.get_running_loop().call_later(self._timeout + 1.0, self._close_retired, old)
+
+    def _close_retired(self, session: aiohttp.ClientSession) -> None:
+        if session in self._retired:
+            self._retired.remove(session)
+            asyncio.ensure_future(session.close())
+
     async def close(self) -> None:
         self._closed = True
+        for session in self._retired:
+            await session.close()
+        self._retired.clear()
         senders = list(self._senders.values()) + list(self._snapshots.values())
         for task in senders:
             task.cancel()
@@ -243,6 +265,9 @@ class Transport(SnapshotStreamMixin):
         if not isinstance(payload, dict):
             raise Unavailable(f"{peer or address} answered HTTP {status} without a msgpack body")
         if "error" in payload:
+            lead, lead_addr = payload.get("leader"), payload.get("leader_addr")
+            if isinstance(lead, str) and isinstance(lead_addr, str) and lead_addr and lead not in self._addresses:
+                self.set_peer(lead, lead_addr)      # calls to it verify its node id in the handshake
             raise _error_from(payload, status)
         return payload.get("ok"), str(payload.get("by"))
 
@@ -303,7 +328,9 @@ class Transport(SnapshotStreamMixin):
         if self._dropped(peer, self.node_id):
             return _fail(Unavailable("link cut"), 503)
         cmd, timeout, forwarded = body.get("cmd"), _timeout(body.get("timeout")), body.get("fwd") is not False
-        return await self._answer(self._receiver.on_propose(cmd, timeout, forwarded) if self._receiver else None)
+        joining = request.get(PEER_STANDING) in ("joining", "unheard")   # set by require_peer_cert(standing=...)
+        return await self._answer(self._receiver.on_propose(cmd, timeout, forwarded, peer=peer, joining=joining)
+                                  if self._receiver else None)
 
     async def _handle_read(self, request: web.Request) -> web.Response:
         peer, body = await self._read_body(request)
@@ -343,8 +370,9 @@ class Transport(SnapshotStreamMixin):
             return _fail(Unavailable("this node's cluster service is not running"), 503)
         try:
             result = await pending
-        except ProposalDropped as exc:
-            return _fail(exc, exc.status, leader=exc.leader, by=self.node_id)
+        except ProposalDropped as exc:      # with where the leader listens: a box not yet a member
+            return _fail(exc, exc.status, leader=exc.leader, by=self.node_id,   # may not know
+                         leader_addr=self._addresses.get(exc.leader) if exc.leader else None)
         except FloyddError as exc:
             return _fail(exc, exc.status, by=self.node_id)
         except asyncio.TimeoutError:

@@ -36,6 +36,8 @@ from floydd.jobs.service import JobService
 from floydd.node import Inventory
 from floydd.records import Records
 from floydd.runtime import NodeRuntime
+from floydd.runtime.buildbox import BuildPolicy
+from floydd.runtime.sandboxing import serves_others
 from floydd.store import Store
 from floydd.store.rekey import finish_rekey, rekey, rekey_pending
 
@@ -107,7 +109,9 @@ async def _jobs_ctx(app: web.Application):
             service.on_finished(project, number)
 
     runtime = NodeRuntime(state_dir=config.state_dir, store=app[keys.STORE], records=app[keys.RECORDS],
-                          sandbox=config.sandbox, sample_interval=config.sample_interval,
+                          sandbox=config.sandbox, serves_others=serves_others(config),
+                          builds=BuildPolicy(network=config.build_network, wheelhouse=config.wheelhouse),
+                          env_pass=config.job_env_pass, sample_interval=config.sample_interval,
                           tail_interval=config.tail_interval, stop_grace=config.stop_grace,
                           on_finished=on_finished)
 

@@ -46,6 +46,8 @@ class ClusterSettings:
     join: list[str] = field(default_factory=list)
     discovery: bool = True
     """Announce and browse ``_floydd._tcp`` with zeroconf."""
+    admin: str = ""
+    """Who ran ``floydd init``: recorded as the cluster's first admin when it is made."""
 
 
 def read_settings(state_dir: Path) -> ClusterSettings | None:

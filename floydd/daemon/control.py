@@ -32,17 +32,15 @@ from floydd.cluster.service import ClusterService
 from floydd.cluster.storecare import StoreCare
 from floydd.daemon.cluster_files import ClusterSettings, guess_address, read_settings, split_address, write_settings
 from floydd.daemon.peers import peer_app
+from floydd.errors import FloyddError
+from floydd.daemon.renewal import TrustKeeper
+from floydd.daemon.trust import Trust
 from floydd.runtime import fence
-from floydd.security.ca import ClusterCA
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import server_context
-from floydd.security.tokens import TokenStore
+from floydd.store.crypto import load_or_create_secret
 
-__all__ = ["control_ctx", "token_store"]
-
-
-def token_store(state_dir, ca: ClusterCA) -> TokenStore:
-    return TokenStore(state_dir / "ca" / "tokens.db", ca_fingerprint=ca.fingerprint)
+__all__ = ["control_ctx"]
 
 
 async def control_ctx(app: web.Application):
@@ -68,11 +66,13 @@ async def control_ctx(app: web.Application):
     service = ClusterService(identity, config.state_dir / "cluster", name=config.node_name, advertise=advertise,
                              resources=resources, usage=usage, config=timing,
                              live=partial(fence.live_runs, config.state_dir))   # its runs, with each heartbeat
-    ca = await asyncio.to_thread(_cluster_ca, config.state_dir)
-    app[keys.TOKENS] = None if ca is None else _Tokens(token_store(config.state_dir, ca), service)
-    listener = None
-    if settings is not None:
-        listener = await _listen(app, service, identity, settings, ca)
+    trust = keeper = listener = None
+    if settings is not None:      # a member of a cluster of boxes: joins, the CA key, renewals
+        secret = config.store_dir / "key"
+        trust = Trust(service, identity, config.state_dir, store_secret=lambda: load_or_create_secret(secret),
+                      validity=config.cert_validity, joins_per_minute=config.join_attempts_per_minute)
+        listener = await _listen(app, service, identity, settings, trust)
+    app[keys.TOKENS] = trust.tokens if trust is not None else None
     pending = settings.pending if settings is not None else ""
     await service.start(bootstrap=settings is None or pending == "bootstrap", join=settings.join if settings else (),
                         rejoin=pending == "join", recover=pending == "recover")
@@ -83,6 +83,14 @@ async def control_ctx(app: web.Application):
     care = StoreCare(datasets, scrub_rate=config.store_scrub_rate * 1e6, scrub_every=config.store_scrub_every)
     care.start()
     import_task = asyncio.create_task(datasets.import_local(), name="floydd.datasets.import")
+    if trust is not None:
+        keeper = TrustKeeper(trust, renew_before=config.cert_renew_before)
+        keeper.start()
+    if pending == "bootstrap" and settings is not None and settings.admin:
+        try:                    # who ran floydd init: the first admin (floydd.cluster.authz)
+            await service.grant_admin(settings.admin)
+        except FloyddError as exc:
+            log.cluster.warning("recording %s as the cluster's admin: %s", settings.admin, exc)
     if pending == "recover":
         log.cluster.warning("RECOVERED: this node now forms a new single-node cluster on its own; every "
                             "other node must join it again with a new token")
@@ -93,6 +101,8 @@ async def control_ctx(app: web.Application):
     app[keys.CLUSTER] = service
     app[keys.DATASETS] = datasets
     yield
+    if keeper is not None:
+        await keeper.close()
     if discovery is not None:
         await discovery.close()
     import_task.cancel()
@@ -104,28 +114,11 @@ async def control_ctx(app: web.Application):
         await listener.cleanup()
 
 
-class _Tokens:
-    """Join tokens, on a node that holds the cluster CA (``floydd token create``)."""
-
-    def __init__(self, store: TokenStore, service: ClusterService) -> None:
-        self._store, self._service = store, service
-
-    async def create(self, ttl: float) -> str:
-        return await asyncio.to_thread(self._store.create, ttl, address=self._service.transport.advertise)
-
-
-def _cluster_ca(state_dir) -> ClusterCA | None:
-    ca_dir = state_dir / "ca"
-    return ClusterCA.load(ca_dir) if (ca_dir / "ca.key").exists() else None
-
-
 async def _listen(app: web.Application, service: ClusterService, identity: NodeIdentity,
-                  settings: ClusterSettings, ca: ClusterCA | None) -> web.AppRunner:
+                  settings: ClusterSettings, trust: Trust) -> web.AppRunner:
     """The node-to-node API with mutual TLS on ``settings.listen``."""
-    config = app[keys.CONFIG]
     host, port = split_address(settings.listen)
-    mtls = peer_app(service, store=app[keys.STORE], jobs=lambda: app.get(keys.JOBS),
-                    joins=None if ca is None else (ca, token_store(config.state_dir, ca), config.store_dir / "key"))
+    mtls = peer_app(service, store=app[keys.STORE], jobs=lambda: app.get(keys.JOBS), trust=trust)
     runner = web.AppRunner(mtls, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=server_context(identity)).start()

@@ -4,6 +4,11 @@ The API listens on a unix socket in the state dir (owner-only: the folder is
 0700 and the socket 0600) and, when asked, on a loopback TCP port that needs the
 token in ``STATE/api-token``. A second daemon on the same state dir refuses to
 start: the first holds an exclusive ``flock`` on ``STATE/floydd.lock``.
+
+A state dir too deep for a socket path puts the socket in a folder under the temp
+dir, a place every local user can write: the daemon makes that folder itself (0700)
+and refuses one it did not make (:mod:`floydd.security.owned_dirs`), and it refuses a
+state dir or lock file that another user made first.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from floydd.api import keys
 from floydd.daemon.app import create_app
 from floydd.config import Config
 from floydd.errors import Conflict, UserError
+from floydd.security.owned_dirs import (claim_state_dir, ensure_owned_dir, is_shared_socket, open_private_file,
+                                        socket_folder_hint)
 
 __all__ = ["run", "StateLock", "api_token"]
 
@@ -35,8 +42,8 @@ class StateLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        claim_state_dir(self.path.parent)
+        fd = open_private_file(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -82,18 +89,20 @@ def _tcp_address(config: Config) -> tuple[str, int]:
 
 async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
     """Serve until ``stop`` is set (used by :func:`run` and by in-process tests)."""
-    config.state_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(config.state_dir, 0o700)
+    claim_state_dir(config.state_dir)
+    sock_path = config.socket_path
+    if is_shared_socket(sock_path):     # before anything starts: a refusal touches nothing
+        ensure_owned_dir(sock_path.parent, hint=socket_folder_hint(sock_path.parent))
     app = create_app(config)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
+    bound = False
     try:
-        sock_path = config.socket_path
-        sock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         sock_path.unlink(missing_ok=True)  # stale: we hold the lock
         old_umask = os.umask(0o177)
         try:
             await web.UnixSite(runner, str(sock_path)).start()
+            bound = True
         finally:
             os.umask(old_umask)
         os.chmod(sock_path, 0o600)
@@ -108,7 +117,8 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
         await stop.wait()
     finally:
         await runner.cleanup()
-        config.socket_path.unlink(missing_ok=True)
+        if bound:
+            sock_path.unlink(missing_ok=True)
 
 
 def run(config: Config) -> None:

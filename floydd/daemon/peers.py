@@ -11,13 +11,16 @@ lists them; a test checks the app serves exactly these::
     GET  /cluster/v1/store/objects/{hex}           a sealed object of this node's store
     GET  /cluster/v1/jobs/{project}/{number}/log   a job's log from an offset, run here
     GET  /cluster/v1/jobs/{project}/{number}/metrics|events   its series and events
-    GET  /cluster/v1/ca                            the CA certificate (joining boxes; CA holder only)
-    POST /cluster/v1/join                          a join with a token (CA holder only)
+    GET  /cluster/v1/ca                            the CA certificate (public: joining boxes)
+    POST /cluster/v1/join                          a join with a token (voters holding the CA key)
+    POST /cluster/v1/ca/key                        the CA key, to a current voter only
+    POST /cluster/v1/certs/renew                   a member's renewed certificate (voters)
+
+(the last four: :mod:`floydd.daemon.trust`)
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 import msgpack
@@ -28,11 +31,8 @@ from floydd.cluster.service import ClusterService
 from floydd.cluster.transport import MSGPACK, error_response
 from floydd.errors import FloyddError, NotFound, Unavailable, UserError
 from floydd.model import JobKey
-from floydd.security.ca import ClusterCA
-from floydd.security.join import join_routes
-from floydd.security.tokens import TokenStore
+from floydd.daemon.trust import TRUST_ROUTES, Trust
 from floydd.store import Store
-from floydd.store.crypto import load_or_create_secret
 
 __all__ = ["peer_app", "PEER_ROUTES"]
 
@@ -40,22 +40,20 @@ PEER_ROUTES = frozenset({
     ("POST", "/cluster/v1/raft"), ("POST", "/cluster/v1/propose"), ("POST", "/cluster/v1/read"),
     ("POST", "/cluster/v1/snapshot"),
     ("GET", "/cluster/v1/store/objects/{hex}"), ("GET", "/cluster/v1/jobs/{project}/{number}/{what}"),
-    ("GET", "/cluster/v1/ca"), ("POST", "/cluster/v1/join"),
-})
+}) | TRUST_ROUTES
 """(method, path) of every node-to-node route."""
 
 
 def peer_app(service: ClusterService, *, store: Store, jobs: Callable[[], Any],
-             joins: tuple[ClusterCA, TokenStore, Path] | None = None) -> web.Application:
+             trust: Trust | None = None) -> web.Application:
     """The mTLS app: raft and forwarding (``service``), store objects, the details of jobs run
-    here (``jobs()``: the job service, once it runs), and where this node holds the cluster
-    CA, the join routes (``joins``: the CA, its token store, the store secret's file)."""
+    here (``jobs()``: the job service, once it runs), and joins, the CA key and renewals
+    (``trust``; each route answers only where this node may: a voter holding the CA key)."""
     app = service.create_app()
     app.add_routes(store_routes(store))
     app.add_routes([web.get("/cluster/v1/jobs/{project}/{number}/{what}", _job_detail(jobs))])
-    if joins is not None:
-        ca, tokens, secret = joins
-        app.add_routes(join_routes(ca, tokens, store_secret_provider=lambda: load_or_create_secret(secret)))
+    if trust is not None:
+        app.add_routes(trust.routes())
     return app
 
 

@@ -72,11 +72,11 @@ class Checkpoints:
             added = await self.cluster.add_dataset_version(
                 parsed.output_name, saved.tree, idem_key=f"checkpoint:{key}:{attempt}:{saved.tree}",
                 size=saved.size, files=saved.files, message=f"checkpoint of {key}, attempt {attempt}",
-                timeout=_TIMEOUT)
+                user=job.get("user") or "", timeout=_TIMEOUT)
             await self._report(job, output_version=added["ref"])
             self._published[key] = (attempt, saved.tree, added["ref"])
             if last and last[0] == attempt and last[2] != added["ref"]:
-                await self._delete(last[2])
+                await self._delete(last[2], job.get("user") or "")
             _log.info("%s: checkpoint %s (%d files, %d bytes)", key, added["ref"], saved.files, saved.size)
         except FloyddError as exc:
             _log.info("%s: saving a checkpoint: %s (trying again later)", key, exc)
@@ -94,7 +94,7 @@ class Checkpoints:
         self.due.pop(key, None)
         if last is None or not final_ref or last[2] == final_ref:
             return
-        await self._delete(last[2])
+        await self._delete(last[2], job.get("user") or "")
         await asyncio.to_thread(self.store.catalog.unpin, _pin(key))
 
     async def resume_from(self, job: dict) -> str | None:
@@ -117,10 +117,11 @@ class Checkpoints:
         _log.info("%s: attempt %d starts from %s", job["id"], job["attempts"], ref)
         return version["tree"]
 
-    async def _delete(self, ref: str) -> None:
+    async def _delete(self, ref: str, user: str) -> None:
+        """Delete a superseded checkpoint, for the job's ``user`` (whose version it is)."""
         name, _, number = ref.rpartition(":")
         try:
-            await self.cluster.delete_dataset(name, int(number), timeout=_TIMEOUT)
+            await self.cluster.delete_dataset(name, int(number), user=user, timeout=_TIMEOUT)
         except FloyddError as exc:
             _log.info("deleting the superseded checkpoint %s: %s", ref, exc)
 

@@ -121,7 +121,7 @@ class ClusterScheduler:
             return                                  # the usual round: no look at the jobs
         for key, fields in outages.judge(list(state.jobs.values()), state.nodes, troubled, now, self.lost_after):
             try:
-                await self.cluster.update_job(key, timeout=REPORT_TIMEOUT, **fields)
+                await self.cluster.leader_update_job(key, timeout=REPORT_TIMEOUT, **fields)   # fenced
                 _log.warning("job %s: %s", key, fields["reason"])
             except Conflict:
                 pass

@@ -384,7 +384,7 @@ class Reconciler:
             added = await self.cluster.add_dataset_version(
                 version.name, str(version.tree), idem_key=f"output:{job['id']}:{job['attempts']}",
                 size=int(version.size or 0), files=int(version.files or 0), message=f"output of {job['id']}",
-                timeout=REPORT_TIMEOUT)
+                user=job.get("user") or "", timeout=REPORT_TIMEOUT)
             return added["ref"]
         except FloyddError as exc:
             _log.info("publishing the output of %s: %s", job["id"], exc)

@@ -129,6 +129,8 @@ class JobService:
     async def submit(self, submission: Submission, *, user: str = "") -> dict:
         """Check, snapshot the code here, pin the data versions, commit; the job as committed.
         The same ``idem_key`` always gives the same job, so a client may retry."""
+        sandboxing = await asyncio.to_thread(lambda: self.runtime.sandboxing)
+        sandboxing.check()   # sandbox = require and no working bwrap: refused here, said plainly
         submission = submission.with_defaults(cpus=self.config.job_cpus, memory=self.config.job_memory_bytes)
         resources = submission.resources
         if resources.nodes > 1:
@@ -160,7 +162,10 @@ class JobService:
             await asyncio.to_thread(self.store.catalog.pin, tree, code_pin(JobKey.parse(job["id"])))
         _log.info("submitted %s: %s", job["id"], submission.command)
         self.scheduler.wake()
-        return self._view(job)
+        view = self._view(job)
+        if sandboxing.warning:   # floyd run prints it on stderr, every time
+            view["warnings"] = [sandboxing.warning]
+        return view
 
     def _check_placeable(self, resources: Resources) -> None:
         """Refuse a job no node could ever hold (not one that only has to wait)."""
@@ -331,7 +336,8 @@ class JobService:
 
     # -- actions ----------------------------------------------------------------------------------
 
-    async def stop(self, key: str, reason: str = "stopped by user") -> dict:
+    async def stop(self, key: str, reason: str = "stopped by user", *, user: str = "") -> dict:
+        """Stop the job for ``user`` (its owner, or an admin: checked on apply by every box)."""
         job = await self.get(key)
         if _history(job):
             await self.local.stop(JobKey.parse(key), reason)
@@ -340,25 +346,25 @@ class JobService:
             raise Conflict(f"job {key} already ended ({job['state']})", hint="nothing to stop")
         if job["state"] == "queued":
             try:
-                await self.cluster.update_job(key, state="stopped", reason=reason)
+                await self.cluster.update_job(key, state="stopped", reason=reason, user=user)
                 return await self.get(key)
             except Conflict:                           # placed meanwhile: ask its node
                 pass
-        await self.cluster.update_job(key, stop_requested=reason)
+        await self.cluster.update_job(key, stop_requested=reason, user=user)
         return await self.wait(key, self.config.stop_grace + 10.0)
 
-    async def delete(self, key: str) -> dict:
+    async def delete(self, key: str, *, user: str = "") -> dict:
         job = await self.get(key)
         if _history(job):
             return await self.local.delete(JobKey.parse(key))
         if job["state"] not in FINAL_STATES and job["state"] != "queued":
             raise Conflict(f"job {key} is {job['state']}", hint=f"stop it first: floyd stop {key}")
         if job["state"] == "queued":
-            await self.stop(key, "deleted")
-        await self.cluster.delete_job(key)            # every node forgets its part on apply
+            await self.stop(key, "deleted", user=user)
+        await self.cluster.delete_job(key, user=user)  # every node forgets its part on apply
         if job.get("output_version"):                 # and its /output goes with it
             try:
-                await self.datasets.delete(JobKey.parse(key).output_name)
+                await self.datasets.delete(JobKey.parse(key).output_name, user=user)
             except NotFound:
                 pass
         return job

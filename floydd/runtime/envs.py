@@ -8,11 +8,18 @@ environment on top of it::
                                           + pip install -r floyd_requirements.txt
     STATE/envs/<sha256>.lock              flock: one build at a time, the others wait
     STATE/envs/<sha256>/.floydd-ready     written last: the env is complete (and for which base)
+    STATE/envs/.pip-cache/                pip's cache, shared by this box's builds
 
-pip runs with the machine's own configuration (pip.conf, ``PIP_INDEX_URL``,
-``PIP_FIND_LINKS``...): floydd passes no index, so an air-gapped wheelhouse works.
-Packages the base interpreter already has are not installed again. A failed build
-leaves nothing behind and fails the job with the last line pip printed.
+``pip install`` runs the project's own code (a ``./pkg`` requirement's setup.py or build
+backend), so it runs in the same kind of sandbox as the job (:mod:`.buildbox`): no state
+folder, no secrets, the allow-listed environment; writable are only the venv being built,
+/code and pip's cache (``STATE/envs/.pip-cache``). The network is there when the site allows
+it (``build_network``; pip then reads /etc/pip.conf and ``PIP_INDEX_URL``,
+``PIP_EXTRA_INDEX_URL``, ``PIP_TRUSTED_HOST`` and the proxy variables), else pip gets
+``--no-index``; a ``wheelhouse`` is passed as ``--find-links`` either way. Without a working
+sandbox (``sandbox = prefer``) the build runs unsandboxed with the same clean environment,
+and the job's log says so. Packages the base interpreter already has are not installed
+again. A failed build leaves nothing behind and fails the job with the last line pip printed.
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ from pathlib import Path
 from floydd import log
 from floydd.errors import InvalidSpec
 from floydd.runtime import workspace
+from floydd.runtime.buildbox import BuildPolicy, pip_command
 
-__all__ = ["python_bin_for", "ensure_env", "REQUIREMENTS", "ENVIRONMENTS"]
+__all__ = ["python_bin_for", "ensure_env", "BuildPolicy", "REQUIREMENTS", "ENVIRONMENTS"]
 
 REQUIREMENTS = "floyd_requirements.txt"
 ENVIRONMENTS = ("default",)
@@ -42,18 +50,22 @@ _READY = ".floydd-ready"
 
 
 def python_bin_for(state_dir: Path, code_dir: Path, env: str | None = "default", *,
-                   log_path: Path | None = None) -> str:
-    """The ``bin`` folder to put first on the job's PATH (may build a venv: minutes)."""
+                   log_path: Path | None = None, bwrap: str | None = None,
+                   policy: BuildPolicy | None = None) -> str:
+    """The ``bin`` folder to put first on the job's PATH (may build a venv: minutes).
+    ``bwrap``: the sandbox the build runs in (None: unsandboxed); ``policy``: network, wheelhouse."""
     if env not in (None, "", *ENVIRONMENTS):
         raise InvalidSpec(f"unknown environment {env!r}",
                           hint=f"available: {', '.join(ENVIRONMENTS)}; add packages with a {REQUIREMENTS}")
     req = Path(code_dir) / REQUIREMENTS
     if not req.is_file() or not _has_requirements(req):
         return str(Path(sys.executable).parent)
-    return str(ensure_env(Path(state_dir) / "envs", req, log_path=log_path) / "bin")
+    return str(ensure_env(Path(state_dir) / "envs", req, log_path=log_path, bwrap=bwrap, policy=policy,
+                          state_dir=Path(state_dir)) / "bin")
 
 
-def ensure_env(envs_dir: Path, requirements: Path, *, log_path: Path | None = None) -> Path:
+def ensure_env(envs_dir: Path, requirements: Path, *, log_path: Path | None = None, bwrap: str | None = None,
+               policy: BuildPolicy | None = None, state_dir: Path | None = None) -> Path:
     """The venv for ``requirements`` under ``envs_dir``, built once (blocking)."""
     data = requirements.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
@@ -69,7 +81,7 @@ def ensure_env(envs_dir: Path, requirements: Path, *, log_path: Path | None = No
         _note(log_path, f"floydd: building an environment for {REQUIREMENTS} ({digest[:12]})")
         started = time.monotonic()
         try:
-            _build(env_dir, requirements, log_path)
+            _build(env_dir, requirements, log_path, bwrap, policy or BuildPolicy(), state_dir or envs_dir.parent)
         except BaseException:
             shutil.rmtree(env_dir, ignore_errors=True)
             raise
@@ -77,7 +89,8 @@ def ensure_env(envs_dir: Path, requirements: Path, *, log_path: Path | None = No
     return env_dir
 
 
-def _build(env_dir: Path, requirements: Path, log_path: Path | None) -> None:
+def _build(env_dir: Path, requirements: Path, log_path: Path | None, bwrap: str | None, policy: BuildPolicy,
+           state_dir: Path) -> None:
     shutil.rmtree(env_dir, ignore_errors=True)
     venv = [sys.executable, "-m", "venv", "--system-site-packages"]
     has_pip = importlib.util.find_spec("pip") is not None
@@ -89,15 +102,33 @@ def _build(env_dir: Path, requirements: Path, log_path: Path | None) -> None:
         lines = [f"import site; site.addsitedir({p!r})" for p in site.getsitepackages()]
         Path(purelib).mkdir(parents=True, exist_ok=True)
         (Path(purelib) / "_floydd_base.pth").write_text("\n".join(lines) + "\n")
-    _run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-          "-r", str(requirements)], requirements.parent, log_path, f"installing {REQUIREMENTS}")
-    (env_dir / _READY).write_text(json.dumps({"python": sys.executable, "version": sys.version}))
+    # the venv (made by the daemon's own interpreter, above) is ready: what follows runs the project's code
+    cache = env_dir.parent / ".pip-cache"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    argv, env, cwd = pip_command(bwrap, env_dir=env_dir, code_dir=requirements.parent, requirements=requirements.name,
+                                 cache=cache, policy=policy, state_dir=state_dir, base=os.environ)
+    _run(argv, cwd, log_path, f"installing {REQUIREMENTS}", env=env)
+    _write_ready(env_dir / _READY, json.dumps({"python": sys.executable, "version": sys.version}).encode())
 
 
-def _run(argv: list[str], cwd: Path, log_path: Path | None, what: str) -> None:
+def _write_ready(path: Path, data: bytes) -> None:
+    """Write the ready marker without following what the build may have left at its name
+    (a link to a file of the daemon's would otherwise be overwritten)."""
+    if path.is_symlink() or path.exists():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _run(argv: list[str], cwd: Path, log_path: Path | None, what: str, env: dict[str, str] | None = None) -> None:
     """Run a build step, streaming its output into the job's log; raise with its last line."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
-    env["PYTHONUNBUFFERED"] = "1"
+    if env is None:  # the daemon's own interpreter making the venv: no project code runs
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
+        env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env=env)
     last = ""

@@ -4,6 +4,7 @@
 
     queued ──start_job──► starting ─────────────────────► running ───────────────► success | failed
                            prestart steps:                 agent runs the job;     stopped | timeout
+                           0. sandboxing.check (require)
                            1. workspace.prepare            JobWatch tails job.log   (exited steps:
                            2. envs.python_bin_for          into records, samples,   drain log, save
                            3. spawn.start_agent            waits for the exit       /output, final
@@ -45,12 +46,14 @@ from pathlib import Path
 from typing import Callable
 
 from floydd import log
+from floydd.agent.jobenv import pass_list
 from floydd.agent.sandbox import probe_bwrap
-from floydd.agent.spec import SANDBOX_MODES, AgentSpec
+from floydd.agent.spec import AgentSpec
 from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
 from floydd.model import FINAL_STATES
 from floydd.runtime import checkpoint, envs, fence, spawn, workspace
+from floydd.runtime.sandboxing import Sandboxing, resolve
 from floydd.runtime.disk import CHECK_INTERVAL, Disk, no_space
 from floydd.runtime.watch import JobWatch
 from floydd.tasks import cancel_and_wait
@@ -58,6 +61,7 @@ from floydd.tasks import cancel_and_wait
 __all__ = ["NodeRuntime"]
 
 Key = tuple[str, int]
+_SETTINGS = ("auto", "require", "prefer", "bwrap", "none")
 
 
 class _StopRequested(Exception):
@@ -67,15 +71,19 @@ class _StopRequested(Exception):
 class NodeRuntime:
     """Starts, watches, stops and re-adopts the jobs of this node (one per daemon)."""
 
-    def __init__(self, *, state_dir: Path, store, records, sandbox: str = "auto",
+    def __init__(self, *, state_dir: Path, store, records, sandbox: str = "auto", serves_others: bool = False,
+                 builds: envs.BuildPolicy | None = None, env_pass: str = "",
                  sample_interval: float = 5.0, tail_interval: float = 0.2, stop_grace: float = 10.0,
                  on_finished: Callable[[str, int], None] | None = None,
                  sampler: Callable[[int], dict | None] | None = None) -> None:
-        if sandbox not in SANDBOX_MODES:
-            raise InvalidSpec(f"sandbox {sandbox!r} is unknown", hint=f"use one of {', '.join(SANDBOX_MODES)}")
+        if sandbox not in _SETTINGS:
+            raise InvalidSpec(f"sandbox {sandbox!r} is unknown", hint=f"use one of {', '.join(_SETTINGS)}")
         self.state_dir = Path(state_dir).absolute()
         self._store, self._records = store, records
-        self._sandbox = sandbox
+        self._sandbox, self._serves_others = sandbox, serves_others
+        self._sandboxing: Sandboxing | None = None
+        self._builds = builds or envs.BuildPolicy()
+        self._env_pass = pass_list(env_pass)
         self._sample_interval, self._tail_interval, self._stop_grace = sample_interval, tail_interval, stop_grace
         self._on_finished = on_finished
         self._sampler = sampler or _default_sampler
@@ -85,7 +93,6 @@ class NodeRuntime:
         self._watches: dict[Key, asyncio.Task] = {}
         self._stop_requests: dict[Key, tuple[str, str]] = {}  # key -> (outcome, reason)
         self._tasks: set[asyncio.Task] = set()
-        self._bwrap: str | None | bool = False  # False: not probed yet
         self._closed = False
         self.disk = Disk(self.state_dir)
 
@@ -117,13 +124,18 @@ class NodeRuntime:
         return await asyncio.to_thread(checkpoint.save, ws / "output", self._store, previous)
 
     @property
+    def sandboxing(self) -> Sandboxing:
+        """This box's sandbox and policy (:mod:`.sandboxing`), bwrap probed once (blocking)."""
+        if self._sandboxing is None:
+            self._sandboxing = resolve(self._sandbox, self._serves_others, probe_bwrap)
+            if self._sandboxing.warning:
+                log.runtime.warning("%s", self._sandboxing.warning)
+        return self._sandboxing
+
+    @property
     def sandbox_mode(self) -> str:
-        """The sandbox jobs get here: "bwrap" or "none" (probed once for "auto")."""
-        if self._sandbox != "auto":
-            return self._sandbox
-        if self._bwrap is False:
-            self._bwrap = probe_bwrap()[0]
-        return "bwrap" if self._bwrap else "none"
+        """The sandbox jobs get here: "bwrap" or "none"."""
+        return self.sandboxing.mode
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -195,7 +207,7 @@ class NodeRuntime:
 
     async def reattach(self) -> None:
         """At daemon start: take every starting/running job of the records back in hand."""
-        await asyncio.to_thread(lambda: self.sandbox_mode)
+        await asyncio.to_thread(lambda: self.sandboxing)   # probed (and said, if missing) at start-up
         await asyncio.to_thread(self.disk.check)
         jobs = await asyncio.to_thread(self._records.list_jobs, None, ["starting", "running"])
         for job in jobs:
@@ -223,19 +235,23 @@ class NodeRuntime:
             await self._end_before_start(key, "failed", f"{self.disk.why()}: the job was not started")
             return
         try:
+            sandboxing = await asyncio.to_thread(lambda: self.sandboxing)
+            sandboxing.check()   # a job placed here from another box, while this one requires a sandbox
             mounts = await asyncio.to_thread(workspace.prepare, ws, job, self._store, resume=resume)
             self._check_stop(key)
+            if sandboxing.warning:
+                await asyncio.to_thread(self._say_unsandboxed, project, number, ws, sandboxing.warning)
             python_bin = await asyncio.to_thread(envs.python_bin_for, self.state_dir, ws / "code",
-                                                 job.get("env") or "default", log_path=ws / "job.log")
+                                                 job.get("env") or "default", log_path=ws / "job.log",
+                                                 bwrap=sandboxing.bwrap, policy=self._builds)
             self._check_stop(key)
             spec = AgentSpec(job=f"{project}/{number}", command=command or job["command"],
                              env={**{str(k): str(v) for k, v in (job.get("params") or {}).items()}, **(env or {}),
                                   **fence.placement_env(self.state_dir, job.get("attempt") or 0)},
                              gpus=tuple(str(g) for g in gpus), max_runtime=job.get("max_runtime"),
                              python_bin=python_bin, mounts=mounts,
-                             sandbox=await asyncio.to_thread(lambda: self.sandbox_mode),
-                             stop_grace=self._stop_grace, state_dir=str(self.state_dir))
-            handle = await asyncio.to_thread(spawn.start_agent, ws, spec)
+                             sandbox=sandboxing.mode, stop_grace=self._stop_grace, state_dir=str(self.state_dir))
+            handle = await asyncio.to_thread(spawn.start_agent, ws, spec, env_pass=self._env_pass)
         except _StopRequested:
             await self._end_before_start(key, *self._stop_requests.get(key, ("stopped", "stopped")))
             return
@@ -260,6 +276,14 @@ class NodeRuntime:
             outcome, reason = self._stop_requests[key]
             await asyncio.to_thread(spawn.request_stop, ws, reason, outcome)
         self._watch(project, number, ws, handle.process)
+
+    def _say_unsandboxed(self, project: str, number: int, ws: Path, warning: str) -> None:
+        """In the job's log and events: it runs without a sandbox, and what that means."""
+        workspace.note(ws / "job.log", f"floydd: WARNING: {warning}", stream=b"e")
+        try:
+            self._records.add_event(project, number, "sandbox", warning)
+        except Exception as exc:   # the job runs all the same; the daemon's log said it at start-up
+            log.runtime.warning("job %s/%d: event not recorded: %s", project, number, exc)
 
     def _check_stop(self, key: Key) -> None:
         if key in self._stop_requests:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from floydd import log
+from floydd.agent.jobenv import agent_env
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import Status, atomic_write, process_start_time, read_status
 from floydd.agent.stop import write_stop
@@ -35,14 +36,19 @@ def write_spec(ws: Path, spec: AgentSpec) -> None:
     atomic_write(Path(ws) / "spec.json", spec.to_json().encode())
 
 
-def start_agent(ws: Path, spec: AgentSpec, *, python: str = sys.executable) -> AgentHandle:
-    """Write spec.json and start the agent detached; returns at once (blocking: use a thread)."""
+def start_agent(ws: Path, spec: AgentSpec, *, python: str = sys.executable,
+                env_pass: tuple[str, ...] = ()) -> AgentHandle:
+    """Write spec.json and start the agent detached; returns at once (blocking: use a thread).
+
+    The agent starts with the allow-listed environment (:func:`floydd.agent.jobenv.agent_env`),
+    not the daemon's: what it does not hold, no job can inherit. ``env_pass``: the site's
+    extra names (``job_env_pass``)."""
     ws = Path(ws)
     write_spec(ws, spec)
     with open(ws / "agent.log", "ab") as out:
         proc = subprocess.Popen([python, "-m", "floydd.agent", str(ws)], stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ws, start_new_session=True,
-                                close_fds=True)
+                                close_fds=True, env=agent_env(os.environ, env_pass))
     log.runtime.debug("started agent %d for %s", proc.pid, spec.job)
     return AgentHandle(proc.pid, process_start_time(proc.pid), proc)
 

@@ -7,7 +7,9 @@ certificates of joining boxes (``issue_node_cert``). Files in the CA folder:
     ca.key        the CA private key (0600; never logged, never in a repr)
     issued.jsonl  one line per certificate issued: serial, node id, expiry (0600)
 
-The CA certificate is valid for 10 years, node certificates for 1 year. A node
+The CA certificate is valid for 10 years, node certificates for 1 year by default
+(``cert_validity`` in the config of the node that signs; nodes renew theirs well before
+expiry, :mod:`floydd.daemon.trust`). A node
 certificate names its node id twice, as subject CN and as DNS SAN, plus the IP
 addresses the node gave; it is good for both TLS server and client auth, so one
 certificate serves both ends of node-to-node mutual TLS.
@@ -124,6 +126,30 @@ class ClusterCA:
                               hint="restore ca.key and ca.pem together from the same backup")
         return cls(folder, cert, key, clock=clock)
 
+    @classmethod
+    def install(cls, folder: Path, cert_pem: bytes, key_pem: bytes, *, expect_fingerprint: str,
+                clock: Callable[[], float] = time.time) -> ClusterCA:
+        """Save a CA key handed over by another voter (the certificate must be the pinned one,
+        the key its own); written 0600 like the original."""
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        if fingerprint_of_der(cert.public_bytes(serialization.Encoding.DER)) != expect_fingerprint:
+            raise InvalidSpec("the CA handed over is not this cluster's CA (fingerprint mismatch)",
+                              hint="only a voter of this cluster may hand over its CA key")
+        if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != cert.public_key():
+            raise InvalidSpec("the CA key handed over does not belong to the CA certificate",
+                              hint="the voter that sent it has damaged CA files: restore its ca.key and ca.pem")
+        folder = ensure_private_dir(Path(folder))
+        write_public(folder / cls.CERT_FILE, cert.public_bytes(serialization.Encoding.PEM))
+        write_private(folder / cls.KEY_FILE, key_pem)
+        log.info("this node now holds the cluster CA key (%s)", short_fingerprint(expect_fingerprint))
+        return cls(folder, cert, key, clock=clock)
+
+    def key_pem(self) -> bytes:
+        """The CA key, PEM (only ever sent to another voter over mutual TLS)."""
+        return self._key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption())
+
     @property
     def short_fingerprint(self) -> str:
         return short_fingerprint(self.fingerprint)
@@ -163,9 +189,15 @@ class ClusterCA:
         return csr, ips
 
     def issue_node_cert(self, csr_pem: bytes | str, node_id: str, addresses: Iterable[str] = (), *,
-                        allow_reissue: bool = False) -> bytes:
-        """Sign a node certificate for ``node_id``; returns PEM. Refuses a node id already issued."""
+                        allow_reissue: bool = False, validity: float | None = None) -> bytes:
+        """Sign a node certificate for ``node_id`` valid ``validity`` seconds (default a year);
+        returns PEM. Refuses a node id already issued by this CA's files unless ``allow_reissue``
+        (joins through any voter check the replicated records instead; renewals reissue)."""
         csr, ips = self.check_request(csr_pem, node_id, addresses, allow_reissue=allow_reissue)
+        if validity is not None and not 0 < validity <= CA_VALIDITY.total_seconds():
+            raise InvalidSpec(f"certificate validity {validity:g}s is out of range",
+                              hint="set cert_validity to a number of seconds, at most 10 years")
+        life = NODE_VALIDITY if validity is None else dt.timedelta(seconds=validity)
         now = _utc(self._clock())
         ski = self.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
         sans: list[x509.GeneralName] = [x509.DNSName(node_id), *(x509.IPAddress(ip) for ip in ips)]
@@ -175,7 +207,7 @@ class ClusterCA:
                 .issuer_name(self.cert.subject)
                 .public_key(csr.public_key())
                 .serial_number(x509.random_serial_number())
-                .not_valid_before(now - CLOCK_SKEW).not_valid_after(now + NODE_VALIDITY)
+                .not_valid_before(now - CLOCK_SKEW).not_valid_after(min(now + life, self.cert.not_valid_after_utc))
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                 .add_extension(_key_usage(cert_sign=False), critical=True)
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,

@@ -9,12 +9,21 @@ Files in the identity folder (the daemon uses ``STATE/tls/``, kept 0700):
 
 A fresh box has a node id and key but no certificate until ``floydd init`` (which makes
 the CA and signs its own certificate, :func:`init_cluster`) or ``floydd join``.
+
+Renewal swaps the certificate in place: the TLS contexts made for this identity
+(:mod:`floydd.security.tls`) are remembered, and :meth:`NodeIdentity.install` loads the new
+chain into each of them, so new connections present the new certificate while connections
+already open finish with the old one; no listener restarts. The key stays the same across
+renewals, so ``node.key`` and ``node.pem`` never disagree on disk, even after a crash between
+two writes.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import time
+import weakref
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -59,6 +68,7 @@ class NodeIdentity:
         self._key = key
         self.cert = cert
         self.ca_cert = ca_cert
+        self._contexts: weakref.WeakSet[ssl.SSLContext] = weakref.WeakSet()
 
     @classmethod
     def load_or_create(cls, folder: Path) -> NodeIdentity:
@@ -127,6 +137,33 @@ class NodeIdentity:
     def make_csr(self) -> bytes:
         return make_csr(self._key, self.node_id)
 
+    @property
+    def serial(self) -> str:
+        """The node certificate's serial number, lowercase hex (what the cluster records)."""
+        return f"{self._member_cert().serial_number:x}"
+
+    @property
+    def not_before(self) -> float:
+        return self._member_cert().not_valid_before_utc.timestamp()
+
+    @property
+    def not_after(self) -> float:
+        return self._member_cert().not_valid_after_utc.timestamp()
+
+    @property
+    def addresses(self) -> list[str]:
+        """The IP addresses the node certificate names (a renewal asks for the same)."""
+        try:
+            san = self._member_cert().extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return []
+        return [str(ip) for ip in san.get_values_for_type(x509.IPAddress)]
+
+    def track_context(self, ctx: ssl.SSLContext) -> ssl.SSLContext:
+        """Remember ``ctx`` (made from this identity): :meth:`install` reloads it in place."""
+        self._contexts.add(ctx)
+        return ctx
+
     def install(self, cert_pem: bytes | str, ca_pem: bytes | str, *, expect_ca_fingerprint: str | None = None) -> None:
         """Check and save the node certificate and CA a cluster gave this node."""
         cert = load_certs(_b(cert_pem), "the node certificate")[0]
@@ -145,15 +182,26 @@ class NodeIdentity:
         if node_id_of_cert(cert) != self.node_id:
             raise InvalidSpec(f"the node certificate does not name this node ({self.node_id})",
                               hint="join again with a fresh token")
+        if self.ca_cert is not None and ca != self.ca_cert:
+            raise InvalidSpec("the new certificate is from another cluster's CA",
+                              hint="a renewal keeps the cluster; to move to another cluster, leave and join")
         ca_bytes = ca.public_bytes(serialization.Encoding.PEM)
         write_public(self.ca_path, ca_bytes)
         write_public(self.cert_path, cert.public_bytes(serialization.Encoding.PEM) + ca_bytes)
         self.cert, self.ca_cert = cert, ca
+        for ctx in list(self._contexts):   # new handshakes present the new chain; open connections finish
+            ctx.load_cert_chain(self.cert_path, self.key_path)
         log.info("node %s holds a certificate of cluster %s", self.node_id, short_fingerprint(fingerprint))
 
     def __repr__(self) -> str:
         fp = short_fingerprint(self.cluster_fingerprint) if self.is_member else None
         return f"NodeIdentity(node_id={self.node_id!r}, cluster={fp!r}, folder={str(self.folder)!r})"
+
+    def _member_cert(self) -> x509.Certificate:
+        if self.cert is None:
+            raise NotFound(f"node {self.node_id} is not in a cluster yet",
+                           hint="run 'floydd init' to start a cluster, or 'floydd join TOKEN' to join one")
+        return self.cert
 
     def _member_ca(self) -> x509.Certificate:
         if self.ca_cert is None:
@@ -163,11 +211,13 @@ class NodeIdentity:
 
 
 def init_cluster(ca_folder: Path, tls_folder: Path, cluster_name: str, addresses: Iterable[str] = (), *,
-                 clock: Callable[[], float] = time.time) -> tuple[ClusterCA, NodeIdentity]:
+                 clock: Callable[[], float] = time.time,
+                 validity: float | None = None) -> tuple[ClusterCA, NodeIdentity]:
     """``floydd init``: make the cluster CA and sign this node's own certificate with it."""
     ca = ClusterCA.create(ca_folder, cluster_name, clock=clock)
     identity = NodeIdentity.load_or_create(tls_folder)
-    identity.install(ca.issue_node_cert(identity.make_csr(), identity.node_id, addresses), ca.cert_pem)
+    identity.install(ca.issue_node_cert(identity.make_csr(), identity.node_id, addresses, validity=validity),
+                     ca.cert_pem)
     return ca, identity
 
 

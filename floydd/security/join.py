@@ -1,17 +1,24 @@
 """The join exchange: a new box trades a one-time token and a CSR for its node certificate.
 
-    new box                                           node holding the CA
+    new box                                           a voter (each holds the CA key)
     ───────                                           ───────────────────
  1. TLS, no verification ── GET /cluster/v1/ca ─────► {"ca", "fingerprint", "cluster"}
     check sha256(CA) == the token's fingerprint and that the server's own certificate
     was issued by that CA; otherwise stop, having sent nothing but the GET
  2. TLS trusting only that CA ── POST /cluster/v1/join {token_id, secret, csr, node_id, addresses}
-                                                     ► vet CSR, redeem token, issue cert
+                                                     ► vet CSR, check token, issue cert,
+                                                       use the token up (through raft)
                                 ◄── {"cert", "ca", "cluster", "store_secret" (base64), "peers"}
 
 Step 2 opens a new connection that verifies the server against the pinned CA (rather than
 reusing step 1's unverified one), so a man in the middle cannot swap in after the check.
 The store secret travels only over that channel; the caller writes it 0600.
+
+Any voter admits boxes: every voter holds the CA key (:mod:`floydd.daemon.trust` says why
+and how it gets there) and the tokens are replicated records, used up through raft, so a
+join works through whichever voter is up (give its address: ``floydd join TOKEN HOST:PORT``)
+and two voters cannot both accept one token. Attempts are rate-limited per source address
+and each one is logged (address, token id, node id, accepted or why refused).
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ import contextlib
 import inspect
 import json
 import logging
+import math
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -32,14 +40,16 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
-from floydd.errors import FloyddError, InvalidSpec, NotFound, Unauthorized, Unavailable, UserError, from_payload
+from floydd.errors import (Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, Unavailable, UserError,
+                           from_payload)
 from floydd.security._x509 import check_node_id, fingerprint_of_der, node_id_of_cert
 from floydd.security.ca import ClusterCA
 from floydd.security.identity import make_csr
+from floydd.security.ratelimit import RateLimiter
 from floydd.security.tokens import TokenStore, parse_token
 
-__all__ = ["JoinResult", "JoinedNode", "join", "fetch_pinned_ca", "join_handler", "ca_handler", "join_routes",
-           "JOIN_PATH", "CA_PATH"]
+__all__ = ["JoinResult", "JoinedNode", "JoinTokens", "StoreTokens", "join", "fetch_pinned_ca", "join_handler",
+           "ca_handler", "join_routes", "JOIN_PATH", "CA_PATH"]
 
 log = logging.getLogger("floydd.security")
 
@@ -117,7 +127,7 @@ async def fetch_pinned_ca(address: str, fingerprint: str, *, timeout: float = 15
         raise _unreachable(address, exc) from exc
     if status == 404:
         raise NotFound(f"the node at {address} does not take joins",
-                       hint="join through the node where 'floydd init' made the cluster")
+                       hint="join through a voter of the cluster (floydd members lists them)")
     if status != 200:
         raise Unavailable(f"the node at {address} answered HTTP {status} when asked for its CA",
                           hint="check its log, then try again")
@@ -135,29 +145,87 @@ async def fetch_pinned_ca(address: str, fingerprint: str, *, timeout: float = 15
 # ---------------------------------------------------------------- server
 
 
-def ca_handler(ca: ClusterCA) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """``GET /cluster/v1/ca``: the CA certificate (public), so joining boxes can check their pin."""
-    body = {"ca": ca.cert_pem.decode(), "fingerprint": ca.fingerprint, "cluster": ca.cluster_name}
+class JoinTokens(Protocol):
+    """Where the join handler checks and uses up tokens (:class:`StoreTokens`: a local file;
+    :class:`floydd.daemon.trust.ClusterTokens`: the cluster's replicated records)."""
+
+    checks_node_ids: bool
+    """Whether :meth:`redeem` refuses a node id that already has a certificate (else the CA's
+    own ledger of issued certificates is asked)."""
+    validity: float | None
+    """Seconds a node certificate is valid (None: the CA's default)."""
+
+    async def check(self, token_id: str, secret: str) -> None:
+        """Refuse (Unauthorized) a token that cannot be redeemed, without using it."""
+
+    async def redeem(self, token_id: str, secret: str, *, node_id: str, serial: str, not_after: float) -> None:
+        """Use the token up for ``node_id``, recording the certificate issued; exactly once."""
+
+
+class StoreTokens:
+    """Tokens in a local :class:`TokenStore` (one box admits joins; the join tests)."""
+
+    checks_node_ids = False
+    validity = None
+
+    def __init__(self, store: TokenStore) -> None:
+        self.store = store
+
+    async def check(self, token_id: str, secret: str) -> None:
+        await asyncio.to_thread(self.store.check, token_id, secret)
+
+    async def redeem(self, token_id: str, secret: str, *, node_id: str, serial: str, not_after: float) -> None:
+        await asyncio.to_thread(self.store.redeem, token_id, secret, node_id=node_id)
+
+
+CAProvider = Callable[[], "ClusterCA | None"]
+
+
+def ca_handler(ca: ClusterCA | Callable[[], tuple[bytes, str, str]]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """``GET /cluster/v1/ca``: the CA certificate (public), so joining boxes can check their pin.
+    ``ca``: the CA, or a callable giving (CA PEM, fingerprint, cluster name) (any member has them)."""
 
     async def get_ca(request: web.Request) -> web.Response:
-        return web.json_response(body)
+        pem, fingerprint, cluster = (ca.cert_pem, ca.fingerprint, ca.cluster_name) \
+            if isinstance(ca, ClusterCA) else ca()
+        return web.json_response({"ca": pem.decode(), "fingerprint": fingerprint, "cluster": cluster})
 
     return get_ca
 
 
-def join_handler(ca: ClusterCA, tokens: TokenStore, *,
+def join_handler(ca: ClusterCA | CAProvider, tokens: TokenStore | JoinTokens, *,
                  store_secret_provider: Callable[[], bytes | Awaitable[bytes]],
                  on_joined: Callable[[JoinedNode], Any] | None = None,
                  peers_provider: Callable[[], list[Any] | Awaitable[list[Any]]] | None = None,
+                 limiter: RateLimiter | None = None,
                  ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """``POST /cluster/v1/join``: vet the CSR, redeem the token, issue the node certificate.
+    """``POST /cluster/v1/join``: vet the CSR, check the token, issue the node certificate, use
+    the token up, answer.
 
-    The CSR and node id are checked before the token is used, so a malformed request does not
-    burn it. ``on_joined`` (sync or async) runs after issuing, before the answer is sent.
+    ``ca``: the CA, or a callable giving it where this node holds it now (None: this node may
+    not admit boxes; the caller is told to join through a voter). The CSR and node id are
+    checked before the token, so a malformed request does not burn it; the certificate is
+    signed before the token is used up and is thrown away unless that succeeds (with
+    replicated tokens, only one of two voters given the same token at once can use it up).
+    ``on_joined`` (sync or async) runs after, before the answer is sent. Each address gets
+    ``limiter``'s share of attempts (429 with Retry-After past it); every attempt is logged
+    with its address, token id and outcome.
     """
+    redeemer: JoinTokens = StoreTokens(tokens) if isinstance(tokens, TokenStore) else tokens
+    ca_now: CAProvider = (lambda: ca) if isinstance(ca, ClusterCA) else ca
 
     async def post_join(request: web.Request) -> web.Response:
+        remote = request.remote or "?"
+        token_id, node_id = "-", "-"
         try:
+            wait = limiter.take(remote) if limiter is not None else 0.0
+            if wait > 0:
+                log.warning("join refused: from %s: too many attempts (retry in %.0fs)", remote, wait)
+                exc = Unavailable(f"too many join attempts from {remote}; try again in {wait:.0f}s",
+                                  hint="check the token: each one is tried against the cluster's records",
+                                  code="rate_limited")
+                return web.json_response(exc.to_payload(), status=429,
+                                         headers={"Retry-After": str(max(1, math.ceil(wait)))})
             body = await _request_json(request)
             node_id = check_node_id(body.get("node_id"))
             csr, token_id, secret = (body.get(k) for k in ("csr", "token_id", "secret"))
@@ -166,26 +234,45 @@ def join_handler(ca: ClusterCA, tokens: TokenStore, *,
                     or not isinstance(addresses, list):
                 raise InvalidSpec("a join request needs csr, token_id and secret (strings) and addresses (a list)",
                                   hint="use floydd join TOKEN ADDRESS")
-            await asyncio.to_thread(ca.check_request, csr, node_id, addresses)
-            await asyncio.to_thread(tokens.redeem, token_id, secret, node_id=node_id)
-            cert_pem = await asyncio.to_thread(ca.issue_node_cert, csr, node_id, addresses)
+            authority = ca_now()
+            if authority is None:
+                raise Conflict("this node does not admit boxes: it is not a voter holding the cluster CA",
+                               code="not_a_voter",
+                               hint="join through a voter: floydd members lists them (role voter or leader)")
+            await asyncio.to_thread(authority.check_request, csr, node_id, addresses,
+                                    allow_reissue=redeemer.checks_node_ids)
+            await redeemer.check(token_id, secret)
+            cert_pem = await asyncio.to_thread(authority.issue_node_cert, csr, node_id, addresses,
+                                               allow_reissue=redeemer.checks_node_ids, validity=redeemer.validity)
+            cert = x509.load_pem_x509_certificate(cert_pem)
+            await redeemer.redeem(token_id, secret, node_id=node_id, serial=f"{cert.serial_number:x}",
+                                  not_after=cert.not_valid_after_utc.timestamp())
             store_secret = await _maybe_await(store_secret_provider())
             peers = await _maybe_await(peers_provider()) if peers_provider else []
             if on_joined is not None:
                 await _maybe_await(on_joined(JoinedNode(node_id=node_id, addresses=[str(a) for a in addresses],
                                                         cert_pem=cert_pem, token_id=token_id)))
         except FloyddError as exc:
+            log.warning("join refused: from %s, token %s, node %s: %s (%s)", remote, _shown(token_id),
+                        _shown(node_id), exc.message, exc.code)
             return web.json_response(exc.to_payload(), status=exc.status)
-        log.info("node %s joined from %s", node_id, request.remote)
-        return web.json_response({"cert": cert_pem.decode(), "ca": ca.cert_pem.decode(), "cluster": ca.cluster_name,
+        log.info("join accepted: node %s from %s with token %s (certificate serial %s)", node_id, remote,
+                 token_id, f"{cert.serial_number:x}"[:16])
+        return web.json_response({"cert": cert_pem.decode(), "ca": authority.cert_pem.decode(),
+                                  "cluster": authority.cluster_name,
                                   "store_secret": base64.b64encode(store_secret).decode(), "peers": peers})
 
     return post_join
 
 
-def join_routes(ca: ClusterCA, tokens: TokenStore, **kwargs: Any) -> list[web.RouteDef]:
+def join_routes(ca: ClusterCA, tokens: TokenStore | JoinTokens, **kwargs: Any) -> list[web.RouteDef]:
     """Both routes a CA-holding node serves to joining boxes; ``kwargs`` go to :func:`join_handler`."""
     return [web.get(CA_PATH, ca_handler(ca)), web.post(JOIN_PATH, join_handler(ca, tokens, **kwargs))]
+
+
+def _shown(text: str) -> str:
+    """An id from a request, safe to log (no secrets ever sit in these fields)."""
+    return text if isinstance(text, str) and text.isalnum() and len(text) <= 16 else "?"
 
 
 # ---------------------------------------------------------------- helpers

@@ -6,6 +6,10 @@ box that has no certificate yet can reach the join route; every other node-to-no
 is behind :func:`require_peer_cert`, which refuses a request without a verified one. A peer
 certificate from another CA fails the handshake itself.
 
+Contexts are made once per identity and kept: when the node certificate is renewed,
+:meth:`NodeIdentity.install` loads the new chain into every one of them (new handshakes use
+it, connections already open finish with the old one).
+
 Peers are named by node id, not host name: a client either checks the id after connecting
 (:func:`check_peer`) or lets the handshake do it with ``client_context(identity,
 verify_node_id=True)`` and ``server_hostname=<node id>`` (the id is the cert's DNS SAN).
@@ -24,14 +28,24 @@ from floydd.errors import Unauthorized
 from floydd.security._x509 import fingerprint_of_der, node_id_of_cert
 from floydd.security.identity import NodeIdentity
 
-__all__ = ["server_context", "client_context", "peer_node_id", "check_peer", "require_peer_cert",
-           "fingerprint_of_der", "CLUSTER_PREFIX", "OPEN_ROUTES"]
+__all__ = ["server_context", "client_context", "peer_node_id", "peer_certificate", "check_peer",
+           "require_peer_cert", "fingerprint_of_der", "CLUSTER_PREFIX", "OPEN_ROUTES", "JOINING_ROUTES",
+           "PEER_STANDING"]
 
 log = logging.getLogger("floydd.security")
 
 CLUSTER_PREFIX = "/cluster/v1/"
 OPEN_ROUTES = ("/cluster/v1/join", "/cluster/v1/ca")
 """The node-to-node routes a box without a certificate may call: the CA (public) and join."""
+JOINING_ROUTES = ("/cluster/v1/propose",)
+"""The routes open to a certificate whose join has not completed: where it announces itself
+(the handler lets it propose its own ``node.upsert`` and nothing else)."""
+UNHEARD_ROUTES = (*JOINING_ROUTES, "/cluster/v1/raft", "/cluster/v1/snapshot")
+"""The routes open to a certificate this box's state knows nothing of (it is behind: see
+:func:`floydd.cluster.authz.standing`): raft, so a leader it has not heard of yet can bring it
+up to date, and announcing itself."""
+PEER_STANDING: web.RequestKey[str] = web.RequestKey("floydd.peer_standing", str)
+"""Request key: what :func:`require_peer_cert` found the caller may do (``member``, ``joining``)."""
 
 _TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
@@ -63,27 +77,35 @@ def peer_node_id(obj: Any) -> str | None:
     still held (aiohttp releases it as soon as a small body has arrived: on the client side
     prefer ``client_context(..., verify_node_id=True)``).
     """
+    cert = peer_certificate(obj)
+    return cert[0] if cert is not None else None
+
+
+def peer_certificate(obj: Any) -> tuple[str | None, str] | None:
+    """(node id, serial in lowercase hex) of the peer's *verified* certificate, or None;
+    ``obj`` as for :func:`peer_node_id`. The serial is what a revocation names."""
     ssl_object = _ssl_object(obj)
     if ssl_object is None or ssl_object.context.verify_mode == ssl.CERT_NONE:
         return None
     der = ssl_object.getpeercert(binary_form=True)
     if not der:
         return None
-    node_id = _NODE_IDS.get(der)
-    if node_id is None:         # parsed once per certificate (it was ~15 % of a busy leader's time)
+    known = _CERTS.get(der)
+    if known is None:           # parsed once per certificate (it was ~15 % of a busy leader's time)
         if not ssl_object.getpeercert():  # empty unless the chain was verified
             return None
-        node_id = node_id_of_cert(x509.load_der_x509_certificate(der))
-        if len(_NODE_IDS) >= 1024:
-            _NODE_IDS.clear()
-        _NODE_IDS[der] = node_id
-    return node_id
+        cert = x509.load_der_x509_certificate(der)
+        known = (node_id_of_cert(cert), f"{cert.serial_number:x}")
+        if len(_CERTS) >= 1024:
+            _CERTS.clear()
+        _CERTS[der] = known
+    return known
 
 
-_NODE_IDS: dict[bytes, str] = {}
-"""Verified certificate (DER) -> its node id. A certificate is only ever verified against
-this node's one CA, and with verification on a handshake with a bad certificate fails, so
-a DER seen verified once names the same node on any later connection."""
+_CERTS: dict[bytes, tuple[str | None, str]] = {}
+"""Verified certificate (DER) -> its node id and serial. A certificate is only ever verified
+against this node's one CA, and with verification on a handshake with a bad certificate
+fails, so a DER seen verified once names the same node on any later connection."""
 
 
 def check_peer(obj: Any, expected_node_id: str) -> str:
@@ -97,13 +119,20 @@ def check_peer(obj: Any, expected_node_id: str) -> str:
 
 
 def require_peer_cert(prefix: str = CLUSTER_PREFIX, exempt: Iterable[str] = OPEN_ROUTES, *,
-                      is_member: Callable[[str], bool] | None = None):
+                      is_member: Callable[[str], bool] | None = None,
+                      standing: Callable[[str, str], str | None] | None = None,
+                      joining: Iterable[str] = JOINING_ROUTES, unheard: Iterable[str] = UNHEARD_ROUTES):
     """aiohttp middleware: under ``prefix`` (but not ``exempt``), refuse callers without a node certificate.
 
-    ``is_member(node_id)``, when given, also refuses certificates of nodes that have left or
-    been removed (a cheap stand-in for revocation). Refusals are 403 with floydd's JSON error.
+    ``standing(node_id, serial)``, when given, is asked on every request what the verified
+    certificate may do (:func:`floydd.cluster.authz.standing`): ``"member"`` calls anything,
+    ``"joining"`` (a box whose join has not completed) only the ``joining`` routes, ``"unheard"``
+    (a node this box's state knows nothing of yet) the ``unheard`` routes, None (a
+    revoked certificate, a removed node, one that never joined and is not joining) nothing.
+    The answer is left in ``request[PEER_STANDING]``. ``is_member(node_id)`` is the older,
+    coarser form (member or refused). Refusals are 403 with floydd's JSON error.
     """
-    exempt = frozenset(exempt)
+    exempt, allowed = frozenset(exempt), {"joining": frozenset(joining), "unheard": frozenset(unheard)}
 
     @web.middleware
     async def peer_cert_middleware(request: web.Request, handler):
@@ -113,7 +142,8 @@ def require_peer_cert(prefix: str = CLUSTER_PREFIX, exempt: Iterable[str] = OPEN
             paths.add(resource.canonical)
         if not any(p.startswith(prefix) for p in paths) or paths <= exempt:
             return await handler(request)
-        node_id = peer_node_id(request)
+        cert = peer_certificate(request)
+        node_id = cert[0] if cert is not None else None
         if node_id is None:
             log.warning("refused %s %s from %s: no valid node certificate", request.method, request.path,
                         request.remote)
@@ -123,6 +153,17 @@ def require_peer_cert(prefix: str = CLUSTER_PREFIX, exempt: Iterable[str] = OPEN
             log.warning("refused %s %s from node %s: not a member", request.method, request.path, node_id)
             return _refuse("not_a_member", f"node {node_id} is not a member of this cluster",
                            "the node was removed; it must join again with a new token")
+        if standing is not None:
+            found = standing(node_id, cert[1])
+            if found is None or (found != "member" and not (request.method == "POST"
+                                                             and paths <= allowed.get(found, frozenset()))):
+                log.warning("refused %s %s from node %s (certificate %s): %s", request.method, request.path,
+                            node_id, cert[1][:16], "not a member" if found is None else "its join is not complete")
+                return _refuse("not_a_member", f"node {node_id} is not a member of this cluster"
+                               + ("" if found is None else " yet (its join has not completed)"),
+                               "a removed node, or one whose certificate was revoked, must join again with a new "
+                               "token" if found is None else "start floydd on the joined box: it completes the join")
+            request[PEER_STANDING] = found
         return await handler(request)
 
     return peer_cert_middleware
@@ -137,7 +178,7 @@ def _base(protocol: int, identity: NodeIdentity) -> ssl.SSLContext:
     ctx.verify_flags |= ssl.VERIFY_X509_STRICT
     ctx.load_cert_chain(identity.cert_path, identity.key_path)
     ctx.load_verify_locations(cadata=ca_pem)
-    return ctx
+    return identity.track_context(ctx)   # a renewed certificate is loaded into it in place
 
 
 def _ssl_object(obj: Any) -> ssl.SSLObject | ssl.SSLSocket | None:

@@ -6,9 +6,18 @@ A token printed by ``floydd token create`` reads::
 
 The fingerprint lets the joining box check it reached the right cluster before it sends
 anything; the id names the token (in ``floydd token list``, ``revoke``, logs); the secret
-(128 random bits) proves the holder was given the token. The store keeps only a sha256 of
-each secret, in an owner-only SQLite file; redeeming compares in constant time, marks the
-token used in the same transaction, and refuses it ever after.
+(128 random bits) proves the holder was given the token. Only a sha256 of each secret
+(:func:`secret_digest`, salted with the id) is ever kept.
+
+Where tokens live: in the cluster's replicated state (:mod:`floydd.cluster.trust`), so any
+voter can make one and any voter can redeem one, exactly once (``token.use`` goes through
+raft). :func:`new_token` makes the printable token and the record to replicate.
+
+:class:`TokenStore` is the owner-only SQLite file (``STATE/ca/tokens.db``) that held tokens
+before they were replicated. It is kept to import from: on its first start with replicated
+tokens the CA holder copies every token of that file that could still be used into the
+cluster (same id, digest and expiry, so printed tokens keep working) and renames the file
+``tokens.db.imported`` (:mod:`floydd.daemon.trust`).
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ from typing import Callable
 from floydd.errors import FloyddError, InvalidSpec, NotFound, Unauthorized
 from floydd.security._x509 import FINGERPRINT_RE
 
-__all__ = ["TokenStore", "TokenInfo", "ParsedToken", "parse_token", "DEFAULT_TTL_S", "MAX_TTL_S", "TOKEN_SHAPE"]
+__all__ = ["TokenStore", "TokenInfo", "ParsedToken", "NewToken", "parse_token", "new_token", "secret_digest",
+           "DEFAULT_TTL_S", "MAX_TTL_S", "TOKEN_SHAPE"]
 
 log = logging.getLogger("floydd.security")
 
@@ -72,6 +82,33 @@ class TokenInfo:
         if self.used_at is not None:
             return "used"
         return "expired" if now >= self.expires_at else "valid"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewToken:
+    """A token just made: ``text`` is shown once; the rest is what the cluster keeps."""
+    text: str = field(repr=False)
+    token_id: str
+    secret_sha256: str
+    expires_at: float
+
+
+def secret_digest(token_id: str, secret: str) -> str:
+    """What is kept of a token's secret: sha256 over a label, the id and the secret."""
+    return _digest(str(token_id), str(secret))
+
+
+def new_token(ca_fingerprint: str, ttl_s: float, now: float, *, address: str | None = None) -> NewToken:
+    """A fresh token for the CA ``ca_fingerprint`` valid ``ttl_s`` seconds from ``now``."""
+    if not FINGERPRINT_RE.fullmatch(ca_fingerprint):
+        raise InvalidSpec("the CA fingerprint must be 64 lowercase hex digits", hint="pass ClusterCA.fingerprint")
+    if not 0 < ttl_s <= MAX_TTL_S:
+        raise InvalidSpec(f"token lifetime {ttl_s:g}s is out of range",
+                          hint=f"use a --ttl between 1 second and {MAX_TTL_S / 86400:g} days")
+    token_id, secret = secrets.token_hex(8), secrets.token_hex(16)
+    text = f"{PREFIX}.{ca_fingerprint}.{token_id}.{secret}" + (f"@{address}" if address else "")
+    parse_token(text)  # the address hint must keep the token parseable
+    return NewToken(text=text, token_id=token_id, secret_sha256=_digest(token_id, secret), expires_at=now + ttl_s)
 
 
 def parse_token(text: str) -> ParsedToken:
@@ -122,7 +159,11 @@ class TokenStore:
         log.info("created join token %s, valid for %gs", token_id, ttl_s)
         return text
 
-    def redeem(self, token_id: str, secret: str, *, node_id: str | None = None) -> None:
+    def check(self, token_id: str, secret: str) -> None:
+        """Unauthorized unless :meth:`redeem` would accept the token now; uses nothing up."""
+        self.redeem(token_id, secret, use=False)
+
+    def redeem(self, token_id: str, secret: str, *, node_id: str | None = None, use: bool = True) -> None:
         """Use a token up: Unauthorized unless it exists, matches, is unused, unrevoked and unexpired."""
         token_id, secret = str(token_id), str(secret)
         now = self._clock()
@@ -146,6 +187,8 @@ class TokenStore:
             if now >= expires_at:
                 raise Unauthorized("join token expired", code="join_token_expired",
                                    hint="make a new one with floydd token create")
+            if not use:
+                return
             db.execute("UPDATE join_tokens SET used_at = ?, used_by = ? WHERE id = ?", (now, node_id, token_id))
         log.info("join token %s redeemed%s", token_id, f" by node {node_id}" if node_id else "")
 
@@ -165,6 +208,14 @@ class TokenStore:
         if cur.rowcount == 0:
             raise NotFound(f"no join token {str(token_id)[:20]!r}", hint="see floydd token list")
         log.info("revoked join token %s", token_id)
+
+    def usable(self) -> list[tuple[TokenInfo, str]]:
+        """Tokens that could still be redeemed, with their secret's digest (to import them)."""
+        now = self._clock()
+        with self._db() as db:
+            rows = db.execute("SELECT id, created_at, expires_at, secret_sha256 FROM join_tokens WHERE used_at IS NULL "
+                              "AND revoked_at IS NULL AND expires_at > ? ORDER BY created_at, id", (now,)).fetchall()
+        return [(TokenInfo(token_id=r[0], created_at=r[1], expires_at=r[2]), r[3]) for r in rows]
 
     def prune(self) -> int:
         """Forget tokens that can no longer be used; returns how many."""

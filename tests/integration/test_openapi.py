@@ -53,6 +53,8 @@ ANSWERS = {
     ("get", "/v1/datasets/info"): "DatasetInfo", ("post", "/v1/code"): "CodeUpload",
     ("post", "/v1/datasets/delete"): "DatasetDeleted", ("post", "/v1/store/gc"): "GcReport",
     ("post", "/v1/cluster/tokens"): "JoinToken", ("post", "/v1/cluster/leave"): "Left",
+    ("post", "/v1/cluster/remove"): "Removed",
+    ("get", "/v1/cluster/tokens"): "TokenRecord[]", ("delete", "/v1/cluster/tokens/{token_id}"): "TokenRecord",
 }
 """Each JSON answer and the :mod:`floydd.api.schemas` type describing it (``[]``: a list of them)."""
 

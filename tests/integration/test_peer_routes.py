@@ -6,8 +6,8 @@ import random
 
 from floydd.cluster.config import TEST_CONFIG
 from floydd.cluster.service import ClusterService
-from floydd.daemon.control import token_store
 from floydd.daemon.peers import PEER_ROUTES, peer_app
+from floydd.daemon.trust import TRUST_ROUTES, Trust
 from floydd.security.identity import init_cluster
 from floydd.store import Store
 
@@ -22,11 +22,11 @@ def test_the_mtls_app_serves_exactly_the_listed_routes(tmp_path):
                              rng=random.Random(1))
     store = Store.open(tmp_path / "store")
     try:
-        with_ca = peer_app(service, store=store, jobs=lambda: None,
-                           joins=(ca, token_store(tmp_path, ca), tmp_path / "store" / "key"))
-        assert _served(with_ca) == set(PEER_ROUTES)
-        without = peer_app(service, store=store, jobs=lambda: None)
-        assert _served(without) == set(PEER_ROUTES) - {("GET", "/cluster/v1/ca"), ("POST", "/cluster/v1/join")}
+        trust = Trust(service, identity, tmp_path, store_secret=lambda: b"")
+        member = peer_app(service, store=store, jobs=lambda: None, trust=trust)
+        assert _served(member) == set(PEER_ROUTES)
+        alone = peer_app(service, store=store, jobs=lambda: None)
+        assert _served(alone) == set(PEER_ROUTES) - TRUST_ROUTES
         assert all(path.startswith("/cluster/v1/") for _, path in PEER_ROUTES)
     finally:
         store.close()

@@ -101,8 +101,13 @@ def test_a_long_max_runtime_within_the_maximum_runs(daemon):
 
 @pytest.mark.slow
 def test_a_stop_while_the_job_is_being_prepared_means_it_never_runs(daemon, tmp_path):
-    gate = tmp_path / "requirements.fifo"   # pip blocks reading it: the job's environment is being built
+    wheels = tmp_path / "wheels"            # the site's wheelhouse: the one host folder a (sandboxed) build sees
+    wheels.mkdir()
+    gate = wheels / "requirements.fifo"     # pip blocks reading it: the job's environment is being built
     os.mkfifo(gate)
+    daemon.kill(signal.SIGTERM)
+    daemon.env["FLOYDD_WHEELHOUSE"] = str(wheels)
+    daemon.start()
     (daemon.project / "floyd_requirements.txt").write_text(f"-r {gate}\n")
     key = _run(daemon, "touch ran")
     ws = _workspace(daemon, key)

@@ -99,10 +99,12 @@ def test_main_takes_the_cli_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SystemExit):
         main(["--refresh", "0"])
     served = []
-    monkeypatch.setattr("floydd.tui.serve.serve", lambda where, refresh: served.append((where, refresh)))
+    monkeypatch.setattr("floydd.tui.serve.serve",
+                        lambda where, refresh, host=None: served.append((where, refresh, host)))
     main(["--serve"])
     main(["--serve", "0.0.0.0:9000", "--refresh", "2"])
-    assert served == [("127.0.0.1:8000", 1.0), ("0.0.0.0:9000", 2.0)]
+    main(["--serve", "9001", "--host", "10.0.0.5"])
+    assert served == [("127.0.0.1:8000", 1.0, None), ("0.0.0.0:9000", 2.0, None), ("9001", 1.0, "10.0.0.5")]
     assert parse_address(":8123") == ("127.0.0.1", 8123) and parse_address("[::1]:80") == ("::1", 80)
     with pytest.raises(SystemExit):
         parse_address("host:http")

@@ -57,6 +57,8 @@ class Cluster:
         self._first_identity: NodeIdentity | None = first
         self._seq = itertools.count(1)
         self._rng = random.Random(1234)
+        self.make_app: Callable[[Node], object] | None = None
+        """When set, what each node serves instead of the bare raft app (e.g. with the trust routes)."""
 
     # -- building --------------------------------------------------------------------------------
 
@@ -87,7 +89,8 @@ class Cluster:
         return service
 
     async def _listen(self, node: Node) -> None:
-        address = await node.service.listen("127.0.0.1", node.port)
+        app = self.make_app(node) if self.make_app is not None else None
+        address = await node.service.listen("127.0.0.1", node.port, app=app)
         node.port = int(address.rsplit(":", 1)[1])
 
     async def start(self, n: int) -> list[Node]:

@@ -62,7 +62,7 @@ async def test_finished_jobs_are_archived_everywhere_and_a_late_node_gets_them(m
     # enough entries to compact the log past the archive commands, then a fourth node joins
     archived_at = lead.driver.status().applied
     for i in range(80):
-        await lead.service.update_job(running["id"], reason=f"still waiting {i}")
+        await lead.service.leader_update_job(running["id"], reason=f"still waiting {i}")
     await cluster.wait_for(lambda: lead.driver.status().snapshot_index >= archived_at,
                            what="the leader's log compacted past the archive commands")
     new = await cluster.join(via=nodes[1])

@@ -49,7 +49,7 @@ class Recorder:
     def on_raft(self, peer, messages):
         self.batches.append(messages)
 
-    async def on_propose(self, cmd, timeout, forwarded):
+    async def on_propose(self, cmd, timeout, forwarded, *, peer=None, joining=False):
         self.proposals.append((cmd, forwarded))
         if cmd.get("op") == "boom":
             raise Conflict("refused", code="nope", hint="do not")

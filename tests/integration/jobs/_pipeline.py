@@ -26,6 +26,7 @@ from floydd.model import FINAL_STATES, Submission
 from floydd.records import Records
 from floydd.runtime import checkpoint
 from floydd.runtime.disk import Disk
+from floydd.runtime.sandboxing import Sandboxing
 from floydd.security.identity import NodeIdentity
 from floydd.store import Store
 from tests.conftest import wait_until_async
@@ -43,6 +44,7 @@ class FakeRuntime:
     stops it. Each run writes one log line, ``ran COMMAND``, to ``WORKSPACE/job.log``."""
 
     sandbox_mode = "none"
+    sandboxing = Sandboxing(policy="off", bwrap=None, why="a test double runs no processes")
 
     def __init__(self, records: Records, store: Store, jobs_dir: Path) -> None:
         self.records, self.store, self.jobs_dir = records, store, jobs_dir

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import threading
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from floydd.errors import InvalidSpec
-from floydd.runtime.envs import REQUIREMENTS, python_bin_for
+from floydd.agent.sandbox import probe_bwrap
+from floydd.runtime.envs import REQUIREMENTS, BuildPolicy, python_bin_for
+from tests.integration.runtime._agents import needs_bwrap
 
 
 def test_default_is_the_daemons_interpreter(tmp_path):
@@ -62,4 +65,43 @@ def test_a_failed_install_says_pips_last_line_and_leaves_nothing(tmp_path):
     assert err.value.message.startswith("installing floyd_requirements.txt failed: ")
     assert "floydd-surely-missing" in err.value.message
     assert err.value.message.split(": ", 1)[1] in (tmp_path / "job.log").read_text()
-    assert [p.name for p in (tmp_path / "state" / "envs").iterdir() if p.is_dir()] == []
+    assert [p.name for p in (tmp_path / "state" / "envs").iterdir() if p.is_dir()] == [".pip-cache"]  # pip's, kept
+
+
+def _wheel(folder: Path, name: str = "floydd_tiny", version: str = "1.0") -> Path:
+    """A minimal pure-Python wheel, made by hand (no network, no build tools)."""
+    import base64
+    import hashlib
+    import zipfile
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": "VALUE = 42\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(text.encode())}" for path, text in files.items()] + [f"{info}/RECORD,,"]
+    files[f"{info}/RECORD"] = "\n".join(record) + "\n"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for name_, text in files.items():
+            whl.writestr(name_, text)
+    return path
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_a_sandboxed_build_without_network_installs_from_the_wheelhouse(state_dir):
+    wheels, code = state_dir.parent / f"{state_dir.name}-wheels", state_dir / "jobs" / "p" / "1" / "code"
+    wheels.mkdir()
+    code.mkdir(parents=True)
+    try:
+        _wheel(wheels)
+        (code / REQUIREMENTS).write_text("floydd_tiny==1.0\n")
+        bindir = Path(python_bin_for(state_dir, code, log_path=state_dir / "job.log", bwrap=probe_bwrap()[0],
+                                     policy=BuildPolicy(network=False, wheelhouse=str(wheels))))
+        log = (state_dir / "job.log").read_text()
+        assert "Successfully installed floydd_tiny-1.0" in log.replace("floydd-tiny", "floydd_tiny"), log
+        res = subprocess.run([str(bindir / "python"), "-c", "import floydd_tiny, floydd.agent.sdk; print(floydd_tiny.VALUE)"],
+                             capture_output=True, text=True, check=True)
+        assert res.stdout.strip() == "42"
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)

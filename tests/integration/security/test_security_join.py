@@ -179,3 +179,32 @@ async def test_no_secret_in_logs_or_reprs(cluster, tokens, server, tls_server, c
     for secret in secrets_:
         assert secret not in shown
     assert str(STORE_SECRET) not in repr(result)
+
+
+async def test_join_attempts_are_rate_limited_per_address_and_logged(cluster, tokens, tls_server, caplog):
+    from floydd.security.ratelimit import RateLimiter
+    app = web.Application()
+    app.router.add_routes(join_routes(cluster.ca, tokens, store_secret_provider=lambda: STORE_SECRET,
+                                      limiter=RateLimiter(rate=1 / 60, burst=2)))
+    box = cluster.fresh
+    caplog.set_level(logging.INFO, logger="floydd.security")
+    async with tls_server(app) as address:
+        wrong = parse_token(tokens.create(600))
+        body = {"token_id": wrong.token_id, "secret": "0" * 32, "csr": box.make_csr().decode(),
+                "node_id": box.node_id, "addresses": []}
+        answers = []
+        async with aiohttp.ClientSession() as session:
+            for _ in range(3):
+                async with session.post(f"https://{address}/cluster/v1/join", json=body, ssl=False) as resp:
+                    answers.append((resp.status, resp.headers.get("Retry-After"), await resp.json()))
+        good = tokens.create(600, address=address)
+        with pytest.raises(Unavailable) as err:        # the same address, still over its share
+            await join(good, None, box.node_id, box.key)
+    assert [a[0] for a in answers] == [401, 401, 429]
+    assert int(answers[2][1]) >= 1 and answers[2][2]["error"]["code"] == "rate_limited"
+    assert err.value.code == "rate_limited" and "try again in" in err.value.message
+    refusals = [r.getMessage() for r in caplog.records if r.getMessage().startswith("join refused")]
+    assert len(refusals) == 4
+    assert f"token {wrong.token_id}" in refusals[0] and "127.0.0.1" in refusals[0] and "not recognised" in refusals[0]
+    assert "too many attempts" in refusals[2]
+    assert wrong.secret not in caplog.text

@@ -6,12 +6,16 @@ import os
 import sys
 from pathlib import Path
 
+from floydd.agent.jobenv import FIXED, SANE_PATH, agent_env
 from floydd.agent.sandbox import SANDBOX_HOME, build_launch
 from floydd.agent.spec import AgentSpec, Mount
 
 WS = Path("/srv/floydd/jobs/p/1")
-BASE = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "FLOYDD_TOKEN": "secret", "FLOYD_HOST": "x",
-        "CUDA_VISIBLE_DEVICES": "0,1,2,3", "HOME": "/root", "TMPDIR": "/var/tmp"}
+BASE = {"PATH": "/home/a/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "FLOYDD_TOKEN": "secret", "FLOYD_HOST": "x",
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3", "HOME": "/root", "TMPDIR": "/var/tmp", "LC_TIME": "de_DE.UTF-8",
+        "TZ": "Europe/Paris", "NCCL_SOCKET_IFNAME": "eth1", "NVIDIA_DRIVER_CAPABILITIES": "compute",
+        "CUDA_CACHE_PATH": "/cache", "AWS_SECRET_ACCESS_KEY": "aws-secret", "PYTHONPATH": "/home/a/lib",
+        "LD_PRELOAD": "/home/a/evil.so", "SSH_AUTH_SOCK": "/run/user/0/ssh", "HTTPS_PROXY": "http://proxy:3128"}
 
 
 def spec(**fields) -> AgentSpec:
@@ -31,7 +35,7 @@ def test_without_a_sandbox_the_job_runs_in_its_workspace_with_a_clean_env():
     assert (env["FLOYD_CODE"], env["FLOYD_INPUT"], env["FLOYD_OUTPUT"]) == \
         (str(WS / "code"), str(WS / "input"), str(WS / "output"))
     assert (env["HOME"], env["TMPDIR"]) == (str(WS / "home"), str(WS / "tmp"))
-    assert env["PATH"] == "/opt/py/bin:/usr/bin:/bin" and env["LANG"] == "C.UTF-8"
+    assert env["PATH"] == f"/opt/py/bin:{SANE_PATH}" and env["LANG"] == "C.UTF-8"
     assert (env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"], env["FLOYD_JOB"], env["lr"]) == \
         ("2", "PCI_BUS_ID", "p/1", "0.1")
     assert "FLOYDD_TOKEN" not in env and "FLOYD_HOST" not in env
@@ -60,10 +64,19 @@ def test_under_bwrap_the_job_sees_floydhub_paths_and_not_the_state_dir():
     if os.path.isdir("/srv/floydd"):
         assert "/srv/floydd" in tmpfs
     assert argv[argv.index("--chdir") + 1] == "/code"
+    # the sandbox's own root (and the folders made for the binds) read-only once all is bound
+    assert argv[argv.index("--remount-ro") + 1] == "/" and argv.index("--remount-ro") > max(
+        i for i, a in enumerate(argv) if a in ("--bind", "--ro-bind", "--tmpfs", "--dev-bind"))
     assert launch.env["FLOYD_INPUT"] == "/input" and launch.env["HOME"] == SANDBOX_HOME
-    # the host's root is bound read-only entry by entry, never over /code or the mounts
+    # an allow-list: system folders, never the host's root, homes, /var, /srv or /opt
     tops = [dst for _, dst in ro if dst.count("/") == 1]
-    assert "/usr" in tops and "/code" not in tops and "/output" not in tops and "/proc" not in tops
+    assert "/usr" in tops and "/" not in [dst for _, dst in ro]
+    for hidden in ("/home", "/root", "/var", "/srv", "/opt", "/mnt", "/run", "/code", "/output", "/proc"):
+        assert hidden not in tops
+    assert not [dst for _, dst in ro if dst.startswith(("/home/", "/var/", "/srv/"))]
+    etc = [dst for _, dst in ro if dst.startswith("/etc")]
+    assert "/etc" not in etc and all(dst.count("/") == 2 for dst in etc)
+    assert not {"/etc/shadow", "/etc/sudoers", "/etc/ssh", "/etc/floydd"} & set(etc)
 
 
 def test_under_bwrap_python_and_floydd_stay_visible_when_they_live_under_a_hidden_folder(tmp_path):
@@ -81,3 +94,33 @@ def test_under_bwrap_python_and_floydd_stay_visible_when_they_live_under_a_hidde
     last_tmpfs = max(i for i, a in enumerate(argv) if a == "--tmpfs")
     assert argv.index(str(venv)) > last_tmpfs
     assert "/tmp" in tmpfs
+
+
+def test_only_the_allow_list_of_the_daemons_environment_reaches_the_job():
+    env = build_launch(spec(env={"lr": "0.1", "FLOYD_BOX": "b0x", "FLOYD_ATTEMPT": "2"}), WS, "/usr/bin/bwrap", BASE).env
+    for name in ("LANG", "LC_TIME", "TZ", "NCCL_SOCKET_IFNAME", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_CACHE_PATH"):
+        assert env[name] == BASE[name]
+    for name in ("AWS_SECRET_ACCESS_KEY", "PYTHONPATH", "LD_PRELOAD", "SSH_AUTH_SOCK", "HTTPS_PROXY", "FLOYDD_TOKEN",
+                 "FLOYD_HOST"):
+        assert name not in env
+    assert (env["lr"], env["FLOYD_BOX"], env["FLOYD_ATTEMPT"], env["FLOYD_JOB"]) == ("0.1", "b0x", "2", "p/1")
+    assert env["PATH"] == f"/opt/py/bin:{SANE_PATH}" and "/home/a" not in env["PATH"]
+    assert env["HOME"] == SANDBOX_HOME and env["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+def test_the_site_adds_names_to_the_allow_list_through_the_agents_environment():
+    base = agent_env(BASE, ["HTTPS_PROXY", "MY_*", "FLOYD_TOKEN"])
+    assert "AWS_SECRET_ACCESS_KEY" not in base and base["PATH"] == BASE["PATH"]  # the agent runs floydd itself
+    env = build_launch(spec(), WS, None, {**base, "MY_SETTING": "1", "FLOYDD_X": "no"}).env
+    assert env["HTTPS_PROXY"] == "http://proxy:3128" and env["MY_SETTING"] == "1"
+    assert "FLOYD_TOKEN" not in env and "FLOYDD_X" not in env and "PYTHONPATH" not in env
+
+
+def test_params_cannot_override_what_floydd_sets():
+    env = build_launch(spec(env={"PATH": "/evil", "HOME": "/root", "FLOYD_OUTPUT": "/x"}), WS, "/usr/bin/bwrap",
+                       BASE).env
+    for bwrap in ("/usr/bin/bwrap", None):   # every documented fixed name is set by floydd, sandbox or not
+        plain = build_launch(spec(), WS, bwrap, BASE).env
+        forced = build_launch(spec(env={name: "x" for name in FIXED}), WS, bwrap, BASE).env
+        assert all(forced[name] == plain[name] != "x" for name in FIXED)
+    assert (env["PATH"].split(":")[0], env["HOME"], env["FLOYD_OUTPUT"]) == ("/opt/py/bin", SANDBOX_HOME, "/output")

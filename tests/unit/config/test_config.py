@@ -45,3 +45,19 @@ def test_long_state_dirs_get_a_short_socket_path_both_sides_agree(tmp_path):
     assert len(str(path)) < 108
     assert path == socket_path_for(Path(str(deep)))
     assert socket_path_for(tmp_path) == tmp_path / "floydd.sock"
+
+
+def test_sandbox_and_build_keys_from_toml_and_env(tmp_path):
+    (tmp_path / "floydd.toml").write_text('sandbox = "require"\nbuild_network = false\nwheelhouse = "/srv/wheels"\n'
+                                          'system = true\njob_env_pass = "HTTPS_PROXY, MY_*"\n')
+    config = load({}, env={"FLOYDD_STATE_DIR": str(tmp_path)})
+    assert (config.sandbox, config.build_network, config.wheelhouse, config.system) == \
+        ("require", False, "/srv/wheels", True)
+    assert config.job_env_pass == "HTTPS_PROXY, MY_*"
+    config = load({}, env={"FLOYDD_STATE_DIR": str(tmp_path), "FLOYDD_BUILD_NETWORK": "yes",
+                           "FLOYDD_SANDBOX": "prefer"})
+    assert config.build_network is True and config.sandbox == "prefer"
+    with pytest.raises(UserError, match="build_network"):
+        load({}, env={"FLOYDD_STATE_DIR": str(tmp_path), "FLOYDD_BUILD_NETWORK": "maybe"})
+    with pytest.raises(UserError, match="sandbox 'sometimes'"):
+        load({}, env={"FLOYDD_STATE_DIR": str(tmp_path), "FLOYDD_SANDBOX": "sometimes"})

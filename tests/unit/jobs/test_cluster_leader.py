@@ -37,6 +37,9 @@ class FakeCluster:
     async def update_job(self, job, *, timeout=None, **fields):
         return self.apply({"op": "job.update", "job": job, **fields})
 
+    async def leader_update_job(self, job, *, timeout=None, **fields):
+        return self.apply({"op": "job.update", "job": job, "term": 1, **fields})
+
     def silence(self) -> dict:
         """Seconds since each node was heard from: here, since its last heartbeat."""
         return {nid: self.now - n["last_heartbeat"] for nid, n in self.state.nodes.items()}

@@ -1,0 +1,286 @@
+"""Who may say what between boxes: the check every box makes on every replicated command.
+
+Membership is the trust boundary (DESIGN 5b): a box that is a member may speak for itself
+(its resources, its health, the parts of jobs placed on it) and for the people its API edge
+authenticated, never for another box. :func:`authorize` is applied to each command *on apply*
+(:meth:`ClusterState.apply <floydd.cluster.state.ClusterState.apply>`), from the state and
+the command alone, so every box reaches the same verdict; a refused command changes nothing
+and its proposer gets the :class:`~floydd.errors.Forbidden` as its answer.
+
+What it reads of a command::
+
+    proposer   the box that proposed it: the node id of its verified certificate, stamped by
+               the leader that appended the entry (never taken from the body), or the
+               leader's own id. An entry without one was written by a leader of an older
+               version, before proposers were stamped: it is allowed, as it was when first
+               applied (a leader of this version always stamps).
+    term       a leader action: the state refuses a term that is not its entry's, and
+               forwarded commands with a term never reach the log, so only the leader of
+               that term, on its own box, proposed it.
+    user       the person the proposing box authenticated at its API edge. A box can claim
+               any user (people and their boxes arrive in issue 14); what it cannot do is act
+               for a user on someone else's job.
+
+    op                   who may say it
+    node.upsert, .cert   the node itself
+    node.health          the node itself; the leader: suspect (it lost touch with the box)
+    node.remove          an admin's command (floydd remove, with user); else the node itself
+                         (floydd leave) or the leader
+    job.submit           any member, as the job's origin box
+    job.place, .archive  the leader
+    job.update           the leader (requeue, unknown, lost ...); a box about its own run or
+                         part (node = proposer and placed there); a user: stop a job they own
+                         (any job: an admin)
+    job.delete           the job's owner or an admin
+    project.reserve      any member
+    dataset.add_version  any member, as the version's holder
+    dataset.delete       an admin, or the user who added every version deleted
+    dataset.holders      a box about itself; the leader about any box
+    token.create/.use/.revoke   any member (made on a voter, redeemed through one)
+    admin.grant          the leader while the cluster has no admin (floydd init); more
+                         admins and roles come with people (issue 14)
+
+Admins are a list of people in the state (``admin.grant``): the user who ran ``floydd init``
+is the first. A cluster with none (a box used alone, or made before admins were recorded)
+lets every user act on every job, as before; issue 14 brings roles and ownership of
+datasets.
+
+Membership changes (raft conf changes) are not state-machine commands; the leader checks
+them when it accepts one (:func:`authorize_conf`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Container
+
+from floydd.errors import Forbidden
+
+__all__ = ["authorize", "authorize_conf", "joining_may_propose", "is_admin", "may_act_for", "standing"]
+
+_USER_STOP_FIELDS = frozenset({"op", "ts", "proposer", "job", "stop_requested", "state", "reason", "user"})
+"""What a user's stop may carry (``state`` only ``stopped``, for a job still queued)."""
+_NOT_FROM_A_BOX = frozenset({"silent", "stop_requested", "user"})
+"""job.update fields a box reporting on its own run may not set (the leader's, a user's)."""
+
+
+def authorize(state: Any, cmd: dict, proposer: str | None) -> None:
+    """Raise :class:`Forbidden` unless ``proposer`` (and the user it names) may say ``cmd``."""
+    if proposer is None:
+        return                      # written before proposers were stamped (see the docstring)
+    rule = _RULES.get(cmd["op"])
+    if rule is None:
+        raise Forbidden(f"no box may say {cmd['op']}: it has no authorisation rule",
+                        code="no_rule", hint="this is a bug: every command needs a rule in floydd.cluster.authz")
+    rule(state, cmd, proposer, "term" in cmd)
+
+
+def authorize_conf(state: Any, cmd: dict, proposer: str, leader: str) -> None:
+    """A membership change (``raft.conf``) the leader ``leader`` was asked for by ``proposer``.
+
+    An operator's command names its ``user``, who must be an admin (on any box, the leader's
+    too). Otherwise the leader's own changes go through (autopilot, its own leaving); a box may
+    ask for its own learner seat (a join completes, a dropped learner comes back; it must be
+    in the node table already) and may remove itself (a clean leave); nothing else."""
+    change, node, user = cmd.get("change"), cmd.get("node"), cmd.get("user")
+    if "user" in cmd:
+        if is_admin(state, user):
+            return
+        raise Forbidden(f"{_who(user)} may not change the cluster's membership: not an admin",
+                        code="not_an_admin", hint="an admin runs floydd remove NODE")
+    if proposer == leader:
+        return
+    if node == proposer and change == "add_learner" and node in state.nodes and node not in state.removed:
+        return
+    if node == proposer and change == "remove":
+        return
+    raise Forbidden(f"{_box(state, proposer)} may not {change.replace('_', ' ') if change else 'change'} "
+                    f"{'itself' if node == proposer else _box(state, node)}: membership changes come from the "
+                    "leader's autopilot or an admin's command", code="membership_refused",
+                    hint="an operator runs floydd remove NODE (an admin); a box asks only for its own seat")
+
+
+def joining_may_propose(cmd: Any, peer: str) -> bool:
+    """What a box whose join has not completed may propose: its own record (``node.upsert``,
+    which makes it a member) and nothing else."""
+    return isinstance(cmd, dict) and cmd.get("op") == "node.upsert" and cmd.get("id") == peer
+
+
+def standing(state: Any, members: Container[str], node_id: str, serial: str | None) -> str | None:
+    """What a verified node certificate may do here: ``"member"``, ``"joining"`` (its join has
+    not completed: it may only announce itself), ``"unheard"`` or None (refused).
+
+    ``"unheard"``: this state knows nothing of the node at all (no record of its certificate,
+    not a member, never removed), which means this box is behind: a box that has just joined
+    and holds only an old snapshot, or one that was off while the node joined (and perhaps
+    became leader). It may announce itself, and send raft messages and snapshots, so that a
+    leader this box has not heard of yet can bring it up to date; it may not read or propose
+    anything else. A certificate whose join the state recorded but never completed is
+    ``"joining"``, not ``"unheard"``: on an up-to-date box it cannot speak raft.
+
+    Refused: a revoked serial (a removed node's), a serial that is not the one recorded for
+    the node (an older certificate of a node that joined again), a removed node unless a join
+    recorded a new certificate for it since. ``members``: the node ids in the raft
+    configuration (voters and learners), members even before they announced themselves."""
+    if serial is not None and serial in state.revoked:
+        return None
+    recorded = state.trust.cert_accepted(node_id, serial) if serial is not None else None
+    if recorded is False:
+        return None
+    if node_id in state.removed:
+        return "joining" if recorded else None
+    if node_id in state.nodes or node_id in members:
+        return "member"
+    return "joining" if recorded else "unheard"
+
+
+def is_admin(state: Any, user: str | None) -> bool:
+    """Whether ``user`` is an admin; everyone is in a cluster that has none (see the docstring)."""
+    return not state.admins or (bool(user) and user in state.admins)
+
+
+def may_act_for(state: Any, user: str | None, owner: str | None) -> bool:
+    """Whether ``user`` may change something ``owner`` owns (a job): the owner, or an admin."""
+    return is_admin(state, user) or (user or "") == (owner or "")
+
+
+# -- the rules, one per op ---------------------------------------------------------------------
+
+
+def _itself(state, cmd, proposer, leader) -> None:
+    if cmd["id"] != proposer:
+        what = "certificate" if cmd["op"] == "node.cert" else "resources"
+        raise Forbidden(f"{_box(state, proposer)} may not report {_box(state, cmd['id'])}'s {what}",
+                        code="not_its_own", hint="a box speaks only for itself")
+
+
+def _node_health(state, cmd, proposer, leader) -> None:
+    if cmd["status"] == "suspect":
+        if not leader:
+            raise Forbidden(f"{_box(state, proposer)} may not mark {_box(state, cmd['id'])} suspect: only the leader "
+                            "judges who is out of touch", code="leader_only")
+        return
+    if cmd["id"] != proposer and not leader:
+        raise Forbidden(f"{_box(state, proposer)} may not report {_box(state, cmd['id'])}'s health",
+                        code="not_its_own", hint="a box speaks only for itself")
+
+
+def _node_remove(state, cmd, proposer, leader) -> None:
+    if "user" in cmd:                                # an operator's floydd remove
+        if is_admin(state, cmd["user"]):
+            return
+    elif cmd["id"] == proposer or leader:
+        return
+    raise Forbidden(f"{_box(state, proposer)} may not remove {_box(state, cmd['id'])}"
+                    + (f" for {cmd['user']!r}, who is not an admin" if cmd.get("user") else ""),
+                    code="membership_refused", hint="floydd remove NODE, run by an admin")
+
+
+def _job_submit(state, cmd, proposer, leader) -> None:
+    origin = cmd.get("origin")
+    if origin is not None and origin != proposer:
+        raise Forbidden(f"{_box(state, proposer)} may not submit a job as if from {_box(state, origin)}",
+                        code="not_its_own", hint="a job's origin is the box that took it")
+
+
+def _leader_only(state, cmd, proposer, leader) -> None:
+    if not leader:
+        raise Forbidden(f"{_box(state, proposer)} may not say {cmd['op']}: only the leader decides it",
+                        code="leader_only")
+
+
+def _job_update(state, cmd, proposer, leader) -> None:
+    if leader:
+        return
+    key = cmd["job"]
+    job = state.jobs.get(key)
+    if "node" in cmd:                               # a box reporting on its run (or part)
+        if cmd["node"] != proposer:
+            raise Forbidden(f"{_box(state, proposer)} may not report on {_box(state, cmd['node'])}'s run of {key}",
+                            code="not_its_own", hint="a box reports only the runs placed on it")
+        extra = sorted(_NOT_FROM_A_BOX & set(cmd))
+        if extra:
+            raise Forbidden(f"{_box(state, proposer)} may not set {', '.join(extra)} of {key}",
+                            code="not_its_own", hint="those are the leader's or a user's to say")
+        if job is not None and "note" not in cmd and proposer not in _placed_on(job, cmd.get("rank")):
+            raise Forbidden(f"{_box(state, proposer)} may not report on {key}: it is not placed there",
+                            code="not_its_own")
+        return
+    if set(cmd) <= _USER_STOP_FIELDS and cmd.get("state", "stopped") == "stopped" \
+            and ("stop_requested" in cmd or "state" in cmd):
+        user = cmd.get("user", "")
+        if job is not None and not may_act_for(state, user, job.get("user")):
+            raise Forbidden(f"{_who(user)} may not stop {key}, which is {job.get('user') or 'nobody'}'s",
+                            code="not_the_owner", hint="only the job's owner or an admin stops it")
+        return
+    raise Forbidden(f"{_box(state, proposer)} may not change {key} that way: a box reports its own runs "
+                    "(with node), a user stops a job, the leader does the rest", code="leader_only")
+
+
+def _job_delete(state, cmd, proposer, leader) -> None:
+    key = cmd["job"]
+    job = state.jobs.get(key) or state.archive.get(key)
+    if job is not None and not may_act_for(state, cmd.get("user", ""), job.get("user")):
+        raise Forbidden(f"{_who(cmd.get('user'))} may not delete {key}, which is {job.get('user') or 'nobody'}'s",
+                        code="not_the_owner", hint="only the job's owner or an admin deletes it")
+
+
+def _dataset_add(state, cmd, proposer, leader) -> None:
+    if "node" in cmd and cmd["node"] != proposer:
+        raise Forbidden(f"{_box(state, proposer)} may not add a version held by {_box(state, cmd['node'])}",
+                        code="not_its_own", hint="a box adds the versions it holds")
+
+
+def _dataset_delete(state, cmd, proposer, leader) -> None:
+    user = cmd.get("user", "")
+    if is_admin(state, user):
+        return
+    versions = state.datasets.get(cmd["name"], {}).get("versions", {})
+    number = cmd.get("version")
+    doomed = list(versions.values()) if number is None else [versions[str(number)]] if str(number) in versions else []
+    others = sorted({v.get("user") or "nobody" for v in doomed if not user or v.get("user") != user})
+    if others:
+        raise Forbidden(f"{_who(user)} may not delete {cmd['name']}: it holds versions of {', '.join(others)}",
+                        code="not_the_owner", hint="only the user who added a version or an admin deletes it")
+
+
+def _dataset_holders(state, cmd, proposer, leader) -> None:
+    if cmd["node"] != proposer and not leader:
+        raise Forbidden(f"{_box(state, proposer)} may not say what {_box(state, cmd['node'])} holds",
+                        code="not_its_own", hint="a box reports its own copies")
+
+
+def _any_member(state, cmd, proposer, leader) -> None:
+    return None
+
+
+def _admin_grant(state, cmd, proposer, leader) -> None:
+    if leader and not state.admins:
+        return
+    raise Forbidden(f"{_box(state, proposer)} may not make {cmd['user']!r} an admin",
+                    code="not_an_admin", hint="the first admin is whoever ran floydd init")
+
+
+_RULES = {
+    "node.upsert": _itself, "node.cert": _itself, "node.health": _node_health, "node.remove": _node_remove,
+    "job.submit": _job_submit, "job.place": _leader_only, "job.archive": _leader_only, "job.update": _job_update,
+    "job.delete": _job_delete, "project.reserve": _any_member, "dataset.add_version": _dataset_add,
+    "dataset.delete": _dataset_delete, "dataset.holders": _dataset_holders,
+    "token.create": _any_member, "token.use": _any_member, "token.revoke": _any_member,
+    "admin.grant": _admin_grant,
+}
+
+
+def _placed_on(job: dict, rank: int | None) -> set[str]:
+    parts = job.get("parts") or []
+    if rank is not None and 0 <= rank < len(parts):
+        return {parts[rank]["node"]}
+    return {job.get("node")} | {p["node"] for p in parts}
+
+
+def _box(state: Any, node_id: str) -> str:
+    node = state.nodes.get(node_id)
+    return node["name"] if node and node.get("name") else f"box {node_id}"
+
+
+def _who(user: str | None) -> str:
+    return f"user {user}" if user else "an unnamed user"
