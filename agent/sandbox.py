@@ -12,6 +12,8 @@ read-only, a minimal /etc, its Python, GPUs) and FloydHub's paths::
 Nothing else of the host exists inside: not the homes (wherever they live), not the state
 folder (store, secrets, records, other jobs' workspaces, the socket).
 
+In system mode the job runs as the job user (:mod:`.jobuser`), never as root or the daemon.
+
 Without bubblewrap the same folders stay in the workspace and ``FLOYD_CODE``,
 ``FLOYD_INPUT``, ``FLOYD_OUTPUT`` point there; the job then sees what the daemon's user
 sees (the daemon says so loudly: :mod:`floydd.runtime.sandboxing`). Either way the job's
@@ -26,7 +28,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from floydd.agent import allowlist, jobenv
+from floydd.agent import allowlist, jobenv, jobuser
 from floydd.agent.spec import AgentSpec, Mount
 from floydd.errors import InvalidSpec
 
@@ -93,12 +95,17 @@ def build_launch(spec: AgentSpec, ws: Path, bwrap: str | None, base_env: dict[st
         "CUDA_VISIBLE_DEVICES": ",".join(spec.gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     })
     shell = ["/bin/sh", "-c", spec.command]
+    if spec.uid is not None and bwrap is None:
+        raise InvalidSpec("this box runs jobs as the job user inside the sandbox, and it has no sandbox",
+                          hint="install bubblewrap (apt install bubblewrap) and keep sandbox = \"auto\" or \"require\"")
     if bwrap is None:
         env.update({"FLOYD_CODE": str(ws / "code"), "FLOYD_INPUT": str(ws / "input"),
                     "FLOYD_OUTPUT": str(ws / "output"), "HOME": str(ws / "home"), "TMPDIR": str(ws / "tmp")})
         return Launch(shell, env, str(ws / "code"), "none")
     env.update({"FLOYD_CODE": "/code", "FLOYD_INPUT": "/input", "FLOYD_OUTPUT": "/output",
                 "HOME": SANDBOX_HOME, "TMPDIR": "/tmp"})
+    if spec.uid is not None:   # system mode: the job user, inside (floydd.agent.jobuser)
+        shell = jobuser.switch_args(spec.uid, spec.gid) + shell
     argv = [bwrap, *_bwrap_args(spec, ws), *shell]
     return Launch(argv, env, "/", "bwrap")
 
@@ -117,11 +124,13 @@ def _bwrap_args(spec: AgentSpec, ws: Path) -> list[str]:
     if not any(m.target == "/input" for m in mounts) and (ws / "input").is_dir():
         mounts.insert(0, Mount(source="input", target="/input"))
     args = base_args() + allowlist.system_args(gpus=True)
+    if spec.uid is not None:   # keep what setpriv needs; the job's /tmp must be writable by it
+        args += jobuser.bwrap_caps() + ["--perms", "1777", "--tmpfs", "/tmp"]
     roots = allowlist.python_roots(spec.python_bin) + allowlist.extra_roots()
     args += allowlist.bind_roots(roots, spec.state_dir)
     args += ["--bind", str(ws / "code"), "/code"]
     for mount in mounts:
         args += ["--ro-bind", str(ws / mount.source), mount.target]
     args += ["--bind", str(ws / "output"), "/output", "--bind", str(ws / "home"), SANDBOX_HOME,
-             "--remount-ro", "/", "--chdir", "/code"]
+             "--remount-ro", "/", "--chdir", "/" if spec.uid is not None else "/code"]
     return args

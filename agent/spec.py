@@ -43,6 +43,9 @@ class AgentSpec:
     stop_grace: float = 10.0
     state_dir: str | None = None
     """The folder holding every workspace (and the store, records): hidden from the job."""
+    uid: int | None = None
+    gid: int | None = None
+    """System mode: the job user the job runs as (:mod:`floydd.agent.jobuser`); None: as the agent."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.command, str) or not self.command.strip():
@@ -56,6 +59,9 @@ class AgentSpec:
             raise InvalidSpec(f"max_runtime {self.max_runtime!r} must be positive", hint="e.g. 3600")
         if not self.stop_grace >= 0:
             raise InvalidSpec(f"stop_grace {self.stop_grace!r} must be ≥ 0", hint="e.g. 10")
+        if (self.uid is None) != (self.gid is None) or (self.uid is not None and (self.uid <= 0 or self.gid <= 0)):
+            raise InvalidSpec(f"job user {self.uid}:{self.gid} is not an unprivileged uid and gid",
+                              hint="set job_user to an unprivileged account (not root)")
         for mount in self.mounts:
             check_mount_target(mount.target)
             src = mount.source
@@ -70,6 +76,7 @@ class AgentSpec:
             "max_runtime": self.max_runtime, "python_bin": self.python_bin,
             "mounts": [{"source": m.source, "target": m.target} for m in self.mounts],
             "sandbox": self.sandbox, "stop_grace": self.stop_grace, "state_dir": self.state_dir,
+            "uid": self.uid, "gid": self.gid,
         }, indent=1)
 
     @classmethod
@@ -89,6 +96,8 @@ class AgentSpec:
                 mounts=tuple(Mount(source=str(m["source"]), target=str(m["target"]))
                              for m in raw.get("mounts") or ()),
                 sandbox=raw.get("sandbox", "auto"), stop_grace=float(raw.get("stop_grace", 10.0)),
-                state_dir=raw.get("state_dir") or None)
+                state_dir=raw.get("state_dir") or None,
+                uid=None if raw.get("uid") is None else int(raw["uid"]),
+                gid=None if raw.get("gid") is None else int(raw["gid"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidSpec(f"spec.json is malformed: {exc!r}", hint="the daemon writes it; was it edited?") from None

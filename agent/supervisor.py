@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from floydd.agent import sandbox
+from floydd.agent import jobuser, sandbox
 from floydd.agent.capture import LogWriter
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import Status, process_start_time, write_status
@@ -117,6 +117,8 @@ class Supervisor:
             return self._finish(*self._stop_request())
         try:
             launch = sandbox.build_launch(spec, self.ws, sandbox.resolve_sandbox(spec.sandbox))
+            if spec.uid is not None:
+                jobuser.hand_over(self.ws, spec)
         except FloyddError as exc:
             return self._finish("failed", exc.message)
         log.info("job %s: %s (sandbox %s)", spec.job, spec.command, launch.sandbox)

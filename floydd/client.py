@@ -109,9 +109,15 @@ class Client:
 
     @property
     def remote(self) -> bool:
-        """Whether the daemon may be on another machine (``FLOYD_HOST``): it cannot read or
-        write this machine's paths, so files travel as tar streams."""
-        return self.address is not None
+        """Whether files travel as tar streams: the daemon may be on another machine
+        (``FLOYD_HOST``), or it is another user's (a system daemon, whose socket is root's): it
+        reads and writes no path of ours for us (:func:`floydd.api.request.same_user_only`)."""
+        if self.address is not None:
+            return True
+        try:
+            return os.stat(self.socket_path).st_uid != os.geteuid()
+        except OSError:
+            return False
 
     @property
     def where(self) -> str:
@@ -263,18 +269,46 @@ class Client:
     def remove_node(self, node_id: str) -> dict:
         return self._call("POST", "/v1/cluster/remove", {"node": node_id}, timeout=None)
 
+    def people(self) -> list[dict]:
+        """The lab's people (floydd.cluster.people): name, role, uids per box id."""
+        return self._call("GET", "/v1/people")
+
+    def add_person(self, name: str, role: str = "user", uids: dict[str, list[int]] | None = None) -> dict:
+        return self._call("POST", "/v1/people", {"name": name, "role": role, "uids": uids or {}})
+
+    def set_role(self, name: str, role: str) -> dict:
+        return self._call("POST", f"/v1/people/{urllib.parse.quote(name, safe='')}/role", {"role": role})
+
+    def map_uids(self, name: str, node: str, uids: list[int]) -> dict:
+        return self._call("POST", f"/v1/people/{urllib.parse.quote(name, safe='')}/uids", {"node": node, "uids": uids})
+
+    def remove_person(self, name: str) -> dict:
+        return self._call("DELETE", f"/v1/people/{urllib.parse.quote(name, safe='')}")
+
+    def whoami(self) -> dict:
+        """The person this client's calls are made as: {"person", "node"}."""
+        return self._call("GET", "/v1/whoami")
+
+    def audit(self, since: float | None = None) -> list[dict]:
+        """The audit chain as the daemon's box holds it, in order (floydd.cluster.audit)."""
+        return self._call("GET", "/v1/audit", query={"since": since})
+
+    def audit_verify(self) -> dict:
+        return self._call("GET", "/v1/audit/verify")
+
     # -- jobs -------------------------------------------------------------------------
 
     def submit(self, spec: dict) -> dict:
         return self._call("POST", "/v1/jobs", spec, timeout=None)
 
     def jobs(self, project: str | None = None, state: str | None = None, *, stale: bool = False,
-             limit: int | None = None, offset: int = 0, since: float | None = None) -> list[dict]:
+             limit: int | None = None, offset: int = 0, since: float | None = None,
+             user: str | None = None) -> list[dict]:
         """Jobs, newest first (archived ones too): ``limit`` of them from ``offset`` (None: every
-        one), created at or after ``since`` (unix seconds)."""
+        one), created at or after ``since`` (unix seconds), submitted by ``user``."""
         return self._call("GET", "/v1/jobs", query={"project": project, "state": state,
                                                     "stale": "1" if stale else None, "limit": limit,
-                                                    "offset": offset or None, "since": since})
+                                                    "offset": offset or None, "since": since, "user": user})
 
     def job(self, job: str) -> dict:
         return self._call("GET", f"/v1/jobs/{_job_path(job)}")
@@ -345,18 +379,23 @@ class Client:
             timeout = None if self.timeout is None else max(self.timeout, 600.0)
             return self._call("POST", "/v1/code", raw=_Counted.file(spool, progress), timeout=timeout)
 
-    def upload(self, path: Path, name: str, message: str = "") -> Iterator[dict]:
-        return self._stream("POST", "/v1/datasets", {"path": os.fspath(path), "name": name, "message": message})
+    def upload(self, path: Path, name: str, message: str = "", visibility: str | None = None) -> Iterator[dict]:
+        """A new version of ``name`` from ``path`` (``visibility`` ``private``: only its owner
+        and admins use it; None: as the dataset is, a new one lab-wide)."""
+        data = {"path": os.fspath(path), "name": name, "message": message}
+        if visibility:
+            data["visibility"] = visibility
+        return self._stream("POST", "/v1/datasets", data)
 
     def upload_tar(self, folder: Path, name: str, message: str = "",
-                   progress: Progress | None = None) -> Iterator[dict]:
+                   progress: Progress | None = None, visibility: str | None = None) -> Iterator[dict]:
         """:meth:`upload` for a daemon that cannot read ``folder``: sent as a tar."""
         from floydd.store.tarball import pack
         with tempfile.TemporaryFile() as spool:
             pack(folder, spool, ignore=False)
             spool.seek(0)
             yield from self._stream("POST", "/v1/datasets/tar", raw=_Counted.file(spool, progress),
-                                    query={"name": name, "message": message or None})
+                                    query={"name": name, "message": message or None, "visibility": visibility})
 
     def fetch_tar(self, path: str, dest: Path, query: dict | None = None, progress: Progress | None = None):
         """GET a tree as a tar (``/v1/jobs/P/N/output.tar``, ``/v1/datasets/tar?ref=``) and

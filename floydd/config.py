@@ -20,6 +20,7 @@ import platformdirs
 from floydd.errors import InvalidSpec, UserError
 from floydd.model import check_cpus, parse_size
 from floydd.security.owned_dirs import shared_socket_dir
+from floydd.system import system_paths
 
 __all__ = ["Config", "load", "default_state_dir", "socket_path_for", "preset_for_tests"]
 
@@ -68,8 +69,20 @@ class Config:
     ``auto``: ``require`` when the daemon serves more than its own user (``system``, or a
     group-accessible socket), ``prefer`` otherwise."""
     system: bool = False
-    """The daemon serves more than its own user (set by a service install, issue 14): jobs
-    must be sandboxed unless ``sandbox`` says otherwise."""
+    """The daemon serves more than its own user (a service install, ``floydd start --system``:
+    :mod:`floydd.system`): jobs must be sandboxed unless ``sandbox`` says otherwise, and run as
+    ``job_user``, never as root or the daemon's user; the API socket is ``socket``, reachable by
+    the group ``socket_group``."""
+    socket: str = ""
+    """The API socket's path; empty: ``floydd.sock`` in the state dir (a user daemon). A system
+    daemon's is ``/run/floydd/floydd.sock``."""
+    socket_group: str = ""
+    """The group whose members may use the API socket (socket 0660, its folder 0750); empty:
+    owner only. ``floydd start --system`` sets ``floyd``."""
+    job_user: str = "floyd-job"
+    """In system mode, the unprivileged account every job runs as (inside the sandbox): files a
+    job writes are that user's, it can read nothing of the daemon's. Create it once:
+    ``useradd --system --no-create-home --shell /usr/sbin/nologin floyd-job``."""
     build_network: bool = True
     """Whether ``floyd_requirements.txt`` builds may use the network (pip's index, the
     site's pip.conf). Off: pip installs only from ``wheelhouse`` (``--no-index``)."""
@@ -173,7 +186,7 @@ class Config:
 
     @property
     def socket_path(self) -> Path:
-        return socket_path_for(self.state_dir)
+        return Path(self.socket) if self.socket else socket_path_for(self.state_dir)
 
     @property
     def lock_path(self) -> Path:
@@ -213,9 +226,11 @@ def load(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | Non
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
 
     state_dir = flags.get("state_dir") or env.get(ENV_PREFIX + "STATE_DIR")
+    sys_paths = system_paths(env)
+    asked_system = bool(flags.get("system")) or _coerce("system", env.get(ENV_PREFIX + "SYSTEM") or "0", known["system"])
     if file is None:
         base = Path(state_dir) if state_dir else default_state_dir()
-        candidate = base / CONFIG_FILE
+        candidate = sys_paths.config_file if asked_system and not state_dir else base / CONFIG_FILE
         file = candidate if candidate.exists() else None
     if file is not None:
         values.update(_read_toml(Path(file), known))
@@ -224,6 +239,12 @@ def load(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | Non
         if raw is not None and raw != "":
             values[name] = raw
     values.update(flags)
+    if _coerce("system", values.get("system", False), known["system"]) and "state_dir" not in values:
+        # a service install: its state, socket and group unless the config names others (a
+        # state dir named explicitly keeps its own socket, as a user daemon's)
+        values["state_dir"] = sys_paths.state_dir
+        values.setdefault("socket", str(sys_paths.socket_path))
+        values.setdefault("socket_group", sys_paths.group)
     return Config(**{k: _coerce(k, v, known[k]) for k, v in values.items()})
 
 

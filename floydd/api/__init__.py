@@ -17,5 +17,5 @@ __all__ = ["routes"]
 
 def routes() -> list[web.AbstractRouteDef]:
     """Every ``/v1`` route (what ``/v1/openapi.json`` describes)."""
-    from floydd.api import cluster, datasets, jobs, nodes, openapi
-    return [route for module in (nodes, jobs, datasets, cluster, openapi) for route in module.routes]
+    from floydd.api import apitokens, audit, cluster, datasets, jobs, nodes, openapi, people
+    return [route for module in (nodes, jobs, datasets, cluster, apitokens, audit, people, openapi) for route in module.routes]

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.params import text_field
-from floydd.api.request import acting_user, body, check_dest, ndjson, reply, restore_into
+from floydd.api.request import acting_person, acting_user, body, check_dest, ndjson, reply, restore_into, same_user_only
 from floydd.api.tarstream import received_folder, send_tree
 from floydd.cluster.storecare import named_trees, repair_damaged
 from floydd.errors import UserError
@@ -56,7 +56,7 @@ async def upload(request: web.Request) -> web.StreamResponse:
     """Snapshot a folder on this machine into a new version; streams progress."""
     data = await body(request)
     return await _ingest(request, data.get("name"), data.get("path"), text_field(data, "message", hint=_MESSAGE),
-                         text_field(data, "idem_key", limit=128, hint=_IDEM))
+                         text_field(data, "idem_key", limit=128, hint=_IDEM), _visibility(data.get("visibility")))
 
 
 @routes.post("/v1/datasets/tar")
@@ -67,15 +67,18 @@ async def upload_tar(request: web.Request) -> web.StreamResponse:
     if name:                                    # a bad name is refused before the upload is read
         check_upload_name(name)
     message, idem_key = text_field(q, "message", hint=_MESSAGE), text_field(q, "idem_key", limit=128, hint=_IDEM)
+    visibility = _visibility(q.get("visibility"))
+    acting_user(request)                        # a caller with no account is refused before the upload
     async with received_folder(request, what="the dataset") as (folder, _got):
-        return await _ingest(request, name, str(folder), message, idem_key)
+        return await _ingest(request, name, str(folder), message, idem_key, visibility)
 
 
 @routes.get("/v1/datasets/tar")
 async def clone_tar(request: web.Request) -> web.StreamResponse:
     """Version ``?ref=NAME[:N]`` as a tar (fetched from its holders first)."""
     catalog = _catalog(request)
-    found = await catalog.resolve(request.query.get("ref", ""))
+    found = await catalog.resolve_readable(request.query.get("ref", ""), acting_person(request, required=False),
+                                           "clone")
     loop = asyncio.get_running_loop()
 
     def fetch() -> None:
@@ -83,12 +86,25 @@ async def clone_tar(request: web.Request) -> web.StreamResponse:
     return await send_tree(request, ObjectId.from_hex(found["tree"]), prepare=fetch)
 
 
-async def _ingest(request: web.Request, name, path, message: str, idem_key: str) -> web.StreamResponse:
+def _visibility(value) -> str | None:
+    """An upload's ``visibility``: ``lab``, ``private`` or None (a new dataset: lab; else as it is)."""
+    if value in (None, ""):
+        return None
+    if value not in ("lab", "private"):
+        raise UserError(f"visibility {str(value)[:40]!r} is not lab or private",
+                        hint="floyd data upload --private makes a dataset only its owner and admins can use")
+    return value
+
+
+async def _ingest(request: web.Request, name, path, message: str, idem_key: str,
+                  visibility: str | None) -> web.StreamResponse:
     store = request.app[keys.STORE]
+    user = acting_user(request)                 # refused at once for a caller with no account
     if not isinstance(name, str) or not name:
         raise UserError("name the dataset", hint="floyd data upload PATH --name NAME")
     check_upload_name(name)
     check_abs_path(path, "path", hint="floyd data upload PATH --name NAME")
+    same_user_only(request, "a folder to upload")
     if not os.path.exists(path):
         raise UserError(f"{path} does not exist", hint="check the path you gave to floyd data upload")
     if not os.path.isdir(path):
@@ -101,7 +117,7 @@ async def _ingest(request: web.Request, name, path, message: str, idem_key: str)
 
     async def register(result) -> dict:
         version = await catalog.register(name, str(result.tree), size=result.size, files=result.files,
-                                         message=message, idem_key=idem_key, user=acting_user(request))
+                                         message=message, idem_key=idem_key, user=user, visibility=visibility)
         return {"result": await catalog.wait_for_copies(version)}
     return await ndjson(request, snapshot, register)
 
@@ -110,9 +126,10 @@ async def _ingest(request: web.Request, name, path, message: str, idem_key: str)
 async def clone(request: web.Request) -> web.StreamResponse:
     store = request.app[keys.STORE]
     data = await body(request)
-    dest = check_dest(data.get("dest"))
+    dest = check_dest(data.get("dest"), request)
     catalog = _catalog(request)
-    found = await catalog.resolve(text_field(data, "ref", hint=_REF))
+    found = await catalog.resolve_readable(text_field(data, "ref", hint=_REF),
+                                           acting_person(request, required=False), "clone")
     loop = asyncio.get_running_loop()
 
     def fetch_and_restore(progress) -> None:

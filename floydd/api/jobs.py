@@ -12,9 +12,11 @@ from aiohttp import web
 from floydd import logframe
 from floydd.api import keys
 from floydd.api.params import query_float, query_int
-from floydd.api.request import acting_user, body, caller, check_dest, convert, error_event, ndjson, reply, restore_into, typed_body
+from floydd.api.request import (acting_user, body, check_dest, convert, error_event, ndjson, reply, restore_into,
+                                same_user_only, typed_body)
 from floydd.api.tarstream import received_folder, send_tree
-from floydd.errors import Unavailable, UserError
+from floydd.cluster.authz import may_act_for
+from floydd.errors import Forbidden, Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.model import MAX_NODES, STATES, Restart, Submission, parse_job_key
 
@@ -50,11 +52,13 @@ async def upload_code(request: web.Request) -> web.Response:
 @routes.post("/v1/jobs")
 async def submit(request: web.Request) -> web.Response:
     submission = await typed_body(request, Submission)
+    if submission.code_tree is None:
+        same_user_only(request, "a code_path")
     if submission.code_tree is None and not await asyncio.to_thread(os.path.isdir, submission.code_path):
         raise UserError(f"code_path {submission.code_path[:200]} is not a folder on the daemon's machine",
                         hint="run floyd from inside the project folder (from another machine, set FLOYD_HOST: "
                              "floyd then sends the folder)")
-    job = await request.app[keys.JOBS].submit(submission, user=caller(request))
+    job = await request.app[keys.JOBS].submit(submission, user=acting_user(request))
     return reply(job, status=201)
 
 
@@ -76,7 +80,8 @@ async def list_jobs(request: web.Request) -> web.Response:
     since = query_float(q, "since", minimum=0, maximum=2**53, hint="since=1700000000 (unix seconds) lists jobs "
                                                                     "created since then")
     jobs = await request.app[keys.JOBS].list(q.get("project"), q.get("state"), stale=_stale(request),
-                                             limit=limit, offset=offset or 0, since=since)
+                                             limit=limit, offset=offset or 0, since=since,
+                                             user=q.get("user") or None)
     # thousands of jobs: msgspec encodes them ~7x faster than json (NaN and infinities become null too)
     return web.Response(body=msgspec.json.encode(jobs), content_type="application/json")
 
@@ -120,7 +125,7 @@ async def restart(request: web.Request) -> web.Response:
     if unknown:
         raise UserError(f"cannot change {', '.join(sorted(unknown))} on restart",
                         hint=f"restart changes: {', '.join(f.name for f in fields(Restart))}")
-    job = await request.app[keys.JOBS].restart(_key(request), convert(changes, Restart), user=caller(request))
+    job = await request.app[keys.JOBS].restart(_key(request), convert(changes, Restart), user=acting_user(request))
     return reply(job, status=201)
 
 
@@ -169,7 +174,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
 
 async def _restore(request: web.Request, which: str) -> web.StreamResponse:
     store = request.app[keys.STORE]
-    dest = check_dest((await body(request)).get("dest"))
+    dest = check_dest((await body(request)).get("dest"), request)
+    if which == "output":
+        await _check_output_reader(request)
     tree = await request.app[keys.JOBS].tree_for(_key(request), which)
     return await ndjson(request, lambda progress: restore_into(store, tree, dest, progress),
                         finish=_done(dest))
@@ -194,7 +201,18 @@ async def code(request: web.Request) -> web.StreamResponse:
 @routes.get(_JOB + "/output.tar")
 async def output_tar(request: web.Request) -> web.StreamResponse:
     """What the job wrote to /output, as a tar (for a client on another machine)."""
+    await _check_output_reader(request)
     return await send_tree(request, await request.app[keys.JOBS].tree_for(_key(request), "output"))
+
+
+async def _check_output_reader(request: web.Request) -> None:
+    """What a job wrote to /output is its owner's (and admins'): others of the lab see the job,
+    not its files."""
+    job = await request.app[keys.JOBS].get(_key(request))
+    person = acting_user(request)
+    if not may_act_for(request.app[keys.CLUSTER].state, person, job.get("user")):
+        raise Forbidden(f"{job['id']}'s output is {job.get('user') or 'its owner'}'s: only they and admins "
+                        f"may fetch it", code="not_owner", hint="ask its owner or an admin for it")
 
 
 @routes.get(_JOB + "/code.tar")

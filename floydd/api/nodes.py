@@ -57,6 +57,7 @@ async def nodes(request: web.Request) -> web.Response:
         held = service.state.held_gpus(node["id"])   # placements of the whole cluster
         for gpu in entry["gpus"]:
             gpu["job"] = held.get(gpu["index"])
+            gpu["user"] = (service.state.jobs.get(gpu["job"]) or {}).get("user") or None if gpu["job"] else None
         listing.append(entry)
     return reply(listing)
 

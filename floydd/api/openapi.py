@@ -12,8 +12,9 @@ from aiohttp import web
 
 import floydd
 from floydd.api.request import reply
-from floydd.api.schemas import (Cluster, CodeUpload, Compare, DatasetDeleted, DatasetInfo, DatasetVersion, Error,
-                                GcReport, Info, Job, JoinToken, Left, Metrics, Node, Removed,
+from floydd.api.schemas import (ApiToken, WhoAmI)
+from floydd.api.schemas import (AuditCheck, AuditEntry, Cluster, CodeUpload, Compare, DatasetDeleted, DatasetInfo, DatasetVersion, Error,
+                                GcReport, Info, Job, JoinToken, Left, Metrics, Node, Person, PersonRemoved, Removed,
                                 TokenRecord)
 from floydd.api.cluster import MAX_TTL
 from floydd.api.jobs import MAX_LIST, MAX_WAIT
@@ -23,7 +24,8 @@ routes = web.RouteTableDef()
 
 _TYPES = (Submission, Restart, Error, Info, list[Node], Job, list[Job], Metrics, Compare, CodeUpload,
           list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Removed, list[TokenRecord],
-          TokenRecord)
+          TokenRecord, list[AuditEntry], AuditCheck, list[Person], Person, PersonRemoved,
+          list[ApiToken], ApiToken, WhoAmI)
 _REFS, COMPONENTS = msgspec.json.schema_components(_TYPES, ref_template="#/components/schemas/{name}")
 """One components table: the request bodies are the job model's types (:mod:`floydd.model`), which
 the API decodes with msgspec; the answers are :mod:`floydd.api.schemas`, which the contract test
@@ -51,6 +53,10 @@ def _json(required: tuple[str, ...] = (), **properties: dict) -> dict:
 
 
 _DEST = _json(("dest",), dest=_TEXT)
+_ROLE = {"type": "string", "enum": ["admin", "user"]}
+_UID = {"type": "integer", "minimum": 0, "maximum": 2**32 - 1}
+_VISIBILITY = {"type": "string", "enum": ["lab", "private"]}
+_PERSON = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
 
 
 def _op(summary: str, answer: type | None = None, *, params=None, body=None, stream=False, status="200") -> dict:
@@ -102,8 +108,9 @@ PATHS = {
     "/v1/nodes": {"get": _op("Nodes with CPUs, memory, disk, GPUs and which job holds each GPU; stale=1 reads "
                              "this node's copy of the cluster state", list[Node], params=_q("stale"))},
     "/v1/jobs": {"get": _op("Jobs, newest first (archived ones too): limit jobs from offset (default: every job), "
-                            "created at or after since (unix seconds); stale=1 reads this node's copy",
-                            list[Job], params=_q("project", "state", "stale", limit=_count(1), offset=_count(0),
+                            "created at or after since (unix seconds), submitted by user (a person's name); stale=1 reads "
+                            "this node's copy",
+                            list[Job], params=_q("project", "state", "stale", "user", limit=_count(1), offset=_count(0),
                                                  since={"type": "number", "minimum": 0, "maximum": 2**53})),
                  "post": _op("Submit a job", Job, body=SUBMIT, status="201")},
     "/v1/jobs/{project}/{number}": {"get": _op("One job with metric summary and events", Job, params=_JOB),
@@ -134,13 +141,13 @@ PATHS = {
     "/v1/datasets/tar": {
         "get": _op_tar("Dataset version ref=NAME[:N] as a tar", params=_q("ref")),
         "post": _op("Upload a folder sent as a tar as the next version of ?name=",
-                    params=_q("name", "message", "idem_key"), body=_TAR, stream=True)},
+                    params=_q("name", "message", "idem_key", visibility=_VISIBILITY), body=_TAR, stream=True)},
     "/v1/compare": {"get": _op("Params and last/best metrics of jobs side by side", Compare, params=_q("jobs"))},
     "/v1/datasets": {"get": _op("Dataset versions", list[DatasetVersion], params=_q("name")),
                      "post": _op("Upload a folder on the daemon's machine as a new dataset version (not as "
                                  "PROJECT/N/output: that is a job's output)", stream=True,
                                  body=_json(("name", "path"), name=_TEXT, path=_TEXT, message=_TEXT,
-                                            idem_key=_TEXT))},
+                                            idem_key=_TEXT, visibility=_VISIBILITY))},
     "/v1/datasets/info": {"get": _op("One dataset version and its files", DatasetInfo, params=_q("ref"))},
     "/v1/datasets/clone": {"post": _op("Restore a dataset version into dest", stream=True,
                                        body=_json(("ref", "dest"), ref=_TEXT, dest=_TEXT))},
@@ -160,6 +167,34 @@ PATHS = {
     "/v1/cluster/leave": {"post": _op("Leave the cluster for good", Left)},
     "/v1/cluster/remove": {"post": _op("Take another node out for good and revoke its certificate (admins)", Removed,
                                        body=_json(node={"type": "string", "pattern": "^[0-9a-f]{16}$"}))},
+    "/v1/tokens": {"post": _op("Make a personal API token for the caller (an admin: for person); the secret "
+                               "is in this answer only", ApiToken, status="201",
+                               body=_json(label=_TEXT, person=_TEXT, ttl={"type": "number", "exclusiveMinimum": 0})),
+                   "get": _op("The caller's personal API tokens (an admin: everyone's), never their secrets",
+                              list[ApiToken])},
+    "/v1/tokens/{token_id}": {"delete": _op("Revoke a personal API token: every box refuses it once applied", ApiToken,
+                                            params=[{"name": "token_id", "in": "path", "required": True,
+                                                     "schema": {"type": "string"}}])},
+    "/v1/whoami": {"get": _op("The person this call is made as", WhoAmI)},
+    "/v1/ca": {"get": {**_op("The cluster CA certificate (PEM), without a token: what floyd login pins"),
+                       "responses": {"200": {"description": "PEM", "content": {"application/x-pem-file": {
+                           "schema": {"type": "string"}}}}, "default": _ERROR}}},
+    "/v1/audit": {"get": _op("The audit chain as this box holds it, in order: who changed what, when, from which "
+                             "box; since: entries made at or after (unix seconds)", list[AuditEntry],
+                             params=_q(since={"type": "number", "minimum": 0, "maximum": 2**53}))},
+    "/v1/audit/verify": {"get": _op("Check this box's stored audit chain; names the first bad entry", AuditCheck)},
+    "/v1/people": {"get": _op("The lab's people, their roles and mapped uids", list[Person]),
+                   "post": _op("Add a person (admins; in a lab of one, its user, who becomes its admin)", Person,
+                               status="201", body=_json(("name",), name=_TEXT, role=_ROLE, uids={
+                                   "type": "object", "additionalProperties": {"type": "array", "items": _UID}}))},
+    "/v1/people/{name}": {"delete": _op("Remove a person's account (admins; never the last admin)", PersonRemoved,
+                                        params=_PERSON)},
+    "/v1/people/{name}/role": {"post": _op("Make a person an admin or a user (admins; never the last admin a user)",
+                                           Person, params=_PERSON, body=_json(("role",), role=_ROLE))},
+    "/v1/people/{name}/uids": {"post": _op("The local uids acting as a person on one box (admins; [] for the "
+                                           "login-name default)", Person, params=_PERSON,
+                                           body=_json(("node", "uids"), node=_TEXT,
+                                                      uids={"type": "array", "items": _UID}))},
     "/v1/openapi.json": {"get": _op("This document")},
 }
 

@@ -18,14 +18,20 @@ import msgspec
 from aiohttp import web
 
 from floydd import log
+from floydd.api import keys
 from floydd.api.params import check_json, too_deep
-from floydd.errors import FloyddError, InternalError, StoreFull, UserError
+from floydd.cluster import people
+from floydd.errors import FloyddError, Forbidden, InternalError, StoreFull, UserError
 from floydd.model import check_abs_path
 
-__all__ = ["body", "typed_body", "convert", "caller", "acting_user", "ndjson", "error_event", "Progress", "check_dest",
-           "restore_into", "reply", "dumps"]
+__all__ = ["body", "typed_body", "convert", "caller", "peer_uid", "acting_person", "acting_user", "ndjson",
+           "error_event", "Progress", "check_dest", "same_user_only", "restore_into", "reply", "dumps", "PERSON"]
 
 T = TypeVar("T")
+
+PERSON = "floydd.person"
+"""Request key: the person a remote caller's personal token speaks for (set by
+:func:`floydd.api.middleware.auth_middleware` on the TLS API, never from the request's body)."""
 
 
 def _finite(value: Any) -> Any:
@@ -90,31 +96,62 @@ def convert(data: Any, kind: type[T]) -> T:
 
 def caller(request: web.Request) -> str:
     """Who is calling: the unix user behind the socket (SO_PEERCRED), else ``""``."""
+    uid = peer_uid(request)
+    return "" if uid is None else _login(uid) or str(uid)
+
+
+def peer_uid(request: web.Request) -> int | None:
+    """The uid of the process behind the unix socket (SO_PEERCRED); None on TCP."""
     sock = request.transport.get_extra_info("socket") if request.transport else None
     if sock is None or sock.family != socket.AF_UNIX:
-        return ""
+        return None
     try:
         _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                struct.calcsize("3i")))
     except OSError:
-        return ""
+        return None
+    return uid
+
+
+def acting_person(request: web.Request, *, required: bool = True) -> str | None:
+    """The person an API call is made as (DESIGN 5b "People"), the ``user`` of every change.
+
+    A remote caller's personal token names them (``PERSON``, set by the TLS edge's
+    middleware). On the socket, the caller's uid (SO_PEERCRED; on the loopback dev TCP port,
+    the daemon's own uid) is mapped to a person on this box (:func:`floydd.cluster.people.person_of`).
+    A lab with no people (a lab of one: the user daemon, whose socket only its user reaches)
+    needs no account: the caller's login name is its admin. A caller with no account is
+    refused (:class:`Forbidden`) where ``required`` (changes), else None (reads: any local
+    caller who reaches the socket may look)."""
+    person = request.get(PERSON)
+    if person:
+        return person
+    uid = peer_uid(request)
+    uid = os.getuid() if uid is None else uid
+    login = _login(uid)
+    cluster = request.app.get(keys.CLUSTER)
+    ppl = cluster.state.people if cluster is not None else {}
+    if not ppl:
+        return login or str(uid)
+    person = people.person_of(ppl, cluster.node_id, uid, login)
+    if person is None and required:
+        named = f"uid {uid} ({login})" if login else f"uid {uid}"
+        add = f"floydd user add {login}" if login else f"floydd user add NAME --uid {cluster.node_id}:{uid}"
+        raise Forbidden(f"{named} has no account in this lab; an admin runs {add}", code="no_account",
+                        hint="floydd user list shows the lab's people")
+    return person
+
+
+def _login(uid: int) -> str | None:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
-        return str(uid)
+        return None
 
 
 def acting_user(request: web.Request) -> str:
-    """Whom a change is made for (stop, delete, floydd remove): :func:`caller` on the socket;
-    on TCP, where the caller holds this daemon's own API token, the daemon's user."""
-    return caller(request) or _daemon_user()
-
-
-def _daemon_user() -> str:
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
+    """:func:`acting_person` (a caller with no account refused): the name 13A's handlers use."""
+    return acting_person(request)
 
 
 class Cancelled(Exception):
@@ -191,7 +228,23 @@ def error_event(exc: Exception) -> dict:
                          hint="this is a bug; see the daemon log").to_payload()
 
 
-def check_dest(path: Any) -> str:
+def same_user_only(request: web.Request, what: str) -> None:
+    """Refuse to read or write a path of this machine that the caller names (``code_path``,
+    ``floyd data upload``'s folder, a restore's ``dest``) unless the caller runs as the daemon's
+    own user. A system daemon runs as root: reading or writing where a group member says would
+    hand them every file of the box. Everyone else sends and gets trees as tars, which the CLI
+    does by itself for a daemon whose socket is not its user's (:attr:`floydd.client.Client.remote`)."""
+    uid = peer_uid(request)   # None: the loopback dev port (the daemon's user) or TLS (a person)
+    if request.get(PERSON) or (uid is not None and uid != os.geteuid()):
+        raise Forbidden(f"this daemon reads and writes paths only for its own user, not {what}",
+                        code="path_not_yours",
+                        hint="update floyd: it sends and fetches files as tars to a daemon of another user")
+
+
+def check_dest(path: Any, request: web.Request | None = None) -> str:
+    """A ``dest`` the daemon restores into itself (:func:`same_user_only` when ``request``)."""
+    if request is not None:
+        same_user_only(request, "a restore's dest")
     return check_abs_path(path, "dest", hint="the CLI sends an absolute path; pass one")
 
 

@@ -27,11 +27,11 @@ from typing import Any, Literal
 
 from floydd.model import Mount
 
-__all__ = [
+__all__ = ["ApiToken", "WhoAmI", 
     "Info", "Node", "Gpu", "Job", "JobRestart", "JobResources", "Part", "MetricSummary", "Event", "Metrics", "SystemSample",
     "Cluster", "Member", "DatasetVersion", "DatasetInfo", "DatasetEntry", "Compare", "CompareRow", "LastBest",
-    "CodeUpload", "JoinToken", "TokenRecord", "Left", "Removed", "DatasetDeleted", "GcReport", "Error", "ErrorDetail",
-    "JobState", "Health", "NodeRole", "MemberRole", "Point",
+    "CodeUpload", "JoinToken", "TokenRecord", "Left", "Removed", "AuditEntry", "AuditCheck", "DatasetDeleted", "GcReport", "Error", "ErrorDetail",
+    "JobState", "Health", "NodeRole", "MemberRole", "Point", "Person", "PersonRemoved", "Role", "Visibility",
 ]
 
 JobState = Literal["queued", "starting", "running", "unknown", "success", "failed", "stopped", "timeout", "lost"]
@@ -43,6 +43,10 @@ reported otherwise (``draining``, ``off``, ``down``), ``unknown`` before its fir
 ``floyd nodes`` and ``floydd members`` show the same word."""
 NodeRole = Literal["leader", "voter", "learner", "none"]
 MemberRole = Literal["voter", "learner", "none"]
+Role = Literal["admin", "user"]
+"""A person's role (:data:`floydd.cluster.people.ROLES`)."""
+Visibility = Literal["lab", "private"]
+"""Who may use a dataset: the whole lab, or its owner and admins."""
 
 Point = tuple[int | None, float | None, float]
 """One metric point ``[step, value, ts]``; ``value`` is null for NaN or infinity."""
@@ -76,7 +80,8 @@ class Info:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Gpu:
-    """One GPU of a node; ``job`` is the job holding it (anywhere in the cluster), null if free."""
+    """One GPU of a node; ``job`` is the job holding it (anywhere in the cluster), null if free;
+    ``user`` the person who submitted that job."""
 
     index: int
     name: str
@@ -88,6 +93,7 @@ class Gpu:
     job: str | None
     uuid: str = ""
     fake: bool = False
+    user: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -323,6 +329,51 @@ class Cluster:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Person:
+    """``/v1/people``: a person of the lab (:mod:`floydd.cluster.people`): their role, and the
+    local uids that act as them per box id (none mapped on a box: their login name there)."""
+
+    name: str
+    role: Role
+    uids: dict[str, tuple[int, ...]]
+    added: float = 0.0
+    by: str = ""
+    """The admin who added them (empty: the first admin, made at floydd init)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PersonRemoved:
+    """``DELETE /v1/people/{name}``: the person whose account went (their jobs keep the name)."""
+
+    removed: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiToken:
+    """``GET /v1/tokens`` (a list), ``DELETE /v1/tokens/{id}``: a personal API token as the
+    cluster keeps it, never its secret (``POST`` adds ``token``, shown once)."""
+
+    id: str
+    person: str
+    state: Literal["valid", "expired", "revoked"]
+    created: float
+    expires: float | None
+    label: str
+    made_on: str
+    revoked: float | None = None
+    revoked_by: str | None = None
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WhoAmI:
+    """``GET /v1/whoami``: the person a call is made as, and the box that answered."""
+
+    person: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JoinToken:
     """``POST /v1/cluster/tokens``: a one-time join token and how long it is valid."""
 
@@ -361,6 +412,32 @@ class Removed:
     removed: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditEntry:
+    """``GET /v1/audit`` items: one link of the audit chain (:mod:`floydd.cluster.audit`)."""
+
+    seq: int
+    index: int
+    prev: str
+    who: str
+    box: str
+    op: str
+    what: str
+    ts: float
+    hash: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditCheck:
+    """``GET /v1/audit/verify``: this box's chain checked; ``finding`` names the first bad entry."""
+
+    ok: bool
+    entries: int
+    first_bad: int | None = None
+    finding: str | None = None
+    head: str | None = None
+
+
 # -- datasets and the store ------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -383,6 +460,10 @@ class DatasetVersion:
     tree: str = ""
     holders: tuple[str, ...] = ()
     copies_note: str = ""
+    owner: str = ""
+    """The person who added the dataset's first version (empty: from before owners)."""
+    visibility: Visibility = "lab"
+    """``private``: only the owner and admins mount, clone or add to it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -416,6 +497,8 @@ class DatasetInfo:
     copies_note: str
     ref: str = ""
     holders: tuple[str, ...] = ()
+    owner: str = ""
+    visibility: Visibility = "lab"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,19 +18,22 @@ from floydd.client import Client
 from floydd.config import default_state_dir, socket_path_for
 from floydd.errors import FloyddError, Unavailable
 from floydd.security.owned_dirs import claim_state_dir, open_private_file
+from floydd.system import SERVICE_DOWN, SERVICE_DOWN_HINT, discover, system_paths
 
 __all__ = ["connect", "handle_errors", "echo_json", "fail", "human_bytes", "human_duration", "SYSTEM_STATE_DIR"]
 
 SYSTEM_STATE_DIR = Path("/var/lib/floydd")
-"""Where a daemon installed as a system service keeps its state (packaging/)."""
+"""Where a daemon installed as a system service keeps its state (:mod:`floydd.system`)."""
 _AUTOSTART_TIMEOUT = 30.0
 
 
 def connect(*, autostart: bool = True) -> Client:
-    """The daemon to talk to: FLOYD_HOST, the user's socket, the system socket, or a new one.
+    """The daemon to talk to: FLOYD_HOST, the user's socket, the system socket, or a new one
+    (:func:`floydd.system.discover`).
 
     Only when none answers does it start a single-node daemon in the background
-    (state under the user's data dir, log there), and says so once on stderr.
+    (state under the user's data dir, log there), and says so once on stderr; never on a box
+    whose system service is installed but stopped: there it says the service is down.
     """
     host = os.environ.get("FLOYD_HOST")
     if host:
@@ -38,12 +41,14 @@ def connect(*, autostart: bool = True) -> Client:
     explicit = os.environ.get("FLOYDD_STATE_DIR")
     state_dir = Path(explicit).expanduser().absolute() if explicit else default_state_dir()
     client = Client(socket_path_for(state_dir), log_path=state_dir / "floydd.log")
-    if client.ping():
-        return client
-    if not explicit:
-        system = Client(socket_path_for(SYSTEM_STATE_DIR), log_path=SYSTEM_STATE_DIR / "floydd.log")
-        if system.socket_path.exists() and system.ping():
-            return system
+    paths = system_paths()
+    system = Client(paths.socket_path, log_path=paths.state_dir / "floydd.log")
+    clients = {client.socket_path: client, system.socket_path: system}
+    found = discover(os.environ, client.socket_path, paths, answers=lambda sock: clients[sock].ping())
+    if found.kind in ("user", "system"):
+        return clients[Path(found.where)]
+    if found.kind == "down":
+        raise Unavailable(SERVICE_DOWN, hint=SERVICE_DOWN_HINT)
     if not autostart:
         raise Unavailable(f"no floydd daemon answers at {client.where}", hint="start one with `floydd start`")
     _start_background(state_dir, client)

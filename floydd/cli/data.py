@@ -25,9 +25,12 @@ def data() -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--name", required=True, help="Dataset name; each upload adds a version (name:1, name:2, ...).")
 @click.option("-m", "--message", default="", help="A note recorded with the version.")
+@click.option("--private/--lab", "private", default=None,
+              help="private: only you (its owner) and the lab's admins mount, clone or add to it; lab: everyone "
+                   "(a new dataset's default). Left out: the dataset keeps its visibility.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def upload(path: Path, name: str, message: str, as_json: bool) -> None:
+def upload(path: Path, name: str, message: str, private: bool | None, as_json: bool) -> None:
     """Store the folder PATH as the next version of dataset NAME.
 
     Unchanged data is not stored twice; an interrupted upload run again skips
@@ -38,14 +41,15 @@ def upload(path: Path, name: str, message: str, as_json: bool) -> None:
     path = path.expanduser().absolute()
     if not path.exists():
         fail(f"{path} does not exist", "give the folder to upload")
+    visibility = None if private is None else "private" if private else "lab"   # None: as it is (new: lab)
     client = connect()
     if client.remote:                       # the folder goes as a tar
         with transfer_bar(f"sending {path.name}") as progress:
-            events = client.upload_tar(path, name, message, progress=progress)
+            events = client.upload_tar(path, name, message, progress=progress, visibility=visibility)
             first = next(events, None)          # the whole tar is sent before the first answer
         events = itertools.chain([first] if first is not None else [], events)
     else:
-        events = client.upload(path, name, message)
+        events = client.upload(path, name, message, visibility)
     version = follow_progress(events, f"uploading {path.name}")
     if as_json:
         echo_json(version)
@@ -90,6 +94,7 @@ def info(ref: str, as_json: bool) -> None:
     click.echo(f"{v['name']}:{v['version']}  {v['files']} files, {human_bytes(v['size'])}")
     click.echo(f"created  {datetime.fromtimestamp(v['created']):%Y-%m-%d %H:%M:%S}")
     click.echo(f"tree     {v['tree']}")
+    click.echo(f"owner    {v.get('owner') or 'unknown'} ({_visibility(v)})")
     where = ", ".join(v["held_by"]) or "no box"
     click.echo(f"copies   {v['copies']} of {v['replicas']} on {where}: {v['copies_note']}")
     if v["message"]:
@@ -99,6 +104,12 @@ def info(ref: str, as_json: bool) -> None:
     more = len(v["entries"]) - 50 + (1000 if v.get("truncated") else 0)
     if more > 0:
         click.echo(f"  ... and {more}{'+' if v.get('truncated') else ''} more (floyd data clone to see all)")
+
+
+def _visibility(v: dict) -> str:
+    if v.get("visibility") == "private":
+        return "private: only the owner and admins mount, clone or add to it"
+    return "lab: everyone in the lab may use it"
 
 
 def _held(v: dict) -> str:

@@ -12,6 +12,8 @@ import click
 
 import floydd
 from floydd.cli import cluster
+from floydd.cli.audit import make_audit
+from floydd.cli.people import make_user
 from floydd.cli.common import echo_json, handle_errors, human_duration
 from floydd.client import Client
 from floydd.config import load
@@ -32,6 +34,9 @@ def _config_options(fn):
                      help="State folder (default: the user's data dir; env FLOYDD_STATE_DIR)."),
         click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
                      help="TOML config file (default: STATE_DIR/floydd.toml if present)."),
+        click.option("--system", "system", is_flag=True, default=None,
+                     help="The daemon installed as a service: state /var/lib/floydd, config "
+                          "/etc/floydd/floydd.toml, socket /run/floydd/floydd.sock (group floyd)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -49,16 +54,16 @@ def _config_options(fn):
               help="DEV/TEST ONLY: pretend to have GPUs, e.g. 2 or 4xA100-80GB.")
 @click.option("--log-level", default=None, type=click.Choice(["debug", "info", "warning", "error"]))
 @handle_errors
-def start(state_dir, config_file, tcp, sandbox, node_name, dev_fake_gpus, log_level) -> None:
+def start(state_dir, config_file, system, tcp, sandbox, node_name, dev_fake_gpus, log_level) -> None:
     """Run the daemon in the foreground (Ctrl-C stops it; jobs keep running)."""
     from floydd.daemon.main import run
-    config = load({"state_dir": state_dir, "tcp": tcp, "sandbox": sandbox, "node_name": node_name,
+    config = load({"state_dir": state_dir, "system": system, "tcp": tcp, "sandbox": sandbox, "node_name": node_name,
                    "dev_fake_gpus": dev_fake_gpus, "log_level": log_level}, file=config_file)
     run(config)
 
 
-def _client(state_dir, config_file) -> tuple[Client, object]:
-    config = load({"state_dir": state_dir}, file=config_file)
+def _client(state_dir, config_file, system=None) -> tuple[Client, object]:
+    config = load({"state_dir": state_dir, "system": system}, file=config_file)
     return Client(config.socket_path, timeout=5.0), config
 
 
@@ -66,9 +71,9 @@ def _client(state_dir, config_file) -> tuple[Client, object]:
 @_config_options
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def status(state_dir, config_file, as_json) -> None:
+def status(state_dir, config_file, system, as_json) -> None:
     """Is the daemon up? Its node, uptime, GPUs and jobs."""
-    client, config = _client(state_dir, config_file)
+    client, config = _client(state_dir, config_file, system)
     info = client.info()
     nodes = client.nodes()
     if as_json:
@@ -87,9 +92,9 @@ def status(state_dir, config_file, as_json) -> None:
 @_config_options
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for it to exit.")
 @handle_errors
-def stop(state_dir, config_file, timeout) -> None:
+def stop(state_dir, config_file, system, timeout) -> None:
     """Stop the daemon (running jobs keep running and are picked up on the next start)."""
-    client, config = _client(state_dir, config_file)
+    client, config = _client(state_dir, config_file, system)
     pid = client.info()["pid"]
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -105,7 +110,7 @@ def stop(state_dir, config_file, timeout) -> None:
 @_config_options
 @click.option("--dry-run", is_flag=True, help="Only say what is damaged and what would be done; change nothing.")
 @handle_errors
-def repair(state_dir, config_file, dry_run) -> None:
+def repair(state_dir, config_file, system, dry_run) -> None:
     """Rebuild what can be rebuilt of damaged state files (the daemon must be stopped).
 
     Checks records.db, the store's catalog and key, and the cluster log (integrity_check);
@@ -115,7 +120,7 @@ def repair(state_dir, config_file, dry_run) -> None:
     """
     from floydd.daemon.main import StateLock
     from floydd.daemon.repair import repair as run_repair
-    config = load({"state_dir": state_dir}, file=config_file)
+    config = load({"state_dir": state_dir, "system": system}, file=config_file)
     lock = StateLock(config)
     try:
         lock.acquire()
@@ -149,6 +154,8 @@ def repair(state_dir, config_file, dry_run) -> None:
     click.echo(f"repaired: floydd can start (floydd start --state-dir {config.state_dir})")
 
 
+cli.add_command(make_audit(_config_options, _client))
+cli.add_command(make_user(_config_options, _client))
 for _command in (cluster.init, cluster.token, cluster.join, cluster.members, cluster.leave, cluster.remove,
                  cluster.recover):
     cli.add_command(_command)

@@ -65,13 +65,19 @@ _STATE_WIDTH = 60
 @click.option("--since", metavar="WHEN",
               help="Jobs created since WHEN: a time ago (30m, 2h, 3d, 1w) or a date (2024-05-01, "
                    "'2024-05-01 14:30').")
+@click.option("--user", "owner", metavar="NAME", help="Only the jobs NAME submitted (a person of the lab).")
+@click.option("--mine", is_flag=True, help="Only the jobs you submitted.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
 @click.option("--stale", is_flag=True,
               help="In a cluster, read this node's copy instead of asking the leader (works without a quorum).")
 @handle_errors
-def status(job, all_jobs, limit, page, since, as_json, stale) -> None:
-    """This project's newest jobs (state, duration, GPUs, latest metrics), or one JOB."""
+def status(job, all_jobs, limit, page, since, owner, mine, as_json, stale) -> None:
+    """This project's newest jobs (state, owner, duration, GPUs, latest metrics), or one JOB."""
     client = connect()
+    if mine and owner:
+        fail("--mine and --user say the same thing twice", "give one: --mine, or --user NAME")
+    if mine:
+        owner = client.whoami()["person"]
     more = False
     if job:
         jobs = [client.job(job_key(job))]
@@ -88,7 +94,7 @@ def status(job, all_jobs, limit, page, since, as_json, stale) -> None:
             fail("--page needs a page size", "add --limit N, e.g. floyd status --all --limit 100 --page 2")
         ask = None if limit is None else limit + (0 if as_json else 1)   # one more: are there older ones?
         jobs = client.jobs(project, stale=stale, limit=ask, offset=(page - 1) * (limit or 0),
-                           since=None if since is None else since_time(since))
+                           since=None if since is None else since_time(since), user=owner)
         more = not as_json and limit is not None and len(jobs) > limit
         jobs = jobs[:limit]
     if as_json:
@@ -96,7 +102,7 @@ def status(job, all_jobs, limit, page, since, as_json, stale) -> None:
         return
     if not jobs:
         click.echo("no jobs yet: floyd run \"python train.py\"" if page == 1 and since is None and not job
-                   else "no jobs match")
+                   and not owner else "no jobs match")
         return
     print_table(*_status_table(jobs))
     if more:
@@ -115,8 +121,9 @@ def _status_table(jobs: list[dict]) -> tuple[list[str], list[list[str]]]:
         gpus = ",".join(str(g) for g in j.get("gpus") or []) or ("cpu" if not j["resources"].get("gpus") else "-")
         parts = j.get("parts") or []
         where = [(j.get("node") or "-") + (f" +{len(parts) - 1}" if len(parts) > 1 else "")] if many_nodes else []
-        rows.append([j["id"], state, *where, _duration(j), gpus, _metrics_text(j.get("metrics") or {}), j["message"]])
-    return ["JOB", "STATE", *(["NODE"] if many_nodes else []), "DURATION", "GPUS", "METRICS", "MESSAGE"], rows
+        rows.append([j["id"], state, j.get("user") or "-", *where, _duration(j), gpus,
+                     _metrics_text(j.get("metrics") or {}), j["message"]])
+    return ["JOB", "STATE", "OWNER", *(["NODE"] if many_nodes else []), "DURATION", "GPUS", "METRICS", "MESSAGE"], rows
 
 
 _AGO = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

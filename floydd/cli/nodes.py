@@ -31,4 +31,12 @@ def nodes(as_json: bool, stale: bool) -> None:
             power = "-" if g["power_w"] is None else f"{g['power_w']:.0f} W"
             click.echo(f"  GPU {g['index']}  {g['name']}  mem {human_bytes(g['memory_used'])}/"
                        f"{human_bytes(g['memory_total'])}  util {util}  {temp}  {power}  "
-                       f"{g.get('job') or 'free'}")
+                       f"{_holder(g)}")
+
+
+def _holder(gpu: dict) -> str:
+    """Who holds a GPU: ``proj/3 (alice)``, ``proj/3`` where the owner is unknown, or ``free``."""
+    job = gpu.get("job")
+    if not job:
+        return "free"
+    return f"{job} ({gpu['user']})" if gpu.get("user") else job

@@ -33,17 +33,22 @@ What it reads of a command::
                          (any job: an admin)
     job.delete           the job's owner or an admin
     project.reserve      any member
-    dataset.add_version  any member, as the version's holder
+    dataset.add_version  any member, as the version's holder; to a private dataset (or
+                         changing its visibility): its owner or an admin
     dataset.delete       an admin, or the user who added every version deleted
     dataset.holders      a box about itself; the leader about any box
     token.create/.use/.revoke   any member (made on a voter, redeemed through one)
-    admin.grant          the leader while the cluster has no admin (floydd init); more
-                         admins and roles come with people (issue 14)
+    apitoken.create      the person the token is for (``user`` = ``person``), or an admin
+    apitoken.revoke      the token's person, or an admin
+    admin.grant          the leader while the cluster has no admin (floydd init)
+    person.add/.role/.remove/.map   an admin (floydd user ...); in a lab of one, its user
 
-Admins are a list of people in the state (``admin.grant``): the user who ran ``floydd init``
-is the first. A cluster with none (a box used alone, or made before admins were recorded)
-lets every user act on every job, as before; issue 14 brings roles and ownership of
-datasets.
+Admins are the people with role ``admin`` (:mod:`floydd.cluster.people`; ``admin.grant``
+records the user who ran ``floydd init``, the first). A cluster with no people (a lab of one:
+a box used alone, whose socket only its own user reaches) lets every user act on everything,
+as its admin. A dataset has an owner (who added its first version) and a visibility: a
+``private`` one is mounted, cloned, added to and deleted by its owner and admins only
+(:func:`may_read_dataset` is the API edge's check for mounts and clones).
 
 Membership changes (raft conf changes) are not state-machine commands; the leader checks
 them when it accepts one (:func:`authorize_conf`).
@@ -55,7 +60,8 @@ from typing import Any, Container
 
 from floydd.errors import Forbidden
 
-__all__ = ["authorize", "authorize_conf", "joining_may_propose", "is_admin", "may_act_for", "standing"]
+__all__ = ["authorize", "authorize_conf", "joining_may_propose", "is_admin", "may_act_for", "may_read_dataset",
+           "standing"]
 
 _USER_STOP_FIELDS = frozenset({"op", "ts", "proposer", "job", "stop_requested", "state", "reason", "user"})
 """What a user's stop may carry (``state`` only ``stopped``, for a job still queued)."""
@@ -143,6 +149,12 @@ def may_act_for(state: Any, user: str | None, owner: str | None) -> bool:
     return is_admin(state, user) or (user or "") == (owner or "")
 
 
+def may_read_dataset(state: Any, user: str | None, dataset: dict) -> bool:
+    """Whether ``user`` may mount or clone ``dataset`` (a ``state.datasets`` entry): every
+    user a ``lab`` one; a ``private`` one its owner and admins."""
+    return dataset.get("visibility", "lab") != "private" or may_act_for(state, user, dataset.get("owner"))
+
+
 # -- the rules, one per op ---------------------------------------------------------------------
 
 
@@ -228,6 +240,17 @@ def _dataset_add(state, cmd, proposer, leader) -> None:
     if "node" in cmd and cmd["node"] != proposer:
         raise Forbidden(f"{_box(state, proposer)} may not add a version held by {_box(state, cmd['node'])}",
                         code="not_its_own", hint="a box adds the versions it holds")
+    dataset = state.datasets.get(cmd["name"])
+    if dataset is None or not dataset.get("versions") and "owner" not in dataset:
+        return                                      # a new dataset: whoever adds it owns it
+    user, owner = cmd.get("user", ""), dataset.get("owner")
+    if dataset.get("visibility") == "private" and not may_act_for(state, user, owner):
+        raise Forbidden(f"{_who(user)} may not add to {cmd['name']}: it is {owner or 'nobody'}'s private dataset",
+                        code="private_dataset", hint="only its owner or an admin adds versions to it")
+    if cmd.get("visibility", dataset.get("visibility", "lab")) != dataset.get("visibility", "lab") \
+            and not may_act_for(state, user, owner):
+        raise Forbidden(f"{_who(user)} may not make {cmd['name']} {cmd['visibility']}: it is {owner or 'nobody'}'s",
+                        code="not_the_owner", hint="only a dataset's owner or an admin changes its visibility")
 
 
 def _dataset_delete(state, cmd, proposer, leader) -> None:
@@ -260,13 +283,37 @@ def _admin_grant(state, cmd, proposer, leader) -> None:
                     code="not_an_admin", hint="the first admin is whoever ran floydd init")
 
 
+def _apitoken_create(state, cmd, proposer, leader) -> None:
+    if not may_act_for(state, cmd.get("user"), cmd["person"]):
+        raise Forbidden(f"{_who(cmd.get('user'))} may not make an API token for {cmd['person']}",
+                        code="not_your_token", hint="make your own token (floyd token create), or ask an admin")
+
+
+def _apitoken_revoke(state, cmd, proposer, leader) -> None:
+    owner = state.apitokens.owner(cmd["id"])
+    if owner is not None and not may_act_for(state, cmd.get("user"), owner):
+        raise Forbidden(f"{_who(cmd.get('user'))} may not revoke {owner}'s API token {cmd['id']}",
+                        code="not_your_token", hint="revoke your own tokens (floyd token list), or ask an admin")
+
+
+def _people_admin(state, cmd, proposer, leader) -> None:
+    user = cmd.get("user")
+    if not is_admin(state, user):
+        verb = {"person.add": "add", "person.role": "change the role of", "person.remove": "remove",
+                "person.map": "map uids to"}[cmd["op"]]
+        raise Forbidden(f"{_who(user)} may not {verb} {cmd['name']}: not an admin", code="not_an_admin",
+                        hint="an admin runs floydd user ... (floydd user list shows the admins)")
+
+
 _RULES = {
     "node.upsert": _itself, "node.cert": _itself, "node.health": _node_health, "node.remove": _node_remove,
     "job.submit": _job_submit, "job.place": _leader_only, "job.archive": _leader_only, "job.update": _job_update,
     "job.delete": _job_delete, "project.reserve": _any_member, "dataset.add_version": _dataset_add,
     "dataset.delete": _dataset_delete, "dataset.holders": _dataset_holders,
     "token.create": _any_member, "token.use": _any_member, "token.revoke": _any_member,
-    "admin.grant": _admin_grant,
+    "admin.grant": _admin_grant, "person.add": _people_admin, "person.role": _people_admin,
+    "person.remove": _people_admin, "person.map": _people_admin,
+    "apitoken.create": _apitoken_create, "apitoken.revoke": _apitoken_revoke,
 }
 
 

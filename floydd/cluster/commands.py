@@ -30,7 +30,8 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     job.archive           jobs (keys of finished jobs, at most 1,000)       moving what is there
     project.reserve       project, number (later jobs are numbered above)   being a max
     dataset.add_version   name, tree, size?, files?, message?, node?,       idem_key
-                          idem_key?, user?
+                          idem_key?, user?, visibility? (lab|private: set
+                          by the dataset's first version, or its owner)
     dataset.delete        name, version? (None: every version), user?       NotFound on retry
     dataset.holders       name, version, node, holds                        being a set
     token.create          id, secret_sha256, expires, made_by?, made_on?    Conflict on retry
@@ -38,7 +39,17 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     token.revoke          id, by?                                           being a set
     node.cert             id, serial, not_after (a renewed certificate)     being a set
     (floydd.cluster.trust: join tokens and members' certificates)
-    admin.grant           user (the person who made the cluster; issue 14)  being a set
+    admin.grant           user (the person who made the cluster)            being a set
+    person.add            name, role (admin|user), uids?, user?             Conflict on retry
+    person.role           name, role, user?                                 being a set
+    person.remove         name, user?                                       NotFound on retry
+    person.map            name, node, uids (the uids acting as name there), being a set
+                          user?
+    (floydd.cluster.people: the lab's people; ``user``: the admin who asked)
+    apitoken.create       id, person, secret_sha256, expires?, label?,      Conflict on retry
+                          user? (who asked: the person, or an admin)
+    apitoken.revoke       id, user?                                         being a set
+    (floydd.cluster.apitokens: personal API tokens, checked by every box)
 
 Every command the leader appends also carries ``proposer``: the node id of the box that
 proposed it, taken from its verified certificate when the leader accepted it (never from
@@ -95,7 +106,7 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "project.reserve": {"project": (_STR, True), "number": (_INT, True)},
     "dataset.add_version": {"name": (_STR, True), "tree": (_STR, True), "size": (_INT, False),
                             "files": (_INT, False), "message": (_STR, False), "node": (_STR, False),
-                            "idem_key": (_STR, False), "user": (_STR, False)},
+                            "idem_key": (_STR, False), "user": (_STR, False), "visibility": (_STR, False)},
     "dataset.delete": {"name": (_STR, True), "version": (_OPT_INT, False), "user": (_STR, False)},
     "dataset.holders": {"name": (_STR, True), "version": (_INT, True), "node": (_STR, True),
                         "holds": (_BOOL, True)},
@@ -106,6 +117,13 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "token.revoke": {"id": (_STR, True), "by": (_STR, False)},
     "node.cert": {"id": (_STR, True), "serial": (_STR, True), "not_after": (_NUM, True)},
     "admin.grant": {"user": (_STR, True)},
+    "person.add": {"name": (_STR, True), "role": (_STR, True), "uids": (_DICT, False), "user": (_STR, False)},
+    "person.role": {"name": (_STR, True), "role": (_STR, True), "user": (_STR, False)},
+    "person.remove": {"name": (_STR, True), "user": (_STR, False)},
+    "person.map": {"name": (_STR, True), "node": (_STR, True), "uids": (_LIST, True), "user": (_STR, False)},
+    "apitoken.create": {"id": (_STR, True), "person": (_STR, True), "secret_sha256": (_STR, True),
+                        "expires": ((int, float, type(None)), False), "label": (_STR, False), "user": (_STR, False)},
+    "apitoken.revoke": {"id": (_STR, True), "user": (_STR, False)},
 }
 OPS = frozenset(_SCHEMAS)
 FENCED_OPS = frozenset({"job.place"})
@@ -163,6 +181,9 @@ def check(command: object) -> dict[str, Any]:
     if op == "job.archive" and (len(command["jobs"]) > MAX_ARCHIVE
                                 or not all(isinstance(k, str) for k in command["jobs"])):
         raise InvalidSpec(f"job.archive: jobs lists at most {MAX_ARCHIVE} job keys")
+    if op == "dataset.add_version" and command.get("visibility", "lab") not in ("lab", "private"):
+        raise InvalidSpec(f"dataset.add_version: {command['visibility']!r:.40} is not a visibility",
+                          hint="a dataset is lab (the default) or private")
     if op == "node.health" and command["status"] not in NODE_STATUSES:
         raise InvalidSpec(f"node.health: status must be one of {', '.join(NODE_STATUSES)}")
     for proc in command.get("procs") or () if op in ("node.health", "node.upsert") else ():

@@ -36,10 +36,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from floydd import log
+from floydd.cluster.authz import may_read_dataset
 from floydd.cluster.driver import Applied
 from floydd.cluster.peerstore import fetch_manifest, fetch_tree
 from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
-from floydd.errors import Conflict, FloyddError, NotFound
+from floydd.errors import Conflict, FloyddError, Forbidden, NotFound
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
 from floydd.store.ids import ObjectId
 from floydd.store.store import Store
@@ -53,7 +54,7 @@ DEFAULT_GRACE = 300.0
 """Seconds a holder may stay silent before its copies stop counting (``replica_grace``)."""
 DEFAULT_COPY_WAIT = 60.0
 """Seconds an upload waits for R copies before it answers with fewer (``dataset_copy_wait``)."""
-_PUBLIC = ("name", "version", "ref", "tree", "created", "size", "files", "message", "holders")
+_PUBLIC = ("name", "version", "ref", "tree", "created", "size", "files", "message", "holders", "owner", "visibility")
 
 _log = log.cluster.getChild("datasets")
 
@@ -133,6 +134,17 @@ class ClusterDatasets:
                 return _public(found)
         raise dataset_not_found(name, number, list(versions), sorted({v["name"] for v in everything}))
 
+    async def resolve_readable(self, ref: str, user: str | None, doing: str = "mount") -> dict:
+        """:meth:`resolve`, for ``user`` to mount or clone: a private dataset of someone else
+        is refused (:func:`floydd.cluster.authz.may_read_dataset`: its owner and admins only)."""
+        version = await self.resolve(ref)
+        dataset = self.cluster.state.datasets.get(version["name"]) or version
+        if not may_read_dataset(self.cluster.state, user, dataset):
+            raise Forbidden(f"{user or 'a caller with no account'} may not {doing} {version['ref']}: it is "
+                            f"{dataset.get('owner') or 'nobody'}'s private dataset", code="private_dataset",
+                            hint="only its owner or an admin mounts or clones it")
+        return version
+
     async def manifest(self, version: dict) -> Tree:
         """The file list of ``version``, fetching only its manifest when the tree is not here."""
         return await fetch_manifest(self.store, version["tree"], self._sources(version["holders"]),
@@ -148,13 +160,14 @@ class ClusterDatasets:
                                 progress=progress)
 
     async def register(self, name: str, tree: str, *, size: int, files: int, message: str = "",
-                       idem_key: str | None = None, user: str = "") -> dict:
+                       idem_key: str | None = None, user: str = "", visibility: str | None = None) -> dict:
         """Commit ``tree`` (stored here) as the next version of ``name``, held by this node,
         and mirror it into the local catalog under the cluster's number. The same
         ``idem_key`` always gives the same version."""
         check_name(name)
+        fields = {} if visibility is None else {"visibility": visibility}   # None: as it is (new: lab)
         version = await self.cluster.add_dataset_version(name, tree, idem_key=idem_key, size=size, files=files,
-                                                         message=message, user=user)
+                                                         message=message, user=user, **fields)
         await self._mirror(version, committed=True)
         _log.info("[%s] registered %s (tree %s)", self.node_id, version["ref"], tree[:12])
         return _public(version)

@@ -76,6 +76,7 @@ from floydd import log
 from floydd.cluster import commands
 from floydd.cluster._futures import settle
 from floydd.cluster.authz import authorize_conf, joining_may_propose
+from floydd.cluster.audit import SplitSink
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.membership import MembershipMixin, check_conf
 from floydd.cluster.raft import (ConfChange, ConfState, Entry, EntryKind, HardState, InstallSnapshot,
@@ -188,7 +189,11 @@ class RaftDriver(ReadsMixin, MembershipMixin):
                   sorted(conf.learners))
 
     def _open(self, voters: frozenset | None) -> SqliteStorage:
-        hook = self.state.archive.saved             # a received snapshot's archive is swapped in
+        archive, audit = self.state.archive, self.state.audit
+
+        def hook(db, snapshot):                     # a received snapshot's archive and audit are swapped in
+            archive.saved(db, snapshot)
+            audit.saved(db, snapshot)
         if voters:
             return SqliteStorage.bootstrap(self.path, ConfState(voters=voters), on_snapshot=hook)
         return SqliteStorage(self.path, on_snapshot=hook)
@@ -206,6 +211,7 @@ class RaftDriver(ReadsMixin, MembershipMixin):
                     await self._write(self._storage.save, self._lazy_hard_state, (), None)
                 await self._write(self._storage.close)
             await self._write(self.state.archive.close)
+            await self._write(self.state.audit.close)
             self._writer.shutdown(wait=True)
             self._writer = None
         _log.info("[%s] raft stopped", self.node_id)
@@ -245,14 +251,16 @@ class RaftDriver(ReadsMixin, MembershipMixin):
             self._submit(lambda: self._node.report_unreachable(peer))
 
     def snapshot_source(self, message: InstallSnapshot) -> AsyncIterator[bytes]:
-        """What the transport streams after a snapshot's message: the archive's rows."""
-        return self.state.archive.export()
+        """What the transport streams after a snapshot's message: the archive's rows, then
+        the audit chain's (:mod:`floydd.cluster.audit`)."""
+        return _chain(self.state.archive.export(), self.state.audit.export())
 
     def snapshot_sink(self, message: InstallSnapshot):
         """Where the transport puts a received snapshot's archive, before the message itself
         reaches the core (staged on the writer thread; swapped in when the snapshot is saved)."""
         snap = message.snapshot
-        return self.state.archive.receive(snap.index, snap.term, self._write_durably)
+        return SplitSink(self.state.archive.receive(snap.index, snap.term, self._write_durably),
+                         self.state.audit.receive(snap.index, snap.term, self._write_durably))
 
     def report_snapshot(self, peer: str, ok: bool) -> None:
         if self._node is not None:
@@ -411,6 +419,8 @@ class RaftDriver(ReadsMixin, MembershipMixin):
                         self._apply(rd.committed_entries)
                         if self.state.archive.dirty:      # durable before any snapshot drops the entries
                             await self.state.archive.flush(self._write_durably)
+                        if self.state.audit.dirty:
+                            await self.state.audit.flush(self._write_durably)
                     for rs in rd.read_states:
                         fut = self._reads.pop(rs.context, None)
                         if fut is not None and not fut.done():
@@ -507,6 +517,7 @@ class RaftDriver(ReadsMixin, MembershipMixin):
     def _install(self, snap: Snapshot) -> None:
         self.state.restore(snap.data)
         self.state.archive.installed(snap.index, snap.term)
+        self.state.audit.installed(snap.index, snap.term)
         self._applied = self._snapshot_index = snap.index
         for index in [i for i in self._waiters if i <= snap.index]:
             _, fut = self._waiters.pop(index)
@@ -605,3 +616,10 @@ def _disk_full(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.OperationalError):
         return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+async def _chain(*sources):
+    """The chunks of each source in turn (a snapshot's archive, then its audit chain)."""
+    for source in sources:
+        async for chunk in source:
+            yield chunk

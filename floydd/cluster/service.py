@@ -47,6 +47,7 @@ from aiohttp import web
 from floydd import log
 from floydd.cluster import commands
 from floydd.cluster.archive_db import SqliteArchive
+from floydd.cluster.audit_db import SqliteAudit
 from floydd.cluster.archiver import Archiver
 from floydd.cluster.authz import standing
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
@@ -85,7 +86,8 @@ class ClusterService:
         self.transport = Transport(identity, advertise=advertise, queue_size=config.transport_queue,
                                    max_batch=config.transport_batch, backoff=config.transport_backoff,
                                    request_timeout=config.request_timeout)
-        self.state = ClusterState(archive=SqliteArchive(self.state_dir / "raft.db"))  # finished jobs, on disk
+        self.state = ClusterState(archive=SqliteArchive(self.state_dir / "raft.db"),  # finished jobs, on disk
+                                  audit=SqliteAudit(self.state_dir / "raft.db"))     # the audit chain, beside them
         self.driver = RaftDriver(self.node_id, self.state_dir / "raft.db", transport=self.transport,
                                  state=self.state, config=config, rng=rng)
         self.driver.on_apply(self._learn_addresses)
@@ -354,6 +356,13 @@ class ClusterService:
                            hint="floydd members lists the nodes and their ids")
         await self.driver.change_membership("remove", node_id, timeout=timeout, user=user)
         await self._propose({"op": "node.remove", "id": node_id, "user": user}, timeout=timeout)
+
+    async def change_account(self, cmd: dict, *, timeout: float | None = None) -> Any:
+        """A ``person.*`` (:mod:`floydd.cluster.people`) or ``apitoken.*`` command
+        (:mod:`floydd.cluster.apitokens`) for the person named in its ``user``."""
+        if not cmd.get("op", "").startswith(("person.", "apitoken.")):
+            raise ValueError(f"not a person.* or apitoken.* command: {cmd.get('op')}")
+        return await self._propose(cmd, timeout=timeout)
 
     async def grant_admin(self, user: str, *, timeout: float | None = None) -> list[str]:
         """Record ``user`` as the cluster's first admin (``floydd init``); the leader alone, once."""

@@ -13,7 +13,7 @@ What it holds::
                procs (its live runs: job, attempt, GPUs)
     removed    id -> when: tombstones of nodes removed for good (their certificates refused)
     revoked    certificate serial -> {node, ts}: the certificates of removed nodes
-    admins     people who may act on every job (the first: who ran floydd init)
+    people     name -> role, uids per box (:mod:`floydd.cluster.people`; ``admins`` derived)
     jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, reruns, summary
     counters   project -> last job number (numbers are never reused; project.reserve raises it)
     datasets   name -> versions (tree id, size, holders); version numbers never reused
@@ -78,7 +78,10 @@ from typing import Any, Callable
 
 import msgpack
 
+from floydd.cluster import people
 from floydd.cluster.archive import MemoryArchive, archived_form
+from floydd.cluster.audit import MemoryAudit
+from floydd.cluster.apitokens import ApiTokens
 from floydd.cluster.authz import authorize
 from floydd.cluster.commands import check
 from floydd.cluster.trust import TrustState
@@ -99,8 +102,9 @@ class StaleTerm(Conflict):
 
 
 class ClusterState:
-    def __init__(self, archive: Any = None) -> None:
+    def __init__(self, archive: Any = None, audit: Any = None) -> None:
         self.archive = archive if archive is not None else MemoryArchive()
+        self.audit = audit if audit is not None else MemoryAudit()   # the audit chain (floydd.cluster.audit)
         self._index = 0
         """Finished jobs moved out by ``job.archive`` (:mod:`floydd.cluster.archive`): not in
         the snapshot's data, shipped beside it."""
@@ -111,8 +115,9 @@ class ClusterState:
         self.datasets: dict[str, dict] = {}
         self.idem: dict[str, list] = {}
         self.trust = TrustState()           # join tokens, members' certificates (floydd.cluster.trust)
+        self.apitokens = ApiTokens()        # personal API tokens (floydd.cluster.apitokens)
         self.revoked: dict[str, dict] = {}  # certificate serial (hex) -> {node, ts}: removed nodes' (authz)
-        self.admins: list[str] = []         # people who may act on anyone's jobs (authz; issue 14: roles)
+        self.people: dict[str, dict] = {}   # the lab's people (floydd.cluster.people; authz reads roles)
         # derived, never serialised (rebuilt by restore): ids of the jobs in ACTIVE_STATES, and
         # per node id the GPUs they hold (index -> job id) and how many of them have a part there
         self._active: dict[str, None] = {}
@@ -132,7 +137,13 @@ class ClusterState:
             "token.use": lambda cmd, term: self.trust.token_use(cmd, members=self.nodes, removed=self.removed),
             "token.revoke": lambda cmd, term: self.trust.token_revoke(cmd),
             "node.cert": lambda cmd, term: self.trust.node_cert(cmd, members=self.nodes, removed=self.removed),
-            "admin.grant": self._admin_grant,
+            "admin.grant": lambda cmd, term: people.grant(self.people, cmd),
+            "person.add": lambda cmd, term: people.add(self.people, cmd),
+            "person.role": lambda cmd, term: people.set_role(self.people, cmd),
+            "person.remove": lambda cmd, term: people.remove(self.people, cmd),
+            "person.map": lambda cmd, term: people.map_uids(self.people, cmd),
+            "apitoken.create": lambda cmd, term: self.apitokens.create(cmd),
+            "apitoken.revoke": lambda cmd, term: self.apitokens.revoke(cmd),
         }
 
     # -- the state machine ---------------------------------------------------------------
@@ -146,19 +157,19 @@ class ClusterState:
             raise StaleTerm(f"{cmd['op']} was decided by the leader of term {cmd['term']} but committed in "
                             f"term {term}: a former leader's action", hint="the current leader decides again")
         authorize(self, cmd, cmd.get("proposer"))   # Forbidden: who proposed it may not say it
-        return self._handlers[cmd["op"]](cmd, term)
+        return self.audit.around(self, cmd, index, lambda: self._handlers[cmd["op"]](cmd, term))
 
     def snapshot(self) -> bytes:
         return msgpack.packb({"v": SNAPSHOT_VERSION, "nodes": self.nodes, "removed": self.removed,
                               "jobs": self.jobs, "counters": self.counters,
                               "datasets": self.datasets, "idem": self.idem, **self.trust.snapshot(),
-                              "revoked": self.revoked, "admins": self.admins},
+                              **self.apitokens.snapshot(), "revoked": self.revoked, "people": self.people},
                              use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
         """Replace everything by a snapshot (``b""``: the empty state of a new cluster)."""
         if not data:
-            self.__init__(self.archive)
+            self.__init__(self.archive, self.audit)
             return
         raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
         if not isinstance(raw, dict) or raw.get("v") != SNAPSHOT_VERSION:
@@ -167,13 +178,19 @@ class ClusterState:
         self.nodes, self.removed, self.jobs = raw["nodes"], raw["removed"], raw["jobs"]
         self.counters, self.datasets, self.idem = raw["counters"], raw["datasets"], raw["idem"]
         self.trust.restore(raw)
-        self.revoked, self.admins = dict(raw.get("revoked") or {}), list(raw.get("admins") or [])
+        self.apitokens.restore(raw)
+        self.revoked, self.people = dict(raw.get("revoked") or {}), people.migrate(raw)
         self._active, self._held, self._load, self._cpu, self._memory = {}, {}, {}, {}, {}
         for job in self.jobs.values():
             if job["state"] in ACTIVE_STATES:
                 self._activate(job)
 
     # -- reads (copies; the state itself is only changed by apply) -------------------------
+
+    @property
+    def admins(self) -> list[str]:
+        """The admins' names (people with role admin): none in a lab of one."""
+        return people.admins(self.people)
 
     def job(self, key: str) -> dict:
         """The job, from the hot state or else the archive (NotFound if in neither)."""
@@ -292,11 +309,6 @@ class ClusterState:
         for serial in (record.get("serial"), (record.get("previous") or {}).get("serial")):
             if serial:
                 self.revoked[serial] = {"node": nid, "ts": cmd["ts"]}
-
-    def _admin_grant(self, cmd: dict, term: int) -> list[str]:
-        if cmd["user"] not in self.admins:
-            self.admins.append(cmd["user"])
-        return list(self.admins)
 
     def _node(self, nid: str) -> dict:
         node = self.nodes.get(nid)
@@ -663,12 +675,14 @@ class ClusterState:
         if not _TREE.fullmatch(tree):
             raise InvalidSpec(f"{tree!r:.80} is not a tree id (hex)")
         dataset = self.datasets.setdefault(name, {"next": 1, "versions": {}})
+        people.own_dataset(dataset, cmd)     # owner, visibility (authz checked who may change them)
         number = dataset["next"]
         dataset["next"] = number + 1
         version = {"name": name, "version": number, "ref": f"{name}:{number}", "tree": tree,
                    "created": cmd["ts"], "size": cmd.get("size", 0), "files": cmd.get("files", 0),
                    "message": cmd.get("message", ""), "holders": [cmd["node"]] if "node" in cmd else [],
-                   "idem_key": idem_key, "user": cmd.get("user", "")}
+                   "idem_key": idem_key, "user": cmd.get("user", ""), "owner": dataset["owner"],
+                   "visibility": dataset["visibility"]}
         dataset["versions"][str(number)] = version
         if idem_key is not None:
             self.idem[idem_key] = ["dataset", name, number]

@@ -38,6 +38,7 @@ from floydd.records import Records
 from floydd.runtime import NodeRuntime
 from floydd.runtime.buildbox import BuildPolicy
 from floydd.runtime.sandboxing import serves_others
+from floydd.system import job_account
 from floydd.store import Store
 from floydd.store.rekey import finish_rekey, rekey, rekey_pending
 
@@ -113,7 +114,7 @@ async def _jobs_ctx(app: web.Application):
                           builds=BuildPolicy(network=config.build_network, wheelhouse=config.wheelhouse),
                           env_pass=config.job_env_pass, sample_interval=config.sample_interval,
                           tail_interval=config.tail_interval, stop_grace=config.stop_grace,
-                          on_finished=on_finished)
+                          on_finished=on_finished, job_user=job_account(config.job_user) if config.system else None)
 
     async def fetch(store, tree: str, sources: list[str]):
         return await fetch_tree(store, tree, sources, cluster.transport)

@@ -9,6 +9,10 @@ A state dir too deep for a socket path puts the socket in a folder under the tem
 dir, a place every local user can write: the daemon makes that folder itself (0700)
 and refuses one it did not make (:mod:`floydd.security.owned_dirs`), and it refuses a
 state dir or lock file that another user made first.
+
+A system daemon (``floydd start --system``, :mod:`floydd.system`) puts its socket in
+``/run/floydd`` instead: the folder 0750 and the socket 0660, both of group ``floyd``
+(``socket_group``), so the group's members reach it and nobody else does.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ from floydd.api import keys
 from floydd.daemon.app import create_app
 from floydd.config import Config
 from floydd.errors import Conflict, UserError
-from floydd.security.owned_dirs import (claim_state_dir, ensure_owned_dir, is_shared_socket, open_private_file,
-                                        socket_folder_hint)
+from floydd.security.owned_dirs import (claim_state_dir, ensure_group_dir, ensure_owned_dir, is_shared_socket,
+                                        open_private_file, socket_folder_hint)
 
 __all__ = ["run", "StateLock", "api_token"]
 
@@ -91,8 +95,16 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
     """Serve until ``stop`` is set (used by :func:`run` and by in-process tests)."""
     claim_state_dir(config.state_dir)
     sock_path = config.socket_path
+    gid = _socket_gid(config)
     if is_shared_socket(sock_path):     # before anything starts: a refusal touches nothing
         ensure_owned_dir(sock_path.parent, hint=socket_folder_hint(sock_path.parent))
+    elif config.socket:                 # a system daemon's /run/floydd, or a socket named in the config
+        sock_path.parent.parent.mkdir(parents=True, exist_ok=True)
+        hint = f"remove {sock_path.parent} (as root) and start floydd again: it makes the folder itself"
+        if gid is None:
+            ensure_owned_dir(sock_path.parent, hint=hint)
+        else:
+            ensure_group_dir(sock_path.parent, gid, hint=hint)
     app = create_app(config)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
@@ -105,7 +117,11 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
             bound = True
         finally:
             os.umask(old_umask)
-        os.chmod(sock_path, 0o600)
+        if gid is None:
+            os.chmod(sock_path, 0o600)
+        else:                           # members of the group reach it; SO_PEERCRED says who they are
+            os.chown(sock_path, -1, gid)
+            os.chmod(sock_path, 0o660)
         if config.tcp:
             host, port = _tcp_address(config)
             app[keys.TCP_TOKEN] = api_token(config)
@@ -119,6 +135,19 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
         await runner.cleanup()
         if bound:
             sock_path.unlink(missing_ok=True)
+
+
+def _socket_gid(config: Config) -> int | None:
+    """The gid of ``socket_group`` (None: an owner-only socket); a missing group is refused."""
+    if not config.socket_group:
+        return None
+    import grp
+    try:
+        return grp.getgrnam(config.socket_group).gr_gid
+    except KeyError:
+        raise UserError(f"the group {config.socket_group!r} for the API socket does not exist",
+                        hint=f"create it (groupadd --system {config.socket_group}) and add the lab's people "
+                             f"to it (usermod -aG {config.socket_group} NAME), or set socket_group") from None
 
 
 def run(config: Config) -> None:

@@ -35,9 +35,10 @@ from typing import Callable
 import msgpack
 
 from floydd import log
+from floydd.cluster.authz import may_act_for
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.service import ClusterService
-from floydd.errors import Conflict, FloyddError, NotFound, StoreFull, Unavailable, UserError
+from floydd.errors import Conflict, FloyddError, Forbidden, NotFound, StoreFull, Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.jobs.gang import check_gang_command
 from floydd.jobs.leader import ClusterScheduler
@@ -137,7 +138,7 @@ class JobService:
             check_gang_command(submission.command)
         mounts = []
         for item in submission.mounts:
-            version = await self.datasets.resolve(item.ref)
+            version = await self.datasets.resolve_readable(item.ref, user)   # not someone else's private one
             mounts.append(Mount(ref=version["ref"], tree=version["tree"], mount=item.mount))
         self._check_placeable(resources)
         # what the runtime freed is for recording and cleaning up; look again (one statvfs) so
@@ -184,7 +185,11 @@ class JobService:
             raise UserError(f"cannot run with {asked}: {why}", hint=hint, code="no_such_resources")
 
     async def restart(self, key: str, changes: Restart, *, user: str = "") -> dict:
+        """A new job from ``key`` (with ``changes``), for its owner or an admin (authz)."""
         old = await self.get(key)
+        if not may_act_for(self.cluster.state, user, old.get("user")):
+            raise Forbidden(f"{user or 'an unnamed user'} may not restart {key}, which is {old.get('user') or 'nobody'}'s",
+                            code="not_the_owner", hint="only the job's owner or an admin restarts it")
         return await self.submit(changes.submission(JobKey.parse(key), old), user=user)
 
     # -- reads ------------------------------------------------------------------------------------
@@ -212,20 +217,28 @@ class JobService:
                        metrics=self.local.metric_summary(JobKey(job["project"], job["number"])))
 
     async def list(self, project: str | None = None, state: str | None = None, *, stale: bool = False,
-                   limit: int | None = None, offset: int = 0, since: float | None = None) -> list[dict]:
+                   limit: int | None = None, offset: int = 0, since: float | None = None,
+                   user: str | None = None) -> list[dict]:
         """Jobs of the cluster (the hot state and the archive) and this node's history, newest
-        first (by creation): ``limit`` of them from ``offset``, created at or after ``since``.
-        Each source gives at most ``offset + limit`` (the archive from an index); only the
-        page is turned into views; metrics come from the replicated summaries (a query per
+        first (by creation): ``limit`` of them from ``offset``, created at or after ``since``,
+        submitted by ``user`` (a person's name; None: anyone's).
+        Each source gives at most ``offset + limit`` (the archive from an index; with ``user``,
+        which the archive's index does not hold, every archived job is read and filtered); only
+        the page is turned into views; metrics come from the replicated summaries (a query per
         job only for runs here not yet ended, and this node's history)."""
         if project is not None:
             check_project(project)
         states = [s.strip() for s in state.split(",")] if state else None
         want = None if limit is None else offset + limit
-        hot = [j for j in await self.cluster.jobs(project=project, states=states, stale=stale)
-               if since is None or (j.get("created") or 0) >= since]
-        archived = await self.cluster.state.archive.page(project=project, states=states, since=since, limit=want)
-        history = await self.local.history(project, states, since=since, limit=want)
+        source_limit = want if user is None else None
+
+        def theirs(jobs: list[dict]) -> list[dict]:
+            return jobs if user is None else [j for j in jobs if (j.get("user") or "") == user]
+        hot = theirs([j for j in await self.cluster.jobs(project=project, states=states, stale=stale)
+                      if since is None or (j.get("created") or 0) >= since])
+        archived = theirs(await self.cluster.state.archive.page(project=project, states=states, since=since,
+                                                                limit=source_limit))
+        history = theirs(await self.local.history(project, states, since=since, limit=source_limit))
         seen: set[str] = set()
         merged = []
         for job in sorted(hot + archived + history, key=_newest, reverse=True):   # a job both hot and in the

@@ -75,12 +75,15 @@ class NodeRuntime:
                  builds: envs.BuildPolicy | None = None, env_pass: str = "",
                  sample_interval: float = 5.0, tail_interval: float = 0.2, stop_grace: float = 10.0,
                  on_finished: Callable[[str, int], None] | None = None,
-                 sampler: Callable[[int], dict | None] | None = None) -> None:
+                 sampler: Callable[[int], dict | None] | None = None,
+                 job_user: tuple[int, int] | None = None) -> None:
         if sandbox not in _SETTINGS:
             raise InvalidSpec(f"sandbox {sandbox!r} is unknown", hint=f"use one of {', '.join(_SETTINGS)}")
         self.state_dir = Path(state_dir).absolute()
         self._store, self._records = store, records
         self._sandbox, self._serves_others = sandbox, serves_others
+        self._job_user = job_user
+        """System mode: ``(uid, gid)`` every job runs as (:mod:`floydd.agent.jobuser`)."""
         self._sandboxing: Sandboxing | None = None
         self._builds = builds or envs.BuildPolicy()
         self._env_pass = pass_list(env_pass)
@@ -250,7 +253,9 @@ class NodeRuntime:
                                   **fence.placement_env(self.state_dir, job.get("attempt") or 0)},
                              gpus=tuple(str(g) for g in gpus), max_runtime=job.get("max_runtime"),
                              python_bin=python_bin, mounts=mounts,
-                             sandbox=sandboxing.mode, stop_grace=self._stop_grace, state_dir=str(self.state_dir))
+                             sandbox=sandboxing.mode, stop_grace=self._stop_grace, state_dir=str(self.state_dir),
+                             uid=self._job_user[0] if self._job_user else None,
+                             gid=self._job_user[1] if self._job_user else None)
             handle = await asyncio.to_thread(spawn.start_agent, ws, spec, env_pass=self._env_pass)
         except _StopRequested:
             await self._end_before_start(key, *self._stop_requests.get(key, ("stopped", "stopped")))

@@ -27,7 +27,8 @@ from pathlib import Path
 from floydd.errors import FloyddError
 
 __all__ = ["UNSAFE_FOLDER", "shared_socket_dir", "is_shared_socket", "socket_folder_hint", "folder_problem",
-           "ensure_owned_dir", "open_owned_dir", "check_owned_dir", "claim_state_dir", "open_private_file"]
+           "ensure_owned_dir", "open_owned_dir", "check_owned_dir", "claim_state_dir", "open_private_file",
+           "group_folder_problem", "ensure_group_dir"]
 
 UNSAFE_FOLDER = "unsafe_folder"
 """The code of the error raised for a folder or file in a shared place that is not safely ours."""
@@ -72,6 +73,53 @@ def folder_problem(st: os.stat_result, uid: int) -> str | None:
     if mode & 0o077:
         return f"has mode {mode:04o}: the group or other users can use it (must be 0700)"
     return None
+
+
+def group_folder_problem(st: os.stat_result, uid: int, gid: int) -> str | None:
+    """Why a folder shared with the members of group ``gid`` (a system daemon's socket
+    folder) is unsafe for user ``uid``, or None. Pure, like :func:`folder_problem`: a real
+    folder, owned by ``uid``, of group ``gid``, mode 0750 or tighter (the group may enter and
+    list, never write: nobody but its owner can put a socket of their own in it)."""
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid != uid:
+        return f"is owned by uid {st.st_uid}, not by uid {uid} (this user)"
+    if st.st_gid != gid:
+        return f"belongs to group {st.st_gid}, not to group {gid} (the socket's group)"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o027:
+        return f"has mode {mode:04o}: other users can use it or its group can write it (must be 0750)"
+    return None
+
+
+def ensure_group_dir(path: Path, gid: int, *, hint: str = "") -> Path:
+    """Create ``path`` as 0750, this user's, of group ``gid``, or accept an existing one only if
+    :func:`group_folder_problem` finds nothing wrong; like :func:`ensure_owned_dir`, it never
+    repairs a folder someone else made. The check is made on the open folder (``O_NOFOLLOW``)."""
+    path = Path(path)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    else:
+        os.chown(path, -1, gid, follow_symlinks=False)
+        os.chmod(path, 0o750, follow_symlinks=False)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _unsafe(path, group_folder_problem(os.lstat(path), os.geteuid(), gid) or "is not a folder",
+                          hint) from None
+        raise
+    try:
+        problem = group_folder_problem(os.fstat(fd), os.geteuid(), gid)
+    finally:
+        os.close(fd)
+    if problem:
+        raise _unsafe(path, problem, hint)
+    return path
 
 
 def ensure_owned_dir(path: Path, *, hint: str = "") -> Path:

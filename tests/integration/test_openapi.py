@@ -55,6 +55,11 @@ ANSWERS = {
     ("post", "/v1/cluster/tokens"): "JoinToken", ("post", "/v1/cluster/leave"): "Left",
     ("post", "/v1/cluster/remove"): "Removed",
     ("get", "/v1/cluster/tokens"): "TokenRecord[]", ("delete", "/v1/cluster/tokens/{token_id}"): "TokenRecord",
+    ("get", "/v1/audit"): "AuditEntry[]", ("get", "/v1/audit/verify"): "AuditCheck",
+    ("get", "/v1/people"): "Person[]", ("post", "/v1/people"): "Person", ("delete", "/v1/people/{name}"): "PersonRemoved",
+    ("post", "/v1/people/{name}/role"): "Person", ("post", "/v1/people/{name}/uids"): "Person",
+    ("post", "/v1/tokens"): "ApiToken", ("get", "/v1/tokens"): "ApiToken[]",
+    ("delete", "/v1/tokens/{token_id}"): "ApiToken", ("get", "/v1/whoami"): "WhoAmI",
 }
 """Each JSON answer and the :mod:`floydd.api.schemas` type describing it (``[]``: a list of them)."""
 

@@ -190,7 +190,8 @@ def test_without_a_working_sandbox_the_box_says_so_everywhere_and_require_refuse
                          if p.exists())
     assert "WITHOUT a sandbox" in daemon_log
 
-    for setting in ({"FLOYDD_SANDBOX": "require"}, {"FLOYDD_SYSTEM": "true"}):   # said, or implied by system mode
+    for setting in ({"FLOYDD_SANDBOX": "require"},   # said, or implied by system mode (whose jobs run as job_user)
+                    {"FLOYDD_SYSTEM": "true", "FLOYDD_JOB_USER": "nobody"}):
         box.kill(signal.SIGTERM)
         box.env.update(setting)
         box.start()
@@ -198,4 +199,5 @@ def test_without_a_working_sandbox_the_box_says_so_everywhere_and_require_refuse
         assert refused.returncode != 0 and "requires a sandbox for jobs" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr and "apt install bubblewrap" in refused.stderr
         assert box.client.jobs(project="proj")[0]["id"] == "proj/1"   # nothing was submitted
-        box.env.pop(next(iter(setting)))
+        for name in setting:
+            box.env.pop(name)

@@ -105,7 +105,7 @@ def _gpu_cells(gpu: Mapping[str, Any], index: Any, history: tuple[int, ...],
     model = str(gpu.get("name") or "GPU").replace("NVIDIA ", "").replace("GeForce ", "")
     job = gpu.get("job")
     if job:
-        user = users.get(job)
+        user = gpu.get("user") or users.get(job)     # the API names the holder; else the jobs listing
         holder: Any = (f"{job} · {user}" if user else str(job), state_style(states.get(job, "running")))
     else:
         holder = ("idle", "dim")

@@ -1,0 +1,36 @@
+"""People in the listings and the audit chain over the API, against a real daemon: the
+jobs listing filtered by owner on the daemon's side, GPU holders named by person, and
+``/v1/audit`` listing the seeded changes with ``/v1/audit/verify`` passing."""
+
+from __future__ import annotations
+
+from floydd.cluster.audit import verify
+from tests.integration.api._daemon import Api
+
+
+def _owner(api: Api) -> str:
+    status, job, _ = api.call("GET", "/v1/jobs/seed/1")
+    assert status == 200 and job["user"]
+    return job["user"]
+
+
+def test_the_jobs_listing_is_filtered_by_owner_by_the_daemon(api: Api) -> None:
+    me = _owner(api)
+    status, jobs, _ = api.call("GET", "/v1/jobs", params={"user": me})
+    assert status == 200 and "seed/1" in [j["id"] for j in jobs] and {j["user"] for j in jobs} == {me}
+    status, jobs, _ = api.call("GET", "/v1/jobs", params={"user": "nobody-" + me, "limit": "5"})
+    assert (status, jobs) == (200, [])
+
+
+def test_the_audit_lists_the_seeded_changes_with_who_made_them_and_verifies(api: Api) -> None:
+    me = _owner(api)
+    status, entries, _ = api.call("GET", "/v1/audit")
+    assert status == 200
+    submits = [e for e in entries if e["op"] == "job.submit" and "job=seed/1" in e["what"]]
+    assert len(submits) == 1 and submits[0]["who"] == me
+    assert verify(entries) == (len(entries), None)
+    status, check, _ = api.call("GET", "/v1/audit/verify")
+    assert status == 200 and check["ok"] and check["entries"] == len(entries)
+    assert check["head"] == entries[-1]["hash"]
+    status, later, _ = api.call("GET", "/v1/audit", params={"since": str(entries[-1]["ts"] + 1e6)})
+    assert (status, later) == (200, [])
