@@ -55,8 +55,18 @@ async def info(request: web.Request) -> web.Response:
 async def upload(request: web.Request) -> web.StreamResponse:
     """Snapshot a folder on this machine into a new version; streams progress."""
     data = await body(request)
-    return await _ingest(request, data.get("name"), data.get("path"), text_field(data, "message", hint=_MESSAGE),
-                         text_field(data, "idem_key", limit=128, hint=_IDEM), _visibility(data.get("visibility")))
+    name, path = data.get("name"), data.get("path")
+    message, idem_key = text_field(data, "message", hint=_MESSAGE), text_field(data, "idem_key", limit=128, hint=_IDEM)
+    visibility = _visibility(data.get("visibility"))
+    acting_user(request)                        # refused at once for a caller with no account
+    _check_name(name)
+    check_abs_path(path, "path", hint="floyd data upload PATH --name NAME")
+    same_user_only(request, "a folder to upload")   # a path of this machine: the daemon's own user's only
+    if not os.path.exists(path):
+        raise UserError(f"{path} does not exist", hint="check the path you gave to floyd data upload")
+    if not os.path.isdir(path):
+        raise UserError(f"{path} is not a folder", hint="put the file(s) in a folder and upload the folder")
+    return await _ingest(request, name, path, message, idem_key, visibility)
 
 
 @routes.post("/v1/datasets/tar")
@@ -86,6 +96,12 @@ async def clone_tar(request: web.Request) -> web.StreamResponse:
     return await send_tree(request, ObjectId.from_hex(found["tree"]), prepare=fetch)
 
 
+def _check_name(name) -> None:
+    if not isinstance(name, str) or not name:
+        raise UserError("name the dataset", hint="floyd data upload PATH --name NAME")
+    check_upload_name(name)
+
+
 def _visibility(value) -> str | None:
     """An upload's ``visibility``: ``lab``, ``private`` or None (a new dataset: lab; else as it is)."""
     if value in (None, ""):
@@ -96,19 +112,13 @@ def _visibility(value) -> str | None:
     return value
 
 
-async def _ingest(request: web.Request, name, path, message: str, idem_key: str,
+async def _ingest(request: web.Request, name, path: str, message: str, idem_key: str,
                   visibility: str | None) -> web.StreamResponse:
+    """Snapshot the folder ``path`` (checked by the caller: the daemon's own user's path, or a
+    tar this daemon unpacked itself) into the next version of ``name``."""
     store = request.app[keys.STORE]
     user = acting_user(request)                 # refused at once for a caller with no account
-    if not isinstance(name, str) or not name:
-        raise UserError("name the dataset", hint="floyd data upload PATH --name NAME")
-    check_upload_name(name)
-    check_abs_path(path, "path", hint="floyd data upload PATH --name NAME")
-    same_user_only(request, "a folder to upload")
-    if not os.path.exists(path):
-        raise UserError(f"{path} does not exist", hint="check the path you gave to floyd data upload")
-    if not os.path.isdir(path):
-        raise UserError(f"{path} is not a folder", hint="put the file(s) in a folder and upload the folder")
+    _check_name(name)
     catalog = _catalog(request)
     idem_key = idem_key or f"upload:{secrets.token_hex(16)}"
 

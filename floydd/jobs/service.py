@@ -187,10 +187,17 @@ class JobService:
     async def restart(self, key: str, changes: Restart, *, user: str = "") -> dict:
         """A new job from ``key`` (with ``changes``), for its owner or an admin (authz)."""
         old = await self.get(key)
-        if not may_act_for(self.cluster.state, user, old.get("user")):
-            raise Forbidden(f"{user or 'an unnamed user'} may not restart {key}, which is {old.get('user') or 'nobody'}'s",
-                            code="not_the_owner", hint="only the job's owner or an admin restarts it")
+        self._check_owner(user, key, old.get("user"), "restart")
         return await self.submit(changes.submission(JobKey.parse(key), old), user=user)
+
+    def _check_owner(self, user: str, key: str, owner: str | None, verb: str) -> None:
+        """Refuse, naming whose it is, ``user`` who may not ``verb`` job ``key`` (not its owner,
+        not an admin): before anything about the job's state is said. Every box checks it again
+        on apply (:mod:`floydd.cluster.authz`, with the same words), which decides."""
+        if not may_act_for(self.cluster.state, user, owner):
+            raise Forbidden(f"{'user ' + user if user else 'an unnamed user'} may not {verb} {key}, which is "
+                            f"{owner or 'nobody'}'s", code="not_the_owner",
+                            hint=f"only the job's owner or an admin {verb}s it")
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -350,8 +357,10 @@ class JobService:
     # -- actions ----------------------------------------------------------------------------------
 
     async def stop(self, key: str, reason: str = "stopped by user", *, user: str = "") -> dict:
-        """Stop the job for ``user`` (its owner, or an admin: checked on apply by every box)."""
+        """Stop the job for ``user`` (its owner, or an admin: checked on apply by every box, and
+        here first, so that someone else's job is refused as such whatever its state)."""
         job = await self.get(key)
+        self._check_owner(user, key, job.get("user"), "stop")
         if _history(job):
             await self.local.stop(JobKey.parse(key), reason)
             return await self.get(key)
@@ -367,7 +376,9 @@ class JobService:
         return await self.wait(key, self.config.stop_grace + 10.0)
 
     async def delete(self, key: str, *, user: str = "") -> dict:
+        """Delete an ended (or queued) job for ``user``, its owner or an admin (as :meth:`stop`)."""
         job = await self.get(key)
+        self._check_owner(user, key, job.get("user"), "delete")
         if _history(job):
             return await self.local.delete(JobKey.parse(key))
         if job["state"] not in FINAL_STATES and job["state"] != "queued":

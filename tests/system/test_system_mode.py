@@ -3,8 +3,7 @@ a group-shared socket, a member of the group submitting through it, jobs running
 unprivileged job user; and a box whose service is installed but stopped.
 
 Root only (useradd, groupadd, chown), as CI runs; every account and group made here is removed
-after the test, even on failure. The root lives under /var/tmp: a sandbox's /tmp is private
-anyway, so a state folder under /tmp would be hidden whatever the sandbox does.
+after the test, even on failure (the ``lab`` fixture: :mod:`tests.system.system_lab`).
 """
 
 from __future__ import annotations
@@ -12,13 +11,10 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import secrets
-import shutil
 import signal
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,103 +22,13 @@ import pytest
 from floydd.agent.sandbox import probe_bwrap
 from floydd.client import Client
 from tests.conftest import wait_until
-from tests.system.conftest import _kill_agents
-from tests.system.local_user import as_user
+from tests.system.system_lab import lab  # noqa: F401  (the fixture: accounts, a root, the daemon)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="system mode tests need root (useradd, chown)"),
               pytest.mark.skipif(probe_bwrap()[0] is None and not os.environ.get("CI"),
                                  reason="bubblewrap is not installed (CI installs it)")]
 FINAL = {"success", "failed", "stopped", "timeout", "lost"}
-
-
-def _sh(*argv: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
-
-
-@pytest.fixture
-def lab():
-    """A group, a member of it, an outsider, the job user; a system root under /var/tmp."""
-    tag = secrets.token_hex(3)
-    group, member, member2, outsider, job_user = f"flg{tag}", f"flm{tag}", f"fln{tag}", f"flo{tag}", f"flj{tag}"
-    root = Path(tempfile.mkdtemp(prefix="floydd-sys-", dir="/var/tmp"))
-    os.chmod(root, 0o755)
-    made_users: list[str] = []
-    made_group = False
-    proc = None
-    try:
-        _sh("groupadd", group)
-        made_group = True
-        for name, extra in ((job_user, []), (member, ["-G", group]), (member2, ["-G", group]), (outsider, [])):
-            _sh("useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", *extra, name)
-            made_users.append(name)
-        homes = {}
-        for name in (member, member2, outsider):
-            home = root / "home" / name
-            home.mkdir(parents=True)
-            entry = pwd.getpwnam(name)
-            os.chown(home, entry.pw_uid, entry.pw_gid)
-            homes[name] = home
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("FLOYD", "XDG_"))},
-               "FLOYDD_SYSTEM_ROOT": str(root), "FLOYDD_SYSTEM_GROUP": group, "FLOYDD_JOB_USER": job_user,
-               "FLOYDD_TAIL_INTERVAL": "0.05", "FLOYDD_SAMPLE_INTERVAL": "0.5", "FLOYDD_STOP_GRACE": "2",
-               "FLOYDD_BUILD_NETWORK": "false", "PYTHONUNBUFFERED": "1"}
-        box = _Lab(root=root, env=env, group=group, member=member, member2=member2, outsider=outsider, job_user=job_user, homes=homes)
-        yield box
-        proc = box.proc
-    finally:
-        proc = proc or getattr(locals().get("box"), "proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-        _kill_agents(root / "var/lib/floydd")
-        for name in made_users:
-            subprocess.run(["userdel", name], capture_output=True, timeout=30)
-        if made_group:
-            subprocess.run(["groupdel", group], capture_output=True, timeout=30)
-        shutil.rmtree(root, ignore_errors=True)
-        for name in made_users:
-            with pytest.raises(KeyError):
-                pwd.getpwnam(name)
-
-
-class _Lab:
-    def __init__(self, **kw) -> None:
-        self.__dict__.update(kw)
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def state(self) -> Path:
-        return self.root / "var/lib/floydd"
-
-    @property
-    def socket(self) -> Path:
-        return self.root / "run/floydd/floydd.sock"
-
-    def start(self) -> None:
-        log = open(self.root / "daemon.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "floydd.cli.floydd", "start", "--system",
-                                      "--dev-fake-gpus", "2"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd="/")
-        client = Client(self.socket, timeout=30)
-        wait_until(lambda: (self.socket.exists() and client.ping()) or self.proc.poll() is not None, timeout=30,
-                   what="system daemon to answer")
-        assert self.proc.poll() is None, (self.root / "daemon.log").read_text()[-2000:]
-
-    def run_python_as(self, name: str, code: str) -> subprocess.CompletedProcess:
-        entry = pwd.getpwnam(name)
-        return subprocess.run(as_user(entry.pw_uid, entry.pw_gid, [sys.executable, "-c", code], init_groups=True),
-                              env={**self.env, "HOME": str(self.homes[name])},
-                              cwd=self.homes[name], capture_output=True, text=True, timeout=60)
-
-    def floyd_as(self, name: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        """``floyd ARGS`` as local user ``name``, with their groups (the socket's group among them)."""
-        entry = pwd.getpwnam(name)
-        env = {**self.env, "HOME": str(self.homes[name]), "USER": name}
-        argv = as_user(entry.pw_uid, entry.pw_gid, [sys.executable, "-m", "floydd.cli.floyd", *args], init_groups=True)
-        return subprocess.run(argv, env=env, cwd=cwd or self.homes[name], capture_output=True, text=True,
-                              timeout=120)
 
 
 def test_group_socket_and_jobs_as_the_job_user(lab):
