@@ -19,13 +19,14 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
 from floydd import logframe
-from floydd.errors import InternalError, InvalidSpec, Unavailable, from_payload
+from floydd.errors import InternalError, InvalidSpec, Unauthorized, Unavailable, from_payload
 from floydd.security.owned_dirs import is_shared_socket, open_owned_dir, socket_folder_hint
 
 __all__ = ["Client", "GONE"]
@@ -98,7 +99,8 @@ class Client:
     daemon logs, when known (named in the hint when it goes away)."""
 
     def __init__(self, socket_path: Path | None = None, *, address: str | None = None,
-                 token: str | None = None, timeout: float | None = 30.0, log_path: Path | None = None) -> None:
+                 token: str | None = None, timeout: float | None = 30.0, log_path: Path | None = None,
+                 ca_pem: bytes | None = None) -> None:
         if (socket_path is None) == (address is None):
             raise ValueError("give exactly one of socket_path and address")
         self.socket_path = socket_path
@@ -106,6 +108,10 @@ class Client:
         self.token = token
         self.timeout = timeout
         self.log_path = log_path
+        self.ca_pem = ca_pem
+        """With ``address``: TLS, accepting only a server that this CA signed (``floyd login``
+        pinned it, :mod:`floydd.security.pinning`); None: plain HTTP (the loopback dev port)."""
+        self._tls = None
 
     @property
     def remote(self) -> bool:
@@ -121,7 +127,9 @@ class Client:
 
     @property
     def where(self) -> str:
-        return str(self.socket_path) if self.socket_path else f"http://{self.address}"
+        if self.socket_path:
+            return str(self.socket_path)
+        return f"{'https' if self.ca_pem else 'http'}://{self.address}"
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -129,7 +137,13 @@ class Client:
         if self.socket_path is not None:
             return _UnixConnection(os.fspath(self.socket_path), timeout)
         host, _, port = self.address.rpartition(":")
-        return http.client.HTTPConnection(host, int(port), timeout=timeout)
+        host = host.strip("[]")
+        if self.ca_pem is None:
+            return http.client.HTTPConnection(host, int(port), timeout=timeout)
+        if self._tls is None:
+            from floydd.security.pinning import pinned_context
+            self._tls = pinned_context(self.ca_pem)
+        return http.client.HTTPSConnection(host, int(port), timeout=timeout, context=self._tls)
 
     def _open(self, method: str, path: str, body: Any = None, *, query: dict | None = None,
               timeout: float | None = None, raw: _Counted | None = None,
@@ -160,6 +174,12 @@ class Client:
         except socket.timeout:
             conn.close()
             raise self._slow() from None
+        except ssl.SSLCertVerificationError:
+            conn.close()                # refused at the handshake: the token was never sent
+            raise Unauthorized(f"{self.where} is not a box of the cluster you logged in to (its certificate "
+                               "is not from the CA you pinned)", code="ca_fingerprint_mismatch",
+                               hint="if the lab made its cluster anew, floyd login again and check the fingerprint; "
+                                    "else someone may be intercepting: tell the lab's admin") from None
         except (http.client.HTTPException, ConnectionResetError, BrokenPipeError):
             conn.close()                # it took the request, then closed without (a whole) answer
             raise self._gone() from None
@@ -288,6 +308,23 @@ class Client:
     def whoami(self) -> dict:
         """The person this client's calls are made as: {"person", "node"}."""
         return self._call("GET", "/v1/whoami")
+
+    def create_api_token(self, *, label: str = "", ttl: float | None = None, person: str | None = None) -> dict:
+        """A personal token (for ``person``: an admin's call) whose text, ``token``, is in this
+        answer only (:mod:`floydd.cluster.apitokens`)."""
+        body: dict[str, Any] = {"label": label}
+        if ttl is not None:
+            body["ttl"] = ttl
+        if person:
+            body["person"] = person
+        return self._call("POST", "/v1/tokens", body)
+
+    def api_tokens(self) -> list[dict]:
+        """The caller's personal tokens (an admin: everyone's), without secrets."""
+        return self._call("GET", "/v1/tokens")
+
+    def revoke_api_token(self, token_id: str) -> dict:
+        return self._call("DELETE", f"/v1/tokens/{urllib.parse.quote(token_id, safe='')}")
 
     def audit(self, since: float | None = None) -> list[dict]:
         """The audit chain as the daemon's box holds it, in order (floydd.cluster.audit)."""

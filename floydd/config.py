@@ -59,8 +59,10 @@ class Config:
     """Store, records, job workspaces, socket, lock and log live here."""
     node_name: str = field(default_factory=socket.gethostname)
     """Name shown in listings; defaults to the host name."""
-    tcp: str = ""
-    """Optional extra API listener, ``HOST:PORT``; loopback only until a cluster exists."""
+    dev_tcp: str = ""
+    """A dev/test option: the API also on plain HTTP at a loopback ``HOST:PORT``, guarded by one
+    shared token (``STATE/api-token``) that acts as the daemon's own user. People elsewhere use
+    the TLS API with a personal token instead (``floyd login``)."""
     sandbox: str = "auto"
     """How jobs and environment builds are sandboxed (:mod:`floydd.runtime.sandboxing`):
     ``require`` (bubblewrap, or no job runs here: ``floyd run`` is refused; ``bwrap`` says the

@@ -52,3 +52,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_saved_login(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A developer's own ``floyd login`` must not send the tests' commands (and the processes
+    they start, which inherit the environment) to their lab."""
+    os.environ["FLOYD_CONFIG_DIR"] = str(tmp_path_factory.mktemp("floyd-config"))

@@ -16,7 +16,7 @@ import time
 from aiohttp import web
 
 from floydd.api import keys
-from floydd.api.request import acting_person as _person, body, reply
+from floydd.api.request import acting_person as _person, api_address, body, reply
 from floydd.cluster.apitokens import api_token_state, new_api_token
 from floydd.cluster.authz import is_admin
 from floydd.errors import Conflict, UserError
@@ -64,8 +64,10 @@ async def revoke(request: web.Request) -> web.Response:
 
 @routes.get("/v1/whoami")
 async def whoami(request: web.Request) -> web.Response:
-    """The person this call is made as (``floyd login`` checks its token with it)."""
-    return reply({"person": _person(request), "node": request.app[keys.CLUSTER].node_id})
+    """The person this call is made as (``floyd login`` checks its token with it), and where
+    this box serves the TLS API (``api``: what to give ``floyd login``; null: nowhere)."""
+    return reply({"person": _person(request), "node": request.app[keys.CLUSTER].node_id,
+                  "api": api_address(request)})
 
 
 @routes.get("/v1/ca")

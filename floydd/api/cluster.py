@@ -7,7 +7,7 @@ import time
 from aiohttp import web
 
 from floydd.api import keys
-from floydd.api.request import acting_user, body, caller, reply
+from floydd.api.request import acting_user, api_address, body, reply
 from floydd.cluster.trust import MAX_TTL_S, token_state
 from floydd.errors import Conflict, UserError
 
@@ -23,9 +23,12 @@ async def cluster(request: web.Request) -> web.Response:
     box alone is still a cluster of one, its only voter."""
     service = request.app[keys.CLUSTER]
     status = service.status()
+    member = service.identity.is_member
     return reply({"initialised": bool(service.transport.advertise), "node_id": service.node_id,
                   "leader": service.leader_id, "is_leader": service.is_leader, "term": status.term,
-                  "members": service.members()})
+                  "members": service.members(),
+                  "ca_fingerprint": service.identity.cluster_fingerprint if member else None,
+                  "api": api_address(request)})
 
 
 @routes.post("/v1/cluster/tokens")
@@ -36,7 +39,7 @@ async def create_token(request: web.Request) -> web.Response:
         raise UserError(f"ttl {str(ttl)[:40]} must be a number of seconds above 0, at most {MAX_TTL:.0f} (30 days)",
                         hint="e.g. --ttl 3600")
     tokens = _tokens(request)
-    return reply({"token": await tokens.create(float(ttl), made_by=caller(request)), "ttl": ttl}, status=201)
+    return reply({"token": await tokens.create(float(ttl), made_by=acting_user(request)), "ttl": ttl}, status=201)
 
 
 @routes.get("/v1/cluster/tokens")
@@ -49,7 +52,7 @@ async def list_tokens(request: web.Request) -> web.Response:
 @routes.delete("/v1/cluster/tokens/{token_id}")
 async def revoke_token(request: web.Request) -> web.Response:
     """Revoke a join token: no voter accepts it afterwards."""
-    record = await _tokens(request).revoke(request.match_info["token_id"], by=caller(request))
+    record = await _tokens(request).revoke(request.match_info["token_id"], by=acting_user(request))
     return reply({**record, "state": token_state(record, time.time())})
 
 

@@ -11,6 +11,10 @@ JOBS = web.AppKey("jobs", object)
 INVENTORY = web.AppKey("inventory", object)
 STARTED = web.AppKey("started", float)
 TCP_TOKEN = web.AppKey("tcp_token", str)
+"""The shared token of the loopback dev port (``floydd start --dev-tcp``)."""
+REMOTE_API = web.AppKey("remote_api", object)
+"""``(host, port, ssl_context)`` where this node serves ``/v1`` over TLS to people with a
+personal token (set by the control plane of a box in a cluster; None: nowhere)."""
 CLUSTER = web.AppKey("cluster", object)
 """This node's :class:`~floydd.cluster.service.ClusterService` (a box alone: a cluster of one)."""
 DATASETS = web.AppKey("datasets", object)

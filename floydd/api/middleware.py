@@ -1,4 +1,16 @@
-"""The ``/v1`` API's middleware: errors as JSON at the edge, and who may call over TCP."""
+"""The ``/v1`` API's middleware: errors as JSON at the edge, and who is calling.
+
+Three ways in (:func:`auth_middleware`)::
+
+    unix socket      file permissions decide who reaches it; the kernel says who it is
+                     (SO_PEERCRED, :func:`floydd.api.request.acting_person`)
+    TLS (a cluster's box, ``api_listen``)   a personal token (``Authorization: Bearer
+                     FLP1...``, :mod:`floydd.cluster.apitokens`) names the person; checked
+                     against the replicated records on every request, so a revoked token or
+                     a removed person is refused at once. ``/v1/ca`` alone is open: it is
+                     what ``floyd login`` pins before it sends any token.
+    plain loopback TCP (``--dev-tcp``)      a dev option: one shared token, as the daemon's user
+"""
 
 from __future__ import annotations
 
@@ -6,14 +18,18 @@ import asyncio
 import hmac
 import json
 import socket
+import time
 
 from aiohttp import web
 
 from floydd import log
 from floydd.api import keys
+from floydd.api.request import PERSON
+from floydd.cluster.apitokens import parse_api_token
 from floydd.errors import FloyddError, InternalError, Unauthorized, UserError
+from floydd.security.tokens import secret_digest
 
-__all__ = ["error_middleware", "auth_middleware"]
+__all__ = ["error_middleware", "auth_middleware", "OPEN_PATHS"]
 
 
 @web.middleware
@@ -41,15 +57,44 @@ async def error_middleware(request: web.Request, handler):
         return web.json_response(err.to_payload(), status=500)
 
 
+OPEN_PATHS = frozenset({"/v1/ca"})
+"""What the TLS API answers without a token."""
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler):
-    """The unix socket is guarded by file permissions; TCP callers need the API token."""
-    sock = request.transport.get_extra_info("socket") if request.transport else None
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+    """Who is calling (module docstring); a caller that proves nothing is refused here."""
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return await handler(request)
+    if transport.get_extra_info("sslcontext") is not None:
+        if request.path not in OPEN_PATHS:
+            request[PERSON] = _token_person(request)
+    else:
         token = request.app.get(keys.TCP_TOKEN)
         sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not token or not hmac.compare_digest(sent.encode(), token.encode()):
-            raise Unauthorized("a valid API token is required on TCP",
+            raise Unauthorized("a valid API token is required on the dev TCP port",
                                hint="send 'Authorization: Bearer TOKEN' (set FLOYD_TOKEN for the CLI); "
                                     "the token is in the daemon's state dir, file api-token")
     return await handler(request)
+
+
+def _token_person(request: web.Request) -> str:
+    """The person the request's personal token speaks for, or Unauthorized saying why."""
+    sent = request.headers.get("Authorization", "")
+    if not sent.startswith("Bearer "):
+        raise Unauthorized("this API needs a personal token", code="api_token_missing",
+                           hint="floyd login HOST, with a token made by floyd token create on a box of the lab")
+    token_id, secret = parse_api_token(sent.removeprefix("Bearer "))
+    state = request.app[keys.CLUSTER].state
+    try:
+        person = state.apitokens.person_for(token_id, secret_digest(token_id, secret), time.time())
+        if state.people and person not in state.people:      # a lab of none: its only user's
+            raise Unauthorized(f"{person} has no account in this lab any more", code="no_account",
+                               hint="ask an admin (floydd user list shows the lab's people)")
+    except Unauthorized as exc:
+        log.api.info("refused a personal token from %s: %s", request.remote, exc.message)
+        raise
+    return person

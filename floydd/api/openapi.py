@@ -178,7 +178,7 @@ PATHS = {
     "/v1/whoami": {"get": _op("The person this call is made as", WhoAmI)},
     "/v1/ca": {"get": {**_op("The cluster CA certificate (PEM), without a token: what floyd login pins"),
                        "responses": {"200": {"description": "PEM", "content": {"application/x-pem-file": {
-                           "schema": {"type": "string"}}}}, "default": _ERROR}}},
+                           "schema": {"type": "string"}}}}, "default": _ERROR}, "security": []}},
     "/v1/audit": {"get": _op("The audit chain as this box holds it, in order: who changed what, when, from which "
                              "box; since: entries made at or after (unix seconds)", list[AuditEntry],
                              params=_q(since={"type": "number", "minimum": 0, "maximum": 2**53}))},
@@ -199,10 +199,19 @@ PATHS = {
 }
 
 
+_SECURITY = {"personalToken": {
+    "type": "http", "scheme": "bearer",
+    "description": "Over TLS (a cluster's box, api_listen): a personal token FLP1.<id>.<secret> from "
+                   "floyd token create; /v1/ca needs none. On the unix socket the kernel names the caller "
+                   "and no token is sent."}}
+
+
 def spec() -> dict:
     return {"openapi": "3.1.0",
             "info": {"title": "floydd node API", "version": floydd.__version__},
-            "paths": PATHS, "components": {"schemas": COMPONENTS}}
+            "security": [{"personalToken": []}],
+            "paths": PATHS,
+            "components": {"schemas": COMPONENTS, "securitySchemes": _SECURITY}}
 
 
 @routes.get("/v1/openapi.json")

@@ -25,11 +25,11 @@ from floydd.errors import FloyddError, Forbidden, InternalError, StoreFull, User
 from floydd.model import check_abs_path
 
 __all__ = ["body", "typed_body", "convert", "caller", "peer_uid", "acting_person", "acting_user", "ndjson",
-           "error_event", "Progress", "check_dest", "same_user_only", "restore_into", "reply", "dumps", "PERSON"]
+           "error_event", "Progress", "check_dest", "api_address", "same_user_only", "restore_into", "reply", "dumps", "PERSON"]
 
 T = TypeVar("T")
 
-PERSON = "floydd.person"
+PERSON: web.RequestKey[str] = web.RequestKey("floydd.person", str)
 """Request key: the person a remote caller's personal token speaks for (set by
 :func:`floydd.api.middleware.auth_middleware` on the TLS API, never from the request's body)."""
 
@@ -226,6 +226,19 @@ def error_event(exc: Exception) -> dict:
     log.api.error("streamed request failed", exc_info=exc)
     return InternalError(f"internal error: {type(exc).__name__}: {exc}",
                          hint="this is a bug; see the daemon log").to_payload()
+
+
+def api_address(request: web.Request) -> str | None:
+    """Where this box serves the TLS API for people elsewhere (``floyd login HOST:PORT``): its
+    advertised host when it listens on every address; None: nowhere (a box alone)."""
+    remote = request.app.get(keys.REMOTE_API)
+    if remote is None:
+        return None
+    host, port = remote[0], remote[1]
+    advertise = request.app[keys.CLUSTER].transport.advertise
+    if host in ("0.0.0.0", "::") and advertise:
+        host = advertise.rpartition(":")[0]
+    return f"{host}:{port}"
 
 
 def same_user_only(request: web.Request, what: str) -> None:

@@ -326,6 +326,10 @@ class Cluster:
     leader: str | None = None
     is_leader: bool = False
     term: int = 0
+    ca_fingerprint: str | None = None
+    """sha256 of the cluster CA (null: a box alone): what ``floyd login --fingerprint`` checks."""
+    api: str | None = None
+    """Where this box serves the TLS API (``floyd login HOST:PORT``); null: nowhere."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -367,10 +371,12 @@ class ApiToken:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WhoAmI:
-    """``GET /v1/whoami``: the person a call is made as, and the box that answered."""
+    """``GET /v1/whoami``: the person a call is made as, the box that answered, and where
+    that box serves the TLS API for ``floyd login`` (null: nowhere: a box alone)."""
 
     person: str
     node: str
+    api: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -44,7 +44,18 @@ def _network_options(fn):
                       help="Where the node-to-node mTLS listener binds.")(fn)
     fn = click.option("--seed", "seeds", multiple=True, metavar="HOST:PORT",
                       help="A peer to contact when multicast does not reach it. Repeatable.")(fn)
+    fn = click.option("--api-listen", default="", metavar="HOST:PORT|off",
+                      help="Where people's floyd reaches this box over TLS (floyd login) "
+                           "[default: the --listen host, port 7655; off: nowhere].")(fn)
     return fn
+
+
+def _api_listen(text: str) -> str:
+    from floydd.daemon.cluster_files import DEFAULT_API_PORT, split_address
+    if text in ("", "off"):
+        return text
+    split_address(text, DEFAULT_API_PORT)      # refused now, not at the next start
+    return text
 
 
 @click.command()
@@ -52,11 +63,12 @@ def _network_options(fn):
 @click.option("--name", "cluster_name", default="floydd", show_default=True, help="Cluster name.")
 @_network_options
 @handle_errors
-def init(state_dir, cluster_name, listen, advertise, seeds) -> None:
+def init(state_dir, cluster_name, listen, advertise, seeds, api_listen) -> None:
     """Make this box the first node of a new cluster (CA, certificate, raft log)."""
-    from floydd.daemon.cluster_files import ClusterSettings, guess_address, split_address, write_settings
+    from floydd.daemon.cluster_files import ClusterSettings, api_address, guess_address, split_address, write_settings
     from floydd.security.identity import init_cluster
     config = _config(state_dir)
+    api_listen = _api_listen(api_listen)
     _refuse_if_running(config, "run floydd init again")
     if (config.state_dir / "cluster.json").exists() or (config.state_dir / "tls" / "node.crt").exists():
         raise Conflict(f"{config.state_dir} already belongs to a cluster",
@@ -67,11 +79,16 @@ def init(state_dir, cluster_name, listen, advertise, seeds) -> None:
     claim_state_dir(config.state_dir)      # ours, 0700; one another user made first is refused
     ca, identity = init_cluster(config.state_dir / "ca", config.state_dir / "tls", cluster_name, [adv_host],
                                 validity=config.cert_validity)
-    write_settings(config.state_dir, ClusterSettings(name=cluster_name, listen=listen, advertise=advertise,
-                                                     seeds=list(seeds), pending="bootstrap", admin=_me()))
+    settings = ClusterSettings(name=cluster_name, listen=listen, advertise=advertise, seeds=list(seeds),
+                               pending="bootstrap", admin=_me(), api_listen=api_listen)
+    write_settings(config.state_dir, settings)
     click.echo(f"cluster {cluster_name} created: CA {ca.short_fingerprint}, this node {identity.node_id}")
     click.echo(f"start the daemon (floydd start) to listen on {listen}, then `floydd token create` "
                "here and `floydd join TOKEN` on the next box")
+    api = api_address(settings)
+    if api is not None:
+        click.echo(f"people elsewhere: floyd token create on a box, then on their laptop floyd login "
+                   f"{adv_host}:{api[1]} --fingerprint {ca.short_fingerprint}")
 
 
 def _parse_ttl(text: str) -> float:
@@ -140,7 +157,7 @@ def _when(ts: float | None, shape: str = "%Y-%m-%d %H:%M") -> str:
 @click.argument("address", required=False)
 @_network_options
 @handle_errors
-def join(state_dir, join_token, address, listen, advertise, seeds) -> None:
+def join(state_dir, join_token, address, listen, advertise, seeds, api_listen) -> None:
     """Join the cluster TOKEN was made for (at ADDRESS, or the address inside the token).
 
     The CA fingerprint in the token is checked before anything is sent. A box used alone
@@ -153,6 +170,7 @@ def join(state_dir, join_token, address, listen, advertise, seeds) -> None:
     from floydd.security.join import join as do_join
     from floydd.security.tokens import parse_token
     config = _config(state_dir)
+    api_listen = _api_listen(api_listen)
     _refuse_if_running(config, "join")
     if (config.state_dir / "cluster.json").exists():
         raise Conflict(f"{config.state_dir} already belongs to a cluster",
@@ -171,7 +189,8 @@ def join(state_dir, join_token, address, listen, advertise, seeds) -> None:
     leave_own_cluster(config.state_dir, config.records_path, config.store_dir, result.store_secret)
     identity.install(result.cert_pem, result.ca_pem, expect_ca_fingerprint=result.ca_fingerprint)
     write_settings(config.state_dir, ClusterSettings(name=result.cluster, listen=listen, advertise=advertise,
-                                                     seeds=list(seeds), pending="join", join=[target]))
+                                                     seeds=list(seeds), pending="join", join=[target],
+                                                     api_listen=api_listen))
     click.echo(f"joined cluster {result.cluster} as node {identity.node_id}; start the daemon: floydd start")
 
 
@@ -195,6 +214,10 @@ def members(state_dir, as_json) -> None:
                    f"{expires}{here}")
     if not data["initialised"]:
         click.echo("this box is a cluster of one: `floydd init` lets other boxes join it, keeping its jobs and data")
+    elif data.get("ca_fingerprint"):
+        click.echo(f"cluster CA sha256:{data['ca_fingerprint']}")
+        if data.get("api"):
+            click.echo(f"from a laptop: floyd login {data['api']} --fingerprint sha256:{data['ca_fingerprint'][:16]}")
 
 
 @click.command()

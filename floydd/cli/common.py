@@ -28,8 +28,9 @@ _AUTOSTART_TIMEOUT = 30.0
 
 
 def connect(*, autostart: bool = True) -> Client:
-    """The daemon to talk to: FLOYD_HOST, the user's socket, the system socket, or a new one
-    (:func:`floydd.system.discover`).
+    """The daemon to talk to: FLOYD_HOST (the dev TCP port), an explicit FLOYDD_STATE_DIR's,
+    the box ``floyd login`` saved (TLS, :mod:`floydd.cli.login`), the user's socket, the system
+    socket, or a new one (:func:`floydd.system.discover`).
 
     Only when none answers does it start a single-node daemon in the background
     (state under the user's data dir, log there), and says so once on stderr; never on a box
@@ -39,6 +40,11 @@ def connect(*, autostart: bool = True) -> Client:
     if host:
         return Client(address=host, token=os.environ.get("FLOYD_TOKEN"))
     explicit = os.environ.get("FLOYDD_STATE_DIR")
+    if not explicit:
+        from floydd.cli.login import saved_login
+        login = saved_login()
+        if login is not None:
+            return login.client()
     state_dir = Path(explicit).expanduser().absolute() if explicit else default_state_dir()
     client = Client(socket_path_for(state_dir), log_path=state_dir / "floydd.log")
     paths = system_paths()

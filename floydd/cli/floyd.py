@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 import floydd
-from floydd.cli import data, exits, jobs, nodes, project, run, top
+from floydd.cli import data, exits, jobs, login, nodes, project, run, top
 
 __all__ = ["main", "cli"]
 
@@ -22,8 +22,11 @@ def cli() -> None:
     floyd status / logs -f / compare      watch and compare runs
     floyd top                             the whole cluster in a terminal UI
 
-    Talks to the local floydd daemon (started in the background when none runs),
-    or to FLOYD_HOST (with FLOYD_TOKEN).
+    \b
+    floyd login HOST                      use the lab from a laptop (TLS, personal token)
+
+    Talks to the box you logged in to (floyd login), else the local floydd daemon (started
+    in the background when none runs).
     """
 
 
@@ -36,6 +39,8 @@ for command in (jobs.status, jobs.info, jobs.logs, jobs.stop, jobs.output, jobs.
 cli.add_command(data.data)
 cli.add_command(nodes.nodes)
 cli.add_command(top.top)
+for command in (login.login, login.logout, login.whoami, login.token):
+    cli.add_command(command)
 
 
 def main() -> None:

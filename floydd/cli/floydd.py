@@ -45,7 +45,8 @@ def _config_options(fn):
 
 @cli.command()
 @_config_options
-@click.option("--tcp", default=None, metavar="HOST:PORT", help="Also serve the API on loopback TCP (token needed).")
+@click.option("--dev-tcp", default=None, metavar="HOST:PORT",
+              help="Dev/test: also serve the API on plain loopback HTTP with one shared token (people elsewhere: floyd login).")
 @click.option("--sandbox", type=click.Choice(["auto", "require", "prefer", "bwrap", "none"]), default=None,
               help="Run jobs in bubblewrap: require it, prefer it (unsandboxed, loudly, when it does not "
                    "work), or auto (require when serving others, else prefer).")
@@ -54,10 +55,10 @@ def _config_options(fn):
               help="DEV/TEST ONLY: pretend to have GPUs, e.g. 2 or 4xA100-80GB.")
 @click.option("--log-level", default=None, type=click.Choice(["debug", "info", "warning", "error"]))
 @handle_errors
-def start(state_dir, config_file, system, tcp, sandbox, node_name, dev_fake_gpus, log_level) -> None:
+def start(state_dir, config_file, system, dev_tcp, sandbox, node_name, dev_fake_gpus, log_level) -> None:
     """Run the daemon in the foreground (Ctrl-C stops it; jobs keep running)."""
     from floydd.daemon.main import run
-    config = load({"state_dir": state_dir, "system": system, "tcp": tcp, "sandbox": sandbox, "node_name": node_name,
+    config = load({"state_dir": state_dir, "system": system, "dev_tcp": dev_tcp, "sandbox": sandbox, "node_name": node_name,
                    "dev_fake_gpus": dev_fake_gpus, "log_level": log_level}, file=config_file)
     run(config)
 

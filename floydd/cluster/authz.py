@@ -37,7 +37,9 @@ What it reads of a command::
                          changing its visibility): its owner or an admin
     dataset.delete       an admin, or the user who added every version deleted
     dataset.holders      a box about itself; the leader about any box
-    token.create/.use/.revoke   any member (made on a voter, redeemed through one)
+    token.create/.revoke an admin (``made_by``/``by``; ``imported``: a box's old tokens.db
+                         carried over on upgrade), made on a voter
+    token.use            any member (redeemed through a voter)
     apitoken.create      the person the token is for (``user`` = ``person``), or an admin
     apitoken.revoke      the token's person, or an admin
     admin.grant          the leader while the cluster has no admin (floydd init)
@@ -276,6 +278,17 @@ def _any_member(state, cmd, proposer, leader) -> None:
     return None
 
 
+def _join_token(state, cmd, proposer, leader) -> None:
+    """A join token lets a box in: only an admin makes or revokes one."""
+    who = cmd.get("made_by") if cmd["op"] == "token.create" else cmd.get("by")
+    if who == "imported" and cmd["op"] == "token.create":
+        return
+    if not is_admin(state, who):
+        verb = "make" if cmd["op"] == "token.create" else "revoke"
+        raise Forbidden(f"{_who(who)} may not {verb} join tokens: not an admin", code="not_an_admin",
+                        hint="an admin runs floydd token create (floydd user list shows the admins)")
+
+
 def _admin_grant(state, cmd, proposer, leader) -> None:
     if leader and not state.admins:
         return
@@ -310,7 +323,7 @@ _RULES = {
     "job.submit": _job_submit, "job.place": _leader_only, "job.archive": _leader_only, "job.update": _job_update,
     "job.delete": _job_delete, "project.reserve": _any_member, "dataset.add_version": _dataset_add,
     "dataset.delete": _dataset_delete, "dataset.holders": _dataset_holders,
-    "token.create": _any_member, "token.use": _any_member, "token.revoke": _any_member,
+    "token.create": _join_token, "token.use": _any_member, "token.revoke": _join_token,
     "admin.grant": _admin_grant, "person.add": _people_admin, "person.role": _people_admin,
     "person.remove": _people_admin, "person.map": _people_admin,
     "apitoken.create": _apitoken_create, "apitoken.revoke": _apitoken_revoke,

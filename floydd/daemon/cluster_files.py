@@ -26,10 +26,11 @@ import psutil
 from floydd.errors import Conflict, UserError
 from floydd.model import FINAL_STATES
 
-__all__ = ["ClusterSettings", "read_settings", "write_settings", "split_address", "guess_address",
-           "DEFAULT_PORT", "install_store_secret", "check_can_join", "leave_own_cluster"]
+__all__ = ["ClusterSettings", "read_settings", "write_settings", "split_address", "guess_address", "api_address",
+           "DEFAULT_PORT", "DEFAULT_API_PORT", "install_store_secret", "check_can_join", "leave_own_cluster"]
 
 DEFAULT_PORT = 7654
+DEFAULT_API_PORT = DEFAULT_PORT + 1
 SETTINGS = "cluster.json"
 
 
@@ -48,6 +49,19 @@ class ClusterSettings:
     """Announce and browse ``_floydd._tcp`` with zeroconf."""
     admin: str = ""
     """Who ran ``floydd init``: recorded as the cluster's first admin when it is made."""
+    api_listen: str = ""
+    """Where the ``/v1`` API is served over TLS for people elsewhere (``floyd login``): empty,
+    the host of ``listen`` and the port after it (7655); ``off``: not served."""
+
+
+def api_address(settings: ClusterSettings) -> tuple[str, int] | None:
+    """Where the remote ``/v1`` API binds (``api_listen``), or None when it is ``off``."""
+    if settings.api_listen == "off":
+        return None
+    if settings.api_listen:
+        return split_address(settings.api_listen, DEFAULT_API_PORT)
+    host, port = split_address(settings.listen)
+    return host, port + 1
 
 
 def read_settings(state_dir: Path) -> ClusterSettings | None:

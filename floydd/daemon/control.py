@@ -4,9 +4,10 @@ Always there: a box alone is a one-voter cluster whose log is ``STATE/cluster/ra
 it leads at once and nothing listens beyond loopback. With ``STATE/cluster.json``
 (written by ``floydd init`` or ``floydd join``) the node also serves the node-to-node API
 with mutual TLS on ``listen`` (:mod:`floydd.daemon.peers`), announces itself with zeroconf
-and feeds discovered peers to the transport. ``pending`` in that file says what to do once
-on this start (found, join, recover). A clean stop hands over leadership and leaves the
-voters first (``ClusterService.close``).
+and feeds discovered peers to the transport; and it names where :mod:`floydd.daemon.main`
+serves ``/v1`` over TLS for people elsewhere (``api_listen``, :data:`keys.REMOTE_API`).
+``pending`` in that file says what to do once on this start (found, join, recover). A clean
+stop hands over leadership and leaves the voters first (``ClusterService.close``).
 
 The cluster's dataset catalog (:class:`~floydd.cluster.datasets.ClusterDatasets`) starts
 here too: on the first start of a box (or after it joined another cluster) the versions
@@ -30,14 +31,15 @@ from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.discovery import Discovery
 from floydd.cluster.service import ClusterService
 from floydd.cluster.storecare import StoreCare
-from floydd.daemon.cluster_files import ClusterSettings, guess_address, read_settings, split_address, write_settings
+from floydd.daemon.cluster_files import (ClusterSettings, api_address, guess_address, read_settings, split_address,
+                                         write_settings)
 from floydd.daemon.peers import peer_app
 from floydd.errors import FloyddError
 from floydd.daemon.renewal import TrustKeeper
 from floydd.daemon.trust import Trust
 from floydd.runtime import fence
 from floydd.security.identity import NodeIdentity
-from floydd.security.tls import server_context
+from floydd.security.tls import api_server_context, server_context
 from floydd.store.crypto import load_or_create_secret
 
 __all__ = ["control_ctx"]
@@ -72,6 +74,9 @@ async def control_ctx(app: web.Application):
         trust = Trust(service, identity, config.state_dir, store_secret=lambda: load_or_create_secret(secret),
                       validity=config.cert_validity, joins_per_minute=config.join_attempts_per_minute)
         listener = await _listen(app, service, identity, settings, trust)
+        remote = api_address(settings)
+        if remote is not None:    # the daemon's main serves /v1 there too, once it is set up
+            app[keys.REMOTE_API] = (*remote, api_server_context(identity))
     app[keys.TOKENS] = trust.tokens if trust is not None else None
     pending = settings.pending if settings is not None else ""
     await service.start(bootstrap=settings is None or pending == "bootstrap", join=settings.join if settings else (),

@@ -80,15 +80,15 @@ def api_token(config: Config) -> str:
 
 
 def _tcp_address(config: Config) -> tuple[str, int]:
-    host, _, port = config.tcp.rpartition(":")
+    host, _, port = config.dev_tcp.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     try:
         if not ipaddress.ip_address("127.0.0.1" if host == "localhost" else host).is_loopback:
             raise ValueError
         return host, int(port)
     except ValueError:
-        raise UserError(f"--tcp {config.tcp!r} must be a loopback HOST:PORT, e.g. 127.0.0.1:7654",
-                        hint="nothing listens beyond loopback until a cluster is initialised") from None
+        raise UserError(f"--dev-tcp {config.dev_tcp!r} must be a loopback HOST:PORT, e.g. 127.0.0.1:7654",
+                        hint="people on other machines use the TLS API of a cluster's box: floyd login") from None
 
 
 async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
@@ -122,11 +122,16 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
         else:                           # members of the group reach it; SO_PEERCRED says who they are
             os.chown(sock_path, -1, gid)
             os.chmod(sock_path, 0o660)
-        if config.tcp:
+        if config.dev_tcp:
             host, port = _tcp_address(config)
             app[keys.TCP_TOKEN] = api_token(config)
             await web.TCPSite(runner, host, port).start()
-            log.daemon.info("API also on http://%s:%d (token in %s)", host, port, config.state_dir / "api-token")
+            log.daemon.info("dev API also on http://%s:%d (token in %s)", host, port, config.state_dir / "api-token")
+        remote = app.get(keys.REMOTE_API)
+        if remote is not None:          # a box of a cluster: people elsewhere, with personal tokens
+            host, port, ctx = remote
+            await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+            log.daemon.info("API for people elsewhere on https://%s:%d (floyd login)", host, port)
         log.daemon.info("floydd %s serving on %s (state %s)", config.node_name, sock_path, config.state_dir)
         if ready is not None:
             ready.set()

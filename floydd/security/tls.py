@@ -28,7 +28,7 @@ from floydd.errors import Unauthorized
 from floydd.security._x509 import fingerprint_of_der, node_id_of_cert
 from floydd.security.identity import NodeIdentity
 
-__all__ = ["server_context", "client_context", "peer_node_id", "peer_certificate", "check_peer",
+__all__ = ["server_context", "api_server_context", "client_context", "peer_node_id", "peer_certificate", "check_peer",
            "require_peer_cert", "fingerprint_of_der", "CLUSTER_PREFIX", "OPEN_ROUTES", "JOINING_ROUTES",
            "PEER_STANDING"]
 
@@ -54,6 +54,14 @@ def server_context(identity: NodeIdentity) -> ssl.SSLContext:
     """For the node-to-node listener: our chain, peers verified against the cluster CA when they send one."""
     ctx = _base(ssl.PROTOCOL_TLS_SERVER, identity)
     ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def api_server_context(identity: NodeIdentity) -> ssl.SSLContext:
+    """For the ``/v1`` API people reach over TLS (``floyd login``): our node certificate, no
+    client certificate asked for (a person proves who they are with a personal token)."""
+    ctx = _base(ssl.PROTOCOL_TLS_SERVER, identity)
+    ctx.verify_mode = ssl.CERT_NONE
     return ctx
 
 

@@ -57,7 +57,7 @@ def _final(d: Daemon, key: str, timeout: float = 90) -> dict:
 def _secrets(state: Path) -> dict[str, Path]:
     """The files of the state folder a job must never read."""
     token = state / "api-token"
-    if not token.exists():   # a daemon with --tcp makes it; its presence is what matters here
+    if not token.exists():   # a daemon with --dev-tcp makes it; its presence is what matters here
         fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, b"api-token-secret-5678\n")
         os.close(fd)

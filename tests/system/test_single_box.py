@@ -210,7 +210,7 @@ def _serve_tcp(daemon) -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     daemon.kill(signal.SIGTERM)
-    daemon.start("--tcp", f"127.0.0.1:{port}")
+    daemon.start("--dev-tcp", f"127.0.0.1:{port}")
     return f"127.0.0.1:{port}"
 
 
@@ -229,7 +229,7 @@ def test_tcp_api_needs_the_token(daemon):
 
 def test_tcp_refuses_non_loopback_addresses(daemon):
     res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir",
-                          str(daemon.state.parent / "other"), "--tcp", "0.0.0.0:7654"],
+                          str(daemon.state.parent / "other"), "--dev-tcp", "0.0.0.0:7654"],
                          env=daemon.env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and "loopback" in res.stderr and "Traceback" not in res.stderr
 

@@ -173,3 +173,16 @@ def test_a_lab_with_people_always_has_an_admin_and_only_admins_change_it(cmds):
         assert not lab.state.people or lab.state.admins
         uids = [(n, u) for p in lab.state.people.values() for n, us in p["uids"].items() for u in us]
         assert len(uids) == len(set(uids)), "a uid acts as one person on a box"
+
+
+def test_only_admins_make_or_revoke_join_tokens_once_the_lab_has_people():
+    lab = Lab()
+    token = {"op": "token.create", "id": "c" * 16, "secret_sha256": "0" * 64, "expires": 3600.0}
+    lab.apply({**token, "made_by": "anyone"})                 # a lab of none: its only user's
+    lab.add("bob", by="root")                                  # root (admin) and bob (user)
+    err = refused(lab, {**token, "id": "d" * 16, "made_by": "bob"})
+    assert str(err) == "user bob may not make join tokens: not an admin" and err.code == "not_an_admin"
+    assert "may not revoke join tokens" in str(refused(lab, {"op": "token.revoke", "id": "c" * 16, "by": "bob"}))
+    lab.apply({**token, "id": "d" * 16, "made_by": "root"})
+    lab.apply({"op": "token.revoke", "id": "d" * 16, "by": "root"})
+    lab.apply({**token, "id": "e" * 16, "made_by": "imported"})  # a box's own old tokens.db, on upgrade

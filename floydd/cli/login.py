@@ -1,0 +1,246 @@
+"""``floyd login`` / ``logout`` / ``whoami`` and ``floyd token``: using the lab from elsewhere.
+
+A person makes a personal token on any box where they have an account (``floyd token
+create``, over that box's socket), then on their laptop ``floyd login HOST`` pins the
+cluster's CA (:mod:`floydd.security.pinning`: checked against ``--fingerprint``, or shown
+to be confirmed, as SSH does with a new host key), asks for the token, checks it with the
+box, and keeps all three in ``CONFIG/login.json`` (0600; ``CONFIG`` is ``FLOYD_CONFIG_DIR``
+or the user's config folder, e.g. ``~/.config/floyd``). From then on every ``floyd``
+command (and ``floyd top``) talks to that box over TLS as that person
+(:func:`floydd.cli.common.connect`), until ``floyd logout``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+from floydd.cli.common import connect, echo_json, fail, handle_errors
+from floydd.cli.table import print_table
+from floydd.client import Client
+from floydd.daemon.cluster_files import DEFAULT_API_PORT
+from floydd.errors import FloyddError, UserError
+
+__all__ = ["Login", "saved_login", "login_path", "login", "logout", "whoami", "token"]
+
+_DURATIONS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Login:
+    """What ``floyd login`` keeps: where, the pinned CA, the token, and who it speaks for."""
+
+    address: str
+    ca_pem: str
+    fingerprint: str
+    token: str
+    person: str
+
+    def client(self, **kw) -> Client:
+        return Client(address=self.address, token=self.token, ca_pem=self.ca_pem.encode(), **kw)
+
+
+def login_path() -> Path:
+    folder = os.environ.get("FLOYD_CONFIG_DIR")
+    if not folder:
+        import platformdirs
+        folder = platformdirs.user_config_dir("floyd")
+    return Path(folder).expanduser() / "login.json"
+
+
+def saved_login() -> Login | None:
+    """The login ``floyd login`` saved, or None; a damaged file is said, not ignored."""
+    path = login_path()
+    try:
+        data = json.loads(path.read_text())
+        return Login(**{k: data[k] for k in ("address", "ca_pem", "fingerprint", "token", "person")})
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path} is damaged ({type(exc).__name__}), so floyd does not know where you logged in",
+                        hint=f"floyd logout removes it; then floyd login HOST again") from None
+
+
+def _save(entry: Login) -> Path:
+    path = login_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(entry), f, indent=2)
+        f.write("\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not port.isdigit() or host.endswith(":") and not host.startswith("["):
+        host, port = address.strip(), str(DEFAULT_API_PORT)     # no port (or a bare IPv6 address)
+    host = host.strip("[]")
+    if not host or not 0 < int(port) < 65536:
+        raise UserError(f"{address!r} is not HOST[:PORT]", hint=f"e.g. floyd login gpu1.lab or 10.0.0.5:{DEFAULT_API_PORT}")
+    return host, int(port)
+
+
+@click.command()
+@click.argument("address", metavar="HOST[:PORT]")
+@click.option("--fingerprint", default=None, metavar="FP|JOIN_TOKEN",
+              help="The cluster CA's fingerprint (floydd members prints it) or a join token of the cluster: "
+                   "checked before any token is sent.")
+@click.option("--token-stdin", is_flag=True, help="Read the personal token from stdin instead of asking.")
+@click.option("--yes", is_flag=True, help="Trust the CA the box shows without asking (only on a network you trust).")
+@handle_errors
+def login(address: str, fingerprint: str | None, token_stdin: bool, yes: bool) -> None:
+    """Use the lab from this machine: pin the box's cluster CA, then log in with a personal token.
+
+    Make the token on a box where you have an account: floyd token create.
+    """
+    from floydd.cluster.apitokens import parse_api_token
+    from floydd.security.pinning import first_contact, matches, parse_fingerprint
+    host, port = _split(address)
+    expected = parse_fingerprint(fingerprint) if fingerprint else None
+    contact = first_contact(host, port)
+    where = f"{host}:{port}"
+    if expected is not None and not matches(contact.fingerprint, expected):
+        fail(f"the cluster CA at {where} is {contact.short}, not the {expected[:16]} you gave: refused, "
+             "no token was sent", "check the fingerprint with the lab's admin (floydd members prints it)")
+    previous = _previous()
+    if expected is None:
+        if previous is not None and previous.address == f"{host}:{port}" and previous.fingerprint != contact.fingerprint:
+            click.echo(f"WARNING: the cluster CA at {where} changed since you last logged in "
+                       f"(was sha256:{previous.fingerprint[:16]}, now {contact.short}): the lab may have made its "
+                       "cluster anew, or someone is intercepting", err=True)
+        click.echo(f"the cluster CA at {where} is sha256:{contact.fingerprint}", err=True)
+        if not yes:
+            if not sys.stdin.isatty() or token_stdin:
+                fail("not logging in to a CA nobody checked", "give --fingerprint (floydd members or a join token "
+                     "shows it), or --yes if you trust this network")
+            if not click.confirm("is this your lab's? (compare with floydd members on a box)", err=True):
+                fail("not logged in", "compare the fingerprint with the lab's admin, then try again")
+    text = sys.stdin.readline().strip() if token_stdin else click.prompt(
+        "personal token (floyd token create on a box makes one)", hide_input=True, err=True)
+    parse_api_token(text)                           # malformed: said here, sent nowhere
+    client = Client(address=where, token=text, ca_pem=contact.ca_pem, timeout=30)
+    who = client.whoami()
+    path = _save(Login(address=where, ca_pem=contact.ca_pem.decode(), fingerprint=contact.fingerprint,
+                       token=text, person=who["person"]))
+    click.echo(f"logged in to {where} as {who['person']} (cluster CA {contact.short}); kept in {path}")
+    click.echo("floyd now runs your commands on that cluster; floyd logout goes back to this machine's daemon",
+               err=True)
+
+
+def _previous() -> Login | None:
+    try:
+        return saved_login()
+    except UserError:
+        return None
+
+
+@click.command()
+@click.option("--revoke", is_flag=True, help="Also revoke the token on the cluster (it stops working everywhere).")
+@handle_errors
+def logout(revoke: bool) -> None:
+    """Forget the login: floyd talks to this machine's daemon again."""
+    path = login_path()
+    entry = _previous()
+    if entry is None and not path.exists():
+        click.echo("not logged in anywhere")
+        return
+    if revoke and entry is not None:
+        from floydd.cluster.apitokens import parse_api_token
+        token_id, _ = parse_api_token(entry.token)
+        try:
+            entry.client(timeout=30).revoke_api_token(token_id)
+            click.echo(f"token {token_id} revoked")
+        except FloyddError as exc:
+            fail(f"could not revoke the token: {exc.message}", "the login is kept; try again, or floyd logout "
+                 "without --revoke and revoke it from a box (floyd token revoke ID)")
+    path.unlink(missing_ok=True)
+    click.echo(f"logged out{f' of {entry.address}' if entry else ''}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the API's answer as JSON.")
+@handle_errors
+def whoami(as_json: bool) -> None:
+    """Who your commands run as, and where."""
+    client = connect(autostart=False)
+    who = client.whoami()
+    if as_json:
+        echo_json(who)
+        return
+    click.echo(f"{who['person']} on {client.where} (box {who['node']})")
+
+
+@click.group()
+def token() -> None:
+    """Personal API tokens: what floyd login uses on a laptop (made on a box where you have an account)."""
+
+
+def _ttl(text: str | None) -> float | None:
+    if not text:
+        return None
+    number, unit = text[:-1] if text[-1:] in _DURATIONS else text, text[-1:] if text[-1:] in _DURATIONS else ""
+    try:
+        value = float(number) * _DURATIONS[unit]
+    except ValueError:
+        raise UserError(f"--ttl {text!r} is not a duration", hint="e.g. 3600, 12h, 30d") from None
+    if value <= 0:
+        raise UserError(f"--ttl {text!r} must be above zero", hint="leave it out for a token that does not expire")
+    return value
+
+
+@token.command(name="create")
+@click.option("--label", default="", help="What it is for (e.g. 'laptop'), shown by floyd token list.")
+@click.option("--ttl", default=None, help="How long it works (e.g. 12h, 30d) [default: until revoked].")
+@click.option("--for", "person", default=None, metavar="PERSON", help="An admin: make it for someone else.")
+@click.option("--json", "as_json", is_flag=True, help="Print the API's answer as JSON (the token included).")
+@handle_errors
+def token_create(label: str, ttl: str | None, person: str | None, as_json: bool) -> None:
+    """Print a new personal token (shown once: keep it like a password)."""
+    client = connect()
+    answer = client.create_api_token(label=label, ttl=_ttl(ttl), person=person)
+    if as_json:
+        echo_json(answer)
+        return
+    click.echo(answer["token"])
+    where = client.whoami().get("api") or "HOST"
+    click.echo(f"token {answer['id']} for {answer['person']}; on your laptop: floyd login {where} "
+               "(it asks for this token). floyd token revoke ID stops it.", err=True)
+
+
+@token.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print the API's answer as JSON.")
+@handle_errors
+def token_list(as_json: bool) -> None:
+    """Your personal tokens (an admin: everyone's); never their secrets."""
+    import time
+    tokens = connect().api_tokens()
+    if as_json:
+        echo_json(tokens)
+        return
+    if not tokens:
+        click.echo("no personal tokens (floyd token create makes one)")
+        return
+
+    def when(ts):
+        return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    print_table(["ID", "PERSON", "STATE", "LABEL", "MADE", "EXPIRES"],
+                [[t["id"], t["person"], t["state"], t.get("label") or "-", when(t["created"]), when(t.get("expires"))]
+                 for t in tokens])
+
+
+@token.command(name="revoke")
+@click.argument("token_id", metavar="ID")
+@handle_errors
+def token_revoke(token_id: str) -> None:
+    """Stop token ID working, on every box at once."""
+    record = connect().revoke_api_token(token_id.split(".")[1] if token_id.startswith("FLP1.") else token_id)
+    click.echo(f"token {record['id']} of {record['person']} revoked")

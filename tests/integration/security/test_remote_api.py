@@ -1,0 +1,225 @@
+"""The ``/v1`` API over TLS with personal tokens, against a real daemon of a cluster of one
+(``floydd init``, then :func:`floydd.daemon.main.serve` in a thread, on 127.0.0.1 only,
+discovery off): what ``floyd login`` and a laptop's ``floyd`` rely on.
+
+And the pinning seen from the other side: a box whose certificate is from another CA gets
+no byte of a request, and ``floyd login`` with a wrong fingerprint sends nothing but
+``GET /v1/ca`` (a recording TLS server stands in for the box there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import http.server
+import json
+import os
+import pwd
+import socket
+import ssl
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from floydd.cli.floyd import cli as floyd
+from floydd.cli.floydd import cli as floydd
+from floydd.client import Client
+from floydd.cluster.apitokens import parse_api_token
+from floydd.config import preset_for_tests
+from floydd.daemon.cluster_files import read_settings, write_settings
+from floydd.daemon.main import serve
+from floydd.errors import Forbidden, Unauthorized
+from floydd.security.identity import NodeIdentity, init_cluster
+from floydd.security.pinning import fingerprint_of_pem, first_contact, pinned_context
+from tests.conftest import wait_until
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def _box(tmp: Path) -> Iterator[tuple[Client, str, Path]]:
+    """A cluster of one on loopback: its socket client, its TLS API address, its state dir."""
+    state = tmp / "state"
+    peer, api = _free_port(), _free_port()
+    res = CliRunner().invoke(floydd, ["init", "--state-dir", str(state), "--name", "lab", "--listen",
+                                      f"127.0.0.1:{peer}", "--advertise", f"127.0.0.1:{peer}",
+                                      "--api-listen", f"127.0.0.1:{api}"])
+    assert res.exit_code == 0, res.output
+    settings = read_settings(state)
+    settings.discovery = False                 # no mDNS beyond loopback from a test
+    write_settings(state, settings)
+    config = preset_for_tests(state, dev_fake_gpus="1", sandbox="none")
+    loop, stop, ready, failed = asyncio.new_event_loop(), None, None, []
+
+    def run() -> None:
+        nonlocal stop, ready
+        asyncio.set_event_loop(loop)
+        stop, ready = asyncio.Event(), asyncio.Event()
+        try:
+            loop.run_until_complete(serve(config, stop, ready))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="remote-floydd", daemon=True)
+    thread.start()
+    local = Client(config.socket_path, timeout=60)
+    try:
+        wait_until(lambda: failed or (ready is not None and ready.is_set()), 60, what="the daemon to serve")
+        if failed:
+            raise failed[0]
+        yield local, f"127.0.0.1:{api}", state
+    finally:
+        if stop is not None:
+            loop.call_soon_threadsafe(stop.set)
+        thread.join(60)
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory):
+    with _box(tmp_path_factory.mktemp("remote")) as running:
+        yield running
+
+
+def _raw(address: str, ca_pem: bytes, path: str, token: str | None = None) -> tuple[int, dict]:
+    host, _, port = address.rpartition(":")
+    conn = http.client.HTTPSConnection(host, int(port), timeout=30, context=pinned_context(ca_pem))
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def test_a_personal_token_speaks_for_its_person_until_revoked(box):
+    local, address, state = box
+    contact = first_contact(*address.split(":"))
+    assert contact.fingerprint == fingerprint_of_pem((state / "tls" / NodeIdentity.CA_FILE).read_bytes())
+    made = local.create_api_token(label="laptop")
+    remote = Client(address=address, token=made["token"], ca_pem=contact.ca_pem, timeout=30)
+    who = remote.whoami()
+    assert who["person"] == ME and who["api"] == address
+    assert remote.where.startswith("https://")
+    assert [n["name"] for n in remote.nodes()]          # a read as that person
+    # a person over TLS never makes the daemon read a path of its box: code travels as a tar
+    with pytest.raises(Forbidden, match="only for its own user"):
+        remote.submit({"project": "p", "command": "true", "code_path": str(state)})
+
+    token_id, _ = parse_api_token(made["token"])
+    local.revoke_api_token(token_id)
+    with pytest.raises(Unauthorized, match="revoked") as refused:   # at once: the next request
+        remote.whoami()
+    assert refused.value.code == "api_token_revoked"
+
+
+def test_requests_without_a_good_token_are_refused_and_only_the_ca_is_open(box):
+    local, address, _state = box
+    ca = first_contact(*address.split(":")).ca_pem
+    assert _raw(address, ca, "/v1/jobs")[1]["error"]["code"] == "api_token_missing"
+    status, err = _raw(address, ca, "/v1/jobs", token="not-a-token")
+    assert (status, err["error"]["code"]) == (401, "api_token_invalid")
+    made = local.create_api_token()
+    token_id, secret = parse_api_token(made["token"])
+    forged = f"FLP1.{token_id}.{'0' * 32 if secret != '0' * 32 else '1' * 32}"
+    assert _raw(address, ca, "/v1/jobs", token=forged)[1]["error"]["code"] == "api_token_invalid"
+    assert _raw(address, ca, "/v1/jobs", token=made["token"])[0] == 200
+    conn = http.client.HTTPSConnection(*address.split(":"), timeout=30, context=pinned_context(ca))
+    conn.request("GET", "/v1/ca")
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.read().startswith(b"-----BEGIN CERTIFICATE-----")
+    conn.close()
+
+
+def test_floyd_login_saves_a_pinned_login_0600_that_floyd_then_uses(box, tmp_path, monkeypatch):
+    local, address, _state = box
+    token = local.create_api_token(label="cli")["token"]
+    monkeypatch.setenv("FLOYD_CONFIG_DIR", str(tmp_path / "laptop"))
+    monkeypatch.delenv("FLOYDD_STATE_DIR", raising=False)
+    fingerprint = first_contact(*address.split(":")).fingerprint
+    res = CliRunner().invoke(floyd, ["login", address, "--fingerprint", f"sha256:{fingerprint[:16]}",
+                                     "--token-stdin"], input=token + "\n")
+    assert res.exit_code == 0, res.output
+    saved = tmp_path / "laptop" / "login.json"
+    assert oct(saved.stat().st_mode & 0o777) == "0o600"
+    assert json.loads(saved.read_text())["person"] == ME
+    res = CliRunner().invoke(floyd, ["whoami"])
+    assert res.exit_code == 0 and f"{ME} on https://{address}" in res.output, res.output
+    res = CliRunner().invoke(floyd, ["logout", "--revoke"])
+    assert res.exit_code == 0 and not saved.exists(), res.output
+    assert {t["id"]: t["state"] for t in local.api_tokens()}[parse_api_token(token)[0]] == "revoked"
+
+
+# -- the other side of the pin ------------------------------------------------------------------
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    seen: list[tuple[str, str, str | None]] = []
+    ca_pem = b""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.seen.append(("GET", self.path, self.headers.get("Authorization")))
+        body = self.ca_pem if self.path == "/v1/ca" else json.dumps({"person": "mallory", "node": "x", "api": None}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextmanager
+def _impostor(tmp: Path) -> Iterator[tuple[str, list, bytes]]:
+    """A TLS server with a certificate of another CA that records every request it reads."""
+    ca, identity = init_cluster(tmp / "ca", tmp / "tls", "impostor", ["127.0.0.1"])
+    handler = type("Recorder", (_Recorder,), {"seen": [], "ca_pem": ca.cert_pem})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(identity.cert_path, identity.key_path)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", handler.seen, ca.cert_pem
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_box_of_another_ca_gets_no_request_at_all(box, tmp_path):
+    local, address, _state = box
+    ours = first_contact(*address.split(":")).ca_pem
+    with _impostor(tmp_path) as (where, seen, _their_ca):
+        token = local.create_api_token()["token"]
+        with pytest.raises(Unauthorized, match="not a box of the cluster you logged in to") as refused:
+            Client(address=where, token=token, ca_pem=ours, timeout=30).whoami()
+        assert refused.value.code == "ca_fingerprint_mismatch"
+        assert seen == []                      # the handshake failed: not even the path was sent
+
+
+def test_floyd_login_with_a_wrong_fingerprint_sends_nothing_but_the_ca_request(box, tmp_path, monkeypatch):
+    local, address, _state = box
+    ours = first_contact(*address.split(":")).fingerprint
+    monkeypatch.setenv("FLOYD_CONFIG_DIR", str(tmp_path / "laptop"))
+    with _impostor(tmp_path) as (where, seen, _their_ca):
+        token = local.create_api_token()["token"]
+        res = CliRunner().invoke(floyd, ["login", where, "--fingerprint", ours, "--token-stdin"],
+                                 input=token + "\n")
+        assert res.exit_code == 1
+        assert "no token was sent" in res.output and "Traceback" not in res.output
+        assert seen == [("GET", "/v1/ca", None)]
+        # and without a fingerprint, nobody confirming (not a terminal), it is refused too
+        res = CliRunner().invoke(floyd, ["login", where, "--token-stdin"], input=token + "\n")
+        assert res.exit_code == 1 and "nobody checked" in res.output
+        assert all(auth is None for _m, _p, auth in seen)
+    assert not (tmp_path / "laptop" / "login.json").exists()
