@@ -261,6 +261,42 @@ class Records:
         return row[0]
 
 
+    # -- jobs from another site (floydd.exchange) ------------------------------------------------
+
+    def insert_imported(self, project: str, number: int, fields: dict, *, state: str, reason: str = "",
+                        events: Iterable[dict] = (), metrics: Iterable[list[tuple]] = (),
+                        samples: Iterable[dict] = ()) -> None:
+        """The record of a finished job brought from another site, with its events, metric
+        points (batches of ``(name, value, step, ts)``) and system samples as they were there,
+        in one transaction. A record already under that number (an import cut short before
+        the cluster committed its job) is replaced; one of this node's history is not."""
+        check_project(project)
+        check_state(state)
+        if state not in FINAL_STATES:
+            raise Conflict(f"an imported job has ended; {state!r} is not a final state")
+        values = encode_fields(fields)
+        fresh: dict[str, int] = {}
+        with self._db.write() as conn:
+            project_id = _ensure_project(conn, project, fields.get("user", ""))
+            row = conn.execute("SELECT id, attempt FROM jobs WHERE project_id = ? AND number = ?",
+                               (project_id, number)).fetchone()
+            if row is not None:
+                if row[1] == 0:
+                    raise Conflict(f"this node already has a job {project}/{number} of its own", code="job_exists")
+                conn.execute("DELETE FROM jobs WHERE id = ?", (row[0],))
+            conn.execute("UPDATE projects SET last_number = max(last_number, ?) WHERE id = ?", (number, project_id))
+            values.update(project_id=project_id, number=number, state=state, reason=reason)
+            cur = conn.execute(f"INSERT INTO jobs ({', '.join(map(_quote, values))}) "
+                               f"VALUES ({', '.join('?' * len(values))})", tuple(values.values()))
+            job_id = int(cur.lastrowid)  # type: ignore[arg-type]
+            for e in events:
+                _series.insert_event(conn, job_id, e["ts"], e["kind"], e["message"], e.get("data"))
+            for batch in metrics:
+                _series.insert_metrics(conn, job_id, batch, self._metric_names, fresh)
+            _series.insert_samples(conn, job_id, samples)
+        self._metric_names.update(fresh)
+        log.records.info("imported job %s/%d", project, number)
+
     # -- leaving a cluster -----------------------------------------------------------------------
 
     def make_history(self) -> int:

@@ -42,7 +42,7 @@ from floydd.store.ids import ObjectId
 from floydd.store.ignore import Ignore
 from floydd.store.local import LocalBackend
 from floydd.store.locks import StoreLock
-from floydd.store.objects import Objects
+from floydd.store.objects import Objects, Writer
 from floydd.store.restore import restore as _restore
 from floydd.store.snapshot import Progress, SnapshotResult, snapshot as _snapshot
 from floydd.store.tree import Tree
@@ -205,6 +205,23 @@ class Store:
         ``has()`` until its tree is pinned, as a snapshot does."""
         with self._shared(timeout):
             yield
+
+    # -- objects into and out of export files (floydd.exchange) ------------------------
+
+    def read_object(self, oid: ObjectId, tree: ObjectId | None = None) -> bytes:
+        """The plaintext of one object (authenticated and re-hashed; a damaged or missing one
+        is fetched again through :attr:`repairer`, as a restore does); ``tree``: whose it is."""
+        return self._healing(lambda: self._objects.get(oid), oid, tree or oid)
+
+    @contextmanager
+    def writing(self) -> Iterator[Writer]:
+        """One upload of objects that come from elsewhere (an import re-seals another site's
+        chunks under this store's key): a :class:`~floydd.store.objects.Writer` under the
+        shared lock (gc waits), committed when the block ends cleanly, dropped otherwise. Pin
+        the trees written before the block ends, as a snapshot does."""
+        with self._shared(), self._objects.writer(workers=self.workers) as writer:
+            yield writer
+            writer.commit()
 
     # -- maintenance --------------------------------------------------------------------
 
