@@ -22,7 +22,7 @@ from floydd.model import check_cpus, parse_size
 from floydd.security.owned_dirs import shared_socket_dir
 from floydd.system import system_paths
 
-__all__ = ["Config", "load", "default_state_dir", "socket_path_for", "preset_for_tests"]
+__all__ = ["Config", "load", "settings_line", "default_state_dir", "socket_path_for", "preset_for_tests"]
 
 ENV_PREFIX = "FLOYDD_"
 CONFIG_FILE = "floydd.toml"
@@ -288,3 +288,16 @@ def _coerce(name: str, value: Any, f: dataclasses.Field) -> Any:
     except (TypeError, ValueError):
         raise UserError(f"config value {name}={value!r} is not a valid {kind}",
                         hint=f"set {ENV_PREFIX}{name.upper()} or the TOML key {name} to a {kind}") from None
+
+
+_NOT_SETTINGS = frozenset({"state_dir", "node_name", "socket"})
+"""Where a daemon lives and what it is called: said elsewhere (its node record), not settings."""
+
+
+def settings_line(config: Config) -> str:
+    """What the operator set, ``key=value`` for every setting that differs from the default,
+    sorted (what the audit log records when a box starts with other settings than before)."""
+    default = Config()
+    changed = [f"{f.name}={getattr(config, f.name)}" for f in fields(Config)
+               if f.name not in _NOT_SETTINGS and getattr(config, f.name) != getattr(default, f.name)]
+    return " ".join(sorted(changed)) or "defaults"

@@ -47,7 +47,7 @@ async def info(request: web.Request) -> web.Response:
     if not ref:
         raise UserError("name a dataset", hint="floyd data info NAME[:VERSION]")
     catalog = _catalog(request)
-    version = await catalog.resolve(ref)
+    version = await catalog.resolve_readable(ref, acting_person(request, required=False), "list the files of")
     return reply(_describe(catalog.describe(version), await catalog.manifest(version)))
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from floydd.cli.common import echo_json, fail, handle_errors
+from floydd.cli.common import echo_json, fail, handle_errors, pass_where
 from floydd.cli.jobs import since_time
 from floydd.cli.table import print_table
 from floydd.cluster.audit import verify
@@ -74,7 +74,7 @@ def make_audit(_config_options, _client) -> click.Group:
     @audit.command("verify")
     @click.option("--file", "path", type=click.Path(path_type=Path, dir_okay=False), default=None,
                   help="Check an export (floydd audit export) instead of the daemon's copy.")
-    @click.pass_obj
+    @pass_where(_config_options)
     @handle_errors
     def verify_cmd(where, path) -> None:
         """Check the chain: any edited, removed or reordered entry is found, the first one named."""
@@ -94,7 +94,7 @@ def make_audit(_config_options, _client) -> click.Group:
 
     @audit.command("export")
     @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
-    @click.pass_obj
+    @pass_where(_config_options)
     @handle_errors
     def export(where, file) -> None:
         """Write the chain to FILE as JSON lines, for an auditor (floydd audit verify --file FILE)."""

@@ -20,11 +20,26 @@ from floydd.errors import FloyddError, Unavailable
 from floydd.security.owned_dirs import claim_state_dir, open_private_file
 from floydd.system import SERVICE_DOWN, SERVICE_DOWN_HINT, discover, system_paths
 
-__all__ = ["connect", "handle_errors", "echo_json", "fail", "human_bytes", "human_duration", "SYSTEM_STATE_DIR"]
+__all__ = ["pass_where", "connect", "handle_errors", "echo_json", "fail", "human_bytes", "human_duration", "SYSTEM_STATE_DIR"]
 
 SYSTEM_STATE_DIR = Path("/var/lib/floydd")
 """Where a daemon installed as a system service keeps its state (:mod:`floydd.system`)."""
 _AUTOSTART_TIMEOUT = 30.0
+
+
+def pass_where(config_options: Callable[[Callable], Callable]) -> Callable[[Callable], Callable]:
+    """For the verbs of a ``floydd`` group whose daemon options (``--state-dir``, ``--config``,
+    ``--system``: ``config_options``) the group takes: the verb takes them too, either place
+    working (``floydd user add NAME --state-dir D``), and gets ``(state_dir, config_file,
+    system)`` first, the verb's over the group's (``ctx.obj``)."""
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        @click.pass_obj
+        def verb(where, *args, state_dir=None, config_file=None, system=None, **kw):
+            group = where or (None, None, None)
+            return fn((state_dir or group[0], config_file or group[1], system or group[2]), *args, **kw)
+        return config_options(verb)
+    return decorate
 
 
 def connect(*, autostart: bool = True) -> Client:

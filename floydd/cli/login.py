@@ -63,7 +63,7 @@ def saved_login() -> Login | None:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{path} is damaged ({type(exc).__name__}), so floyd does not know where you logged in",
-                        hint=f"floyd logout removes it; then floyd login HOST again") from None
+                        hint="floyd logout removes it; then floyd login HOST again") from None
 
 
 def _save(entry: Login) -> Path:

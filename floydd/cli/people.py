@@ -9,7 +9,7 @@ import re
 
 import click
 
-from floydd.cli.common import echo_json, handle_errors
+from floydd.cli.common import echo_json, handle_errors, pass_where
 from floydd.cli.table import print_table
 from floydd.errors import InvalidSpec
 
@@ -42,7 +42,7 @@ def make_user(_config_options, _client) -> click.Group:
     @click.option("--admin", is_flag=True, help="Make them an admin (default: a user).")
     @click.option("--uid", "uids", multiple=True, metavar="BOX:UID",
                   help="A local uid on a box that acts as them (default: their login name on every box). Repeatable.")
-    @click.pass_obj
+    @pass_where(_config_options)
     @handle_errors
     def add(where, name, admin, uids) -> None:
         """Give NAME an account in this lab."""
@@ -57,7 +57,7 @@ def make_user(_config_options, _client) -> click.Group:
 
     @user.command("list")
     @click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
-    @click.pass_obj
+    @pass_where(_config_options)
     @handle_errors
     def list_people(where, as_json) -> None:
         """The lab's people, their roles and mapped uids."""
@@ -78,7 +78,7 @@ def make_user(_config_options, _client) -> click.Group:
     @user.command("role")
     @click.argument("name")
     @click.argument("role", type=click.Choice(["admin", "user"]))
-    @click.pass_obj
+    @pass_where(_config_options)
     @handle_errors
     def role(where, name, role) -> None:
         """Make NAME an admin or a user (the last admin stays one)."""
@@ -90,7 +90,7 @@ def make_user(_config_options, _client) -> click.Group:
     @click.argument("name")
     @click.argument("box")
     @click.argument("uids", nargs=-1, type=click.IntRange(0, 2 ** 32 - 1))
-    @click.pass_obj
+    @pass_where(_config_options)
     @handle_errors
     def map_uids(where, name, box, uids) -> None:
         """The uids on BOX that act as NAME (none: their login name there again)."""
@@ -101,7 +101,7 @@ def make_user(_config_options, _client) -> click.Group:
 
     @user.command("remove")
     @click.argument("name")
-    @click.pass_obj
+    @pass_where(_config_options)
     @handle_errors
     def remove(where, name) -> None:
         """Remove NAME's account (their jobs and datasets keep their name)."""

@@ -48,15 +48,16 @@ _SKIP = frozenset({"op", "ts", "term", "proposer", "spec", "procs", "resources",
 _EXPORT_ROWS = 1000
 
 
-def audited(cmd: dict, known_nodes: Any) -> bool:
+def audited(cmd: dict, known_nodes: dict) -> bool:
     """Whether applying ``cmd`` makes an entry (asked before it is applied)."""
     op = cmd["op"]
     if op in ROUTINE:
         return False
     if op == "job.update":                 # a box's report, unless a person asked (a stop)
         return "user" in cmd or "stop_requested" in cmd
-    if op == "node.upsert":                # every start says it again; a join is news
-        return cmd["id"] not in known_nodes
+    if op == "node.upsert":                # every start says it again; a join or a new config is news
+        known = known_nodes.get(cmd["id"])
+        return known is None or "config" in cmd and cmd["config"] != known.get("config", "")
     return True
 
 

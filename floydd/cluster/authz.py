@@ -33,6 +33,8 @@ What it reads of a command::
                          (any job: an admin)
     job.delete           the job's owner or an admin
     project.reserve      any member
+    project.allocate     any member (numbers for the jobs it imports)
+    job.import           a box, as the box that holds the imported job (node = proposer)
     dataset.add_version  any member, as the version's holder; to a private dataset (or
                          changing its visibility): its owner or an admin
     dataset.delete       an admin, or the user who added every version deleted
@@ -62,7 +64,8 @@ from typing import Any, Container
 
 from floydd.errors import Forbidden
 
-__all__ = ["authorize", "authorize_conf", "joining_may_propose", "is_admin", "may_act_for", "may_read_dataset",
+__all__ = ["authorize", "authorize_conf", "joining_may_propose", "is_admin", "may_act_for", "check_job_owner",
+           "may_read_dataset",
            "standing"]
 
 _USER_STOP_FIELDS = frozenset({"op", "ts", "proposer", "job", "stop_requested", "state", "reason", "user"})
@@ -151,6 +154,14 @@ def may_act_for(state: Any, user: str | None, owner: str | None) -> bool:
     return is_admin(state, user) or (user or "") == (owner or "")
 
 
+def check_job_owner(state: Any, user: str | None, key: str, owner: str | None, verb: str) -> None:
+    """Refuse ``user`` who may not ``verb`` (stop, delete, restart) job ``key`` of ``owner``,
+    naming whose it is: the words of every such refusal, on apply and at the API edge."""
+    if not may_act_for(state, user, owner):
+        raise Forbidden(f"{_who(user)} may not {verb} {key}, which is {owner or 'nobody'}'s", code="not_the_owner",
+                        hint=f"only the job's owner or an admin {verb}s it")
+
+
 def may_read_dataset(state: Any, user: str | None, dataset: dict) -> bool:
     """Whether ``user`` may mount or clone ``dataset`` (a ``state.datasets`` entry): every
     user a ``lab`` one; a ``private`` one its owner and admins."""
@@ -221,21 +232,24 @@ def _job_update(state, cmd, proposer, leader) -> None:
         return
     if set(cmd) <= _USER_STOP_FIELDS and cmd.get("state", "stopped") == "stopped" \
             and ("stop_requested" in cmd or "state" in cmd):
-        user = cmd.get("user", "")
-        if job is not None and not may_act_for(state, user, job.get("user")):
-            raise Forbidden(f"{_who(user)} may not stop {key}, which is {job.get('user') or 'nobody'}'s",
-                            code="not_the_owner", hint="only the job's owner or an admin stops it")
+        if job is not None:
+            check_job_owner(state, cmd.get("user", ""), key, job.get("user"), "stop")
         return
     raise Forbidden(f"{_box(state, proposer)} may not change {key} that way: a box reports its own runs "
                     "(with node), a user stops a job, the leader does the rest", code="leader_only")
 
 
+def _job_import(state, cmd, proposer, leader) -> None:
+    if cmd["node"] != proposer:
+        raise Forbidden(f"{_box(state, proposer)} may not import a job as if held by {_box(state, cmd['node'])}",
+                        code="not_its_own", hint="a box imports the jobs whose records it keeps")
+
+
 def _job_delete(state, cmd, proposer, leader) -> None:
     key = cmd["job"]
     job = state.jobs.get(key) or state.archive.get(key)
-    if job is not None and not may_act_for(state, cmd.get("user", ""), job.get("user")):
-        raise Forbidden(f"{_who(cmd.get('user'))} may not delete {key}, which is {job.get('user') or 'nobody'}'s",
-                        code="not_the_owner", hint="only the job's owner or an admin deletes it")
+    if job is not None:
+        check_job_owner(state, cmd.get("user", ""), key, job.get("user"), "delete")
 
 
 def _dataset_add(state, cmd, proposer, leader) -> None:
@@ -322,6 +336,7 @@ _RULES = {
     "node.upsert": _itself, "node.cert": _itself, "node.health": _node_health, "node.remove": _node_remove,
     "job.submit": _job_submit, "job.place": _leader_only, "job.archive": _leader_only, "job.update": _job_update,
     "job.delete": _job_delete, "project.reserve": _any_member, "dataset.add_version": _dataset_add,
+    "project.allocate": _any_member, "job.import": _job_import,
     "dataset.delete": _dataset_delete, "dataset.holders": _dataset_holders,
     "token.create": _join_token, "token.use": _any_member, "token.revoke": _join_token,
     "admin.grant": _admin_grant, "person.add": _people_admin, "person.role": _people_admin,

@@ -89,7 +89,7 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "node.upsert": {"id": (_STR, True), "name": (_STR, True), "address": (_STR, True),
                     "cluster_port": (_INT, True), "api_port": (_OPT_INT, False),
                     "resources": (_DICT, False), "labels": (_DICT, False), "rejoin": (_BOOL, False),
-                    "procs": (_LIST, False)},
+                    "procs": (_LIST, False), "config": (_STR, False)},
     "node.health": {"id": (_STR, True), "status": (_STR, True), "usage": (_DICT, False), "procs": (_LIST, False)},
     "node.remove": {"id": (_STR, True), "user": (_STR, False)},
     "job.submit": {"idem_key": (_STR, True), "project": (_STR, True), "spec": (_DICT, True),

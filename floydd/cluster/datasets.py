@@ -135,12 +135,12 @@ class ClusterDatasets:
         raise dataset_not_found(name, number, list(versions), sorted({v["name"] for v in everything}))
 
     async def resolve_readable(self, ref: str, user: str | None, doing: str = "mount") -> dict:
-        """:meth:`resolve`, for ``user`` to mount or clone: a private dataset of someone else
-        is refused (:func:`floydd.cluster.authz.may_read_dataset`: its owner and admins only)."""
+        """:meth:`resolve`, for ``user`` to mount, clone or list the files of: a private dataset
+        of someone else is refused (:func:`floydd.cluster.authz.may_read_dataset`: its owner and admins only)."""
         version = await self.resolve(ref)
         dataset = self.cluster.state.datasets.get(version["name"]) or version
         if not may_read_dataset(self.cluster.state, user, dataset):
-            raise Forbidden(f"{user or 'a caller with no account'} may not {doing} {version['ref']}: it is "
+            raise Forbidden(f"{'user ' + user if user else 'a caller with no account'} may not {doing} {version['ref']}: it is "
                             f"{dataset.get('owner') or 'nobody'}'s private dataset", code="private_dataset",
                             hint="only its owner or an admin mounts or clones it")
         return version

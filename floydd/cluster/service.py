@@ -70,7 +70,7 @@ class ClusterService:
     def __init__(self, identity: NodeIdentity, state_dir: str | Path, *, name: str | None = None,
                  advertise: str | None = None, api_port: int | None = None, resources: dict | None = None,
                  labels: dict | None = None, usage: Callable[[], dict] | None = None,
-                 live: Callable[[], list[dict]] | None = None,
+                 live: Callable[[], list[dict]] | None = None, settings: str | None = None,
                  config: ClusterConfig = DEFAULT_CLUSTER_CONFIG, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None) -> None:
         self.identity = identity
@@ -79,6 +79,9 @@ class ClusterService:
         self.state_dir = Path(state_dir)
         self.config = config
         self.api_port, self.resources, self.labels = api_port, resources or {}, labels or {}
+        self.settings = settings
+        """What this box's operator set (``k=v ...``, :func:`floydd.config.settings_line`), sent
+        with each start; the audit log records a change (None: not said)."""
         self._seeds: list[str] = []
         self._usage, self._clock = usage, clock
         self._live = live
@@ -444,6 +447,8 @@ class ClusterService:
                "labels": self.labels, **await self._procs()}
         if self._rejoin:
             cmd["rejoin"] = True
+        if self.settings is not None:
+            cmd["config"] = self.settings
         return cmd
 
     async def _procs(self) -> dict:

@@ -282,6 +282,8 @@ class ClusterState:
                     last_heartbeat=cmd["ts"])
         if "procs" in cmd:
             node["procs"] = cmd["procs"]
+        if "config" in cmd:                  # what its operator set (audited when it changes)
+            node["config"] = cmd["config"]
         return _copy(node)
 
     def _node_health(self, cmd: dict, term: int) -> None:

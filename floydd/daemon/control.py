@@ -31,6 +31,7 @@ from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.discovery import Discovery
 from floydd.cluster.service import ClusterService
 from floydd.cluster.storecare import StoreCare
+from floydd.config import settings_line
 from floydd.daemon.cluster_files import (ClusterSettings, api_address, guess_address, read_settings, split_address,
                                          write_settings)
 from floydd.daemon.peers import peer_app
@@ -67,7 +68,8 @@ async def control_ctx(app: web.Application):
         advertise = settings.advertise or f"{guess_address()}:{port}"
     service = ClusterService(identity, config.state_dir / "cluster", name=config.node_name, advertise=advertise,
                              resources=resources, usage=usage, config=timing,
-                             live=partial(fence.live_runs, config.state_dir))   # its runs, with each heartbeat
+                             live=partial(fence.live_runs, config.state_dir),   # its runs, with each heartbeat
+                             settings=settings_line(config))                    # audited when they change
     trust = keeper = listener = None
     if settings is not None:      # a member of a cluster of boxes: joins, the CA key, renewals
         secret = config.store_dir / "key"

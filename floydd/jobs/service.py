@@ -35,10 +35,10 @@ from typing import Callable
 import msgpack
 
 from floydd import log
-from floydd.cluster.authz import may_act_for
+from floydd.cluster.authz import check_job_owner
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.service import ClusterService
-from floydd.errors import Conflict, FloyddError, Forbidden, NotFound, StoreFull, Unavailable, UserError
+from floydd.errors import Conflict, FloyddError, NotFound, StoreFull, Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.jobs.gang import check_gang_command
 from floydd.jobs.leader import ClusterScheduler
@@ -191,13 +191,9 @@ class JobService:
         return await self.submit(changes.submission(JobKey.parse(key), old), user=user)
 
     def _check_owner(self, user: str, key: str, owner: str | None, verb: str) -> None:
-        """Refuse, naming whose it is, ``user`` who may not ``verb`` job ``key`` (not its owner,
-        not an admin): before anything about the job's state is said. Every box checks it again
-        on apply (:mod:`floydd.cluster.authz`, with the same words), which decides."""
-        if not may_act_for(self.cluster.state, user, owner):
-            raise Forbidden(f"{'user ' + user if user else 'an unnamed user'} may not {verb} {key}, which is "
-                            f"{owner or 'nobody'}'s", code="not_the_owner",
-                            hint=f"only the job's owner or an admin {verb}s it")
+        """Refuse ``user`` who may not ``verb`` job ``key`` before anything about the job's state
+        is said; every box checks it again on apply (:mod:`floydd.cluster.authz`), which decides."""
+        check_job_owner(self.cluster.state, user, key, owner, verb)
 
     # -- reads ------------------------------------------------------------------------------------
 

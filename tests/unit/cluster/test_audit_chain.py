@@ -68,8 +68,10 @@ def test_an_entry_that_is_not_json_any_more_is_named_by_position():
 
 def test_changes_made_by_people_are_audited_and_routine_reports_are_not():
     state = ClusterState()
-    ops = [({"op": "node.upsert", **NODE}, True),                       # a join
-           ({"op": "node.upsert", **NODE}, False),                      # the same box starting again
+    ops = [({"op": "node.upsert", **NODE, "config": "defaults"}, True),   # a join
+           ({"op": "node.upsert", **NODE, "config": "defaults"}, False),  # the same box starting again
+           ({"op": "node.upsert", **NODE}, False),                      # an older release says no config
+           ({"op": "node.upsert", **NODE, "config": "sandbox=require"}, True),   # its operator changed one
            ({"op": "node.health", "id": "n1", "status": "up"}, False),
            ({"op": "job.submit", "idem_key": "k", "project": "p", "spec": {"project": "p", "command": "x"},
              "user": "alice"}, True),
@@ -80,10 +82,11 @@ def test_changes_made_by_people_are_audited_and_routine_reports_are_not():
     entries = state.audit.entries()
     assert [e["index"] for e in entries] == [i for i, (_, yes) in enumerate(ops, 1) if yes]
     assert [(e["op"], e["who"], e["box"]) for e in entries] == [
-        ("node.upsert", "node:n1", "n1"), ("job.submit", "alice", "n1"),
+        ("node.upsert", "node:n1", "n1"), ("node.upsert", "node:n1", "n1"), ("job.submit", "alice", "n1"),
         ("job.update", "bob", "n1"), ("job.delete", "bob", "n1")]
-    assert "job=p/1" in entries[1]["what"] and "spec" not in entries[1]["what"]
-    assert verify(entries) == (4, None)
+    assert "config=sandbox=require" in entries[1]["what"]
+    assert "job=p/1" in entries[2]["what"] and "spec" not in entries[2]["what"]
+    assert verify(entries) == (5, None)
 
 
 def test_a_refused_command_makes_no_entry_and_a_replay_derives_the_same_chain():

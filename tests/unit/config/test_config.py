@@ -61,3 +61,10 @@ def test_sandbox_and_build_keys_from_toml_and_env(tmp_path):
         load({}, env={"FLOYDD_STATE_DIR": str(tmp_path), "FLOYDD_BUILD_NETWORK": "maybe"})
     with pytest.raises(UserError, match="sandbox 'sometimes'"):
         load({}, env={"FLOYDD_STATE_DIR": str(tmp_path), "FLOYDD_SANDBOX": "sometimes"})
+
+
+def test_the_settings_line_names_what_the_operator_changed_and_nothing_else(tmp_path):
+    from floydd.config import Config, settings_line
+    assert settings_line(Config(state_dir=tmp_path, node_name="x")) == "defaults"     # where and who: not settings
+    line = settings_line(Config(state_dir=tmp_path, sandbox="require", job_cpus=2.0))
+    assert line == "job_cpus=2.0 sandbox=require"
