@@ -23,7 +23,7 @@ from typing import Iterable
 
 __all__ = ["VARIANTS", "Wheel", "parse_wheel", "normalize", "platform_tags", "running_platform",
            "torch_requirement", "check_variant", "lock_text", "read_lock_names", "bundle_stem",
-           "env_text", "sha256_file", "write_tar"]
+           "env_text", "sha256_file", "folder_members", "write_tar"]
 
 VARIANTS = ("cpu", "gpu", "no-torch")
 """``cpu``: torch's CPU build; ``gpu``: its CUDA build (with the nvidia-* wheels it needs);
@@ -188,6 +188,16 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def folder_members(folder: Path, under: str) -> list[tuple[str, Path, int]]:
+    """Every file below ``folder`` as :func:`write_tar` members named ``under/RELATIVE``
+    (0644), sorted; none when the folder is missing. The service units (``packaging/units``,
+    its ``user/`` folder too) travel this way."""
+    if not folder.is_dir():
+        return []
+    return [(f"{under}/{path.relative_to(folder).as_posix()}", path, 0o644)
+            for path in sorted(folder.rglob("*")) if path.is_file() and "__pycache__" not in path.parts]
 
 
 def write_tar(out: Path, members: Iterable[tuple[str, Path | bytes, int]], mtime: int) -> None:
