@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import ipaddress
-import logging
 import os
 import secrets
 import signal
@@ -29,6 +28,7 @@ from aiohttp import web
 
 from floydd import log
 from floydd.api import keys
+from floydd.daemon import logs
 from floydd.daemon.app import create_app
 from floydd.config import Config
 from floydd.errors import Conflict, UserError
@@ -156,12 +156,17 @@ def _socket_gid(config: Config) -> int | None:
 
 
 def run(config: Config) -> None:
-    """``floydd start``: the daemon in the foreground until SIGINT/SIGTERM."""
-    logging.basicConfig(level=config.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """``floydd start``: the daemon in the foreground until SIGINT/SIGTERM.
+
+    Its log goes to the journal (a service), or to ``STATE/floydd.log``, rotated
+    (:mod:`floydd.daemon.logs`); set up once the lock is held, so only this daemon rotates it.
+    SIGTERM stops the daemon alone: jobs' agents run in sessions of their own and carry on
+    (a service unit has ``KillMode=process`` for the same reason, packaging/units/)."""
     lock = StateLock(config)
     lock.acquire()
     try:
+        logs.setup(config)
+
         async def main() -> None:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
