@@ -199,6 +199,12 @@ class Config:
         return self.state_dir / "floydd.log"
 
     @property
+    def log_where(self) -> str:
+        """Where to read this daemon's log, as said to people: the journal for a service
+        (:mod:`floydd.daemon.logs`), else the file."""
+        return "the journal (journalctl -u floydd)" if self.system else str(self.log_path)
+
+    @property
     def store_dir(self) -> Path:
         return self.state_dir / "store"
 

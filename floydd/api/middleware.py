@@ -53,7 +53,7 @@ async def error_middleware(request: web.Request, handler):
         log.api.exception("unhandled error in %s %s", request.method, request.path)
         config = request.app[keys.CONFIG]
         err = InternalError(f"internal error: {type(exc).__name__}: {exc}",
-                            hint=f"this is a bug; the daemon log {config.log_path} has the details")
+                            hint=f"this is a bug; the daemon log ({config.log_where}) has the details")
         return web.json_response(err.to_payload(), status=500)
 
 

@@ -23,7 +23,7 @@ async def info(request: web.Request) -> web.Response:
     return reply({
         "version": floydd.__version__, "node": config.node_name, "pid": os.getpid(),
         "state_dir": str(config.state_dir), "socket": str(config.socket_path),
-        "log": str(config.log_path), "started": request.app[keys.STARTED],
+        "log": config.log_where, "started": request.app[keys.STARTED],
         "uptime": time.time() - request.app[keys.STARTED], "sandbox": jobs.runtime.sandbox_mode,
         "sandbox_policy": jobs.runtime.sandboxing.policy, "sandbox_warning": jobs.runtime.sandboxing.warning,
         "running": len(jobs.runtime.running()), **_cluster_info(request.app[keys.CLUSTER]),
