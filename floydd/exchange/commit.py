@@ -57,26 +57,30 @@ async def commit(staged: Staged, *, jobs: Any, person: str) -> dict:
     made_datasets = []
     for doc in staged.datasets:
         tree = staged.trees[doc["tree"]]
-        message = f"{doc.get('message') or ''} ({note}: {doc['ref']})".strip()
-        version = await datasets.register(doc["name"], str(tree.tree), size=tree.size, files=tree.files,
-                                          message=message[:1000], idem_key=f"{prefix}dataset:{doc['ref']}:{doc['tree']}",
-                                          user=person)
+        idem_key = f"{prefix}dataset:{doc['ref']}:{doc['tree']}"
+        version = _same(cluster.state, doc["name"], str(tree.tree), idem_key)
+        new = version is None
+        if new:
+            message = f"{doc.get('message') or ''} ({note}: {doc['ref']})".strip()
+            version = await datasets.register(doc["name"], str(tree.tree), size=tree.size, files=tree.files,
+                                              message=message[:1000], idem_key=idem_key, user=person)
         versions[(doc["ref"], doc["tree"])] = version
-        made_datasets.append({"from": doc["ref"], "to": version["ref"], "alone": bool(doc.get("alone"))})
+        made_datasets.append({"origin_ref": doc["ref"], "ref": version["ref"], "alone": bool(doc.get("alone")),
+                              "new": new})
     made_jobs = []
     todo: dict[str, list[tuple[str, StagedJob]]] = {}
     for job in staged.jobs:
         key = f"{prefix}{job.doc['id']}"
         existing = _already(cluster.state, key)
         if existing is not None:
-            made_jobs.append({"from": job.doc["id"], "to": existing, "new": False})
+            made_jobs.append({"origin_job": job.doc["id"], "job": existing, "new": False})
         else:
             todo.setdefault(job.doc["project"], []).append((key, job))
     for project, items in todo.items():
         numbers = await cluster.allocate_numbers(project, [k for k, _ in items])
         for key, job in items:
             made = await _import_job(jobs, staged, job, key, numbers[key], versions, note, person)
-            made_jobs.append({"from": job.doc["id"], "to": made["id"], "new": True})
+            made_jobs.append({"origin_job": job.doc["id"], "job": made["id"], "new": True})
     for holder in staged.leases:                # the versions and job pins keep the trees now
         await asyncio.to_thread(jobs.store.catalog.unpin, holder)
     return {"origin": {**origin.to_dict(), "description": origin.describe()},
@@ -118,6 +122,20 @@ def _check(staged: Staged, state: Any, person: str) -> None:
         except (FloyddError, KeyError, TypeError, ValueError) as exc:
             raise InvalidSpec(f"the export's job {str(doc.get('id'))[:80]} is malformed: {exc}; nothing was imported",
                               hint="the file was not written by floyd export (or by a version with a bug)") from None
+
+
+def _same(state: Any, name: str, tree: str, idem_key: str) -> dict | None:
+    """A version of ``name`` here that an earlier import made, or that holds the very same tree
+    (data that went to the other site and comes back: its chunks keep their cut points, so it
+    seals to the same ids): no new version for it."""
+    seen = state.idem.get(idem_key)
+    versions = (state.datasets.get(name) or {}).get("versions") or {}
+    if seen is not None and seen[0] == "dataset" and str(seen[2]) in versions:
+        return dict(versions[str(seen[2])])
+    for version in versions.values():
+        if version["tree"] == tree:
+            return dict(version)
+    return None
 
 
 def _already(state: Any, key: str) -> str | None:

@@ -54,16 +54,20 @@ _PART, _PART_END, _TRAILER, _ERROR = b"FXPT", b"FXPE", b"FXTR", b"FXER"
 _FOOTER = b"FXEND01\n"
 _U32, _U64 = struct.Struct(">I"), struct.Struct(">Q")
 _MAX_JSON = 256 << 20
+_BLOCK = 1 << 20
 
 
 class Damaged(IntegrityError):
-    """A byte of the file is not what was written: named by the part it lies in."""
+    """A byte of the file is not what was written: named by the part it lies in. The file is
+    the caller's, not this box's store: a 400, not a 500."""
 
     code = "export_damaged"
+    status = 400
 
 
 class Truncated(IntegrityError):
     code = "export_truncated"
+    status = 400
 
 
 class NotAnExport(UserError):
@@ -207,6 +211,7 @@ class Reader:
     def __init__(self, src: IO[bytes], key: ExportKey | None, *, where: str = "the export",
                  decrypt: bool = True) -> None:
         self._src, self._key, self.where = src, key, where
+        self._buf, self._at = b"", 0
         self.position = 0
         self._decrypt = decrypt and key is not None
         self._read_parts: list[dict] = []
@@ -236,7 +241,7 @@ class Reader:
                 self._trailer()
                 return
             if tag == _ERROR:
-                raise self._error_frame()
+                raise self._error_frame(b"")
             if tag != _PART:
                 raise self._damaged(f"what follows {self._after()} is not a part (byte {self.position - 4})")
             part = self._part_header()
@@ -247,7 +252,7 @@ class Reader:
     # -- internals ------------------------------------------------------------------------------
 
     def _header(self) -> tuple[dict, str]:
-        magic = self._src.read(len(MAGIC))
+        magic = self._take(len(MAGIC))
         self.position += len(magic)
         if magic != MAGIC:
             if magic.startswith(b"FLOYDX"):
@@ -296,6 +301,8 @@ class Reader:
         count = size = 0
         while True:
             frame = self._exact(5, part.label)
+            if frame[:4] == _ERROR:              # the writer failed between two records: why
+                raise self._error_frame(frame[4:])
             flags, n = frame[0], _U32.unpack(frame[1:])[0]
             if flags not in (0, LAST) or not RECORD_OVERHEAD <= n <= MAX_RECORD + RECORD_OVERHEAD:
                 raise self._damaged_part(part, f"record {count} is malformed (byte {self.position - 5})")
@@ -326,7 +333,7 @@ class Reader:
         footer = self._exact(16, "the footer")
         if footer[8:] != _FOOTER or _U64.unpack(footer[:8])[0] != start:
             raise self._damaged("its footer is damaged")
-        if self._src.read(1):
+        if self._take(1):
             raise self._damaged("bytes follow its footer")
         try:
             manifest, self.seal = json.loads(body), json.loads(seal)
@@ -358,22 +365,39 @@ class Reader:
             raise self._damaged(f"{what} is damaged (an impossible length)")
         return n
 
-    def _error_frame(self) -> Exception:
+    def _error_frame(self, head: bytes) -> Exception:
+        """The error a writer that failed sent (``head``: the first bytes of its length, read already)."""
         try:
-            payload = json.loads(self._exact(self._length("the error"), "the error"))
+            (n,) = _U32.unpack(head + self._exact(4 - len(head), "the error"))
+            if n > 1 << 20:
+                raise ValueError(n)
+            payload = json.loads(self._exact(n, "the error"))
             return from_payload(payload, 500)
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, KeyError):
             return self._damaged("it ends with a damaged error record")
 
+    def _take(self, n: int) -> bytes:
+        """Up to ``n`` bytes (fewer only at the end of the file), read from ``src`` a block at a time."""
+        if self._at >= len(self._buf):
+            self._buf, self._at = self._src.read(max(n, _BLOCK)), 0
+        data = self._buf[self._at:self._at + n]
+        self._at += len(data)
+        return data
+
     def _exact(self, n: int, within: str) -> bytes:
-        data = self._src.read(n)
-        while len(data) < n:
-            more = self._src.read(n - len(data))
-            if not more:
-                self.position += len(data)
-                raise Truncated(f"{self.where} ends at byte {self.position}, inside {within}: it is truncated "
-                                "(or that part is damaged)", hint="copy the whole file again, or export again")
-            data += more
+        data = self._take(n)
+        if len(data) < n:
+            pieces, got = [data], len(data)
+            while got < n:
+                more = self._take(n - got)
+                if not more:
+                    self.position += got
+                    raise Truncated(f"{self.where} ends at byte {self.position}, inside {within}: it is "
+                                    "truncated (or that part is damaged)",
+                                    hint="copy the whole file again, or export again")
+                pieces.append(more)
+                got += len(more)
+            data = b"".join(pieces)
         self.position += n
         return data
 

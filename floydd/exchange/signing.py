@@ -15,7 +15,7 @@ importing site learns *which* cluster or box made the file, not that it may trus
 no CA of the other site to check against (an air-gapped site may never have one). So the
 import shows the origin's fingerprint and name, ``floyd import --expect-origin FINGERPRINT``
 refuses any other, and the person compares the fingerprint with the exporting site (``floydd
-status`` there prints its CA fingerprint). The manifest's MAC under the export key (which
+members`` there prints its CA fingerprint). The manifest's MAC under the export key (which
 only the two sites hold) is what makes a re-signed file from a third party fail.
 
 Certificates are not checked for expiry: an export read years later, offline, is still the

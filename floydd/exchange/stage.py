@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from floydd.errors import FloyddError, StoreFull
 from floydd.exchange import parts
 from floydd.exchange.container import Damaged, NotAnExport, Reader
 from floydd.exchange.crypto import ExportKey
@@ -76,9 +77,14 @@ def stage(src: IO[bytes], key: ExportKey, *, store: Any, spool: Path, where: str
                 raise Damaged(f"{where} was made by {origin.describe()}, not by the origin you expected "
                               f"({expect_origin[:20]})", code="unexpected_origin",
                               hint="check with the exporting site which cluster made the file")
-    except BaseException:
+    except BaseException as exc:
         for holder in run.leases:
-            store.catalog.unpin(holder)
+            try:
+                store.catalog.unpin(holder)
+            except FloyddError:             # a full disk: the lease expires by itself in a day
+                pass
+        if isinstance(exc, StoreFull):
+            raise StoreFull(f"{exc.message}; nothing was imported", hint=exc.hint) from None
         raise
     return Staged(origin=origin, manifest=reader.manifest, trees=run.trees, datasets=run.datasets, jobs=run.jobs,
                   leases=run.leases, bytes_read=reader.position)

@@ -136,9 +136,13 @@ def test_a_writer_that_failed_says_why():
     w = Writer(out, key, kdf={"kind": "random"}, file_id=os.urandom(16), created=1.0)
     with w.part("job", "job a/1") as p:
         p.write(b"{}")
-    out.write(error_frame(NotFound("the box that ran a/2 is unreachable").to_payload()))
-    with pytest.raises(NotFound, match="unreachable"):
-        read_all(out.getvalue(), key)
+    between_parts = out.getvalue() + error_frame(NotFound("the box that ran a/2 is unreachable").to_payload())
+    part = w.part("data", "data of a:1")
+    part.write(b"x" * 100)
+    inside_a_part = out.getvalue() + error_frame(NotFound("object 0a1b is not in the store").to_payload())
+    for data, words in ((between_parts, "unreachable"), (inside_a_part, "not in the store")):
+        with pytest.raises(NotFound, match=words):
+            read_all(data, key)
 
 
 def test_without_decrypting_the_structure_and_hashes_are_still_checked(member):

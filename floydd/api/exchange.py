@@ -1,0 +1,170 @@
+"""``/v1/export`` and ``/v1/import``: export files between sites (:mod:`floydd.exchange`).
+
+Both stream: an export answers with the file itself (``application/octet-stream``) as it is
+written, an import reads the file from the request body as it arrives; neither holds it in
+memory nor on this box's disk (only a job's records are spooled, one job at a time). The
+export key travels in the JSON body of an export and in the ``Floydd-Export-Key`` header of
+an import (never in a URL, which access logs keep); the CLI makes it, or derives it from a
+passphrase, and prints it: the daemon never stores it.
+
+An export finds everything before its status line (a job still running, a box away, a
+private dataset: a JSON error, as any request); a failure after that (a disk error midway)
+ends the file with an error record (:func:`~floydd.exchange.container.error_frame`) that the
+client raises, never with a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import shutil
+import tempfile
+from pathlib import Path
+from typing import AsyncIterator
+
+from aiohttp import web
+
+from floydd.api import keys
+from floydd.api.params import text_field
+from floydd.api.request import acting_user, body, error_event, reply
+from floydd.errors import InvalidSpec, StoreFull, UserError
+from floydd.exchange import ExportKey, check_kdf
+from floydd.exchange.commit import commit
+from floydd.exchange.container import error_frame
+from floydd.exchange.export import gather, write
+from floydd.exchange.stage import stage
+
+routes = web.RouteTableDef()
+
+OCTET = "application/octet-stream"
+KEY_HEADER = "Floydd-Export-Key"
+SIZE_HEADER = "Floydd-Export-Size"
+"""About how many bytes the export will be (for a progress bar; not a Content-Length)."""
+_BLOCK = 1 << 20
+_MAX_NAMES = 10_000
+
+
+@routes.post("/v1/export")
+async def export(request: web.Request) -> web.StreamResponse:
+    """``{"jobs": [PROJECT or PROJECT/N], "datasets": [NAME[:N]], "key": hex, "kdf"}`` -> the file."""
+    data = await body(request)
+    person = acting_user(request)
+    key = ExportKey.from_text(text_field(data, "key", limit=200, hint="floyd export sends the key it made"))
+    kdf = check_kdf(data.get("kdf"))
+    selection, refs = _names(data, "jobs"), _names(data, "datasets")
+    jobs, cluster = request.app[keys.JOBS], request.app[keys.CLUSTER]
+    async with _scratch(request) as spool:
+        plan = await gather(jobs=jobs, datasets=jobs.datasets, selection=selection, refs=refs, person=person,
+                            spool=spool)
+        resp = web.StreamResponse(headers={"Content-Type": OCTET, SIZE_HEADER: str(plan.estimate)})
+        await resp.prepare(request)
+        pipe = _Pipe(asyncio.get_running_loop())
+
+        def run() -> None:
+            try:
+                write(plan, store=jobs.store, out=pipe, key=key, kdf=kdf, identity=cluster.identity,
+                      exported_by=person, cluster_name=cluster.name)
+            finally:
+                pipe.close()
+        task = asyncio.create_task(asyncio.to_thread(run))
+        try:
+            while (block := await pipe.get()) is not None:
+                await resp.write(block)
+        except BaseException:
+            pipe.broken = True              # the client went away: the writer stops at its next write
+            await pipe.drain()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        try:
+            await task
+        except Exception as exc:        # after the status line: the file ends with why
+            await resp.write(error_frame(error_event(exc)))
+        await resp.write_eof()
+        return resp
+
+
+@routes.post("/v1/import")
+async def import_(request: web.Request) -> web.Response:
+    """The file as the body (``Floydd-Export-Key``: the key as hex); what it made (201)."""
+    person = acting_user(request)
+    if request.content_type != OCTET:
+        raise InvalidSpec(f"send the export file as {OCTET}, not {request.content_type}", hint="floyd import FILE")
+    key = ExportKey.from_text(request.headers.get(KEY_HEADER, ""))
+    name = text_field(request.query, "name", limit=200, hint="the file's name, for messages") or "the export"
+    expect = text_field(request.query, "expect_origin", limit=80, hint="a CA fingerprint (hex)") or None
+    jobs = request.app[keys.JOBS]
+    async with _scratch(request) as spool:
+        src = _Body(request.content, asyncio.get_running_loop())
+        staged = await asyncio.to_thread(stage, src, key, store=jobs.store, spool=spool, where=name,
+                                         expect_origin=expect)
+        result = await commit(staged, jobs=jobs, person=person)
+    return reply(result, status=201)
+
+
+def _names(data: dict, field: str) -> list[str]:
+    value = data.get(field) or []
+    if not isinstance(value, list) or len(value) > _MAX_NAMES or not all(isinstance(v, str) and v for v in value):
+        raise UserError(f"{field} must be a list of names", hint="floyd export PROJECT[/N] ... --to FILE")
+    return value
+
+
+class _Pipe:
+    """A file a worker thread writes and the loop reads, in blocks of a MiB, a few in flight."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue = asyncio.Queue(maxsize=8)
+        self._buf = bytearray()
+        self.broken = False
+
+    def write(self, data) -> None:
+        if self.broken:
+            raise ConnectionResetError("the client went away")
+        self._buf += data
+        if len(self._buf) >= _BLOCK:
+            self._put(bytes(self._buf))
+            self._buf.clear()
+
+    def close(self) -> None:
+        if self._buf and not self.broken:
+            self._put(bytes(self._buf))
+        self._buf.clear()
+        self._put(None)
+
+    def _put(self, block: bytes | None) -> None:
+        asyncio.run_coroutine_threadsafe(self._queue.put(block), self._loop).result()
+
+    async def get(self) -> bytes | None:
+        return await self._queue.get()
+
+    async def drain(self) -> None:
+        """Take what is queued until the writer closed (it stops at its next write)."""
+        while await self._queue.get() is not None:
+            pass
+
+
+class _Body:
+    """The request body as a blocking ``read`` for a worker thread (the reader asks a MiB at a time)."""
+
+    def __init__(self, content, loop: asyncio.AbstractEventLoop) -> None:
+        self._content, self._loop = content, loop
+
+    def read(self, n: int) -> bytes:
+        return asyncio.run_coroutine_threadsafe(self._content.read(n), self._loop).result()
+
+
+@contextlib.asynccontextmanager
+async def _scratch(request: web.Request) -> AsyncIterator[Path]:
+    root = request.app[keys.CONFIG].state_dir / "exchange"
+    root.mkdir(mode=0o700, exist_ok=True)
+    work = Path(await asyncio.to_thread(tempfile.mkdtemp, dir=root))
+    try:
+        yield work
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreFull(f"no space left in {root} on this box; nothing was imported or exported",
+                            hint="free disk space on the box (floyd data gc helps) and try again") from None
+        raise
+    finally:
+        await asyncio.to_thread(shutil.rmtree, work, True)
