@@ -42,6 +42,9 @@ KEY_HEADER = "Floydd-Export-Key"
 SIZE_HEADER = "Floydd-Export-Size"
 """About how many bytes the export will be (for a progress bar; not a Content-Length)."""
 _BLOCK = 1 << 20
+_SMALL = 64 << 10
+_HANDOFF = 4 << 20
+"""Bytes handed from the writing thread to the loop at a time (each hand-off is a trip)."""
 _MAX_NAMES = 10_000
 
 
@@ -64,13 +67,14 @@ async def export(request: web.Request) -> web.StreamResponse:
         def run() -> None:
             try:
                 write(plan, store=jobs.store, out=pipe, key=key, kdf=kdf, identity=cluster.identity,
-                      exported_by=person, cluster_name=cluster.name)
+                      exported_by=person, box=cluster.name)
             finally:
                 pipe.close()
         task = asyncio.create_task(asyncio.to_thread(run))
         try:
-            while (block := await pipe.get()) is not None:
-                await resp.write(block)
+            while (blocks := await pipe.get()) is not None:
+                for block in blocks:
+                    await resp.write(block)
         except BaseException:
             pipe.broken = True              # the client went away: the writer stops at its next write
             await pipe.drain()
@@ -110,32 +114,49 @@ def _names(data: dict, field: str) -> list[str]:
 
 
 class _Pipe:
-    """A file a worker thread writes and the loop reads, in blocks of a MiB, a few in flight."""
+    """A file a worker thread writes and the loop reads: small writes gathered, large ones (a
+    sealed record) passed on as they are, 4 MiB a hand-off, 16 MiB in flight at most."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: asyncio.Queue = asyncio.Queue(maxsize=8)
-        self._buf = bytearray()
+        self._queue: asyncio.Queue = asyncio.Queue(maxsize=4)
+        self._small = bytearray()
+        self._blocks: list[bytes] = []
+        self._size = 0
         self.broken = False
 
     def write(self, data) -> None:
         if self.broken:
             raise ConnectionResetError("the client went away")
-        self._buf += data
-        if len(self._buf) >= _BLOCK:
-            self._put(bytes(self._buf))
-            self._buf.clear()
+        if len(data) < _SMALL:
+            self._small += data
+        else:
+            self._flush_small()
+            self._blocks.append(bytes(data))
+            self._size += len(data)
+        if self._size + len(self._small) >= _HANDOFF:
+            self._flush_small()
+            self._put(self._blocks)
+            self._blocks, self._size = [], 0
 
     def close(self) -> None:
-        if self._buf and not self.broken:
-            self._put(bytes(self._buf))
-        self._buf.clear()
+        if not self.broken:
+            self._flush_small()
+            if self._blocks:
+                self._put(self._blocks)
+        self._blocks, self._small = [], bytearray()
         self._put(None)
 
-    def _put(self, block: bytes | None) -> None:
-        asyncio.run_coroutine_threadsafe(self._queue.put(block), self._loop).result()
+    def _flush_small(self) -> None:
+        if self._small:
+            self._blocks.append(bytes(self._small))
+            self._size += len(self._small)
+            self._small.clear()
 
-    async def get(self) -> bytes | None:
+    def _put(self, blocks: list[bytes] | None) -> None:
+        asyncio.run_coroutine_threadsafe(self._queue.put(blocks), self._loop).result()
+
+    async def get(self) -> list[bytes] | None:
         return await self._queue.get()
 
     async def drain(self) -> None:
@@ -151,7 +172,18 @@ class _Body:
         self._content, self._loop = content, loop
 
     def read(self, n: int) -> bytes:
-        return asyncio.run_coroutine_threadsafe(self._content.read(n), self._loop).result()
+        return asyncio.run_coroutine_threadsafe(self._read(n), self._loop).result()
+
+    async def _read(self, n: int) -> bytes:
+        """``n`` bytes (fewer only at the end): one trip to the loop a MiB, not one a socket read."""
+        pieces, got = [], 0
+        while got < n:
+            piece = await self._content.read(n - got)
+            if not piece:
+                break
+            pieces.append(piece)
+            got += len(piece)
+        return b"".join(pieces)
 
 
 @contextlib.asynccontextmanager

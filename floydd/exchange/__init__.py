@@ -3,10 +3,10 @@
 ``floyd export PROJECT[/N…] --to FILE`` (and ``floyd data export NAME[:N]``) writes one file;
 ``floyd import FILE`` on another cluster (another store secret, perhaps never connected to
 the first) checks it and adds the jobs under the same project names with new numbers and a
-note of their origin. Decisions, and why::
+note of their origin. Decisions, and why (the module that holds each)::
 
-    container   container   a framed stream, not a tar: header, parts, trailer. Each part is
-                            named ("log of mnist/3") and hashed, each record in it sealed, so a
+    file        container   a framed stream, not a tar: header, parts, trailer. Each part is
+                reader      named ("log of mnist/3") and hashed, each record in it sealed, so a
                             flipped byte is refused *naming the part*; it is written and read
                             in one pass (an HTTP body, a pipe), in bounded memory
     keys        crypto      the importing site has another store secret, so chunks are opened
@@ -39,7 +39,8 @@ import asyncio
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from floydd.exchange.container import Damaged, NotAnExport, Reader, Truncated, WrongKey, read_header
+from floydd.exchange.container import Damaged, NotAnExport, Truncated, WrongKey
+from floydd.exchange.reader import Reader, read_header
 from floydd.exchange.crypto import SCRYPT, ExportKey, new_salt
 from floydd.exchange.signing import Origin
 
@@ -55,7 +56,7 @@ async def export_to(out: IO[bytes], *, jobs: Any, selection: Iterable[str] = (),
     plan = await gather(jobs=jobs, datasets=jobs.datasets, selection=selection, refs=refs, person=person, spool=spool)
     cluster = jobs.cluster
     return await asyncio.to_thread(write, plan, store=jobs.store, out=out, key=key, kdf=check_kdf(kdf),
-                                   identity=cluster.identity, exported_by=person, cluster_name=cluster.name)
+                                   identity=cluster.identity, exported_by=person, box=cluster.name)
 
 
 async def import_from(src: IO[bytes], *, jobs: Any, key: ExportKey, person: str, spool: Path,

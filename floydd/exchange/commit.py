@@ -48,44 +48,87 @@ MAX_SUMMARY_METRICS = 64
 async def commit(staged: Staged, *, jobs: Any, person: str) -> dict:
     """Commit ``staged`` for ``person`` through this node's :class:`~floydd.jobs.service.JobService`;
     what the import made (see the module docstring)."""
-    cluster, datasets = jobs.cluster, jobs.datasets
-    origin = staged.origin
-    prefix = f"import:{origin.fingerprint}:"
-    _check(staged, cluster.state, person)
-    note = f"imported from {origin.name or origin.kind} (sha256:{origin.short})"
-    versions: dict[tuple[str, str], dict] = {}          # (source ref, source tree) -> the version here
-    made_datasets = []
+    cluster = jobs.cluster
+    state, origin = cluster.state, staged.origin
+    run = _Run(jobs, staged, person, prefix=f"import:{origin.fingerprint}:",
+               note=f"imported from {origin.name or origin.kind} (sha256:{origin.short})")
+    _check(staged, state, person)
+    outputs = {(d["ref"], d["tree"]): d for d in staged.datasets if _is_output(d["name"])}
     for doc in staged.datasets:
-        tree = staged.trees[doc["tree"]]
-        idem_key = f"{prefix}dataset:{doc['ref']}:{doc['tree']}"
-        version = _same(cluster.state, doc["name"], str(tree.tree), idem_key)
-        new = version is None
-        if new:
-            message = f"{doc.get('message') or ''} ({note}: {doc['ref']})".strip()
-            version = await datasets.register(doc["name"], str(tree.tree), size=tree.size, files=tree.files,
-                                              message=message[:1000], idem_key=idem_key, user=person)
-        versions[(doc["ref"], doc["tree"])] = version
-        made_datasets.append({"origin_ref": doc["ref"], "ref": version["ref"], "alone": bool(doc.get("alone")),
-                              "new": new})
-    made_jobs = []
-    todo: dict[str, list[tuple[str, StagedJob]]] = {}
+        if not _is_output(doc["name"]):         # a job's output a job mounted: as it is reached, below
+            await run.dataset(doc, doc["name"])
+    made_jobs, pending = [], []
     for job in staged.jobs:
-        key = f"{prefix}{job.doc['id']}"
-        existing = _already(cluster.state, key)
-        if existing is not None:
-            made_jobs.append({"origin_job": job.doc["id"], "job": existing, "new": False})
-        else:
-            todo.setdefault(job.doc["project"], []).append((key, job))
-    for project, items in todo.items():
-        numbers = await cluster.allocate_numbers(project, [k for k, _ in items])
-        for key, job in items:
-            made = await _import_job(jobs, staged, job, key, numbers[key], versions, note, person)
-            made_jobs.append({"origin_job": job.doc["id"], "job": made["id"], "new": True})
+        key = f"{run.prefix}{job.doc['id']}"
+        existing = _already(state, key)
+        if existing is None:
+            pending.append((key, job))
+            continue
+        made_jobs.append({"origin_job": job.doc["id"], "job": existing, "new": False})
+        output = (job.doc.get("output") or {})
+        version = _version_of(state, state.job(existing).get("output_version"))
+        if output and version is not None:
+            run.versions[(output["ref"], output["tree"])] = version
+    numbers: dict[str, int] = {}
+    for project in dict.fromkeys(job.doc["project"] for _, job in pending):
+        numbers.update(await cluster.allocate_numbers(project, [k for k, j in pending if j.doc["project"] == project]))
+    # in the order they ran: a job that mounted another's output was submitted after that one ended
+    for key, job in sorted(pending, key=lambda item: (float(item[1].doc["created"]), item[1].doc["id"])):
+        for mount in job.doc["spec"]["data"]:
+            found = (mount["ref"], mount["tree"])
+            if found not in run.versions:       # the output of a job the file does not hold (or not yet)
+                doc = outputs[found]
+                await run.dataset(doc, _plain(doc["name"]))
+        made = await _import_job(run, job, key, numbers[key])
+        made_jobs.append({"origin_job": job.doc["id"], "job": made["id"], "new": True})
     for holder in staged.leases:                # the versions and job pins keep the trees now
         await asyncio.to_thread(jobs.store.catalog.unpin, holder)
     return {"origin": {**origin.to_dict(), "description": origin.describe()},
             "exported_by": staged.manifest.get("exported_by", ""), "created": staged.manifest.get("created"),
-            "jobs": made_jobs, "datasets": made_datasets, "bytes": staged.bytes_read}
+            "jobs": made_jobs, "datasets": run.made, "bytes": staged.bytes_read}
+
+
+class _Run:
+    """One commit: what it made so far."""
+
+    def __init__(self, jobs: Any, staged: Staged, person: str, *, prefix: str, note: str) -> None:
+        self.jobs, self.staged, self.person, self.prefix, self.note = jobs, staged, person, prefix, note
+        self.versions: dict[tuple[str, str], dict] = {}     # (source ref, source tree) -> the version here
+        self.made: list[dict] = []
+
+    async def dataset(self, doc: dict, name: str) -> dict:
+        """The version here of dataset version ``doc`` of the file, as a version of ``name``."""
+        tree = self.staged.trees[doc["tree"]]
+        idem_key = f"{self.prefix}dataset:{doc['ref']}:{doc['tree']}"
+        version = _same(self.jobs.cluster.state, name, str(tree.tree), idem_key)
+        new = version is None
+        if new:
+            message = f"{doc.get('message') or ''} ({self.note}: {doc['ref']})".strip()
+            version = await self.jobs.datasets.register(name, str(tree.tree), size=tree.size, files=tree.files,
+                                                        message=message[:1000], idem_key=idem_key, user=self.person)
+        self.versions[(doc["ref"], doc["tree"])] = version
+        self.made.append({"origin_ref": doc["ref"], "ref": version["ref"], "alone": bool(doc.get("alone")),
+                          "new": new})
+        return version
+
+
+def _is_output(name: str) -> bool:
+    return name.endswith("/output")
+
+
+def _plain(name: str) -> str:
+    """A dataset name for the output of a job of the origin that is not imported with it
+    (``mnist/2/output`` -> ``mnist-2-output``): never a name of this site's own jobs' outputs."""
+    project, number, _ = name.split("/")
+    return f"{project[:64 - len(number) - 8]}-{number}-output"
+
+
+def _version_of(state: Any, ref: str | None) -> dict | None:
+    if not ref:
+        return None
+    name, _, number = ref.rpartition(":")
+    version = ((state.datasets.get(name) or {}).get("versions") or {}).get(number)
+    return dict(version) if version is not None else None
 
 
 def _check(staged: Staged, state: Any, person: str) -> None:
@@ -96,6 +139,8 @@ def _check(staged: Staged, state: Any, person: str) -> None:
             check_name(name)
             if doc["ref"] != f"{name}:{int(doc['version'])}":
                 raise InvalidSpec("its ref is not its name and version")
+            if _is_output(name) and doc.get("alone"):
+                raise InvalidSpec("a job's output comes with its job")
         except (FloyddError, KeyError, TypeError, ValueError) as exc:
             raise InvalidSpec(f"the export's dataset {str(doc.get('ref'))[:80]} is malformed: {exc}") from None
         dataset = state.datasets.get(name) or {}
@@ -147,8 +192,8 @@ def _already(state: Any, key: str) -> str | None:
     return archived["id"] if archived is not None else None
 
 
-async def _import_job(jobs: Any, staged: Staged, job: StagedJob, key: str, number: int,
-                      versions: dict, note: str, person: str) -> dict:
+async def _import_job(run: _Run, job: StagedJob, key: str, number: int) -> dict:
+    jobs, staged, person = run.jobs, run.staged, run.person
     doc, cluster, store = job.doc, jobs.cluster, jobs.store
     project = doc["project"]
     new = JobKey(project, number)
@@ -156,12 +201,13 @@ async def _import_job(jobs: Any, staged: Staged, job: StagedJob, key: str, numbe
     if doc.get("output"):
         tree = staged.trees[doc["output"]["tree"]]
         version = await jobs.datasets.register(new.output_name, str(tree.tree), size=tree.size, files=tree.files,
-                                               message=f"output of {new} ({note}: output of {doc['id']})",
+                                               message=f"output of {new} ({run.note}: output of {doc['id']})",
                                                idem_key=f"{key}:output", user=person)
         output_version = version["ref"]
+        run.versions[(doc["output"]["ref"], doc["output"]["tree"])] = version
     spec = dict(doc["spec"])
     spec["code_tree"] = str(staged.trees[spec["code_tree"]].tree) if spec.get("code_tree") else None
-    spec["data"] = [{"ref": versions[(m["ref"], m["tree"])]["ref"], "tree": str(staged.trees[m["tree"]].tree),
+    spec["data"] = [{"ref": run.versions[(m["ref"], m["tree"])]["ref"], "tree": str(staged.trees[m["tree"]].tree),
                      "mount": m["mount"]} for m in spec["data"]]
     spec = {**JobSpec.from_dict(spec).to_dict(), "code_tree": spec["code_tree"]}
     workspace = Path(jobs.local.jobs_dir) / project / str(number)

@@ -48,6 +48,8 @@ from floydd.store.ids import ObjectId
 __all__ = ["Plan", "DatasetItem", "JobItem", "gather", "write"]
 
 _AHEAD = 4
+_GATHER = 4
+"""Jobs whose records are read (from their boxes) at the same time."""
 
 
 @dataclass(slots=True)
@@ -94,6 +96,10 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
     plan = Plan()
     for ref in refs:
         version = await datasets.resolve_readable(ref, person, "export")
+        if version["name"].endswith("/output"):
+            job = version["name"].removesuffix("/output")
+            raise UserError(f"{version['ref']} is the output of job {job}: it goes with its job",
+                            hint=f"floyd export {job} --to FILE (its records, code and output)")
         await datasets.ensure_local(version["tree"], version.get("holders") or [])
         plan.datasets[version["tree"]] = DatasetItem(
             ref=version["ref"], name=version["name"], version=version["version"],
@@ -106,7 +112,16 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
             raise Forbidden(f"{person or 'a caller with no account'} may not export {view['id']}: it is "
                             f"{view.get('user') or 'nobody'}'s", code="not_the_owner",
                             hint="only a job's owner or an admin exports it (its records and output)")
-        plan.jobs.append(await _job(jobs, datasets, view, person, spool, plan))
+    for view in views:                  # the datasets the jobs mounted, each brought here once
+        for mount in view.get("data") or ():
+            if mount["tree"] not in plan.datasets:
+                plan.datasets[mount["tree"]] = await _mounted(datasets, mount, person)
+    slots = asyncio.Semaphore(_GATHER)
+
+    async def one(view: dict) -> JobItem:
+        async with slots:
+            return await _job(jobs, view, spool)
+    plan.jobs = list(await asyncio.gather(*(one(view) for view in views)))
     if not plan.jobs and not plan.datasets:
         raise UserError("nothing to export" + (f": {', '.join(plan.skipped)} have not ended" if plan.skipped else ""),
                         hint="name ended jobs (PROJECT or PROJECT/N) or dataset versions (NAME:N)")
@@ -115,7 +130,7 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
 
 
 def write(plan: Plan, *, store: Any, out: IO[bytes], key: ExportKey, kdf: dict, identity: Any,
-          exported_by: str, cluster_name: str = "", created: float | None = None) -> dict:
+          exported_by: str, box: str = "", created: float | None = None) -> dict:
     """Write the export of ``plan`` to ``out`` (blocking; the store's shared lock is held). The
     manifest is returned."""
     created = time.time() if created is None else created
@@ -137,7 +152,7 @@ def write(plan: Plan, *, store: Any, out: IO[bytes], key: ExportKey, kdf: dict, 
             for kind, path in ((parts.METRICS, job.metrics), (parts.SAMPLES, job.samples),
                                (parts.EVENTS, job.events), (parts.LOG, job.log)):
                 _file_part(w, kind, f"{kind} of {key_}", path)
-        manifest = {"created": created, "exported_by": exported_by, "cluster_name": cluster_name,
+        manifest = {"created": created, "exported_by": exported_by, "box": box,
                     "contents": plan.contents(), "chunks": len(trees.written)}
         w.finish(manifest, signer(identity), lambda body: sign(identity, body))
     return manifest
@@ -169,7 +184,7 @@ async def _jobs(service: Any, selection: list[str], plan: Plan) -> list[dict]:
     return list(seen.values())
 
 
-async def _job(service: Any, datasets: Any, view: dict, person: str, spool: Path, plan: Plan) -> JobItem:
+async def _job(service: Any, view: dict, spool: Path) -> JobItem:
     key = view["id"]
     folder = spool / f"{view['project']}-{view['number']}"
     folder.mkdir(parents=True)
@@ -195,15 +210,12 @@ async def _job(service: Any, datasets: Any, view: dict, person: str, spool: Path
             output = await service.tree_for(key, "output")
         except NotFound:            # its output was deleted since: the job goes without it
             view = {**view, "output_version": None}
-    for mount in view.get("data") or ():
-        if mount["tree"] not in plan.datasets:
-            plan.datasets[mount["tree"]] = await _mounted(datasets, service.store, mount, person)
     doc = parts.job_document(view)
     doc["output"] = None if output is None else {"ref": view["output_version"], "tree": str(output)}
     return JobItem(doc=doc, code=code, output=output, **{k: paths[k] for k in ("events", "metrics", "samples", "log")})
 
 
-async def _mounted(datasets: Any, store: Any, mount: dict, person: str) -> DatasetItem:
+async def _mounted(datasets: Any, mount: dict, person: str) -> DatasetItem:
     """A dataset version a job mounted, brought here (it may have been deleted since: then its
     tree is looked for on every box)."""
     name, _, number = mount["ref"].partition(":")

@@ -23,7 +23,8 @@ from typing import IO, Any
 
 from floydd.errors import FloyddError, StoreFull
 from floydd.exchange import parts
-from floydd.exchange.container import Damaged, NotAnExport, Reader
+from floydd.exchange.container import Damaged, NotAnExport
+from floydd.exchange.reader import Reader
 from floydd.exchange.crypto import ExportKey
 from floydd.exchange.signing import Origin
 from floydd.store.catalog import UPLOAD_LEASE_S

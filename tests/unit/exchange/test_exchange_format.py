@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from floydd.exchange.container import Damaged, NotAnExport, Reader, Truncated, WrongKey, Writer, error_frame
+from floydd.exchange.container import Damaged, NotAnExport, Truncated, WrongKey, Writer, error_frame
+from floydd.exchange.reader import Reader
 from floydd.exchange.crypto import SCRYPT, ExportKey, new_salt
 from floydd.exchange.signing import sign, signer
 from floydd.errors import IntegrityError, NotFound
