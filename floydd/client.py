@@ -286,6 +286,10 @@ class Client:
     def leave(self) -> dict:
         return self._call("POST", "/v1/cluster/leave", {}, timeout=None)
 
+    def drain(self, on: bool = True) -> dict:
+        """No new placements on the daemon's box (``on`` False: again); {"node", "draining", "running"}."""
+        return self._call("POST", "/v1/cluster/drain", {"drain": on})
+
     def remove_node(self, node_id: str) -> dict:
         return self._call("POST", "/v1/cluster/remove", {"node": node_id}, timeout=None)
 
@@ -456,6 +460,58 @@ class Client:
 
     def gc(self) -> dict:
         return self._call("POST", "/v1/store/gc", {}, timeout=None)
+
+    # -- export files between sites (floydd.exchange, floydd.api.exchange) --------------
+
+    @contextlib.contextmanager
+    def export(self, *, jobs: list[str] = (), datasets: list[str] = (), key_hex: str,
+               kdf: dict | None = None) -> Iterator[tuple[IO[bytes], int | None]]:
+        """The export file of ``jobs`` (PROJECT or PROJECT/N) and dataset versions ``datasets``,
+        sealed under the export key ``key_hex``: ``(stream, about how many bytes)``. The stream
+        raises :data:`GONE` when the daemon stops answering; a file that ends early or with an
+        error record is for :class:`floydd.exchange.Reader` to refuse."""
+        conn, resp = self._open("POST", "/v1/export", {"jobs": list(jobs), "datasets": list(datasets),
+                                                       "key": key_hex, "kdf": kdf or {"kind": "random"}},
+                                timeout=None)
+        try:
+            size = resp.getheader("Floydd-Export-Size")
+            yield _Counted(resp, None, None, cut=self._gone), int(size) if size and size.isdigit() else None
+        finally:
+            conn.close()
+
+    def import_file(self, f: IO[bytes], *, key_hex: str, name: str = "", expect_origin: str | None = None,
+                    progress: Progress | None = None) -> dict:
+        """Send the export file ``f`` (from its current position) to be verified and imported;
+        what it made (``ImportResult``). ``progress(sent, total)`` follows the bytes sent."""
+        query = urllib.parse.urlencode({k: v for k, v in (("name", name), ("expect_origin", expect_origin)) if v})
+        headers = {"Accept": "application/json", "Content-Type": "application/octet-stream",
+                   "Floydd-Export-Key": key_hex}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = _Counted.file(f, progress)
+        headers["Content-Length"] = str(data.total)
+        conn = self._connection(None)
+        conn.blocksize = 1 << 20                    # http.client sends a file 8 KiB a read otherwise
+        try:
+            try:
+                conn.request("POST", "/v1/import" + (f"?{query}" if query else ""), body=data, headers=headers)
+            except (BrokenPipeError, ConnectionResetError):
+                pass                    # refused before it read it all (a wrong key): its answer says why
+            with self._reading():
+                resp = conn.getresponse()
+                raw = resp.read()
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            raise Unavailable(f"no floydd daemon answers at {self.where} ({exc.strerror})",
+                              hint="start one with `floydd start`, or run any `floyd` command to start one") from None
+        finally:
+            conn.close()
+        try:
+            payload = json.loads(raw) if raw else None
+        except ValueError:
+            payload = {"error": {"message": raw.decode(errors="replace").strip() or f"HTTP {resp.status}"}}
+        if resp.status >= 400:
+            raise from_payload(payload if isinstance(payload, dict) else {}, resp.status)
+        return payload
 
 
 def _job_path(job: str) -> str:

@@ -17,5 +17,6 @@ __all__ = ["routes"]
 
 def routes() -> list[web.AbstractRouteDef]:
     """Every ``/v1`` route (what ``/v1/openapi.json`` describes)."""
-    from floydd.api import apitokens, audit, cluster, datasets, jobs, nodes, openapi, people
-    return [route for module in (nodes, jobs, datasets, cluster, apitokens, audit, people, openapi) for route in module.routes]
+    from floydd.api import apitokens, audit, cluster, datasets, exchange, jobs, nodes, openapi, people
+    return [route for module in (nodes, jobs, datasets, exchange, cluster, apitokens, audit, people, openapi)
+            for route in module.routes]

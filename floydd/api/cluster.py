@@ -9,7 +9,8 @@ from aiohttp import web
 from floydd.api import keys
 from floydd.api.request import acting_user, api_address, body, reply
 from floydd.cluster.trust import MAX_TTL_S, token_state
-from floydd.errors import Conflict, UserError
+from floydd.cluster.authz import is_admin
+from floydd.errors import Conflict, Forbidden, UserError
 
 routes = web.RouteTableDef()
 
@@ -28,7 +29,7 @@ async def cluster(request: web.Request) -> web.Response:
                   "leader": service.leader_id, "is_leader": service.is_leader, "term": status.term,
                   "members": service.members(),
                   "ca_fingerprint": service.identity.cluster_fingerprint if member else None,
-                  "api": api_address(request)})
+                  "api": api_address(request), "protocol": service.state.protocol})
 
 
 @routes.post("/v1/cluster/tokens")
@@ -75,10 +76,34 @@ async def remove(request: web.Request) -> web.Response:
     return reply({"removed": node})
 
 
+@routes.post("/v1/cluster/drain")
+async def drain(request: web.Request) -> web.Response:
+    """``floydd drain``: no new placements on this box (``drain`` false: again) until the daemon
+    restarts; the jobs running here carry on. An admin's: it changes where the lab's jobs go."""
+    on = (await body(request)).get("drain", True)
+    if not isinstance(on, bool):
+        raise UserError("drain is true or false", hint="floydd drain, or floydd drain --off")
+    service = request.app[keys.CLUSTER]
+    _admin_only(request, "drain" if on else "undrain")
+    service.draining = on
+    service.beat_soon()                 # the leader hears it now, not at the next heartbeat
+    running = sorted(str(k) for k in request.app[keys.JOBS].runtime.running())
+    return reply({"node": service.node_id, "draining": on, "running": running})
+
+
+def _admin_only(request: web.Request, verb: str) -> None:
+    """What changes a box itself (drain, leave) is an admin's, where the lab has people."""
+    who = acting_user(request)
+    if not is_admin(request.app[keys.CLUSTER].state, who):
+        raise Forbidden(f"user {who} may not {verb} this box: not an admin", code="not_an_admin",
+                        hint="an admin does it (floydd user list shows the admins)")
+
+
 @routes.post("/v1/cluster/leave")
 async def leave(request: web.Request) -> web.Response:
-    """Leave the cluster for good: hand over leadership, leave raft, drop this node."""
+    """Leave the cluster for good: hand over leadership, leave raft, drop this node (an admin's)."""
     service = request.app[keys.CLUSTER]
+    _admin_only(request, "take out of the cluster")
     if not service.transport.advertise:
         raise Conflict("this box is not part of a cluster with other boxes", hint="nothing to leave")
     await service.leave()

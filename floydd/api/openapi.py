@@ -12,10 +12,9 @@ from aiohttp import web
 
 import floydd
 from floydd.api.request import reply
-from floydd.api.schemas import (ApiToken, WhoAmI)
-from floydd.api.schemas import (AuditCheck, AuditEntry, Cluster, CodeUpload, Compare, DatasetDeleted, DatasetInfo, DatasetVersion, Error,
-                                GcReport, Info, Job, JoinToken, Left, Metrics, Node, Person, PersonRemoved, Removed,
-                                TokenRecord)
+from floydd.api.schemas import (ApiToken, AuditCheck, AuditEntry, Cluster, CodeUpload, Compare, DatasetDeleted,
+                                DatasetInfo, DatasetVersion, Drained, Error, GcReport, ImportResult, Info, Job, JoinToken,
+                                Left, Metrics, Node, Person, PersonRemoved, Removed, TokenRecord, WhoAmI)
 from floydd.api.cluster import MAX_TTL
 from floydd.api.jobs import MAX_LIST, MAX_WAIT
 from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
@@ -23,9 +22,10 @@ from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
 routes = web.RouteTableDef()
 
 _TYPES = (Submission, Restart, Error, Info, list[Node], Job, list[Job], Metrics, Compare, CodeUpload,
-          list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Removed, list[TokenRecord],
+          list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Drained, Removed,
+          list[TokenRecord],
           TokenRecord, list[AuditEntry], AuditCheck, list[Person], Person, PersonRemoved,
-          list[ApiToken], ApiToken, WhoAmI)
+          list[ApiToken], ApiToken, WhoAmI, ImportResult)
 _REFS, COMPONENTS = msgspec.json.schema_components(_TYPES, ref_template="#/components/schemas/{name}")
 """One components table: the request bodies are the job model's types (:mod:`floydd.model`), which
 the API decodes with msgspec; the answers are :mod:`floydd.api.schemas`, which the contract test
@@ -164,7 +164,9 @@ PATHS = {
     "/v1/cluster/tokens/{token_id}": {"delete": _op("Revoke a join token", TokenRecord, params=[
         {"name": "token_id", "in": "path", "required": True, "schema": {"type": "string",
                                                                       "pattern": "^[0-9a-f]{16}$"}}])},
-    "/v1/cluster/leave": {"post": _op("Leave the cluster for good", Left)},
+    "/v1/cluster/leave": {"post": _op("Leave the cluster for good (admins)", Left)},
+    "/v1/cluster/drain": {"post": _op("No new placements on this box, or again (drain false); admins", Drained,
+                                      body=_json(drain={"type": "boolean"}))},
     "/v1/cluster/remove": {"post": _op("Take another node out for good and revoke its certificate (admins)", Removed,
                                        body=_json(node={"type": "string", "pattern": "^[0-9a-f]{16}$"}))},
     "/v1/tokens": {"post": _op("Make a personal API token for the caller (an admin: for person); the secret "
@@ -196,6 +198,26 @@ PATHS = {
                                            body=_json(("node", "uids"), node=_TEXT,
                                                       uids={"type": "array", "items": _UID}))},
     "/v1/openapi.json": {"get": _op("This document")},
+    **{  # export files between sites (floydd.api.exchange)
+        "/v1/export": {"post": {
+            **_op("Export ended jobs (PROJECT or PROJECT/N: records, logs, code, outputs, mounted data) and dataset "
+                  "versions as one signed file sealed under key (64 hex digits; kdf: how a passphrase made it)",
+                  body=_json(("key",), jobs={"type": "array", "items": _TEXT}, datasets={"type": "array", "items": _TEXT},
+                             key=_TEXT, kdf={"type": "object"})),
+            "responses": {"200": {"description": "the export file, ending with its trailer (or an error record)",
+                                  "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                      "format": "binary"}}},
+                                  "headers": {"Floydd-Export-Size": {"schema": {"type": "integer"},
+                                                                     "description": "about how many bytes"}}},
+                          "default": _ERROR}}},
+        "/v1/import": {"post": _op(
+            "Verify an export file (the body) and add its jobs, finished, under new numbers and its dataset versions; "
+            "a file imported before adds nothing", ImportResult, status="201",
+            params=_q("name", "expect_origin") + [{"name": "Floydd-Export-Key", "in": "header", "required": True,
+                                                   "schema": {"type": "string"}}],
+            body={"required": True, "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                        "format": "binary"}}}})},
+    },
 }
 
 

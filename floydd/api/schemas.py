@@ -30,7 +30,7 @@ from floydd.model import Mount
 __all__ = ["ApiToken", "WhoAmI", 
     "Info", "Node", "Gpu", "Job", "JobRestart", "JobResources", "Part", "MetricSummary", "Event", "Metrics", "SystemSample",
     "Cluster", "Member", "DatasetVersion", "DatasetInfo", "DatasetEntry", "Compare", "CompareRow", "LastBest",
-    "CodeUpload", "JoinToken", "TokenRecord", "Left", "Removed", "AuditEntry", "AuditCheck", "DatasetDeleted", "GcReport", "Error", "ErrorDetail",
+    "CodeUpload", "ImportResult", "ImportedJob", "ImportedDataset", "ExportOrigin", "JoinToken", "TokenRecord", "Left", "Removed", "AuditEntry", "AuditCheck", "DatasetDeleted", "GcReport", "Error", "ErrorDetail",
     "JobState", "Health", "NodeRole", "MemberRole", "Point", "Person", "PersonRemoved", "Role", "Visibility",
 ]
 
@@ -235,6 +235,9 @@ class Job:
     warnings: tuple[str, ...] = ()
     """What the answering box has to say about running jobs (submit and ``GET`` of one job):
     today, that its jobs run without a sandbox (:mod:`floydd.runtime.sandboxing`)."""
+    imported: dict[str, Any] | None = None
+    """A job brought from another site (``floyd import``): the origin's fingerprint, kind and
+    name, the job's id there, who exported it and when (:mod:`floydd.cluster.imported`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -314,6 +317,10 @@ class Member:
     match: int | None = None
     cert_expires: float | None = None
     """When the member's current node certificate expires (unix seconds; renewed well before)."""
+    version: str | None = None
+    """The floydd release the member says it runs (``0.1.x``: one too old to say)."""
+    protocol: int | None = None
+    """The cluster protocol it speaks (:mod:`floydd.cluster.versions`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,6 +337,8 @@ class Cluster:
     """sha256 of the cluster CA (null: a box alone): what ``floyd login --fingerprint`` checks."""
     api: str | None = None
     """Where this box serves the TLS API (``floyd login HOST:PORT``); null: nowhere."""
+    protocol: int = 1
+    """The cluster's level: what every box speaks (2 once every box runs floydd 0.2)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -409,6 +418,16 @@ class Left:
     """``POST /v1/cluster/leave``: the id of the node that left."""
 
     left: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Drained:
+    """``POST /v1/cluster/drain``: this box takes no new jobs (``draining``), and the jobs it
+    still runs (they carry on through a daemon restart)."""
+
+    node: str
+    draining: bool
+    running: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -522,6 +541,55 @@ class GcReport:
     freed: int
     kept: int = 0
     temp_files: int = 0
+
+
+# -- export and import between sites ---------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExportOrigin:
+    """Who made an export file: a cluster (``fingerprint``: its CA's sha256) or a box alone
+    (``box:`` and its node key's sha256), its name and the box that wrote the file."""
+
+    kind: Literal["cluster", "box"]
+    fingerprint: str
+    name: str
+    node_id: str
+    short: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportedJob:
+    """A job of the file (``origin_job``: its id at the origin) and the job it is here; ``new``
+    False: an earlier import had made it."""
+
+    origin_job: str
+    job: str
+    new: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportedDataset:
+    """A dataset version of the file (``origin_ref``: its name there) and the version it is
+    here; ``alone``: exported on its own (else: mounted by a job of the file)."""
+
+    origin_ref: str
+    ref: str
+    alone: bool
+    new: bool
+    """False: the version was here already (an earlier import, or the same data)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportResult:
+    """``POST /v1/import``: where the file came from and what it made here."""
+
+    origin: ExportOrigin
+    jobs: tuple[ImportedJob, ...]
+    datasets: tuple[ImportedDataset, ...]
+    bytes: int
+    exported_by: str = ""
+    created: float | None = None
 
 
 # -- errors ----------------------------------------------------------------------------------

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import os
 import time
 from pathlib import Path
 
 import click
 
-from floydd.cli.common import echo_json, handle_errors
+from floydd.cli.common import echo_json, fail, handle_errors
 from floydd.client import Client
 from floydd.config import load
 from floydd.errors import Conflict, InvalidSpec, UserError
@@ -20,8 +21,17 @@ __all__ = ["init", "token", "join", "members", "leave", "remove", "recover"]
 
 
 def _state_option(fn):
+    fn = click.option("--system", is_flag=True, expose_value=False, callback=_system_mode,
+                      help="The daemon installed as a service (state /var/lib/floydd; env FLOYDD_SYSTEM=1).")(fn)
     return click.option("--state-dir", type=click.Path(path_type=Path), default=None,
                         help="State folder (default: the user's data dir; env FLOYDD_STATE_DIR).")(fn)
+
+
+def _system_mode(ctx, param, value) -> None:
+    """``--system``: as ``FLOYDD_SYSTEM=1``, which :func:`floydd.config.load` reads (this
+    process's own environment: one command)."""
+    if value:
+        os.environ["FLOYDD_SYSTEM"] = "1"
 
 
 def _config(state_dir):
@@ -211,13 +221,49 @@ def members(state_dir, as_json) -> None:
         here = "  (this node)" if m["id"] == data["node_id"] else ""
         expires = f"cert until {_when(m['cert_expires'], '%Y-%m-%d %H:%M:%S')}" if m.get("cert_expires") else "cert -"
         click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['health']:<8} "
-                   f"{expires}{here}")
+                   f"{m.get('version') or '-':<7} {expires}{here}")
     if not data["initialised"]:
         click.echo("this box is a cluster of one: `floydd init` lets other boxes join it, keeping its jobs and data")
-    elif data.get("ca_fingerprint"):
+    elif data.get("protocol", 1) < max((m.get("protocol") or 1 for m in data["members"]), default=1):
+        click.echo("some boxes run an older release: what came with the newer one (accounts, personal tokens, "
+                   "the audit log, imports) switches on once every box is upgraded")
+    if data["initialised"] and data.get("ca_fingerprint"):
         click.echo(f"cluster CA sha256:{data['ca_fingerprint']}")
         if data.get("api"):
             click.echo(f"from a laptop: floyd login {data['api']} --fingerprint sha256:{data['ca_fingerprint'][:16]}")
+
+
+@click.command()
+@_state_option
+@click.option("--off", is_flag=True, help="Take jobs again (a restart of the daemon does too).")
+@click.option("--wait", is_flag=True, help="Then wait until no job runs here any more.")
+@click.option("--timeout", "wait_for", default="12h", show_default=True, help="How long --wait waits (30m, 12h, 2d).")
+@handle_errors
+def drain(state_dir, off, wait, wait_for) -> None:
+    """No new jobs on this box (for an upgrade or repairs); the jobs running here carry on.
+
+    Running jobs need not end first: they live through a restart of the daemon (a service
+    unit's KillMode=process), and the new daemon picks them up. Upgrading a lab box by box:
+    docs/operations.md, "Upgrades".
+    """
+    client = _client(_config(state_dir))
+    answer = client.drain(not off)
+    if off:
+        click.echo(f"box {answer['node']} takes jobs again")
+        return
+    running = answer["running"]
+    click.echo(f"box {answer['node']} drained: no new jobs are placed here; "
+               + (f"{len(running)} still run ({', '.join(running[:5])}{' ...' if len(running) > 5 else ''}): they "
+                  "carry on through a daemon restart" if running else "nothing runs here"))
+    if not wait or not running:
+        return
+    deadline = time.monotonic() + _parse_ttl(wait_for)
+    while client.info()["running"]:
+        if time.monotonic() > deadline:
+            fail(f"jobs still run here after {wait_for}", "they carry on; upgrade and restart floydd anyway, "
+                 "or wait longer (--timeout)")
+        time.sleep(2)
+    click.echo("no job runs here any more")
 
 
 @click.command()

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from floydd.cli.common import connect, echo_json, fail, handle_errors, human_bytes
+from floydd.cli.exchange import key_options, write_export
 from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.model import check_upload_name
 
@@ -183,6 +184,23 @@ def verify(name: str | None, repair: bool, as_json: bool) -> None:
                        "same data again writes good copies too", err=True)
     if damaged:
         sys.exit(1)
+
+
+@data.command(name="export")
+@click.argument("refs", nargs=-1, required=True)
+@click.option("--to", "dest", required=True, type=click.Path(path_type=Path), help="The file to write.")
+@key_options
+@click.option("--force", is_flag=True, help="Replace the file if it exists.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def export(refs: tuple[str, ...], dest: Path, key_file: Path | None, passphrase: bool, force: bool,
+           as_json: bool) -> None:
+    """Write dataset versions REFS (NAME, NAME:N) to one signed, sealed file for another site.
+
+    `floyd import FILE` there adds each as the next version of its name.
+    """
+    write_export(jobs=[], datasets=list(refs), dest=dest, key_file=key_file, passphrase=passphrase, force=force,
+                 as_json=as_json)
 
 
 @data.command()

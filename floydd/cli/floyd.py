@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 import floydd
-from floydd.cli import data, exits, jobs, login, nodes, project, run, top
+from floydd.cli import data, exchange, exits, jobs, login, nodes, project, run, top
 
 __all__ = ["main", "cli"]
 
@@ -41,6 +41,8 @@ cli.add_command(nodes.nodes)
 cli.add_command(top.top)
 for command in (login.login, login.logout, login.whoami, login.token):
     cli.add_command(command)
+cli.add_command(exchange.export)
+cli.add_command(exchange.import_)
 
 
 def main() -> None:

@@ -157,8 +157,8 @@ def repair(state_dir, config_file, system, dry_run) -> None:
 
 cli.add_command(make_audit(_config_options, _client))
 cli.add_command(make_user(_config_options, _client))
-for _command in (cluster.init, cluster.token, cluster.join, cluster.members, cluster.leave, cluster.remove,
-                 cluster.recover):
+for _command in (cluster.init, cluster.token, cluster.join, cluster.members, cluster.drain, cluster.leave,
+                 cluster.remove, cluster.recover):
     cli.add_command(_command)
 
 

@@ -167,6 +167,8 @@ def info(job, as_json) -> None:
     ]
     if j.get("archived"):
         lines.append(("archived", "yes: out of the cluster's hot state (its box keeps its log, metrics, events)"))
+    if j.get("imported"):
+        lines.append(("imported", _imported_text(j["imported"])))
     if j["state"] == "queued" and j.get("waiting_for"):
         lines.insert(2, ("waiting", j["waiting_for"]))
     if not j.get("history"):
@@ -209,6 +211,16 @@ def info(job, as_json) -> None:
             click.echo(f"  {when(e.get('ts'))}  {e.get('message', '')}")
         if len(events) > 20:
             click.echo(f"  ({len(events) - 20} earlier events: floyd info {j['id']} --json)")
+
+
+def _imported_text(note: dict) -> str:
+    """Where an imported job comes from (``floyd import``): its id there, the origin, who sent it."""
+    origin = note.get("origin") or ""
+    kind = "cluster" if note.get("origin_kind") == "cluster" else "box"
+    when = datetime.fromtimestamp(note["exported"]).strftime("%Y-%m-%d %H:%M") if note.get("exported") else "?"
+    return (f"from {kind} {note.get('origin_name') or '?'} (sha256:{origin.removeprefix('box:')[:16]}), where it "
+            f"was {note.get('job', '?')}, run by {note.get('user') or '?'} on {note.get('ran_on') or '?'}; "
+            f"exported by {note.get('exported_by') or '?'} on {when}")
 
 
 def _resources_text(resources: dict) -> str:

@@ -5,8 +5,10 @@ each derives the same entries with the same hashes; nobody proposes an audit ent
 can be forged by a box, and the chain is on every box (a box's copy edited is told apart by
 comparing it with another's, and by :func:`verify` on its own).
 
-An entry is made for every applied command that is a change made by a person or an
-operator; routine reports (:data:`ROUTINE`: heartbeats, placements, a box's state reports,
+The chain begins where the cluster's level reaches 2 (:mod:`floydd.cluster.versions`:
+an 0.1 box derives no entries, so before every box is upgraded the boxes' chains could not
+agree); from then on an entry is made for every applied command that is a change made by a
+person or an operator; routine reports (:data:`ROUTINE`: heartbeats, placements, a box's state reports,
 holders) make none. An op this module does not know (a new one) is audited: leaving an
 entry out must be a decision. An entry::
 
@@ -34,6 +36,8 @@ from typing import Any, AsyncIterator, Callable, Iterable
 
 import msgpack
 
+from floydd.cluster.versions import OP as LEVEL_OP, at_least
+
 __all__ = ["GENESIS", "ROUTINE", "MemoryAudit", "AuditRules", "make_entry", "entry_hash", "verify",
            "describe", "summary", "canonical", "decode_audit_chunk", "is_audit_chunk", "SplitSink"]
 
@@ -43,7 +47,7 @@ ROUTINE = frozenset({"node.health", "job.place", "job.archive", "project.reserve
 """Ops that are never a person's or an operator's change (``job.update`` and ``node.upsert``:
 see :func:`audited`)."""
 _SECRET = frozenset({"secret_sha256", "secret", "token", "token_sha256", "password"})
-_SKIP = frozenset({"op", "ts", "term", "proposer", "spec", "procs", "resources", "labels", "usage", "summary",
+_SKIP = frozenset({"op", "ts", "term", "proposer", "v", "spec", "procs", "resources", "labels", "usage", "summary",
                    "files", "parts", "silent"}) | _SECRET
 _EXPORT_ROWS = 1000
 
@@ -134,9 +138,9 @@ class AuditRules:
     def around(self, state: Any, cmd: dict, index: int, apply: Callable[[], Any]) -> Any:
         """Apply ``cmd`` (``apply()``), and if it is a person's or an operator's change that
         took, chain its entry: the state machine's one call."""
-        wanted = audited(cmd, state.nodes)
+        wanted = audited(cmd, state.nodes) and at_least(state, 2)
         result = apply()
-        if wanted:
+        if wanted or cmd["op"] == LEVEL_OP:       # the chain starts where level 2 is switched on
             last = self._last if self._last is not None and self._last["index"] < index else self._last_before(index)
             self._last = make_entry(cmd, result, index, last)
             self._put(self._last)

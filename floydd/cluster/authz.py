@@ -45,6 +45,7 @@ What it reads of a command::
     apitoken.create      the person the token is for (``user`` = ``person``), or an admin
     apitoken.revoke      the token's person, or an admin
     admin.grant          the leader while the cluster has no admin (floydd init)
+    cluster.protocol     any member, for a level every box speaks (floydd.cluster.versions)
     person.add/.role/.remove/.map   an admin (floydd user ...); in a lab of one, its user
 
 Admins are the people with role ``admin`` (:mod:`floydd.cluster.people`; ``admin.grant``
@@ -62,13 +63,14 @@ from __future__ import annotations
 
 from typing import Any, Container
 
+from floydd.cluster.versions import at_least, behind, cluster_level
 from floydd.errors import Forbidden
 
 __all__ = ["authorize", "authorize_conf", "joining_may_propose", "is_admin", "may_act_for", "check_job_owner",
            "may_read_dataset",
            "standing"]
 
-_USER_STOP_FIELDS = frozenset({"op", "ts", "proposer", "job", "stop_requested", "state", "reason", "user"})
+_USER_STOP_FIELDS = frozenset({"op", "ts", "proposer", "v", "job", "stop_requested", "state", "reason", "user"})
 """What a user's stop may carry (``state`` only ``stopped``, for a job still queued)."""
 _NOT_FROM_A_BOX = frozenset({"silent", "stop_requested", "user"})
 """job.update fields a box reporting on its own run may not set (the leader's, a user's)."""
@@ -295,12 +297,19 @@ def _any_member(state, cmd, proposer, leader) -> None:
 def _join_token(state, cmd, proposer, leader) -> None:
     """A join token lets a box in: only an admin makes or revokes one."""
     who = cmd.get("made_by") if cmd["op"] == "token.create" else cmd.get("by")
-    if who == "imported" and cmd["op"] == "token.create":
-        return
+    if not at_least(state, 2) or who == "imported" and cmd["op"] == "token.create":
+        return                                      # an 0.1 box lets any member: so do all, until level 2
     if not is_admin(state, who):
         verb = "make" if cmd["op"] == "token.create" else "revoke"
         raise Forbidden(f"{_who(who)} may not {verb} join tokens: not an admin", code="not_an_admin",
                         hint="an admin runs floydd token create (floydd user list shows the admins)")
+
+
+def _cluster_level(state, cmd, proposer, leader) -> None:
+    """Any member may ask; the level is raised only when every box speaks it (the state says)."""
+    if cmd["level"] > cluster_level(state):
+        raise Forbidden(f"cluster level {cmd['level']} is not spoken by every box: {', '.join(behind(state, cmd['level']))}",
+                        code="cluster_too_old", hint="upgrade those boxes first")
 
 
 def _admin_grant(state, cmd, proposer, leader) -> None:
@@ -339,7 +348,8 @@ _RULES = {
     "project.allocate": _any_member, "job.import": _job_import,
     "dataset.delete": _dataset_delete, "dataset.holders": _dataset_holders,
     "token.create": _join_token, "token.use": _any_member, "token.revoke": _join_token,
-    "admin.grant": _admin_grant, "person.add": _people_admin, "person.role": _people_admin,
+    "admin.grant": _admin_grant, "cluster.protocol": _cluster_level,
+    "person.add": _people_admin, "person.role": _people_admin,
     "person.remove": _people_admin, "person.map": _people_admin,
     "apitoken.create": _apitoken_create, "apitoken.revoke": _apitoken_revoke,
 }

@@ -29,6 +29,12 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     job.delete            job, user?                                        NotFound on retry
     job.archive           jobs (keys of finished jobs, at most 1,000)       moving what is there
     project.reserve       project, number (later jobs are numbered above)   being a max
+    project.allocate      project, keys (one import key per job)            the keys (a number each)
+    job.import            idem_key, project, number, node, spec, state,     idem_key
+                          reason?, exit_code?, created, started?, ended?,
+                          output_version?, summary?, history?, imported,
+                          user? (floydd.cluster.imported: a finished job
+                          brought from another site, held by node)
     dataset.add_version   name, tree, size?, files?, message?, node?,       idem_key
                           idem_key?, user?, visibility? (lab|private: set
                           by the dataset's first version, or its owner)
@@ -40,6 +46,7 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     node.cert             id, serial, not_after (a renewed certificate)     being a set
     (floydd.cluster.trust: join tokens and members' certificates)
     admin.grant           user (the person who made the cluster)            being a set
+    cluster.protocol      level (every box speaks it: floydd.cluster.versions)  being a max
     person.add            name, role (admin|user), uids?, user?             Conflict on retry
     person.role           name, role, user?                                 being a set
     person.remove         name, user?                                       NotFound on retry
@@ -55,6 +62,10 @@ Every command the leader appends also carries ``proposer``: the node id of the b
 proposed it, taken from its verified certificate when the leader accepted it (never from
 the body), or the leader's own id. :mod:`floydd.cluster.authz` decides on apply, from it
 and the state, whether that box (and the ``user`` it speaks for) may say the command.
+
+From cluster level 2 on every command also carries ``v``, the protocol of the box that
+proposed it (:mod:`floydd.cluster.versions`: what a command needs, and why older levels carry
+none).
 
 Membership changes are not commands of the state machine: they travel as raft conf
 changes; :data:`CONF_OP` (``raft.conf``) names them when forwarded to the leader.
@@ -80,11 +91,12 @@ _OPT_STR = (str, type(None))
 _INT = (int,)
 _OPT_INT = (int, type(None))
 _NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
 _DICT = (dict,)
 _LIST = (list, tuple)
 _BOOL = (bool,)
 
-# op -> field -> (accepted types, required). ``op``, ``ts`` (and ``term``, ``proposer``) are implied for every op.
+# op -> field -> (accepted types, required). ``op``, ``ts`` (and ``term``, ``proposer``, ``v``) are implied for every op.
 _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "node.upsert": {"id": (_STR, True), "name": (_STR, True), "address": (_STR, True),
                     "cluster_port": (_INT, True), "api_port": (_OPT_INT, False),
@@ -104,6 +116,12 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "job.delete": {"job": (_STR, True), "user": (_STR, False)},
     "job.archive": {"jobs": (_LIST, True)},
     "project.reserve": {"project": (_STR, True), "number": (_INT, True)},
+    "project.allocate": {"project": (_STR, True), "keys": (_LIST, True)},
+    "job.import": {"idem_key": (_STR, True), "project": (_STR, True), "number": (_INT, True), "node": (_STR, True),
+                   "spec": (_DICT, True), "state": (_STR, True), "reason": (_STR, False),
+                   "exit_code": (_OPT_INT, False), "created": (_NUM, True), "started": (_OPT_NUM, False),
+                   "ended": (_OPT_NUM, False), "output_version": (_OPT_STR, False), "summary": (_DICT, False),
+                   "history": (_LIST, False), "imported": (_DICT, True), "user": (_STR, False)},
     "dataset.add_version": {"name": (_STR, True), "tree": (_STR, True), "size": (_INT, False),
                             "files": (_INT, False), "message": (_STR, False), "node": (_STR, False),
                             "idem_key": (_STR, False), "user": (_STR, False), "visibility": (_STR, False)},
@@ -117,6 +135,7 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "token.revoke": {"id": (_STR, True), "by": (_STR, False)},
     "node.cert": {"id": (_STR, True), "serial": (_STR, True), "not_after": (_NUM, True)},
     "admin.grant": {"user": (_STR, True)},
+    "cluster.protocol": {"level": (_INT, True)},
     "person.add": {"name": (_STR, True), "role": (_STR, True), "uids": (_DICT, False), "user": (_STR, False)},
     "person.role": {"name": (_STR, True), "role": (_STR, True), "user": (_STR, False)},
     "person.remove": {"name": (_STR, True), "user": (_STR, False)},
@@ -152,7 +171,9 @@ def check(command: object) -> dict[str, Any]:
         raise InvalidSpec(f"{op}: term (the leader's fencing token) must be a non-negative int")
     if "proposer" in command and not isinstance(command["proposer"], str):
         raise InvalidSpec(f"{op}: proposer (the proposing node's id) must be a string")
-    extra = set(command) - set(schema) - {"op", "ts", "term", "proposer"}
+    if "v" in command and (type(command["v"]) is not int or command["v"] < 1):
+        raise InvalidSpec(f"{op}: v (the proposer's protocol) must be a positive int")
+    extra = set(command) - set(schema) - {"op", "ts", "term", "proposer", "v"}
     if extra:
         raise InvalidSpec(f"{op}: unknown fields {', '.join(sorted(extra))}")
     for name, (types, required) in schema.items():

@@ -73,7 +73,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable
 
 from floydd import log
-from floydd.cluster import commands
+from floydd.cluster import commands, versions
 from floydd.cluster._futures import settle
 from floydd.cluster.authz import authorize_conf, joining_may_propose
 from floydd.cluster.audit import SplitSink
@@ -253,7 +253,8 @@ class RaftDriver(ReadsMixin, MembershipMixin):
     def snapshot_source(self, message: InstallSnapshot) -> AsyncIterator[bytes]:
         """What the transport streams after a snapshot's message: the archive's rows, then
         the audit chain's (:mod:`floydd.cluster.audit`)."""
-        return _chain(self.state.archive.export(), self.state.audit.export())
+        audit = self.state.audit.export() if versions.at_least(self.state, 2) else _chain()   # an 0.1 box reads none
+        return _chain(self.state.archive.export(), audit)
 
     def snapshot_sink(self, message: InstallSnapshot):
         """Where the transport puts a received snapshot's archive, before the message itself
@@ -309,6 +310,7 @@ class RaftDriver(ReadsMixin, MembershipMixin):
         if cmd.get("op") == commands.CONF_OP:
             check_conf(cmd)
         else:
+            cmd = versions.stamped(self.state, cmd)     # refused above the cluster's level; v from level 2
             if "term" in cmd or (cmd.get("op") in commands.FENCED_OPS and not fenced):
                 raise InvalidSpec(f"{cmd.get('op')}: propose a leader action with fenced=True, without a term",
                                   hint="the driver stamps the term when the command enters the log")

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Mapping
 from aiohttp import web
 
 from floydd import log
-from floydd.cluster import commands
+from floydd.cluster import commands, versions
 from floydd.cluster.archive_db import SqliteArchive
 from floydd.cluster.audit_db import SqliteAudit
 from floydd.cluster.archiver import Archiver
@@ -55,7 +55,7 @@ from floydd.cluster.driver import Applied, DriverStatus, RaftDriver
 from floydd.cluster.recover import recover as recover_log
 from floydd.cluster.state import ClusterState
 from floydd.cluster.raft import ProposalDropped
-from floydd.cluster.transport import Transport
+from floydd.cluster.transport import Transport, protocol_middleware
 from floydd.errors import Conflict, FloyddError, NotFound, Unavailable
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import require_peer_cert, server_context
@@ -78,7 +78,11 @@ class ClusterService:
         self.name = name or self.node_id
         self.state_dir = Path(state_dir)
         self.config = config
-        self.api_port, self.resources, self.labels = api_port, resources or {}, labels or {}
+        self.api_port, self.resources = api_port, resources or {}
+        self.labels = versions.labels(labels)    # with this box's release (floydd.cluster.versions)
+        self.draining = False
+        """No new placements here (``floydd drain``): said in every heartbeat until undone or the
+        daemon restarts; running jobs carry on."""
         self.settings = settings
         """What this box's operator set (``k=v ...``, :func:`floydd.config.settings_line`), sent
         with each start; the audit log records a change (None: not said)."""
@@ -141,7 +145,7 @@ class ClusterService:
                     self.transport.set_peer(peer.node_id, endpoint)
 
     def create_app(self) -> web.Application:
-        app = web.Application(middlewares=[require_peer_cert(standing=self.peer_standing)],
+        app = web.Application(middlewares=[protocol_middleware, require_peer_cert(standing=self.peer_standing)],
                               client_max_size=64 << 20)     # raft batches; snapshots stream, uncapped
         app.add_routes(self.routes())
         return app
@@ -186,6 +190,7 @@ class ClusterService:
             try:                                                  # the daemon takes requests
                 await self._propose(await self._upsert(), timeout=self.config.propose_timeout)
                 self._announced = True
+                await self.raise_level()                          # and at its level, if all boxes speak it
             except FloyddError as exc:
                 _log.warning("[%s] announcing this node: %s (trying again)", self.node_id, exc)
         self._spawn(self._keep_membership(), f"cluster-membership-{self.node_id[:6]}")
@@ -290,6 +295,16 @@ class ClusterService:
         """Number later jobs of ``project`` above ``number``; the project's counter after it."""
         return await self._propose({"op": "project.reserve", "project": project, "number": number}, timeout=timeout)
 
+    async def allocate_numbers(self, project: str, keys: list[str], *, timeout: float | None = None) -> dict[str, int]:
+        """A job number in ``project`` for each import key (the same one for a key seen before):
+        :mod:`floydd.cluster.imported`."""
+        return await self._propose({"op": "project.allocate", "project": project, "keys": list(keys)}, timeout=timeout)
+
+    async def import_job(self, fields: dict, *, timeout: float | None = None) -> dict:
+        """Commit a finished job brought from another site, held by this node, under the number
+        its key was allocated (``job.import``)."""
+        return await self._propose({"op": "job.import", **fields, "node": self.node_id}, timeout=timeout)
+
     async def delete_job(self, job: str, *, user: str = "", timeout: float | None = None) -> None:
         await self._propose({"op": "job.delete", "job": job, "user": user}, timeout=timeout)
 
@@ -387,7 +402,9 @@ class ClusterService:
                         "role": "voter" if node_id in st.voters else "learner" if node_id in st.learners else "none",
                         "leader": node_id == st.leader, "status": record.get("status"),
                         "health": node_health_word(health.get(node_id)), "match": pr.match if pr else None,
-                        "cert_expires": (self.state.trust.certs.get(node_id) or {}).get("not_after")})
+                        "cert_expires": (self.state.trust.certs.get(node_id) or {}).get("not_after"),
+                        "version": (record.get("labels") or {}).get(versions.VERSION_LABEL, "0.1.x") if record else None,
+                        "protocol": versions.node_protocol(record) if record else None})
         return out
 
     # -- membership upkeep ---------------------------------------------------------------------------
@@ -412,6 +429,12 @@ class ClusterService:
                 leaderless_since = now
             conf_members = set(self.driver.status().voters) | set(self.driver.status().learners)
             try:
+                if self.is_leader and self.state.protocol < versions.PROTOCOL:
+                    await self.raise_level(timeout=self.config.heartbeat_interval)   # every box upgraded
+                record = self.state.nodes.get(self.node_id) or {}
+                if self._announced and self.settings is not None and versions.at_least(self.state, 2) \
+                        and record.get("config") != self.settings:
+                    self._announced = False         # say the settings now the cluster takes them
                 if not self._announced:
                     await self._propose(await self._upsert(), timeout=2 * self.config.rejoin_interval)
                     self._announced = True
@@ -427,7 +450,8 @@ class ClusterService:
                 if (now >= next_beat or suspect or self._beat_now.is_set()) and self.driver.leader_id is not None:
                     self._beat_now.clear()
                     next_beat = now + self.config.heartbeat_interval
-                    beat = {"op": "node.health", "id": self.node_id, "status": "up", **await self._procs()}
+                    beat = {"op": "node.health", "id": self.node_id, "status": "draining" if self.draining else "up",
+                            **await self._procs()}
                     if self._usage is not None:
                         beat["usage"] = self._usage()
                     await self._propose(beat, timeout=self.config.heartbeat_interval)
@@ -447,7 +471,7 @@ class ClusterService:
                "labels": self.labels, **await self._procs()}
         if self._rejoin:
             cmd["rejoin"] = True
-        if self.settings is not None:
+        if self.settings is not None and versions.at_least(self.state, 2):   # an 0.1 leader takes no config
             cmd["config"] = self.settings
         return cmd
 
@@ -464,10 +488,25 @@ class ClusterService:
         are free as soon as the cluster hears that its processes are gone)."""
         self._beat_now.set()
 
+    async def raise_level(self, level: int = versions.PROTOCOL, *, timeout: float | None = None) -> int:
+        """Raise the cluster's level to ``level`` if every box speaks it (:mod:`floydd.cluster.versions`);
+        the level now, as this box has applied it."""
+        if self.state.protocol < level <= versions.cluster_level(self.state):
+            timeout = timeout or self.config.propose_timeout
+            await self.driver.propose({"op": versions.OP, "level": level, "ts": self._clock()}, timeout=timeout)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while self.state.protocol < level and loop.time() < deadline:   # committed: applied here soon
+                await asyncio.sleep(0.01)
+        return self.state.protocol
+
     async def _propose(self, cmd: dict, *, timeout: float | None = None) -> Any:
         """Through the leader when one is known; else through any member we know of (a node
-        that is not a member yet hears from no leader)."""
-        cmd = {**cmd, "ts": self._clock()}
+        that is not a member yet hears from no leader). A command of a newer level first
+        switches that level on, if every box speaks it (else it is refused, saying which do not)."""
+        if versions.needs(cmd) > self.state.protocol:
+            await self.raise_level(versions.needs(cmd), timeout=timeout)
+        cmd = versions.stamped(self.state, {**cmd, "ts": self._clock()})
         if self.driver.leader_id is not None or not self._contacts():
             return await self.driver.propose(cmd, timeout=timeout)
         timeout = timeout or self.config.propose_timeout

@@ -17,7 +17,8 @@ What it holds::
     jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, reruns, summary
     counters   project -> last job number (numbers are never reused; project.reserve raises it)
     datasets   name -> versions (tree id, size, holders); version numbers never reused
-    idem       idempotency key -> the job or dataset version it made
+    idem       idempotency key -> the job or dataset version it made (an imported job's key: its
+               number, then the job; :mod:`floydd.cluster.imported`)
     archive    finished jobs moved out by ``job.archive`` (:mod:`floydd.cluster.archive`: SQLite
                beside the raft log, not in the snapshot's data); ``job``, ``job.submit``'s
                idempotency and ``job.delete`` also look there, numbers stay in ``counters``
@@ -78,7 +79,7 @@ from typing import Any, Callable
 
 import msgpack
 
-from floydd.cluster import people
+from floydd.cluster import imported, people, versions
 from floydd.cluster.archive import MemoryArchive, archived_form
 from floydd.cluster.audit import MemoryAudit
 from floydd.cluster.apitokens import ApiTokens
@@ -102,9 +103,13 @@ class StaleTerm(Conflict):
 
 
 class ClusterState:
-    def __init__(self, archive: Any = None, audit: Any = None) -> None:
+    def __init__(self, archive: Any = None, audit: Any = None, *, protocol: int = 1) -> None:
         self.archive = archive if archive is not None else MemoryArchive()
         self.audit = audit if audit is not None else MemoryAudit()   # the audit chain (floydd.cluster.audit)
+        self.protocol = protocol
+        """The cluster's level (:mod:`floydd.cluster.versions`): 1 for a log that starts empty
+        (it may be an 0.1 cluster's), raised by ``cluster.protocol``; tests of level-2 behaviour
+        alone start a state at 2."""
         self._index = 0
         """Finished jobs moved out by ``job.archive`` (:mod:`floydd.cluster.archive`): not in
         the snapshot's data, shipped beside it."""
@@ -131,6 +136,8 @@ class ClusterState:
             "job.place": self._job_place, "job.update": self._job_update,
             "job.delete": self._job_delete, "job.archive": self._job_archive,
             "project.reserve": self._project_reserve,
+            "project.allocate": lambda cmd, term: imported.allocate(self, cmd),
+            "job.import": lambda cmd, term: imported.import_job(self, cmd),
             "dataset.add_version": self._dataset_add,
             "dataset.delete": self._dataset_delete, "dataset.holders": self._dataset_holders,
             "token.create": lambda cmd, term: self.trust.token_create(cmd),
@@ -138,6 +145,7 @@ class ClusterState:
             "token.revoke": lambda cmd, term: self.trust.token_revoke(cmd),
             "node.cert": lambda cmd, term: self.trust.node_cert(cmd, members=self.nodes, removed=self.removed),
             "admin.grant": lambda cmd, term: people.grant(self.people, cmd),
+            versions.OP: lambda cmd, term: versions.apply_level(self, cmd),
             "person.add": lambda cmd, term: people.add(self.people, cmd),
             "person.role": lambda cmd, term: people.set_role(self.people, cmd),
             "person.remove": lambda cmd, term: people.remove(self.people, cmd),
@@ -156,6 +164,7 @@ class ClusterState:
         if "term" in cmd and cmd["term"] != term:
             raise StaleTerm(f"{cmd['op']} was decided by the leader of term {cmd['term']} but committed in "
                             f"term {term}: a former leader's action", hint="the current leader decides again")
+        versions.check_supported(self, cmd)         # a newer level's: refused alike by every box
         authorize(self, cmd, cmd.get("proposer"))   # Forbidden: who proposed it may not say it
         return self.audit.around(self, cmd, index, lambda: self._handlers[cmd["op"]](cmd, term))
 
@@ -163,7 +172,9 @@ class ClusterState:
         return msgpack.packb({"v": SNAPSHOT_VERSION, "nodes": self.nodes, "removed": self.removed,
                               "jobs": self.jobs, "counters": self.counters,
                               "datasets": self.datasets, "idem": self.idem, **self.trust.snapshot(),
-                              **self.apitokens.snapshot(), "revoked": self.revoked, "people": self.people},
+                              **self.apitokens.snapshot(), "revoked": self.revoked, "people": self.people,
+                              "admins": self.admins,     # what an 0.1 box reads of people
+                              "protocol": self.protocol},
                              use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
@@ -180,6 +191,7 @@ class ClusterState:
         self.trust.restore(raw)
         self.apitokens.restore(raw)
         self.revoked, self.people = dict(raw.get("revoked") or {}), people.migrate(raw)
+        self.protocol = int(raw.get("protocol") or 1)        # an 0.1 box's snapshot says none
         self._active, self._held, self._load, self._cpu, self._memory = {}, {}, {}, {}, {}
         for job in self.jobs.values():
             if job["state"] in ACTIVE_STATES:
@@ -677,14 +689,16 @@ class ClusterState:
         if not _TREE.fullmatch(tree):
             raise InvalidSpec(f"{tree!r:.80} is not a tree id (hex)")
         dataset = self.datasets.setdefault(name, {"next": 1, "versions": {}})
-        people.own_dataset(dataset, cmd)     # owner, visibility (authz checked who may change them)
+        if versions.at_least(self, 2):      # owners came with level 2: every box writes them from then
+            people.own_dataset(dataset, cmd)  # owner, visibility (authz checked who may change them)
         number = dataset["next"]
         dataset["next"] = number + 1
         version = {"name": name, "version": number, "ref": f"{name}:{number}", "tree": tree,
                    "created": cmd["ts"], "size": cmd.get("size", 0), "files": cmd.get("files", 0),
                    "message": cmd.get("message", ""), "holders": [cmd["node"]] if "node" in cmd else [],
-                   "idem_key": idem_key, "user": cmd.get("user", ""), "owner": dataset["owner"],
-                   "visibility": dataset["visibility"]}
+                   "idem_key": idem_key, "user": cmd.get("user", "")}
+        if "owner" in dataset:
+            version.update(owner=dataset["owner"], visibility=dataset["visibility"])
         dataset["versions"][str(number)] = version
         if idem_key is not None:
             self.idem[idem_key] = ["dataset", name, number]
@@ -715,7 +729,7 @@ class ClusterState:
 
 _HISTORY = 32
 """Entries of a job's cluster history kept (the first one, submission, always stays)."""
-_NOTE_FIELDS = frozenset({"op", "ts", "job", "attempt", "node", "note", "proposer"})
+_NOTE_FIELDS = frozenset({"op", "ts", "job", "attempt", "node", "note", "proposer", "v"})
 """What a box's note on an older attempt may carry (nothing that changes the job)."""
 
 

@@ -43,6 +43,7 @@ import msgpack
 from aiohttp import web
 
 from floydd import log
+from floydd.cluster import versions
 from floydd.cluster.raft import InstallSnapshot, Message, ProposalDropped, decode_message, encode_message
 from floydd.cluster.raft.errors import CodecError
 from floydd.errors import (Conflict, FloyddError, InternalError, InvalidSpec, NotFound, Unauthorized, Unavailable,
@@ -389,7 +390,8 @@ class Transport(SnapshotStreamMixin):
         if self._session is None:
             if self._closed:
                 raise Unavailable("the transport is closed")
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                                  headers={versions.HEADER: str(versions.PROTOCOL)})
         return self._session
 
     def _dropped(self, frm: str, to: str) -> bool:
@@ -400,6 +402,24 @@ def _timeout(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 300:
         return 10.0
     return float(value)
+
+
+@web.middleware
+async def protocol_middleware(request: web.Request, handler):
+    """Node-to-node requests say the sender's protocol (:data:`floydd.cluster.versions.HEADER`;
+    none: an 0.1 box); only adjacent releases are answered, and every answer says ours."""
+    theirs = request.headers.get(versions.HEADER)
+    if not versions.peer_supported(theirs):
+        log.cluster.warning("refused %s %s from %s: protocol %s is not adjacent to ours (%d)", request.method,
+                     request.path, request.remote, theirs, versions.PROTOCOL)
+        response = _fail(Conflict(f"this box speaks cluster protocol {versions.PROTOCOL}, yours {theirs}: "
+                                  "releases more than one apart do not work together", code="protocol_too_far",
+                                  hint="upgrade boxes one release at a time (docs/operations.md, \"Upgrades\")"), 409)
+    else:
+        response = await handler(request)
+    if not response.prepared:           # a streamed answer has sent its headers already
+        response.headers[versions.HEADER] = str(versions.PROTOCOL)
+    return response
 
 
 def error_response(exc: FloyddError) -> web.Response:

@@ -39,6 +39,7 @@ from aiohttp import web
 from cryptography.x509.oid import NameOID
 
 from floydd import log
+from floydd.cluster.versions import check_joiner
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, UserError
 from floydd.security.ca import ClusterCA
 from floydd.security.identity import NodeIdentity
@@ -160,7 +161,8 @@ class Trust:
     def routes(self) -> list[web.RouteDef]:
         return [web.get(CA_PATH, ca_handler(self._ca_info)),
                 web.post(JOIN_PATH, join_handler(self.signing_ca, self.tokens, limiter=self.limiter,
-                                                 store_secret_provider=self._store_secret)),
+                                                 store_secret_provider=self._store_secret,
+                                                 admit=lambda protocol: check_joiner(self.service.state, protocol))),
                 web.post(CA_KEY_PATH, self._hand_over_key),
                 web.post(RENEW_PATH, self._renew)]
 

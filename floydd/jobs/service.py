@@ -58,7 +58,7 @@ __all__ = ["JobService", "job_view"]
 _log = log.scheduler.getChild("jobs")
 _JOB_FIELDS = ("id", "project", "number", "state", "reason", "waiting_for", "created", "started", "ended",
                "gpus", "exit_code", "output_version", "attempts", "stop_requested", "user", "origin", "endpoint",
-               "unknown_since")
+               "unknown_since", "imported")
 
 
 def job_view(job: dict, node_names: dict[str, str]) -> dict:

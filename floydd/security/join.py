@@ -40,6 +40,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
+from floydd.cluster.versions import PROTOCOL
 from floydd.errors import (Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, Unavailable, UserError,
                            from_payload)
 from floydd.security._x509 import check_node_id, fingerprint_of_der, node_id_of_cert
@@ -95,7 +96,7 @@ async def join(token: str, address: str | None, node_id: str, key: Any, *, addre
     base = _base_url(address)
     ca_pem = await fetch_pinned_ca(address, parsed.ca_fingerprint, timeout=timeout)
     body = {"token_id": parsed.token_id, "secret": parsed.secret, "csr": csr.decode(), "node_id": node_id,
-            "addresses": list(addresses)}
+            "addresses": list(addresses), "protocol": PROTOCOL}      # an 0.1 voter ignores it
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
         try:
             async with session.post(base + JOIN_PATH, json=body, ssl=_pinned_context(ca_pem)) as resp:
@@ -198,6 +199,7 @@ def join_handler(ca: ClusterCA | CAProvider, tokens: TokenStore | JoinTokens, *,
                  on_joined: Callable[[JoinedNode], Any] | None = None,
                  peers_provider: Callable[[], list[Any] | Awaitable[list[Any]]] | None = None,
                  limiter: RateLimiter | None = None,
+                 admit: Callable[[int | None], None] | None = None,
                  ) -> Callable[[web.Request], Awaitable[web.Response]]:
     """``POST /cluster/v1/join``: vet the CSR, check the token, issue the node certificate, use
     the token up, answer.
@@ -209,7 +211,8 @@ def join_handler(ca: ClusterCA | CAProvider, tokens: TokenStore | JoinTokens, *,
     replicated tokens, only one of two voters given the same token at once can use it up).
     ``on_joined`` (sync or async) runs after, before the answer is sent. Each address gets
     ``limiter``'s share of attempts (429 with Retry-After past it); every attempt is logged
-    with its address, token id and outcome.
+    with its address, token id and outcome. ``admit(protocol)`` refuses a box whose release
+    cannot join (the protocol it says; None from an 0.1 box), before the token is tried.
     """
     redeemer: JoinTokens = StoreTokens(tokens) if isinstance(tokens, TokenStore) else tokens
     ca_now: CAProvider = (lambda: ca) if isinstance(ca, ClusterCA) else ca
@@ -234,6 +237,9 @@ def join_handler(ca: ClusterCA | CAProvider, tokens: TokenStore | JoinTokens, *,
                     or not isinstance(addresses, list):
                 raise InvalidSpec("a join request needs csr, token_id and secret (strings) and addresses (a list)",
                                   hint="use floydd join TOKEN ADDRESS")
+            protocol = body.get("protocol")
+            if admit is not None:
+                admit(protocol if type(protocol) is int else None)
             authority = ca_now()
             if authority is None:
                 raise Conflict("this node does not admit boxes: it is not a voter holding the cluster CA",

@@ -26,8 +26,12 @@ __all__ = ["Floydd"]
 class Floydd:
     """``python -m floydd.cli.floydd start --state-dir STATE EXTRA...`` in one host."""
 
-    def __init__(self, host: Host, state: Path, extra_args: Sequence[str], env: dict[str, str]) -> None:
+    def __init__(self, host: Host, state: Path, extra_args: Sequence[str], env: dict[str, str], *,
+                 python: str = sys.executable, cwd: Path | str = REPO) -> None:
         self.host = host
+        self.python, self.cwd = python, cwd
+        """The interpreter (another release's venv, for the upgrade test) and where it starts:
+        outside this checkout for another release, which ``python -m`` would import instead."""
         self.state = Path(state).absolute()
         self.extra_args = tuple(extra_args)
         self.env = {"FLOYDD_STATE_DIR": str(self.state), **env}
@@ -54,9 +58,9 @@ class Floydd:
         self.state.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = self.host.popen(
-                [sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir", str(self.state),
+                [self.python, "-m", "floydd.cli.floydd", "start", "--state-dir", str(self.state),
                  *self.extra_args],
-                env=self._env(), stdout=log, stderr=subprocess.STDOUT)
+                env=self._env(), stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
         deadline = time.monotonic() + timeout
         while not self.client.ping():
             if self.proc.poll() is not None:
@@ -69,7 +73,7 @@ class Floydd:
     def floyd(self, *args: str, check: bool = True, timeout: float = 120, cwd: Path | str = REPO,
               input: str | None = None) -> subprocess.CompletedProcess:
         """The user CLI, run in this host against this daemon."""
-        res = self.host.run([sys.executable, "-m", "floydd.cli.floyd", *args], check=False, timeout=timeout,
+        res = self.host.run([self.python, "-m", "floydd.cli.floyd", *args], check=False, timeout=timeout,
                             env=self._env(), cwd=cwd, input=input)
         if check and res.returncode != 0:
             raise AssertionError(f"floyd {' '.join(args)} in {self.host.ns} failed ({res.returncode}):\n"

@@ -33,13 +33,13 @@ def digest_of(text: str) -> tuple[str, str]:
 
 
 def with_admin(name="ada") -> ClusterState:
-    state = ClusterState()
+    state = ClusterState(protocol=2)
     state.apply({"op": "admin.grant", "user": name, "ts": T0, "term": 1, "proposer": BOX}, index=1, term=1)
     return state
 
 
 def test_a_token_speaks_for_its_person_until_revoked_and_keeps_no_secret():
-    state = ClusterState()
+    state = ClusterState(protocol=2)
     new, record = make(state)
     assert "secret_sha256" not in record and record["person"] == "ada" and record["made_on"] == BOX
     assert new.text.startswith("FLP1.") and new.text.split(".")[2] not in str(state.apitokens.list())
@@ -48,14 +48,14 @@ def test_a_token_speaks_for_its_person_until_revoked_and_keeps_no_secret():
     with pytest.raises(Unauthorized) as err:
         state.apitokens.person_for(*digest_of(new.text), T0 + 7)
     assert err.value.code == "api_token_revoked"
-    again = ClusterState()                      # a box restored from a snapshot refuses it too
+    again = ClusterState(protocol=2)                      # a box restored from a snapshot refuses it too
     again.restore(state.snapshot())
     with pytest.raises(Unauthorized):
         again.apitokens.person_for(*digest_of(new.text), T0 + 7)
 
 
 def test_a_wrong_secret_an_unknown_id_and_an_expired_token_are_refused():
-    state = ClusterState()
+    state = ClusterState(protocol=2)
     new, _ = make(state, expires=T0 + 60)
     token_id, _digest = digest_of(new.text)
     with pytest.raises(Unauthorized) as err:
@@ -86,7 +86,7 @@ def test_people_make_and_revoke_their_own_tokens_admins_anyone_s():
 
 
 def test_bad_commands_are_refused_and_spent_tokens_are_forgotten():
-    state = ClusterState()
+    state = ClusterState(protocol=2)
     with pytest.raises(InvalidSpec):
         apply(state, {"op": "apitoken.create", "id": "XYZ", "person": "ada", "secret_sha256": "0" * 64})
     with pytest.raises(InvalidSpec):

@@ -67,7 +67,7 @@ def test_an_entry_that_is_not_json_any_more_is_named_by_position():
 
 
 def test_changes_made_by_people_are_audited_and_routine_reports_are_not():
-    state = ClusterState()
+    state = ClusterState(protocol=2)
     ops = [({"op": "node.upsert", **NODE, "config": "defaults"}, True),   # a join
            ({"op": "node.upsert", **NODE, "config": "defaults"}, False),  # the same box starting again
            ({"op": "node.upsert", **NODE}, False),                      # an older release says no config
@@ -91,7 +91,7 @@ def test_changes_made_by_people_are_audited_and_routine_reports_are_not():
 
 def test_a_refused_command_makes_no_entry_and_a_replay_derives_the_same_chain():
     def run(audit):
-        state = ClusterState(audit=audit)
+        state = ClusterState(audit=audit, protocol=2)
         state.apply({"op": "job.submit", "idem_key": "k", "project": "p", "spec": {"project": "p", "command": "x"},
                      "user": "alice", "ts": 1.0, "proposer": "n1"}, index=1, term=1)
         try:

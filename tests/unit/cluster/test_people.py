@@ -19,7 +19,7 @@ TREE = "0123456789abcdef"
 
 class Lab:
     def __init__(self):
-        self.state, self.index = ClusterState(), 0
+        self.state, self.index = ClusterState(protocol=2), 0
 
     def apply(self, cmd, proposer=A):
         self.index += 1
@@ -105,7 +105,7 @@ def test_uids_map_people_per_box_with_the_login_name_as_default():
 def test_people_survive_a_snapshot_and_13a_admins_are_migrated():
     lab = Lab()
     lab.add("bob", by="root", uids={B: [1005]})
-    restored = ClusterState()
+    restored = ClusterState(protocol=2)
     restored.restore(lab.state.snapshot())
     assert restored.people == lab.state.people
     old = msgpack.unpackb(lab.state.snapshot(), raw=False)

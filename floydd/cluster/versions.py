@@ -1,0 +1,142 @@
+"""Boxes of adjacent releases in one cluster: the protocol level, and what needs which.
+
+Each release speaks a cluster protocol, :data:`PROTOCOL` (0.1.x: 1, said by nothing; 0.2.x:
+2). A box says its own in its node record's labels (``floydd/protocol``, ``floydd/version``:
+``labels`` is a field every release accepts, so saying it never stops an older leader from
+taking the record). The cluster's level (``state.protocol``) is a replicated fact: it starts
+at 1 and is raised only by the leader's ``cluster.protocol`` command, once every box of the
+cluster (each one not removed, up or not: a box that is off comes back with the release it
+had) says it speaks the new level (:func:`cluster_level`).
+
+Why a replicated level rather than each box deciding: every box must apply every command
+alike. A command of a newer level (a new op, or a new field of an old one: :func:`needs`)
+committed while an older box is a member would be refused there and taken elsewhere, and
+the boxes' states would part. So:
+
+- a box proposes nothing above the cluster's level (:func:`check_supported`, said plainly:
+  ``every box must run floydd 0.2 first: box3 runs 0.1.0``);
+- every box refuses, on apply, a command above the level the log had reached when it was
+  committed, so one that slipped through is refused everywhere alike;
+- behaviour that changed for old commands (the audit chain, join tokens being an admin's)
+  switches on with the level, at the same log index on every box (:func:`at_least`);
+- from level 2 each command carries ``v``, the protocol of the box that proposed it; at
+  level 1 none can (an older box refuses unknown fields), and its level is its version.
+
+Node-to-node requests carry the ``Floydd-Protocol`` header (:data:`HEADER`); a box answers a
+peer more than one level away with 409 (:func:`peer_supported`), so only adjacent releases
+meet. A box of an older release than the cluster's level cannot join it (the join asks for
+the level: :func:`check_joiner`). Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import floydd
+from floydd.errors import Conflict
+
+__all__ = ["PROTOCOL", "LABEL", "VERSION_LABEL", "HEADER", "OP", "labels", "node_protocol", "cluster_level",
+           "behind", "needs", "stamped", "at_least", "check_supported", "check_joiner", "peer_supported", "apply_level"]
+
+PROTOCOL = 2
+"""The cluster protocol this release speaks (1: 0.1.x)."""
+LABEL = "floydd/protocol"
+VERSION_LABEL = "floydd/version"
+HEADER = "Floydd-Protocol"
+OP = "cluster.protocol"
+_NEW_OPS = frozenset({"person.add", "person.role", "person.remove", "person.map", "apitoken.create",
+                      "apitoken.revoke", "project.allocate", "job.import"})
+"""Ops level 2 brought (people, personal tokens, imports). ``cluster.protocol`` itself needs
+no level: it is proposed only once every box speaks the one it names (its authz rule)."""
+_NEW_FIELDS = {"node.upsert": ("config",), "dataset.add_version": ("visibility",)}
+"""Fields level 2 added to older ops."""
+_RELEASE = {1: "0.1", 2: "0.2"}
+
+
+def labels(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A box's labels with what it says of its release."""
+    return {**(extra or {}), LABEL: str(PROTOCOL), VERSION_LABEL: floydd.__version__}
+
+
+def node_protocol(node: Mapping[str, Any]) -> int:
+    """The protocol a node record says it speaks (1: it says none, an 0.1 box)."""
+    try:
+        return int((node.get("labels") or {}).get(LABEL, 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def behind(state: Any, level: int) -> list[str]:
+    """Names of the boxes (not removed) that do not speak ``level``, by name."""
+    return sorted(node.get("name") or nid for nid, node in state.nodes.items()
+                  if nid not in state.removed and node_protocol(node) < level)
+
+
+def cluster_level(state: Any) -> int:
+    """The highest level every box of the cluster speaks (this release's at most)."""
+    levels = [node_protocol(node) for nid, node in state.nodes.items() if nid not in state.removed]
+    return min([PROTOCOL, *levels])
+
+
+def needs(cmd: Mapping[str, Any]) -> int:
+    """The cluster level ``cmd`` needs to be applied alike by every box."""
+    op = cmd.get("op")
+    if op in _NEW_OPS or "v" in cmd or any(f in cmd for f in _NEW_FIELDS.get(op, ())):
+        return 2
+    return 1
+
+
+def stamped(state: Any, cmd: dict) -> dict:
+    """``cmd`` as this box proposes it: refused if the cluster's level is too low for it
+    (:func:`check_supported`), carrying ``v`` from level 2 on."""
+    check_supported(state, cmd)
+    if at_least(state, 2) and "v" not in cmd:
+        return {**cmd, "v": PROTOCOL}
+    return cmd
+
+
+def at_least(state: Any, level: int) -> bool:
+    """Whether behaviour of ``level`` is on (the cluster's level as of the entry being applied)."""
+    return getattr(state, "protocol", 1) >= level
+
+
+def check_supported(state: Any, cmd: Mapping[str, Any]) -> None:
+    """Conflict (``cluster_too_old``) if ``cmd`` needs a higher level than the cluster's."""
+    wanted = needs(cmd)
+    if wanted <= getattr(state, "protocol", 1):
+        return
+    old = behind(state, wanted)
+    who = (f": {', '.join(old[:5])}{' and more' if len(old) > 5 else ''} "
+           f"{'runs' if len(old) == 1 else 'run'} an older release") if old else ""
+    raise Conflict(f"{cmd.get('op')} needs every box of the cluster on floydd {_RELEASE.get(wanted, wanted)} "
+                   f"or later{who}", code="cluster_too_old",
+                   hint="upgrade the remaining boxes one by one (docs/operations.md, \"Upgrades\"); the cluster "
+                        "switches on once every box runs the new release")
+
+
+def apply_level(state: Any, cmd: Mapping[str, Any]) -> int:
+    """``cluster.protocol`` on apply: the new level (never lower, never above this release's)."""
+    level = cmd["level"]
+    if level > PROTOCOL:
+        raise Conflict(f"cluster level {level} is above this box's ({PROTOCOL})", code="cluster_too_new",
+                       hint="upgrade this box")
+    state.protocol = max(getattr(state, "protocol", 1), level)
+    return state.protocol
+
+
+def check_joiner(state: Any, protocol: int | None) -> None:
+    """A box asking to join says its protocol (an 0.1 box says none: 1); it must speak the
+    cluster's level, or the log it would replay holds commands it cannot apply."""
+    level = getattr(state, "protocol", 1)
+    if (protocol or 1) < level:
+        raise Conflict(f"this cluster runs floydd {_RELEASE.get(level, level)}: a box of an older release cannot "
+                       "join it", code="joiner_too_old", hint="upgrade floydd on the joining box first")
+
+
+def peer_supported(header: str | None) -> bool:
+    """Whether a peer saying ``header`` (None: an 0.1 box, 1) is an adjacent release."""
+    try:
+        theirs = int(header) if header else 1
+    except ValueError:
+        return False
+    return abs(theirs - PROTOCOL) <= 1
