@@ -3,28 +3,27 @@
 What it holds and the rules it keeps: :mod:`floydd.cluster.archive` (whose
 :class:`~floydd.cluster.archive.MemoryArchive` is the model this one is held to).
 
-Three kinds of connection: the loop's (point reads while commands are applied: an indexed
-lookup each), the raft writer thread's (pending rows, purges and staged snapshots, fsynced
-like the log) and a short-lived one per listing or export page, in a worker thread.
+Its connections, transactions and the staging of a received snapshot's rows are a
+:class:`~floydd.cluster.sidetable.SideTable`'s: point reads in the loop while commands are
+applied (an indexed lookup each), writes on the raft writer thread (pending rows, purges,
+staged snapshots, fsynced like the log), listings and export pages in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-import threading
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable
+from typing import AsyncIterator, Iterable
 
 import msgpack
 
 from floydd.cluster.archive import EXPORT_ROWS, ArchiveRules, Run, decode_chunk, newest_first, row_of, visible
+from floydd.cluster.sidetable import SideTable
 
 __all__ = ["SqliteArchive", "ARCHIVE_TABLES"]
 
 ARCHIVE_TABLES = frozenset({"archive", "archive_incoming", "archive_incoming_meta"})
 _COLUMNS = "id, project, number, created, state, idem_key, deleted, job"
-_INSERT = f"INSERT OR REPLACE INTO {{}} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _SCHEMA = [
     f"CREATE TABLE IF NOT EXISTS {table} (id TEXT PRIMARY KEY, project TEXT NOT NULL, number INTEGER NOT NULL, "
     "created REAL NOT NULL, state TEXT NOT NULL, idem_key TEXT, deleted INTEGER, job BLOB NOT NULL)"
@@ -38,16 +37,15 @@ _SCHEMA = [
 ]
 
 
-class SqliteArchive(ArchiveRules):
+class SqliteArchive(SideTable, ArchiveRules):
     """The archive in ``path`` (the raft log's database), see the module docstring."""
 
+    TABLE, COLUMNS, SCHEMA = "archive", _COLUMNS, _SCHEMA
+
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        super().__init__(path)
         self._pending: dict[str, dict] = {}          # rows applied, not yet written
         self._pending_idem: dict[str, set[str]] = {}  # their idempotency keys (a replay queues thousands)
-        self._loop_db: sqlite3.Connection | None = None
-        self._write_db: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
 
     # -- what the state machine calls (in the loop) ------------------------------------------
 
@@ -110,7 +108,7 @@ class SqliteArchive(ArchiveRules):
             args.append(float(since))
         sql = f"SELECT job FROM archive WHERE {' AND '.join(where)} ORDER BY created DESC, number DESC" + \
             ("" if limit is None else f" LIMIT {int(limit)}")
-        with _Reader(self) as db:
+        with self._reader() as db:
             return [msgpack.unpackb(blob, raw=False) for (blob,) in db.execute(sql, args)]
 
     # -- durability ----------------------------------------------------------------------------
@@ -138,18 +136,7 @@ class SqliteArchive(ArchiveRules):
         await run(self._transaction, [("DELETE FROM archive WHERE deleted IS NOT NULL AND deleted <= ?", (upto,))])
 
     def _write(self, batch: list[dict]) -> None:
-        self._transaction([(_INSERT.format("archive"), row_of(job)) for job in batch])
-
-    def _transaction(self, statements: list[tuple[str, tuple]]) -> None:
-        db = self._writer()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for sql, args in statements:
-                db.execute(sql, args)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        self._transaction([(self.insert("archive"), row_of(job)) for job in batch])
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -166,96 +153,13 @@ class SqliteArchive(ArchiveRules):
             yield msgpack.packb([list(r) for r in page], use_bin_type=True)
 
     def _export_page(self, after: str, rows: int) -> list[tuple]:
-        with _Reader(self) as db:
+        with self._reader() as db:
             return db.execute(f"SELECT {_COLUMNS} FROM archive WHERE id > ? ORDER BY id LIMIT ?",
                               (after, rows)).fetchall()
 
-    def receive(self, index: int, term: int, run: Run) -> "_SqliteSink":
-        """Stage a snapshot's archive (on the writer thread), for :meth:`saved`."""
-        return _SqliteSink(self, index, term, run)
-
-    def saved(self, db: sqlite3.Connection, snapshot: Any) -> None:
-        """SqliteStorage's ``on_snapshot`` hook, inside the transaction that saves ``snapshot``:
-        the archive staged with it replaces the archive; anything else staged is dropped."""
-        for statement in _SCHEMA:
-            db.execute(statement)
-        meta = db.execute("SELECT idx, term, complete FROM archive_incoming_meta").fetchone()
-        if meta is None:
-            return
-        if tuple(meta) == (snapshot.index, snapshot.term, 1):
-            db.execute("DELETE FROM archive")
-            db.execute(f"INSERT INTO archive ({_COLUMNS}) SELECT {_COLUMNS} FROM archive_incoming")
-        db.execute("DELETE FROM archive_incoming")
-        db.execute("DELETE FROM archive_incoming_meta")
+    def decode_chunk(self, chunk: bytes) -> list[tuple]:
+        return decode_chunk(chunk)
 
     def installed(self, index: int, term: int) -> None:
         """The state was replaced by a snapshot: what was pending is superseded."""
         self._pending, self._pending_idem = {}, {}
-
-    # -- connections ---------------------------------------------------------------------------
-
-    def _loop(self) -> sqlite3.Connection:
-        if self._loop_db is None:
-            self._loop_db = self._connect()
-        return self._loop_db
-
-    def _writer(self) -> sqlite3.Connection:
-        if self._write_db is None:
-            db = self._connect()
-            db.execute("PRAGMA synchronous=FULL")
-            self._write_db = db
-        return self._write_db
-
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout=10000")
-        with self._lock:
-            db.execute("PRAGMA journal_mode=WAL")
-            for statement in _SCHEMA:
-                db.execute(statement)
-        return db
-
-    def close(self) -> None:
-        for db in (self._loop_db, self._write_db):
-            if db is not None:
-                db.close()
-        self._loop_db = self._write_db = None
-
-
-class _Reader:
-    """A short-lived connection for one listing or one export page (worker threads)."""
-
-    def __init__(self, archive: SqliteArchive) -> None:
-        self._archive = archive
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._db = self._archive._connect()
-        return self._db
-
-    def __exit__(self, *exc) -> None:
-        self._db.close()
-
-
-class _SqliteSink:
-    def __init__(self, archive: SqliteArchive, index: int, term: int, run: Run) -> None:
-        self._archive, self._index, self._term, self._run = archive, index, term, run
-        self._begun = False
-
-    async def add(self, chunk: bytes) -> None:
-        rows = decode_chunk(chunk)
-        await self._begin()
-        await self._run(self._archive._transaction, [(_INSERT.format("archive_incoming"), row) for row in rows])
-
-    async def finish(self) -> None:
-        await self._begin()
-        await self._run(self._archive._transaction, [(_META, (self._index, self._term, 1))])
-
-    async def _begin(self) -> None:
-        if not self._begun:
-            self._begun = True
-            await self._run(self._archive._transaction, [("DELETE FROM archive_incoming", ()),
-                                                         (_META, (self._index, self._term, 0))])
-
-
-_META = "INSERT OR REPLACE INTO archive_incoming_meta (id, idx, term, complete) VALUES (0, ?, ?, ?)"

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import msgpack
 
 from floydd.cluster.audit import AuditRules, decode_audit_chunk
+from floydd.cluster.sidetable import SideTable
 
 __all__ = ["SqliteAudit", "read_chain"]
 
@@ -29,8 +29,6 @@ _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS audit_incoming_meta (id INTEGER PRIMARY KEY CHECK (id = 0), "
     "idx INTEGER NOT NULL, term INTEGER NOT NULL, complete INTEGER NOT NULL)",
 ]
-_INSERT = "INSERT OR REPLACE INTO {} (idx, seq, entry) VALUES (?, ?, ?)"
-_META = "INSERT OR REPLACE INTO audit_incoming_meta (id, idx, term, complete) VALUES (0, ?, ?, ?)"
 _ROWS = 1000
 
 
@@ -58,15 +56,14 @@ def read_chain(path: str | Path, since: float | None = None) -> list[Any]:
         db.close()
 
 
-class SqliteAudit(AuditRules):
+class SqliteAudit(SideTable, AuditRules):
     """The chain in ``path`` (the raft log's database), see the module docstring."""
 
+    TABLE, COLUMNS, SCHEMA = "audit", "idx, seq, entry", _SCHEMA
+
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        super().__init__(path)
         self._pending: dict[int, dict] = {}
-        self._loop_db: sqlite3.Connection | None = None
-        self._write_db: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
         self._last = None
 
     # -- what the state machine calls (AuditRules.around) ------------------------------------
@@ -104,21 +101,10 @@ class SqliteAudit(AuditRules):
 
     async def flush(self, run: Any) -> None:
         batch = list(self._pending.values())
-        await run(self._transaction, [(_INSERT.format("audit"), _row(e)) for e in batch])
+        await run(self._transaction, [(self.insert("audit"), _row(e)) for e in batch])
         for entry in batch:
             if self._pending.get(entry["index"]) is entry:
                 del self._pending[entry["index"]]
-
-    def _transaction(self, statements: list[tuple[str, tuple]]) -> None:
-        db = self._writer()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for sql, args in statements:
-                db.execute(sql, args)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -132,81 +118,13 @@ class SqliteAudit(AuditRules):
             yield msgpack.packb({"audit": [list(r) for r in page]}, use_bin_type=True)
 
     def _export_page(self, after: int) -> list[tuple]:
-        db = self._connect()
-        try:
+        with self._reader() as db:
             return db.execute("SELECT idx, seq, entry FROM audit WHERE idx > ? ORDER BY idx LIMIT ?",
                               (after, _ROWS)).fetchall()
-        finally:
-            db.close()
 
-    def receive(self, index: int, term: int, run: Any) -> "_SqliteSink":
-        return _SqliteSink(self, index, term, run)
-
-    def saved(self, db: sqlite3.Connection, snapshot: Any) -> None:
-        """SqliteStorage's ``on_snapshot`` hook (with the archive's): the staged chain replaces
-        the chain when it came with ``snapshot``."""
-        for statement in _SCHEMA:
-            db.execute(statement)
-        meta = db.execute("SELECT idx, term, complete FROM audit_incoming_meta").fetchone()
-        if meta is None:
-            return
-        if tuple(meta) == (snapshot.index, snapshot.term, 1):
-            db.execute("DELETE FROM audit")
-            db.execute("INSERT INTO audit (idx, seq, entry) SELECT idx, seq, entry FROM audit_incoming")
-        db.execute("DELETE FROM audit_incoming")
-        db.execute("DELETE FROM audit_incoming_meta")
+    def decode_chunk(self, chunk: bytes) -> list[tuple]:
+        return decode_audit_chunk(chunk)
 
     def installed(self, index: int, term: int) -> None:
         super().installed(index, term)
         self._pending = {}
-
-    # -- connections ---------------------------------------------------------------------------
-
-    def _loop(self) -> sqlite3.Connection:
-        if self._loop_db is None:
-            self._loop_db = self._connect()
-        return self._loop_db
-
-    def _writer(self) -> sqlite3.Connection:
-        if self._write_db is None:
-            db = self._connect()
-            db.execute("PRAGMA synchronous=FULL")
-            self._write_db = db
-        return self._write_db
-
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout=10000")
-        with self._lock:
-            db.execute("PRAGMA journal_mode=WAL")
-            for statement in _SCHEMA:
-                db.execute(statement)
-        return db
-
-    def close(self) -> None:
-        for db in (self._loop_db, self._write_db):
-            if db is not None:
-                db.close()
-        self._loop_db = self._write_db = None
-
-
-class _SqliteSink:
-    def __init__(self, audit: SqliteAudit, index: int, term: int, run: Any) -> None:
-        self._audit, self._index, self._term, self._run = audit, index, term, run
-        self._begun = False
-
-    async def add(self, chunk: bytes) -> None:
-        rows = decode_audit_chunk(chunk)
-        await self._begin()
-        await self._run(self._audit._transaction, [(_INSERT.format("audit_incoming"), row) for row in rows])
-
-    async def finish(self) -> None:
-        await self._begin()
-        await self._run(self._audit._transaction, [(_META, (self._index, self._term, 1))])
-
-    async def _begin(self) -> None:
-        if not self._begun:
-            self._begun = True
-            await self._run(self._audit._transaction, [("DELETE FROM audit_incoming", ()),
-                                                       (_META, (self._index, self._term, 0))])
