@@ -50,6 +50,9 @@ class NodeSnapshot:
     held: dict[int, str] = field(default_factory=dict)
     """GPU index -> key of the job holding it."""
     healthy: bool = True
+    draining: bool = False
+    """Taking no new jobs for now (``floydd drain``): not placed on, but a job that would fit
+    it waits for it rather than being refused."""
     load: int = 0
     """Jobs active on the node (CPU jobs go where the fewest run)."""
     cpu_milli: int | None = None
@@ -103,7 +106,7 @@ def unplaceable(nodes: list[NodeSnapshot], gpus: int, count: int = 1, cpu_milli:
     """Why a job wanting ``gpus`` GPUs, ``cpu_milli`` thousandths of a core and ``memory``
     bytes on each of ``count`` nodes can never run on these nodes (whatever runs there now),
     or None if it can."""
-    if gpus <= 0 and count == 1 and not any(n.healthy for n in nodes):
+    if gpus <= 0 and count == 1 and not any(n.healthy or n.draining for n in nodes):
         return "no healthy node"
     if gpus <= 0 and count > 1 and len(nodes) < count:
         # a gang may wait for a box that is down for now; only too few boxes is hopeless

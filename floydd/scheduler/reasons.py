@@ -66,17 +66,17 @@ def why_waiting(job: PendingJob, nodes: list[NodeSnapshot], free: dict[str, list
         each = "; ".join(_node_now(n, job, said, free, cpu, memory, planned.get(n.name, set()))
                          for n in sorted(nodes, key=lambda n: n.name))
         return _short(f"{head}: {each or 'the cluster has no nodes'}")
-    short: dict[str, int] = {"GPUs": 0, "CPUs": 0, "memory": 0, "too small": 0, "unhealthy": 0}
+    short: dict[str, int] = {"GPUs": 0, "CPUs": 0, "memory": 0, "too small": 0, "draining": 0, "unhealthy": 0}
     room = 0
     for n in nodes:
         lack = _lacks(n, job, free, cpu, memory)
         if lack is None:
             room += 1
         else:
-            short[lack] += 1
+            short["draining" if lack == "unhealthy" and n.draining else lack] += 1
     lacking = [(what, short[what]) for what in ("GPUs", "CPUs", "memory") if short[what]]
     counted = [f"{k} {'short of' if i == 0 else 'of'} {what}" for i, (what, k) in enumerate(lacking)]
-    counted += [f"{short[what]} {what}" for what in ("too small", "unhealthy") if short[what]]
+    counted += [f"{short[what]} {what}" for what in ("too small", "draining", "unhealthy") if short[what]]
     lead = "no node has room" if not room else f"only {room} {'has' if room == 1 else 'have'} room"
     return _short(f"{head}: {lead}" + (f" ({', '.join(counted)})" if counted else ""))
 
@@ -116,7 +116,7 @@ def _node_now(node: NodeSnapshot, job: PendingJob, said: _Needs, free: dict[str,
     the kinds of the job's ask worth naming)."""
     lack = _lacks(node, job, free, cpu, memory)
     if lack == "unhealthy":
-        return f"{node.name} is unhealthy"
+        return f"{node.name} is {'draining' if node.draining else 'unhealthy'}"
     if lack is None:
         return f"{node.name} has room"
     if lack == "too small":

@@ -44,7 +44,8 @@ def node_snapshots(nodes: Mapping[str, Mapping], *, held: Mapping[str, Mapping[i
         gpus = tuple(g["index"] if isinstance(g, dict) else g for g in resources.get("gpus") or ())
         cpu_held, memory_held = set_aside.get(nid, (0, 0))
         out[nid] = NodeSnapshot(name=name, gpus=gpus, held=dict(held.get(nid) or {}),
-                                healthy=health.get(nid, "up") == "up", load=load.get(nid, 0),
+                                healthy=health.get(nid, "up") == "up", draining=health.get(nid) == "draining",
+                                load=load.get(nid, 0),
                                 cpu_milli=known_count(resources.get("cpus"), 1000), cpu_held=cpu_held,
                                 memory=known_count(resources.get("memory"), 1), memory_held=memory_held)
     return out

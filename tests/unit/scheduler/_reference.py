@@ -35,7 +35,7 @@ def snapshots(state, now: float, stale_after: float) -> dict[str, NodeSnapshot]:
         name = node["name"] if names.count(node["name"]) == 1 else f"{node['name']}({nid[:8]})"
         gpus = tuple(g["index"] if isinstance(g, dict) else g for g in node["resources"].get("gpus") or ())
         out[nid] = NodeSnapshot(name=name, gpus=gpus, held=held_gpus(state, nid), healthy=health[nid] == "up",
-                                load=load.get(nid, 0))
+                                draining=health[nid] == "draining", load=load.get(nid, 0))
     return out
 
 
@@ -44,7 +44,7 @@ def unplaceable(nodes: list[NodeSnapshot], gpus: int, count: int = 1) -> str | N
     nodes, or None if it can."""
     if gpus <= 0:
         if count == 1:
-            return None if any(n.healthy for n in nodes) else "no healthy node"
+            return None if any(n.healthy or n.draining for n in nodes) else "no healthy node"
         # a gang may wait for a box that is down for now; only too few boxes is hopeless
         return None if len(nodes) >= count else f"it needs {count} nodes, the cluster has {len(nodes)}"
     big = sorted((len(n.gpus) for n in nodes), reverse=True)
@@ -100,7 +100,7 @@ def _why_waiting(job: PendingJob, nodes: list[NodeSnapshot], free: dict[str, lis
     parts = []
     for n in sorted(nodes, key=lambda n: n.name):
         if not n.healthy:
-            parts.append(f"{n.name} is unhealthy")
+            parts.append(f"{n.name} is {'draining' if n.draining else 'unhealthy'}")
             continue
         holders = sorted(set(held[n.name].values()))
         busy = f" (held by {', '.join(holders)})" if holders else ""

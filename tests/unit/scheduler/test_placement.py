@@ -107,3 +107,12 @@ def test_gangs_never_share_a_node_nor_double_book(wants, sizes):
         assert len({p.node for p in parts}) == count                     # on distinct nodes
         assert all(len(p.gpus) == gpus for p in parts)
     assert len(by_job) + len(plan.waiting) == len(wants)
+
+
+def test_a_draining_box_takes_no_job_but_one_that_fits_it_waits_saying_so():
+    from floydd.scheduler.placement import NodeSnapshot, PendingJob, place, unplaceable
+    drained = NodeSnapshot(name="box2", gpus=(0,), healthy=False, draining=True)
+    assert unplaceable([drained], gpus=0) is None                     # it waits: not "no healthy node"
+    assert unplaceable([NodeSnapshot(name="box3", healthy=False)], gpus=0) == "no healthy node"
+    plan = place([drained], [PendingJob(key="p/1", gpus=1)])
+    assert plan.placements == () and "box2 is draining" in plan.waiting["p/1"]
