@@ -1,0 +1,171 @@
+"""The cluster and the lab's people: membership, join and personal tokens, the audit log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from floydd.api.schemas.literals import Health, MemberRole, Role
+
+__all__ = ["Member", "Cluster", "Person", "PersonRemoved", "ApiToken", "WhoAmI", "JoinToken", "TokenRecord",
+           "Left", "Drained", "Removed", "AuditEntry", "AuditCheck"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Member:
+    """A node in the cluster's membership (``leader``: the current leader, whatever its role)."""
+
+    id: str
+    name: str
+    address: str | None
+    role: MemberRole
+    leader: bool
+    status: str | None
+    health: Health
+    match: int | None = None
+    cert_expires: float | None = None
+    """When the member's current node certificate expires (unix seconds; renewed well before)."""
+    version: str | None = None
+    """The floydd release the member says it runs (``0.1.x``: one too old to say)."""
+    protocol: int | None = None
+    """The cluster protocol it speaks (:mod:`floydd.cluster.versions`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    """``GET /v1/cluster``: membership as this node sees it; ``initialised``: it talks to other boxes."""
+
+    initialised: bool
+    node_id: str
+    members: tuple[Member, ...]
+    leader: str | None = None
+    is_leader: bool = False
+    term: int = 0
+    ca_fingerprint: str | None = None
+    """sha256 of the cluster CA (null: a box alone): what ``floyd login --fingerprint`` checks."""
+    api: str | None = None
+    """Where this box serves the TLS API (``floyd login HOST:PORT``); null: nowhere."""
+    protocol: int = 1
+    """The cluster's level: what every box speaks (2 once every box runs floydd 0.2)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Person:
+    """``/v1/people``: a person of the lab (:mod:`floydd.cluster.people`): their role, and the
+    local uids that act as them per box id (none mapped on a box: their login name there)."""
+
+    name: str
+    role: Role
+    uids: dict[str, tuple[int, ...]]
+    added: float = 0.0
+    by: str = ""
+    """The admin who added them (empty: the first admin, made at floydd init)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PersonRemoved:
+    """``DELETE /v1/people/{name}``: the person whose account went (their jobs keep the name)."""
+
+    removed: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiToken:
+    """``GET /v1/tokens`` (a list), ``DELETE /v1/tokens/{id}``: a personal API token as the
+    cluster keeps it, never its secret (``POST`` adds ``token``, shown once)."""
+
+    id: str
+    person: str
+    state: Literal["valid", "expired", "revoked"]
+    created: float
+    expires: float | None
+    label: str
+    made_on: str
+    revoked: float | None = None
+    revoked_by: str | None = None
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WhoAmI:
+    """``GET /v1/whoami``: the person a call is made as, the box that answered, and where
+    that box serves the TLS API for ``floyd login`` (null: nowhere: a box alone)."""
+
+    person: str
+    node: str
+    api: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinToken:
+    """``POST /v1/cluster/tokens``: a one-time join token and how long it is valid."""
+
+    token: str
+    ttl: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenRecord:
+    """``GET /v1/cluster/tokens`` (a list), ``DELETE /v1/cluster/tokens/{id}``: a join token as
+    the cluster keeps it, never its secret. ``state``: valid, used, expired or revoked."""
+
+    id: str
+    state: Literal["valid", "used", "expired", "revoked"]
+    created: float
+    expires: float
+    made_by: str
+    made_on: str
+    used: float | None = None
+    used_by: str | None = None
+    revoked: float | None = None
+    revoked_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Left:
+    """``POST /v1/cluster/leave``: the id of the node that left."""
+
+    left: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Drained:
+    """``POST /v1/cluster/drain``: this box takes no new jobs (``draining``), and the jobs it
+    still runs (they carry on through a daemon restart)."""
+
+    node: str
+    draining: bool
+    running: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Removed:
+    """``POST /v1/cluster/remove``: the node taken out of the cluster; its certificates are revoked."""
+
+    removed: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditEntry:
+    """``GET /v1/audit`` items: one link of the audit chain (:mod:`floydd.cluster.audit`)."""
+
+    seq: int
+    index: int
+    prev: str
+    who: str
+    box: str
+    op: str
+    what: str
+    ts: float
+    hash: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditCheck:
+    """``GET /v1/audit/verify``: this box's chain checked; ``finding`` names the first bad entry."""
+
+    ok: bool
+    entries: int
+    first_bad: int | None = None
+    finding: str | None = None
+    head: str | None = None

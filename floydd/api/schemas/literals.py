@@ -1,0 +1,23 @@
+"""The closed sets of values the answers use (``Literal`` types: a new value must reach the
+TUI's styles before the daemon sends it)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+JobState = Literal["queued", "starting", "running", "unknown", "success", "failed", "stopped", "timeout", "lost"]
+"""Every job state (:data:`floydd.model.STATES`)."""
+Health = Literal["healthy", "suspect", "stale", "draining", "off", "down", "unknown"]
+"""A node's health: ``healthy`` (up), ``suspect`` (the leader lost touch with it: nothing new goes
+there, its jobs are ``unknown``), ``stale`` (up but its heartbeats stopped coming), the status it
+reported otherwise (``draining``, ``off``, ``down``), ``unknown`` before its first report.
+``floyd nodes`` and ``floydd members`` show the same word."""
+NodeRole = Literal["leader", "voter", "learner", "none"]
+MemberRole = Literal["voter", "learner", "none"]
+Role = Literal["admin", "user"]
+"""A person's role (:data:`floydd.cluster.people.ROLES`)."""
+Visibility = Literal["lab", "private"]
+"""Who may use a dataset: the whole lab, or its owner and admins."""
+
+Point = tuple[int | None, float | None, float]
+"""One metric point ``[step, value, ts]``; ``value`` is null for NaN or infinity."""
