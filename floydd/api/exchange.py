@@ -16,19 +16,14 @@ client raises, never with a file that looks complete.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
-import shutil
-import tempfile
-from pathlib import Path
-from typing import AsyncIterator
 
 from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.params import text_field
 from floydd.api.request import acting_user, body, error_event, reply
-from floydd.errors import InvalidSpec, StoreFull, UserError
+from floydd.api.tarstream import scratch
+from floydd.errors import InvalidSpec, UserError
 from floydd.exchange import ExportKey, check_kdf
 from floydd.exchange.commit import commit
 from floydd.exchange.container import error_frame
@@ -57,7 +52,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     kdf = check_kdf(data.get("kdf"))
     selection, refs = _names(data, "jobs"), _names(data, "datasets")
     jobs, cluster = request.app[keys.JOBS], request.app[keys.CLUSTER]
-    async with _scratch(request) as spool:
+    async with scratch(request, "exchange", "; nothing was imported or exported") as spool:
         plan = await gather(jobs=jobs, datasets=jobs.datasets, selection=selection, refs=refs, person=person,
                             spool=spool)
         resp = web.StreamResponse(headers={"Content-Type": OCTET, SIZE_HEADER: str(plan.estimate)})
@@ -98,7 +93,7 @@ async def import_(request: web.Request) -> web.Response:
     name = text_field(request.query, "name", limit=200, hint="the file's name, for messages") or "the export"
     expect = text_field(request.query, "expect_origin", limit=80, hint="a CA fingerprint (hex)") or None
     jobs = request.app[keys.JOBS]
-    async with _scratch(request) as spool:
+    async with scratch(request, "exchange", "; nothing was imported or exported") as spool:
         src = _Body(request.content, asyncio.get_running_loop())
         staged = await asyncio.to_thread(stage, src, key, store=jobs.store, spool=spool, where=name,
                                          expect_origin=expect)
@@ -186,17 +181,3 @@ class _Body:
         return b"".join(pieces)
 
 
-@contextlib.asynccontextmanager
-async def _scratch(request: web.Request) -> AsyncIterator[Path]:
-    root = request.app[keys.CONFIG].state_dir / "exchange"
-    root.mkdir(mode=0o700, exist_ok=True)
-    work = Path(await asyncio.to_thread(tempfile.mkdtemp, dir=root))
-    try:
-        yield work
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StoreFull(f"no space left in {root} on this box; nothing was imported or exported",
-                            hint="free disk space on the box (floyd data gc helps) and try again") from None
-        raise
-    finally:
-        await asyncio.to_thread(shutil.rmtree, work, True)

@@ -27,22 +27,25 @@ from floydd.errors import InvalidSpec, StoreFull, UserError
 from floydd.store import ObjectId
 from floydd.store.tarball import Unpacked, pack, unpack
 
-__all__ = ["received_folder", "send_tree", "TAR"]
+__all__ = ["received_folder", "send_tree", "scratch", "TAR"]
 
 TAR = "application/x-tar"
 _CHUNK = 1 << 20
 
 
 @contextlib.asynccontextmanager
-async def _scratch(request: web.Request) -> AsyncIterator[Path]:
-    root = request.app[keys.CONFIG].state_dir / "uploads"
+async def scratch(request: web.Request, folder: str = "uploads",
+                  what: str = "for the transfer") -> AsyncIterator[Path]:
+    """A fresh folder under ``STATE/folder`` for one request, removed after; a full disk while
+    it is used is :class:`StoreFull` saying where (``what``: what did not happen)."""
+    root = request.app[keys.CONFIG].state_dir / folder
     root.mkdir(mode=0o700, exist_ok=True)
     work = Path(await asyncio.to_thread(tempfile.mkdtemp, dir=root))
     try:
         yield work
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StoreFull(f"no space left in {root} on this box for the transfer",
+            raise StoreFull(f"no space left in {root} on this box {what}",
                             hint="free disk space on the box (floyd data gc helps) and try again") from None
         raise
     finally:
@@ -61,7 +64,7 @@ async def received_folder(request: web.Request, limit: int | None = None,
                         hint="move data out of the code folder (floyd data upload) or into .floydignore")
     if ceiling is not None and (request.content_length or 0) > ceiling:
         raise too_big
-    async with _scratch(request) as work:
+    async with scratch(request) as work:
         archive = work / "upload.tar"
         with open(archive, "wb") as out:      # the whole body first: unpacking reads a file, not the socket
             async for chunk in request.content.iter_chunked(_CHUNK):
@@ -82,7 +85,7 @@ async def received_folder(request: web.Request, limit: int | None = None,
 async def send_tree(request: web.Request, tree: ObjectId, *, prepare=None) -> web.StreamResponse:
     """Answer with ``tree`` as a tar; ``prepare()`` (in a thread) first brings it here if needed."""
     store = request.app[keys.STORE]
-    async with _scratch(request) as work:
+    async with scratch(request) as work:
         folder, archive = work / "tree", work / "tree.tar"
 
         def build() -> None:
