@@ -9,6 +9,13 @@ a reader sees either the previous or the next status, never a torn one::
 ``outcome`` (only when exited) is one of success | failed | stopped | timeout, and
 ``reason`` says why in a human sentence ("exit code 1", "killed by SIGKILL",
 "stopped by user", "exceeded --max-runtime 5s").
+
+A full disk must not silence the agent: status.json is never shorter than
+:data:`STATUS_ROOM` (the JSON, padded with spaces), so where no new file can be made
+every later status, the final one included, is written over it in place, in blocks it
+already holds. The daemon makes that room before it starts the agent
+(:func:`make_room`: a blank file, read as no status yet), so even an agent whose disk
+fills up while it starts can say how the job ended.
 """
 
 from __future__ import annotations
@@ -20,10 +27,14 @@ import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-__all__ = ["Status", "STATES", "OUTCOMES", "read_status", "write_status", "atomic_write", "process_start_time"]
+__all__ = ["Status", "STATES", "OUTCOMES", "STATUS_ROOM", "read_status", "write_status", "make_room",
+           "atomic_write", "process_start_time"]
 
 STATES = ("starting", "running", "exited")
 OUTCOMES = ("success", "failed", "stopped", "timeout")
+STATUS_ROOM = 4096
+"""Bytes status.json always takes (one block): room for any status written in place."""
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,9 +73,13 @@ class Status:
 def read_status(workspace: Path) -> Status | None:
     """The agent's last status, or None when it has not written one (yet)."""
     try:
-        return Status.from_json((Path(workspace) / "status.json").read_bytes())
+        raw = (Path(workspace) / "status.json").read_bytes()
     except FileNotFoundError:
         return None
+    if not raw.strip():  # the room the daemon made: the agent has not written yet
+        return None
+    try:
+        return Status.from_json(raw)
     except (ValueError, TypeError):  # only a hand-edited file can be torn or foreign
         return None
 
@@ -74,15 +89,38 @@ def write_status(workspace: Path, status: Status) -> None:
 
     On a full disk, where not even a small new file can be made, the status is written
     over the old one in place (its blocks are already allocated), padded with spaces to
-    the old length so a reader sees the old or the new JSON, never a mix of two lengths.
+    the old length so a reader sees the old or the new JSON, never a mix of two lengths;
+    a reason too long for that room is cut (with "…"). Raises OSError when there is no
+    old file to write over (the daemon makes one: :func:`make_room`).
     """
     path = Path(workspace) / "status.json"
-    data = status.to_json().encode()
     try:
-        atomic_write(path, data, durable=status.exited)
+        atomic_write(path, status.to_json().encode().ljust(STATUS_ROOM, b" "), durable=status.exited)
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _overwrite(path, data, durable=status.exited):
+        if exc.errno not in _NO_SPACE or not _overwrite(path, status, durable=status.exited):
             raise
+
+
+def make_room(workspace: Path) -> None:
+    """Before the agent starts: a blank status.json of :data:`STATUS_ROOM` bytes (read as
+    no status yet), so the agent's statuses fit in place should the disk fill up before it
+    writes its first. A status.json already there is left as it is (an agent may have
+    written it). Raises OSError when even this cannot be written (the disk is full)."""
+    path = Path(workspace) / "status.json"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.room")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(b" " * STATUS_ROOM)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)  # never over a status.json: link(2) does not replace
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
@@ -105,20 +143,30 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
         raise
 
 
-def _overwrite(path: Path, data: bytes, *, durable: bool) -> bool:
-    """Write ``data`` over ``path`` in place; False when there is no such file."""
+def _overwrite(path: Path, status: Status, *, durable: bool) -> bool:
+    """Write ``status`` over ``path`` in place, within its size; False when there is no such file."""
     try:
         fd = os.open(path, os.O_WRONLY)
     except FileNotFoundError:
         return False
     try:
         size = os.fstat(fd).st_size
-        os.pwrite(fd, data.ljust(size, b" "), 0)
+        os.pwrite(fd, _fitting(status, size).ljust(size, b" "), 0)
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
     return True
+
+
+def _fitting(status: Status, size: int) -> bytes:
+    """``status`` as JSON of at most ``size`` bytes where cutting its reason can make it so."""
+    data = status.to_json().encode()
+    reason = status.reason
+    while len(data) > size and reason:
+        reason = reason[:max(0, len(reason) - (len(data) - size) - 1)]  # a character is at least a byte
+        data = status.evolve(reason=reason + "…").to_json().encode()
+    return data
 
 
 _boot_time: float | None = None

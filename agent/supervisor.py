@@ -15,9 +15,11 @@ of the job gets SIGTERM and, ``stop_grace`` seconds later, SIGKILL. The agent is
 subreaper, so processes the job leaves behind stay its descendants; when the job's main
 process ends they are killed, and the job counts as over.
 
-A full disk: when ``job.log`` cannot be written for lack of space the job is ended the
-same way as ``failed``, "disk full at WORKSPACE/job.log" (what it prints meanwhile is
-dropped), and the final status is written in place if a new file cannot be made.
+A full disk: when ``job.log`` cannot be written (or made) for lack of space the job is
+ended the same way as ``failed``, "disk full at WORKSPACE/job.log" (what it prints meanwhile
+is dropped). Every status is written in place when a new file cannot be made, in the room
+status.json keeps (:mod:`floydd.agent.status`), so the agent always reports how the job
+ended, even when the disk filled up before it wrote its first status.
 """
 
 from __future__ import annotations
@@ -123,7 +125,11 @@ class Supervisor:
             return self._finish("failed", exc.message)
         log.info("job %s: %s (sandbox %s)", spec.job, spec.command, launch.sandbox)
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-        log_fd = os.open(self.ws / "job.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            log_fd = os.open(self.ws / "job.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            why = self._disk_full if exc.errno in _NO_SPACE else f"cannot open job.log: {exc}"
+            return self._finish("failed", why)
         out_r, out_w = _pipe()
         err_r, err_w = _pipe()
         try:

@@ -339,7 +339,8 @@ class NodeRuntime:
         # it settled on while the disk was full) holds when the records can take it
         watch = JobWatch(project=project, number=number, ws=ws, records=self._records, store=self._store,
                          sample_interval=self._sample_interval, tail_interval=self._tail_interval,
-                         sampler=self._sampler, forget=self._forget, process=process, disk=self.disk)
+                         sampler=self._sampler, forget=self._forget, process=process, disk=self.disk,
+                         asked=lambda: self._stop_requests.get(key))
         try:
             while True:
                 try:

@@ -3,7 +3,9 @@
 The agent runs as ``python -m floydd.agent WORKSPACE`` in a session of its own, stdin
 from /dev/null and its own output into ``WORKSPACE/agent.log``, so it survives the
 daemon (even ``kill -9``). It is known by ``(pid, start time)`` from status.json: a pid
-alone could by now belong to another process.
+alone could by now belong to another process. Before it starts, the daemon makes room for
+that status.json (:func:`floydd.agent.status.make_room`): an agent whose disk fills up while
+it starts still says how its job ended, never vanishes without a word.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from floydd import log
 from floydd.agent.jobenv import agent_env
 from floydd.agent.spec import AgentSpec
-from floydd.agent.status import Status, atomic_write, process_start_time, read_status
+from floydd.agent.status import Status, atomic_write, make_room, process_start_time, read_status
 from floydd.agent.stop import write_stop
 
 __all__ = ["AgentHandle", "start_agent", "write_spec", "alive", "request_stop", "kill_orphans"]
@@ -42,9 +44,11 @@ def start_agent(ws: Path, spec: AgentSpec, *, python: str = sys.executable,
 
     The agent starts with the allow-listed environment (:func:`floydd.agent.jobenv.agent_env`),
     not the daemon's: what it does not hold, no job can inherit. ``env_pass``: the site's
-    extra names (``job_env_pass``)."""
+    extra names (``job_env_pass``). Raises OSError where the spec or the room for the agent's
+    status cannot be written (a full disk: the job is not started)."""
     ws = Path(ws)
     write_spec(ws, spec)
+    make_room(ws)
     with open(ws / "agent.log", "ab") as out:
         proc = subprocess.Popen([python, "-m", "floydd.agent", str(ws)], stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ws, start_new_session=True,

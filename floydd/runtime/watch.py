@@ -19,7 +19,8 @@ Nothing a job does stalls its watch. A metric line is recorded or skipped and co
 entry of /output a snapshot cannot hold is skipped, and named in the job's log and
 events; the rest is saved (:mod:`.outputs`). When a write fails for lack of space (the
 job's metrics, samples or /output) the job is ended ``failed``, "disk full at PATH", and
-a job that fails while the disk is full says so (:mod:`.disk`).
+a job that fails while the disk is full says so (:mod:`.disk`), as does one whose agent
+vanished while the disk was full, however long recording that takes.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class JobWatch:
     def __init__(self, *, project: str, number: int, ws: Path, records, store, disk: Disk,
                  sample_interval: float, tail_interval: float,
                  sampler: Callable[[int], dict | None], forget: Callable[[int], None] | None = None,
-                 process=None) -> None:
+                 process=None, asked: Callable[[], tuple[str, str] | None] | None = None) -> None:
         self.project, self.number, self.ws = project, number, Path(ws)
         self.key = f"{project}/{number}"
         self._records, self._store = records, store
@@ -90,6 +91,9 @@ class JobWatch:
         self._failure: str | None = None  # "disk full at PATH": the job ends failed, whatever it exits with
         self._warned = False  # about skipped metric lines (once per watch; the records count them all)
         self._settled: Outcome | None = None  # the outcome to record, once decided (kept across tries)
+        self._asked = asked or (lambda: None)  # (outcome, reason) the runtime asked the agent to end the job as
+        self._full_at_end = False  # the disk was full when the end was seen (it may have room by the time
+        # the end is recorded: the records wait for space, and someone frees it)
 
     async def run(self) -> Outcome:
         """Watch until the job ended; then record it. Returns the final outcome. Called again
@@ -102,6 +106,8 @@ class JobWatch:
             loop.add_reader(pidfd, exited.set)
         try:
             outcome = await self._follow(exited)
+            if outcome.state in ("failed", "lost") and not self._full_at_end:
+                self._full_at_end = await asyncio.to_thread(self._disk.check)
         finally:
             if pidfd is not None:
                 loop.remove_reader(pidfd)
@@ -238,7 +244,7 @@ class JobWatch:
             await asyncio.to_thread(workspace.release_inputs, self.ws)
         except OSError:
             log.runtime.exception("job %s: removing its input copies failed", self.key)
-        outcome = await asyncio.to_thread(self._settle, outcome)
+        outcome = await asyncio.to_thread(self._settle, outcome, self._asked())
         try:
             if job["state"] == "starting" and outcome.state not in ("failed", "stopped", "lost"):
                 await asyncio.to_thread(self._records.set_state, self.project, self.number, "running", "",
@@ -257,17 +263,23 @@ class JobWatch:
             await asyncio.to_thread(self._process.wait)
         return outcome
 
-    def _settle(self, outcome: Outcome) -> Outcome:
+    def _settle(self, outcome: Outcome, asked: tuple[str, str] | None = None) -> Outcome:
         """The outcome to record: ``failed`` with why when a write of this job's failed for lack
-        of space, or when it failed (or vanished) while the disk is full. Decided once: a try
-        after the records refused it (the disk was full) records the same."""
+        of space, when the runtime ended it as failed (the disk filled up: the agent may not have
+        learnt why when its stop file could not be written), or when it failed (or vanished) while
+        the disk is full, then or by now. Decided once: a try after the records refused it (the
+        disk was full) records the same."""
         if self._settled is None:
-            self._settled = self._judge(outcome)
+            self._settled = self._judge(outcome, asked)
         return self._settled
 
-    def _judge(self, outcome: Outcome) -> Outcome:
+    def _judge(self, outcome: Outcome, asked: tuple[str, str] | None) -> Outcome:
         why = self._failure
-        if why is None and outcome.state in ("failed", "lost") and self._disk.check():
+        if why is None and asked is not None and asked[0] == "failed":
+            why = asked[1]
+            if outcome.state == "stopped":  # it ended on that ask, never told why (no room for its stop file)
+                return replace(outcome, state="failed", reason=why)
+        if why is None and outcome.state in ("failed", "lost") and (self._full_at_end or self._disk.check()):
             why = self._disk.why()
         if why is None:
             return outcome

@@ -4,7 +4,6 @@ records hold, --max-runtime out of range, a stop that lands while the job is bei
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
@@ -18,7 +17,7 @@ from floydd.errors import InvalidSpec
 from floydd.runtime.disk import RESERVE_NAME
 from tests.conftest import wait_until
 from tests.integration.runtime._hostile import (BAD_METRIC_LINES, BAD_OUTPUT, FILL, GOOD_METRIC_LINES,
-                                               small_disk)
+                                               fill, small_disk)
 from tests.system.conftest import Daemon, _kill_agents
 
 FINAL = {"success", "failed", "stopped", "timeout", "lost"}
@@ -172,17 +171,6 @@ def _free(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def _fill(path: Path) -> None:
-    """Write ``path`` until the disk is full."""
-    with open(path, "ab") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-
-
 @pytest.mark.slow
 def test_a_job_filling_the_disk_fails_with_why_and_stop_delete_gc_free_it_for_the_next(small_box, tmp_path):
     d = small_box
@@ -222,9 +210,9 @@ def test_a_disk_filled_to_the_last_byte_stalls_the_control_plane_which_recovers_
     sleeper = _run(d, SLEEP)
     wait_until(lambda: d.client.job(sleeper)["state"] == "running", what="the sleeper to run")
     filler = d.state / "filler"
-    _fill(filler)                         # something else fills the disk ...
+    fill(filler)                          # something else fills the disk ...
     wait_until(lambda: not (d.state / RESERVE_NAME).exists(), what="the daemon to release its reserve")
-    _fill(filler)                         # ... and takes the reserve too: nothing can be written now
+    fill(filler)                          # ... and takes the reserve too: nothing can be written now
     stalled = d.floyd("status", check=False, timeout=30)  # the control plane waits for space: it says so
     if stalled.returncode != 0:
         assert "floyd status --stale" in stalled.stderr or "--stale" in stalled.stderr, stalled.stderr

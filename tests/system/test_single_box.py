@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from floydd.agent.status import read_status
 from tests.conftest import wait_until
 
 BWRAP = shutil.which("bwrap") is not None
@@ -134,8 +135,7 @@ def test_daemon_killed_during_a_run_job_finishes_and_is_recorded_after_restart(d
     daemon.kill(signal.SIGKILL)
     workspace = next(daemon.state.glob("jobs/proj/1"))
     (workspace / "code" / "go").write_text("go")  # the job waits for it in its working dir
-    status = workspace / "status.json"
-    wait_until(lambda: status.exists() and json.loads(status.read_text()).get("state") == "exited",
+    wait_until(lambda: (status := read_status(workspace)) is not None and status.exited,
                what="agent to finish without the daemon")
     daemon.start()
     done = _final(daemon, "proj/1")

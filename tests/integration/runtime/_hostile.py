@@ -5,6 +5,7 @@ root, as CI does)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -25,6 +26,17 @@ def small_disk(path: Path, size: str) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill(path: Path) -> None:
+    """Write ``path`` until its disk is full, to the last byte. Unbuffered: a buffered file
+    would keep the tail of its last write and fail again when closed."""
+    with open(path, "ab", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
 
 
 BAD_METRIC_LINES = """\

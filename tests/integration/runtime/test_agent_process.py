@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from floydd.runtime import spawn
 from floydd.runtime.tail import read_chunk
 from tests.conftest import wait_until
 from tests.integration.runtime._agents import make_ws, needs_bwrap, run_job, start_agent, texts, wait_exited
+from tests.integration.runtime._hostile import small_disk
 
 PY = sys.executable
 
@@ -207,3 +209,31 @@ def test_without_pidfd_the_agent_polls_and_still_gets_everything_right(state_dir
     pid = int((ws / "code" / "bg.pid").read_text())
     wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
                what="the background sleep to be gone")
+
+
+def test_an_agent_whose_disk_fills_up_while_it_starts_still_says_how_the_job_ended(state_dir):
+    # a loaded box: the agent's python is slow to start, and the disk fills up before it writes
+    # anything (not even its first status.json): it writes in the room the daemon made for it
+    with small_disk(state_dir / "state", "4m") as state:
+        ws, spec = make_ws(state, command="echo dropped", sandbox="none")
+        (ws / "job.log").touch()                 # as the workspace is prepared
+        slow = state_dir / "python"
+        slow.write_text(f"#!/bin/sh\n{shutil.which('cat')} /dev/zero > {state / 'filler'} 2>/dev/null\n"
+                        f'exec {PY} "$@"\n')
+        slow.chmod(0o755)
+        agent = spawn.start_agent(ws, spec, python=str(slow))
+        agent.process.wait(timeout=30)
+        assert os.statvfs(state).f_bavail == 0   # filled to the last byte while it ran
+        status = read_status(ws)
+        assert status is not None and status.exited, f"the agent vanished without a word: {status}"
+        assert (status.outcome, status.reason) == ("failed", f"disk full at {ws / 'job.log'}")
+        assert status.agent_pid == agent.pid and status.job_pid
+
+
+def test_a_job_log_that_cannot_be_opened_is_a_failed_status_not_a_crash(state_dir):
+    ws, _ = make_ws(state_dir, command="touch ran", sandbox="none")
+    (ws / "job.log").mkdir()
+    start_agent(ws)
+    status = wait_exited(ws)
+    assert status.outcome == "failed" and status.reason.startswith("cannot open job.log: "), status
+    assert not (ws / "code" / "ran").exists()

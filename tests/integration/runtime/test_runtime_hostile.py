@@ -4,16 +4,21 @@ stop from an earlier run. Real agents, real Store and Records."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
+from floydd.agent.status import read_status
 from floydd.errors import InvalidSpec
+from floydd.runtime import spawn
 from floydd.runtime.disk import RESERVE_NAME
-from tests.integration.runtime._hostile import (BAD_METRIC_LINES, BAD_OUTPUT, FILL, GOOD_METRIC_LINES,
+from tests.integration.runtime._hostile import (BAD_METRIC_LINES, BAD_OUTPUT, FILL, GOOD_METRIC_LINES, fill,
                                                small_disk)
-from tests.integration.runtime.test_node_runtime import Node, ended, node  # noqa: F401 (node: the fixture)
+from tests.integration.runtime.test_node_runtime import Node, ended, node, until  # noqa: F401 (node: the fixture)
 
 
 async def test_metric_lines_past_what_the_records_hold_are_skipped_counted_and_the_job_ends(node):
@@ -129,3 +134,43 @@ async def test_metrics_that_cannot_be_recorded_end_the_job_failed(small, monkeyp
     await small.runtime.start_job("p", number, [])
     job = await ended(small, number, timeout=60)
     assert (job["state"], job["reason"]) == ("failed", f"disk full at {small.records.path}"), job
+
+
+async def _running(n: Node, command: str) -> tuple[int, Path, int]:
+    """Start ``command``; (job number, workspace, agent pid) once its agent says it runs."""
+    number = n.submit(command)
+    await n.runtime.start_job("p", number, [])
+    ws = Path(n.job(number)["workspace"])
+    status = await until(lambda: (s := read_status(ws)) is not None and s.state == "running" and s)
+    return number, ws, status.agent_pid
+
+
+async def test_an_agent_that_vanishes_on_a_full_disk_fails_for_it_though_space_is_back_when_that_is_recorded(
+        small, monkeypatch):
+    number, _, agent = await _running(small, "sleep 600")
+    # no write of the watch's own meets the full disk first (it would end the job itself)
+    monkeypatch.setattr(small.records, "add_system_samples", lambda *a, **kw: None)
+    filler = small.state / "filler"
+    fill(filler)
+    real = small.records.update_job
+
+    def freed_meanwhile(*args, **kw):  # the records wait for space (the control plane does) and someone frees it
+        filler.unlink(missing_ok=True)
+        return real(*args, **kw)
+    monkeypatch.setattr(small.records, "update_job", freed_meanwhile)
+    os.kill(agent, signal.SIGKILL)     # the agent vanishes while nothing can be written
+    job = await ended(small, number)
+    assert not filler.exists() and job["state"] == "failed", job   # not lost: no rerun for a full disk
+    assert job["reason"].startswith(f"disk full at {small.state} (the job's agent (pid {agent}) vanished"), job
+
+
+async def test_a_job_ended_for_a_full_disk_fails_though_its_stop_file_could_not_be_written(node, monkeypatch):
+    number, ws, _ = await _running(node, "sleep 600")
+
+    def no_room(*args, **kw):          # what the daemon freed was taken again before the stop file was written
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(spawn, "write_stop", no_room)
+    node.runtime.end_for_full_disk()
+    job = await ended(node, number)
+    assert read_status(ws).outcome == "stopped"   # the agent was signalled, never told why
+    assert (job["state"], job["reason"]) == ("failed", f"disk full at {node.state}"), job

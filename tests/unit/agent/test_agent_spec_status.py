@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from floydd.agent.spec import AgentSpec, Mount
 from floydd.model import check_mount_target
-from floydd.agent.status import Status, atomic_write, process_start_time, read_status, write_status
+from floydd.agent.status import (STATUS_ROOM, Status, atomic_write, make_room, process_start_time, read_status,
+                                 write_status)
 from floydd.agent.supervisor import outcome_of
 from floydd.errors import InvalidSpec, UnsafePath
 
@@ -103,6 +104,34 @@ def test_on_a_full_disk_the_status_is_written_in_place_and_reads_whole(tmp_path,
     write_status(tmp_path, final)
     assert read_status(tmp_path) == final  # shorter than before: padded, still one JSON object
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]  # no temp file left behind
+
+
+def test_the_room_made_before_the_agent_starts_takes_every_status_on_a_full_disk(tmp_path, monkeypatch):
+    make_room(tmp_path)
+    assert read_status(tmp_path) is None   # blank: the agent has not written yet
+    assert (tmp_path / "status.json").stat().st_size == STATUS_ROOM
+
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "write", full)
+    first = Status(agent_pid=1, agent_start_time=2.0)
+    write_status(tmp_path, first)          # the agent's first status, no new file possible
+    assert read_status(tmp_path) == first
+    final = first.evolve(state="exited", outcome="failed", reason="disk full at " + "/x" * 5000)
+    write_status(tmp_path, final)          # a reason too long for the room is cut, the rest kept
+    back = read_status(tmp_path)
+    assert back.exited and back.outcome == "failed" and back.reason.endswith("…")
+    assert final.reason.startswith(back.reason[:-1]) and len(back.reason) > 3000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
+    assert (tmp_path / "status.json").stat().st_size == STATUS_ROOM
+
+
+def test_making_room_leaves_a_status_the_agent_wrote_alone(tmp_path):
+    running = Status(agent_pid=1, agent_start_time=2.0, state="running")
+    write_status(tmp_path, running)
+    make_room(tmp_path)
+    assert read_status(tmp_path) == running
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
 
 
 def test_process_start_time_matches_psutil_and_tells_reused_pids_apart():
