@@ -14,7 +14,8 @@ committed while an older box is a member would be refused there and taken elsewh
 the boxes' states would part. So:
 
 - a box proposes nothing above the cluster's level (:func:`check_supported`, said plainly:
-  ``every box must run floydd 0.2 first: box3 runs 0.1.0``);
+  ``person.add needs every box of the cluster on floydd 0.2 or later: box3 runs an older
+  release``);
 - every box refuses, on apply, a command above the level the log had reached when it was
   committed, so one that slipped through is refused everywhere alike;
 - behaviour that changed for old commands (the audit chain, join tokens being an admin's)
@@ -24,8 +25,8 @@ the boxes' states would part. So:
 
 Node-to-node requests carry the ``Floydd-Protocol`` header (:data:`HEADER`); a box answers a
 peer more than one level away with 409 (:func:`peer_supported`), so only adjacent releases
-meet. A box of an older release than the cluster's level cannot join it (the join asks for
-the level: :func:`check_joiner`). Pure: no I/O, no clock.
+meet. A box of an older release than the cluster's level cannot join it (a joining box says
+its protocol: :func:`check_joiner`). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
