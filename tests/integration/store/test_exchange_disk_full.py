@@ -4,7 +4,6 @@ half-imported, and the same file imports whole once there is room."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,13 @@ from floydd.exchange.export import DatasetItem, Plan, write
 from floydd.exchange.stage import LEASE, stage
 from floydd.security.identity import NodeIdentity
 from floydd.store import Store
+from tests.integration.runtime._hostile import small_disk
 
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with small_disk(tmp_path / "tiny", "6m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_a_full_disk_imports_nothing_and_says_so(tmp_path: Path, tiny_fs: Path):

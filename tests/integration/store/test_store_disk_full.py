@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from floydd.errors import StoreFull
 from floydd.store import LocalBackend, Store
+from tests.integration.runtime._hostile import small_disk
 
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with small_disk(tmp_path / "tiny", "3m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 @pytest.mark.parametrize("sync", ["batch", "object"])
