@@ -24,7 +24,7 @@ from aiohttp import web
 
 from tests.conftest import wait_until
 
-__all__ = ["Api", "seed", "serve", "tar_of"]
+__all__ = ["Api", "seed", "serve", "serve_on", "tar_of"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,15 @@ def serve(app: web.Application) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     url = "http://127.0.0.1:%d" % sock.getsockname()[1]
+    with serve_on(app, sock, lambda: _answers(url)):
+        yield url
+
+
+@contextmanager
+def serve_on(app: web.Application, sock: socket.socket, answers, name: str = "api-floydd"
+             ) -> Iterator[asyncio.AbstractEventLoop]:
+    """``web.run_app`` of ``app`` on the bound ``sock`` in a thread, until ``answers()``; its
+    loop. A daemon that fails to start raises its error here; ``sock`` is closed after."""
     loop, failed = asyncio.new_event_loop(), []
 
     def run() -> None:
@@ -109,13 +118,13 @@ def serve(app: web.Application) -> Iterator[str]:
         except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
             failed.append(exc)
 
-    thread = threading.Thread(target=run, name="api-floydd", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: failed or _answers(url), 60, what="the daemon to answer")
+        wait_until(lambda: failed or answers(), 60, what="the daemon to answer")
         if failed:
             raise failed[0]
-        yield url
+        yield loop
     finally:
         if thread.is_alive():
             loop.call_soon_threadsafe(_stop)

@@ -14,7 +14,6 @@ import json
 import os
 import pwd
 import socket
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -30,7 +29,7 @@ from floydd.client import Client
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
 from floydd.errors import Forbidden
-from tests.conftest import wait_until
+from tests.integration.api._daemon import serve_on
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 UID = os.getuid()
@@ -41,31 +40,9 @@ def serve_unix(app: web.Application, path: Path) -> Iterator[tuple[Client, async
     """``app`` on a unix socket at ``path`` (run_app in a thread); a real client and the loop."""
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(path))
-    loop, failed = asyncio.new_event_loop(), []
-
-    def run() -> None:
-        try:
-            web.run_app(app, sock=sock, loop=loop, handle_signals=False, print=None, access_log=None)
-        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name="people-floydd", daemon=True)
-    thread.start()
     client = Client(path, timeout=60)
-    try:
-        wait_until(lambda: failed or client.ping(), 60, what="the daemon to answer")
-        if failed:
-            raise failed[0]
+    with serve_on(app, sock, client.ping, name="people-floydd") as loop:
         yield client, loop
-    finally:
-        if thread.is_alive():
-            loop.call_soon_threadsafe(_stop)
-        thread.join(30)
-        sock.close()
-
-
-def _stop() -> None:
-    raise web.GracefulExit()
 
 
 @pytest.fixture
