@@ -57,11 +57,14 @@ def socket_folder_hint(folder: Path) -> str:
             "(FLOYDD_STATE_DIR or --state-dir) so the socket fits in it")
 
 
-def folder_problem(st: os.stat_result, uid: int) -> str | None:
+def folder_problem(st: os.stat_result, uid: int, gid: int | None = None) -> str | None:
     """Why a folder with this ``lstat`` result is unsafe for a user ``uid``, or None.
 
     Pure, so the rules are tested without a second user: not a folder (a symlink, a
-    file), owned by someone else, or open to the group or others.
+    file), owned by someone else, or open to the group or others (0700). With ``gid``, a
+    folder shared with that group's members (a system daemon's socket folder): it must be of
+    that group, mode 0750 or tighter (the group may enter and list, never write: nobody but
+    its owner can put a socket of their own in it).
     """
     if stat.S_ISLNK(st.st_mode):
         return "is a symbolic link"
@@ -69,29 +72,19 @@ def folder_problem(st: os.stat_result, uid: int) -> str | None:
         return "is not a folder"
     if st.st_uid != uid:
         return f"is owned by uid {st.st_uid}, not by uid {uid} (this user)"
+    if gid is not None and st.st_gid != gid:
+        return f"belongs to group {st.st_gid}, not to group {gid} (the socket's group)"
     mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077:
+    if gid is None and mode & 0o077:
         return f"has mode {mode:04o}: the group or other users can use it (must be 0700)"
+    if gid is not None and mode & 0o027:
+        return f"has mode {mode:04o}: other users can use it or its group can write it (must be 0750)"
     return None
 
 
 def group_folder_problem(st: os.stat_result, uid: int, gid: int) -> str | None:
-    """Why a folder shared with the members of group ``gid`` (a system daemon's socket
-    folder) is unsafe for user ``uid``, or None. Pure, like :func:`folder_problem`: a real
-    folder, owned by ``uid``, of group ``gid``, mode 0750 or tighter (the group may enter and
-    list, never write: nobody but its owner can put a socket of their own in it)."""
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symbolic link"
-    if not stat.S_ISDIR(st.st_mode):
-        return "is not a folder"
-    if st.st_uid != uid:
-        return f"is owned by uid {st.st_uid}, not by uid {uid} (this user)"
-    if st.st_gid != gid:
-        return f"belongs to group {st.st_gid}, not to group {gid} (the socket's group)"
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o027:
-        return f"has mode {mode:04o}: other users can use it or its group can write it (must be 0750)"
-    return None
+    """:func:`folder_problem` for a folder shared with the members of group ``gid``."""
+    return folder_problem(st, uid, gid)
 
 
 def ensure_group_dir(path: Path, gid: int, *, hint: str = "") -> Path:
