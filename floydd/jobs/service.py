@@ -187,13 +187,8 @@ class JobService:
     async def restart(self, key: str, changes: Restart, *, user: str = "") -> dict:
         """A new job from ``key`` (with ``changes``), for its owner or an admin (authz)."""
         old = await self.get(key)
-        self._check_owner(user, key, old.get("user"), "restart")
+        check_job_owner(self.cluster.state, user, key, old.get("user"), "restart")
         return await self.submit(changes.submission(JobKey.parse(key), old), user=user)
-
-    def _check_owner(self, user: str, key: str, owner: str | None, verb: str) -> None:
-        """Refuse ``user`` who may not ``verb`` job ``key`` before anything about the job's state
-        is said; every box checks it again on apply (:mod:`floydd.cluster.authz`), which decides."""
-        check_job_owner(self.cluster.state, user, key, owner, verb)
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -356,7 +351,7 @@ class JobService:
         """Stop the job for ``user`` (its owner, or an admin: checked on apply by every box, and
         here first, so that someone else's job is refused as such whatever its state)."""
         job = await self.get(key)
-        self._check_owner(user, key, job.get("user"), "stop")
+        check_job_owner(self.cluster.state, user, key, job.get("user"), "stop")   # again on apply, which decides
         if _history(job):
             await self.local.stop(JobKey.parse(key), reason)
             return await self.get(key)
@@ -374,7 +369,7 @@ class JobService:
     async def delete(self, key: str, *, user: str = "") -> dict:
         """Delete an ended (or queued) job for ``user``, its owner or an admin (as :meth:`stop`)."""
         job = await self.get(key)
-        self._check_owner(user, key, job.get("user"), "delete")
+        check_job_owner(self.cluster.state, user, key, job.get("user"), "delete")
         if _history(job):
             return await self.local.delete(JobKey.parse(key))
         if job["state"] not in FINAL_STATES and job["state"] != "queued":
