@@ -330,9 +330,10 @@ class Client:
     def revoke_api_token(self, token_id: str) -> dict:
         return self._call("DELETE", f"/v1/tokens/{urllib.parse.quote(token_id, safe='')}")
 
-    def audit(self, since: float | None = None) -> list[dict]:
-        """The audit chain as the daemon's box holds it, in order (floydd.cluster.audit)."""
-        return self._call("GET", "/v1/audit", query={"since": since})
+    def audit(self, since: float | None = None, *, stale: bool = False) -> list[dict]:
+        """The audit chain in order (floydd.cluster.audit), with every change committed before the
+        call; ``stale``: as the daemon's box holds it now."""
+        return self._call("GET", "/v1/audit", query={"since": since, "stale": "1" if stale else None})
 
     def audit_verify(self) -> dict:
         return self._call("GET", "/v1/audit/verify")

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from floydd import logframe
 from floydd.api import keys
-from floydd.api.params import query_float, query_int
+from floydd.api.params import query_float, query_int, query_stale
 from floydd.api.request import (acting_user, body, check_dest, convert, error_event, ndjson, reply, restore_into,
                                 same_user_only, typed_body)
 from floydd.api.tarstream import received_folder, send_tree
@@ -62,10 +62,6 @@ async def submit(request: web.Request) -> web.Response:
     return reply(job, status=201)
 
 
-def _stale(request: web.Request) -> bool:
-    return request.query.get("stale") in ("1", "true", "yes")
-
-
 @routes.get("/v1/jobs")
 async def list_jobs(request: web.Request) -> web.Response:
     """Jobs, newest first (archived ones too); in a cluster every node's, read through the leader
@@ -79,7 +75,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     offset = query_int(q, "offset", 0, minimum=0, maximum=MAX_LIST, hint="offset=20 skips the 20 newest jobs")
     since = query_float(q, "since", minimum=0, maximum=2**53, hint="since=1700000000 (unix seconds) lists jobs "
                                                                     "created since then")
-    jobs = await request.app[keys.JOBS].list(q.get("project"), q.get("state"), stale=_stale(request),
+    jobs = await request.app[keys.JOBS].list(q.get("project"), q.get("state"), stale=query_stale(request.query),
                                              limit=limit, offset=offset or 0, since=since,
                                              user=q.get("user") or None)
     # thousands of jobs: msgspec encodes them ~7x faster than json (NaN and infinities become null too)
@@ -90,7 +86,7 @@ async def list_jobs(request: web.Request) -> web.Response:
 async def get_job(request: web.Request) -> web.Response:
     service = request.app[keys.JOBS]
     key = _key(request)
-    job = await service.get(key, stale=_stale(request))
+    job = await service.get(key, stale=query_stale(request.query))
     try:
         job["events"] = await service.events(key)
     except Unavailable as exc:  # the node that ran it is away: the job is still worth showing

@@ -12,6 +12,7 @@ from floydd.cluster.service import node_health_word
 
 import floydd
 from floydd.api import keys
+from floydd.api.params import query_stale
 
 routes = web.RouteTableDef()
 
@@ -45,7 +46,7 @@ async def nodes(request: web.Request) -> web.Response:
     state = request.app[keys.INVENTORY]
     info = state.latest or await state.refresh()
     service = request.app[keys.CLUSTER]
-    stale = request.query.get("stale") in ("1", "true", "yes")
+    stale = query_stale(request.query)
     roles = {m["id"]: ("leader" if m["leader"] else m["role"]) for m in service.members()}
     listing = []
     for node in await service.nodes(stale=stale):

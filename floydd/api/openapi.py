@@ -182,8 +182,9 @@ PATHS = {
                        "responses": {"200": {"description": "PEM", "content": {"application/x-pem-file": {
                            "schema": {"type": "string"}}}}, "default": _ERROR}, "security": []}},
     "/v1/audit": {"get": _op("The audit chain as this box holds it, in order: who changed what, when, from which "
-                             "box; since: entries made at or after (unix seconds)", list[AuditEntry],
-                             params=_q(since={"type": "number", "minimum": 0, "maximum": 2**53}))},
+                             "box, including every change committed before the call (stale=1: this box's copy as it is); "
+                             "since: entries made at or after (unix seconds)", list[AuditEntry],
+                             params=_q("stale", since={"type": "number", "minimum": 0, "maximum": 2**53}))},
     "/v1/audit/verify": {"get": _op("Check this box's stored audit chain; names the first bad entry", AuditCheck)},
     "/v1/people": {"get": _op("The lab's people, their roles and mapped uids", list[Person]),
                    "post": _op("Add a person (admins; in a lab of one, its user, who becomes its admin)", Person,

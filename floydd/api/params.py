@@ -22,12 +22,18 @@ from typing import Any, Mapping
 
 from floydd.errors import UserError
 
-__all__ = ["MAX_DEPTH", "MAX_TEXT", "query_int", "query_float", "check_json", "too_deep", "text_field"]
+__all__ = ["MAX_DEPTH", "MAX_TEXT", "query_int", "query_float", "query_stale", "check_json", "too_deep", "text_field"]
 
 MAX_DEPTH = 32
 """How deep a request body's objects and lists may nest (the API's own bodies nest 3 levels)."""
 MAX_TEXT = 4096
 """The longest free text (a dataset version's message, an idempotency key) a request may carry."""
+
+
+def query_stale(query: Mapping[str, str]) -> bool:
+    """``stale=1``: read this node's copy of the cluster state as it is, instead of one at least
+    as new as every committed write (works without a quorum)."""
+    return query.get("stale") in ("1", "true", "yes")
 
 _INT = re.compile(r"[0-9]{1,19}")
 _FLOAT = re.compile(r"[+-]?([0-9]{1,20}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")

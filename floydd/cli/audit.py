@@ -43,6 +43,11 @@ def read_export(path: Path) -> list:
     return out
 
 
+_STALE = click.option("--stale", is_flag=True,
+                      help="List this box's copy as it is instead of catching up with the leader first "
+                           "(works without a quorum).")
+
+
 def make_audit(_config_options, _client) -> click.Group:
     """The ``floydd audit`` group, with floydd's options for finding the daemon (``--state-dir``,
     ``--config``, ``--system``) and its way of connecting, handed in by :mod:`floydd.cli.floydd`."""
@@ -51,15 +56,16 @@ def make_audit(_config_options, _client) -> click.Group:
     @_config_options
     @click.option("--since", metavar="WHEN", help="Entries since WHEN: 30m, 2h, 3d, 1w ago, or a date (2024-05-01).")
     @click.option("--json", "as_json", is_flag=True, help="The entries as the daemon returned them.")
+    @_STALE
     @click.pass_context
     @handle_errors
-    def audit(ctx, state_dir, config_file, system, since, as_json) -> None:
+    def audit(ctx, state_dir, config_file, system, since, as_json, stale) -> None:
         """Who changed what, when and from which box: the cluster's hash-chained audit log."""
         ctx.obj = (state_dir, config_file, system)      # the subcommands reach the same daemon
         if ctx.invoked_subcommand is not None:
             return
         client, _ = _client(state_dir, config_file, system)
-        entries = client.audit(None if since is None else since_time(since))
+        entries = client.audit(None if since is None else since_time(since), stale=stale)
         if as_json:
             echo_json(entries)
             return
@@ -94,12 +100,13 @@ def make_audit(_config_options, _client) -> click.Group:
 
     @audit.command("export")
     @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+    @_STALE
     @pass_where(_config_options)
     @handle_errors
-    def export(where, file) -> None:
+    def export(where, file, stale) -> None:
         """Write the chain to FILE as JSON lines, for an auditor (floydd audit verify --file FILE)."""
         client, _ = _client(*where)
-        entries = client.audit()
+        entries = client.audit(stale=stale)
         tmp = file.with_name(file.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             for e in entries:

@@ -7,6 +7,8 @@ Real raft drivers over mTLS, SQLite logs (floydd.cluster.audit, floydd.cluster.a
 
 from __future__ import annotations
 
+import asyncio
+
 from floydd.cluster.audit import verify
 from floydd.cluster.audit_db import read_chain
 from tests.integration.cluster._harness import fast
@@ -70,3 +72,33 @@ async def test_the_chain_survives_a_crash_and_the_replay_changes_no_entry(make_c
     after = _chain(node)
     assert after[:len(before)] == before
     assert verify(after) == (len(after), None)
+
+
+async def test_a_box_cut_off_lists_the_changes_committed_without_it_once_it_catches_up(make_cluster):
+    """``/v1/audit`` on any box shows every change committed before the call: a box that has
+    not heard of one yet waits to catch up rather than list its own older copy (stale=1 does)."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from floydd.api import audit as audit_api, keys
+
+    cluster = make_cluster(fast(read_timeout=30.0))
+    nodes = await cluster.start(3)
+    lead = await cluster.wait_leader()
+    behind = next(n for n in nodes if n is not lead)
+    app = web.Application()
+    app[keys.CLUSTER] = behind.service
+    app.add_routes(audit_api.routes)
+    async with TestClient(TestServer(app)) as client:
+        cluster.isolate(behind)
+        await _people_act(lead, 1)                      # committed by the other two boxes
+        stale = await (await client.get("/v1/audit", params={"stale": "1"})).json()
+        assert not any(e["who"] == "alice" for e in stale)
+        listing = asyncio.ensure_future(client.get("/v1/audit"))
+        done, _ = await asyncio.wait({listing}, timeout=1.0)  # the box cannot catch up while cut off
+        assert not done, "the listing answered from a copy behind the cluster's"
+        cluster.heal()
+        resp = await asyncio.wait_for(listing, 30)
+        assert resp.status == 200, await resp.text()
+        assert [e["op"] for e in await resp.json() if e["who"] == "alice"] == ["job.submit", "job.update",
+                                                                            "job.delete"]
