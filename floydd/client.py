@@ -343,6 +343,10 @@ class Client:
     def submit(self, spec: dict) -> dict:
         return self._call("POST", "/v1/jobs", spec, timeout=None)
 
+    def check_job(self, spec: dict) -> dict:
+        """Would the daemon take this job (``spec`` without its code)? Refused as a submit would be."""
+        return self._call("POST", "/v1/jobs/check", spec)
+
     def jobs(self, project: str | None = None, state: str | None = None, *, stale: bool = False,
              limit: int | None = None, offset: int = 0, since: float | None = None,
              user: str | None = None) -> list[dict]:

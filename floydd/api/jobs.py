@@ -26,9 +26,9 @@ _JOB = "/v1/jobs/{project}/{number}"
 MAX_WAIT = 7 * 24 * 3600.0
 """The longest ``timeout`` of a wait (seconds); without one a wait lasts until the job ends."""
 MAX_COMPARE = 100
+"""The most jobs one comparison takes."""
 MAX_LIST = 10**9
 """The largest ``limit`` and ``offset`` of a job listing."""
-"""The most jobs one comparison takes."""
 
 
 def _key(request: web.Request) -> str:
@@ -60,6 +60,20 @@ async def submit(request: web.Request) -> web.Response:
                              "floyd then sends the folder)")
     job = await request.app[keys.JOBS].submit(submission, user=acting_user(request))
     return reply(job, status=201)
+
+
+@routes.post("/v1/jobs/check")
+async def check_submission(request: web.Request) -> web.Response:
+    """Would ``POST /v1/jobs`` take this job? The same body without the code (code fields are
+    not looked at), refused as the submit would refuse it: a client sending its folder from
+    another machine asks this before the upload (:meth:`JobService.check`)."""
+    raw = await body(request)
+    if not isinstance(raw, dict):
+        raise UserError("request body: expected a JSON object", hint="send the job as POST /v1/jobs takes it")
+    submission = convert({**raw, "code_path": "/", "code_tree": None}, Submission)
+    submission, mounts, _ = await request.app[keys.JOBS].check(submission, user=acting_user(request))
+    return reply({"ok": True, "data": [m.to_dict() for m in mounts], "cpus": submission.cpus,
+                  "memory": submission.resources.memory})
 
 
 @routes.get("/v1/jobs")

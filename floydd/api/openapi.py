@@ -13,15 +13,15 @@ from aiohttp import web
 import floydd
 from floydd.api.request import reply
 from floydd.api.schemas import (ApiToken, AuditCheck, AuditEntry, Cluster, CodeUpload, Compare, DatasetDeleted,
-                                DatasetInfo, DatasetVersion, Drained, Error, GcReport, ImportResult, Info, Job, JoinToken,
-                                Left, Metrics, Node, Person, PersonRemoved, Removed, TokenRecord, WhoAmI)
+                                DatasetInfo, DatasetVersion, Drained, Error, GcReport, ImportResult, Info, Job, JobCheck,
+                                JoinToken, Left, Metrics, Node, Person, PersonRemoved, Removed, TokenRecord, WhoAmI)
 from floydd.api.cluster import MAX_TTL
 from floydd.api.jobs import MAX_LIST, MAX_WAIT
 from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
 
 routes = web.RouteTableDef()
 
-_TYPES = (Submission, Restart, Error, Info, list[Node], Job, list[Job], Metrics, Compare, CodeUpload,
+_TYPES = (Submission, Restart, Error, Info, list[Node], Job, list[Job], Metrics, Compare, CodeUpload, JobCheck,
           list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Drained, Removed,
           list[TokenRecord],
           TokenRecord, list[AuditEntry], AuditCheck, list[Person], Person, PersonRemoved,
@@ -113,6 +113,9 @@ PATHS = {
                             list[Job], params=_q("project", "state", "stale", "user", limit=_count(1), offset=_count(0),
                                                  since={"type": "number", "minimum": 0, "maximum": 2**53})),
                  "post": _op("Submit a job", Job, body=SUBMIT, status="201")},
+    "/v1/jobs/check": {"post": _op("Would POST /v1/jobs take this job? The same body, the code not looked at; "
+                                   "refused as the submit would be (ask before sending the code)", JobCheck,
+                                   body=SUBMIT)},
     "/v1/jobs/{project}/{number}": {"get": _op("One job with metric summary and events", Job, params=_JOB),
                                     "delete": _op("Delete an ended job, its records and output", Job, params=_JOB)},
     "/v1/jobs/{project}/{number}/metrics": {"get": _op("Metric series and system samples", Metrics, params=_JOB)},

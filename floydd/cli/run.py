@@ -12,7 +12,7 @@ from floydd.cli.policy import restart_options
 from floydd.cli.jobs import follow_to_end
 from floydd.cli.progress import transfer_bar
 from floydd.cli.project import find_project, job_key
-from floydd.errors import InvalidSpec, Unavailable
+from floydd.errors import FloyddError, InvalidSpec, Unavailable
 from floydd.jobs.gang import check_gang_command
 from floydd.cli.resources import CPU_HELP, MEMORY_HELP, OptionalCounts, resource_fields
 from floydd.model import Resources, check_max_runtime, check_mounts, check_params
@@ -65,11 +65,12 @@ def run(gpu, cpu, memory, nodes, data, env, message, follow, max_runtime, params
     parsed = check_params(list(params))
     project, folder = find_project()
     client = connect()
-    job = _submit(client, {
-        "project": project, "command": text, **_code(client, folder), **resources,
-        "data": [f"{m.ref}:{m.mount}" for m in mounts], "env": env, "message": message,
-        "max_runtime": max_runtime, "params": parsed, "mode": mode, "idem_key": uuid.uuid4().hex, **policy,
-    })
+    body = {"project": project, "command": text, **resources, "data": [f"{m.ref}:{m.mount}" for m in mounts],
+            "env": env, "message": message, "max_runtime": max_runtime, "params": parsed, "mode": mode,
+            "idem_key": uuid.uuid4().hex, **policy}
+    if client.remote:
+        _check_first(client, body)
+    job = _submit(client, {**body, **_code(client, folder)})
     _announce(job, as_json)
     if follow:
         follow_to_end(client, job["id"])
@@ -118,6 +119,17 @@ def _code(client, folder) -> dict:
         sent = client.upload_code(folder, limit=_UPLOAD_LIMIT, progress=progress)
     click.echo(f"  {sent['files']} files, {sent['bytes'] / 2**20:.1f} MiB", err=True)
     return {"code_tree": sent["code_tree"]}
+
+
+def _check_first(client, body: dict) -> None:
+    """Ask a daemon on another machine whether it would take the job before sending it the code,
+    so a job it refuses (data the caller may not mount, GPUs no box has) costs no upload. A
+    daemon older than the check (0.1) answers 404: the submit then checks, after the upload."""
+    try:
+        client.check_job(body)
+    except FloyddError as exc:
+        if exc.code not in ("http_404", "http_405"):
+            raise
 
 
 def _submit(client, body: dict, attempts: int = 3) -> dict:

@@ -49,6 +49,7 @@ from floydd.model import (FINAL_STATES, SPEC_FIELDS, JobKey, JobSpec, Mount, Res
                           check_project, format_size)
 from floydd.records import Records
 from floydd.runtime import NodeRuntime
+from floydd.runtime.sandboxing import Sandboxing
 from floydd.scheduler import unplaceable
 from floydd.store import ObjectId, Store
 from floydd.tasks import cancel_and_wait
@@ -127,9 +128,12 @@ class JobService:
 
     # -- submission ------------------------------------------------------------------------------
 
-    async def submit(self, submission: Submission, *, user: str = "") -> dict:
-        """Check, snapshot the code here, pin the data versions, commit; the job as committed.
-        The same ``idem_key`` always gives the same job, so a client may retry."""
+    async def check(self, submission: Submission, *, user: str = "") -> tuple[Submission, list[Mount], Sandboxing]:
+        """Everything :meth:`submit` refuses a job for before it looks at the code: no sandbox
+        where one is required, a gang command torchrun cannot run, data ``user`` may not mount,
+        resources no box has, a full disk. Answers the submission with this box's defaults, the
+        mounts pinned to versions and the sandboxing in force. A client sending its code from
+        another machine asks this first (``POST /v1/jobs/check``), so a refusal costs no upload."""
         sandboxing = await asyncio.to_thread(lambda: self.runtime.sandboxing)
         sandboxing.check()   # sandbox = require and no working bwrap: refused here, said plainly
         submission = submission.with_defaults(cpus=self.config.job_cpus, memory=self.config.job_memory_bytes)
@@ -146,6 +150,12 @@ class JobService:
         if self.runtime.disk.full and await asyncio.to_thread(self.runtime.disk.check):
             raise StoreFull(f"{self.runtime.disk.why()}: no new job until there is room",
                             hint="free space: floyd delete an old job, floyd data delete NAME, then floyd data gc")
+        return submission, mounts, sandboxing
+
+    async def submit(self, submission: Submission, *, user: str = "") -> dict:
+        """Check, snapshot the code here, pin the data versions, commit; the job as committed.
+        The same ``idem_key`` always gives the same job, so a client may retry."""
+        submission, mounts, sandboxing = await self.check(submission, user=user)
         code_tree = submission.code_tree
         if code_tree is None:
             code_tree = str(await asyncio.to_thread(snapshot_code, self.store, Path(submission.code_path),

@@ -45,7 +45,7 @@ def test_every_schema_reference_resolves_and_request_bodies_are_the_models_types
 
 ANSWERS = {
     ("get", "/v1/info"): "Info", ("get", "/v1/nodes"): "Node[]", ("get", "/v1/jobs"): "Job[]",
-    ("post", "/v1/jobs"): "Job", ("get", "/v1/jobs/{project}/{number}"): "Job",
+    ("post", "/v1/jobs"): "Job", ("post", "/v1/jobs/check"): "JobCheck", ("get", "/v1/jobs/{project}/{number}"): "Job",
     ("delete", "/v1/jobs/{project}/{number}"): "Job", ("get", "/v1/jobs/{project}/{number}/wait"): "Job",
     ("post", "/v1/jobs/{project}/{number}/stop"): "Job", ("post", "/v1/jobs/{project}/{number}/restart"): "Job",
     ("get", "/v1/jobs/{project}/{number}/metrics"): "Metrics", ("get", "/v1/compare"): "Compare",

@@ -257,6 +257,10 @@ def test_over_floyd_host_the_code_is_sent_not_read_from_the_daemons_disk(daemon,
     assert up.returncode == 0 and "nums:1: 1 files" in up.stdout, up.stderr
     (laptop / "weights.ckpt").write_bytes(b"0" * 1000)
     (laptop / ".floydignore").write_text("*.ckpt\n")
+    for refused, words in ((("--gpu", "9"), "cannot run with --gpu 9"), (("--data", "nope:/input"), "nope")):
+        res = floyd("run", *refused, "python train.py")     # refused before the code is sent
+        assert res.returncode != 0 and words in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert "sending the code" not in res.stderr
     res = floyd("run", "--json", "--data", "nums:/input", "python train.py")
     assert res.returncode == 0, res.stderr
     assert "sending the code of" in res.stderr and "3 files" in res.stderr

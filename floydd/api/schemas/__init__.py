@@ -28,7 +28,7 @@ from __future__ import annotations
 from floydd.api.schemas.literals import Health, JobState, MemberRole, NodeRole, Point, Role, Visibility
 from floydd.api.schemas.nodes import Info, Gpu, Node
 from floydd.api.schemas.jobs import (JobResources, MetricSummary, Part, Event, JobRestart, Job, SystemSample,
-                                     Metrics, LastBest, CompareRow, Compare, CodeUpload)
+                                     Metrics, LastBest, CompareRow, Compare, CodeUpload, JobCheck)
 from floydd.api.schemas.cluster import (Member, Cluster, Person, PersonRemoved, ApiToken, WhoAmI, JoinToken,
                                         TokenRecord, Left, Drained, Removed, AuditEntry, AuditCheck)
 from floydd.api.schemas.datasets import DatasetVersion, DatasetEntry, DatasetInfo, DatasetDeleted, GcReport
@@ -37,7 +37,7 @@ from floydd.api.schemas.errors import ErrorDetail, Error
 
 __all__ = ["Health", "JobState", "MemberRole", "NodeRole", "Point", "Role", "Visibility", "Info", "Gpu",
            "Node", "JobResources", "MetricSummary", "Part", "Event", "JobRestart", "Job", "SystemSample",
-           "Metrics", "LastBest", "CompareRow", "Compare", "CodeUpload", "Member", "Cluster", "Person",
+           "Metrics", "LastBest", "CompareRow", "Compare", "CodeUpload", "JobCheck", "Member", "Cluster", "Person",
            "PersonRemoved", "ApiToken", "WhoAmI", "JoinToken", "TokenRecord", "Left", "Drained", "Removed",
            "AuditEntry", "AuditCheck", "DatasetVersion", "DatasetEntry", "DatasetInfo", "DatasetDeleted",
            "GcReport", "ExportOrigin", "ImportedJob", "ImportedDataset", "ImportResult", "ErrorDetail",

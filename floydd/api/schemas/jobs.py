@@ -184,6 +184,17 @@ class Compare:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobCheck:
+    """``POST /v1/jobs/check``: the job would be taken; its data pinned to these versions, with
+    these cores and bytes of memory on each box (the daemon's defaults where none were asked)."""
+
+    ok: bool
+    data: tuple[Mount, ...]
+    cpus: float
+    memory: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CodeUpload:
     """``POST /v1/code``: the snapshot to submit with (``code_tree``) and what it held."""
 

@@ -35,6 +35,8 @@ CASES = {
     "Arabic-Indic wait": ("GET", "/v1/jobs/seed/1/wait", {"params": {"timeout": "\u0661"}}, "timeout"),
     "gpus = 10**30": ("POST", "/v1/jobs", {"json": {**JOB, "gpus": 10**30}}, "64 bits"),
     "gpus past the most a box has": ("POST", "/v1/jobs", {"json": {**JOB, "gpus": 10**6}}, "--gpu"),
+    "check: gpus past the most a box has": ("POST", "/v1/jobs/check", {"json": {**JOB, "gpus": 10**6}}, "--gpu"),
+    "check: a list, not a job": ("POST", "/v1/jobs/check", {"json": [JOB]}, "JSON object"),
     "restart with gpus = 10**30": ("POST", "/v1/jobs/seed/1/restart", {"json": {"gpus": 10**30}}, "64 bits"),
     "ttl = 10**30": ("POST", "/v1/cluster/tokens", {"json": {"ttl": 10**30}}, "64 bits"),
     "ttl = 1e308": ("POST", "/v1/cluster/tokens", {"json": {"ttl": 1e308}}, "ttl"),
@@ -159,3 +161,13 @@ def test_job_listings_page_and_refuse_odd_page_sizes(api):
     for params in ({"limit": "0"}, {"offset": "-1"}, {"since": "soon"}, {"limit": "1e3"}):
         status, answer, _ = api.call("GET", "/v1/jobs", params=params)
         assert status == 400 and answer["error"]["hint"], params
+
+
+def test_a_check_answers_what_the_submit_would_pin_and_commits_nothing(api):
+    before = api.call("GET", "/v1/jobs")[1]
+    status, answer, text = api.call("POST", "/v1/jobs/check", json={"project": "odd", "command": "true",
+                                                                    "data": ["mnist:/input"], "cpus": 0.5})
+    assert status == 200, text
+    assert answer["ok"] and [(m["ref"], m["mount"]) for m in answer["data"]] == [("mnist:1", "/input")]
+    assert len(answer["data"][0]["tree"]) == 64 and answer["cpus"] == 0.5
+    assert api.call("GET", "/v1/jobs")[1] == before

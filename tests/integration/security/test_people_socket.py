@@ -113,6 +113,8 @@ def test_owners_admins_and_callers_without_an_account(lab):
                            (lambda: list(client.clone("faces", tmp / "copy")), "bob may not clone faces:1: it is "
                                                                                 "alice's private dataset"),
                            (lambda: _job(client, code, "true", ["faces:/input"]), "bob may not mount faces:1"),
+                           (lambda: client.check_job({"project": "lab", "command": "true", "data": ["faces:/input"]}),
+                            "bob may not mount faces:1"),
                            (lambda: client.dataset("faces"), "user bob may not list the files of faces:1"),
                            (lambda: _upload(client, data, "faces"), "alice's private dataset")):
         with pytest.raises(Forbidden) as info:
