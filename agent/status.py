@@ -13,7 +13,7 @@ a reader sees either the previous or the next status, never a torn one::
 A full disk must not silence the agent: status.json is never shorter than
 :data:`STATUS_ROOM` (the JSON, padded with spaces), so where no new file can be made
 every later status, the final one included, is written over it in place, in blocks it
-already holds. The daemon makes that room before it starts the agent
+already holds (a reader may catch such a write half done, and reads again). The daemon makes that room before it starts the agent
 (:func:`make_room`: a blank file, read as no status yet), so even an agent whose disk
 fills up while it starts can say how the job ended.
 """
@@ -24,6 +24,7 @@ import contextlib
 import errno
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -70,18 +71,31 @@ class Status:
         return cls(**known)
 
 
+_TORN_READS = 20
+"""How often a status.json that does not parse is read again before it counts as no status."""
+
+
 def read_status(workspace: Path) -> Status | None:
-    """The agent's last status, or None when it has not written one (yet)."""
-    try:
-        raw = (Path(workspace) / "status.json").read_bytes()
-    except FileNotFoundError:
-        return None
-    if not raw.strip():  # the room the daemon made: the agent has not written yet
-        return None
-    try:
-        return Status.from_json(raw)
-    except (ValueError, TypeError):  # only a hand-edited file can be torn or foreign
-        return None
+    """The agent's last status, or None when it has not written one (yet).
+
+    A status written in place on a full disk can be read half-written (a read and a write of
+    the same page may interleave): such a read is tried again, a millisecond apart, so one
+    unlucky read never makes a live agent look as if it had never reported. Only a file that
+    stays unreadable (edited by hand, or foreign) counts as no status."""
+    path = Path(workspace) / "status.json"
+    for attempt in range(_TORN_READS):
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if not raw.strip():  # the room the daemon made: the agent has not written yet
+            return None
+        try:
+            return Status.from_json(raw)
+        except (ValueError, TypeError):
+            if attempt < _TORN_READS - 1:
+                time.sleep(0.001)
+    return None
 
 
 def write_status(workspace: Path, status: Status) -> None:
@@ -89,8 +103,8 @@ def write_status(workspace: Path, status: Status) -> None:
 
     On a full disk, where not even a small new file can be made, the status is written
     over the old one in place (its blocks are already allocated), padded with spaces to
-    the old length so a reader sees the old or the new JSON, never a mix of two lengths;
-    a reason too long for that room is cut (with "…"). Raises OSError when there is no
+    the old length (never two lengths: a reader that meets a half-written one reads again,
+    :func:`read_status`); a reason too long for that room is cut (with "…"). Raises OSError when there is no
     old file to write over (the daemon makes one: :func:`make_room`).
     """
     path = Path(workspace) / "status.json"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import subprocess
 
@@ -81,9 +82,21 @@ def test_status_round_trip_and_atomic_rewrite(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temp file left behind
 
 
-def test_a_torn_status_file_reads_as_no_status(tmp_path):
+def test_a_status_file_that_stays_torn_reads_as_no_status(tmp_path):
     (tmp_path / "status.json").write_text('{"agent_pid": 1, "agent_st')
     assert read_status(tmp_path) is None
+
+
+def test_a_status_caught_half_written_in_place_is_read_again(tmp_path, monkeypatch):
+    """On a full disk the agent writes over status.json in place; a read that meets the write
+    half done must not make a live agent look as if it never reported (the daemon would call
+    its run lost)."""
+    running = Status(agent_pid=1, agent_start_time=2.0, state="running", job_pid=7)
+    write_status(tmp_path, running)
+    whole = (tmp_path / "status.json").read_bytes()
+    reads = iter([whole[:30] + b"x" * (len(whole) - 30), whole[:60] + b"\0" * 10, whole])
+    monkeypatch.setattr(pathlib.Path, "read_bytes", lambda self: next(reads))
+    assert read_status(tmp_path) == running
 
 
 def test_atomic_write_replaces_content_whole(tmp_path):
