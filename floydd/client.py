@@ -293,9 +293,9 @@ class Client:
     def remove_node(self, node_id: str) -> dict:
         return self._call("POST", "/v1/cluster/remove", {"node": node_id}, timeout=None)
 
-    def people(self) -> list[dict]:
+    def people(self, *, stale: bool = False) -> list[dict]:
         """The lab's people (floydd.cluster.people): name, role, uids per box id."""
-        return self._call("GET", "/v1/people")
+        return self._call("GET", "/v1/people", query={"stale": "1" if stale else None})
 
     def add_person(self, name: str, role: str = "user", uids: dict[str, list[int]] | None = None) -> dict:
         return self._call("POST", "/v1/people", {"name": name, "role": role, "uids": uids or {}})
@@ -323,9 +323,9 @@ class Client:
             body["person"] = person
         return self._call("POST", "/v1/tokens", body)
 
-    def api_tokens(self) -> list[dict]:
+    def api_tokens(self, *, stale: bool = False) -> list[dict]:
         """The caller's personal tokens (an admin: everyone's), without secrets."""
-        return self._call("GET", "/v1/tokens")
+        return self._call("GET", "/v1/tokens", query={"stale": "1" if stale else None})
 
     def revoke_api_token(self, token_id: str) -> dict:
         return self._call("DELETE", f"/v1/tokens/{urllib.parse.quote(token_id, safe='')}")

@@ -16,6 +16,7 @@ import time
 from aiohttp import web
 
 from floydd.api import keys
+from floydd.api.params import query_stale
 from floydd.api.request import acting_person as _person, api_address, body, reply
 from floydd.cluster.apitokens import api_token_state, new_api_token
 from floydd.cluster.authz import is_admin
@@ -49,10 +50,13 @@ async def create(request: web.Request) -> web.Response:
 
 @routes.get("/v1/tokens")
 async def list_tokens(request: web.Request) -> web.Response:
-    """The caller's tokens (an admin: everyone's), never their secrets."""
-    me, state, now = _person(request), request.app[keys.CLUSTER].state, time.time()
-    mine = None if is_admin(state, me) else me
-    return reply([_shown(t, now) for t in state.apitokens.list(mine)])
+    """The caller's tokens (an admin: everyone's), never their secrets; as the cluster has them,
+    or with ``stale=1`` as this box holds them now."""
+    me, now = _person(request), time.time()
+
+    def shown(state) -> list:
+        return [_shown(t, now) for t in state.apitokens.list(None if is_admin(state, me) else me)]
+    return reply(await request.app[keys.CLUSTER].driver.read(shown, stale=query_stale(request.query)))
 
 
 @routes.delete("/v1/tokens/{token_id}")

@@ -175,8 +175,8 @@ PATHS = {
     "/v1/tokens": {"post": _op("Make a personal API token for the caller (an admin: for person); the secret "
                                "is in this answer only", ApiToken, status="201",
                                body=_json(label=_TEXT, person=_TEXT, ttl={"type": "number", "exclusiveMinimum": 0})),
-                   "get": _op("The caller's personal API tokens (an admin: everyone's), never their secrets",
-                              list[ApiToken])},
+                   "get": _op("The caller's personal API tokens (an admin: everyone's), never their secrets "
+                              "(stale=1: this box's copy as it is)", list[ApiToken], params=_q("stale"))},
     "/v1/tokens/{token_id}": {"delete": _op("Revoke a personal API token: every box refuses it once applied", ApiToken,
                                             params=[{"name": "token_id", "in": "path", "required": True,
                                                      "schema": {"type": "string"}}])},
@@ -189,7 +189,8 @@ PATHS = {
                              "since: entries made at or after (unix seconds)", list[AuditEntry],
                              params=_q("stale", since={"type": "number", "minimum": 0, "maximum": 2**53}))},
     "/v1/audit/verify": {"get": _op("Check this box's stored audit chain; names the first bad entry", AuditCheck)},
-    "/v1/people": {"get": _op("The lab's people, their roles and mapped uids", list[Person]),
+    "/v1/people": {"get": _op("The lab's people, their roles and mapped uids (stale=1: this box's copy as it is)",
+                              list[Person], params=_q("stale")),
                    "post": _op("Add a person (admins; in a lab of one, its user, who becomes its admin)", Person,
                                status="201", body=_json(("name",), name=_TEXT, role=_ROLE, uids={
                                    "type": "object", "additionalProperties": {"type": "array", "items": _UID}}))},

@@ -11,6 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from floydd.api import keys
+from floydd.api.params import query_stale
 from floydd.api.request import acting_person, body, reply
 from floydd.cluster.people import ROLES, check_person_name, listing
 from floydd.errors import NotFound, UserError
@@ -22,7 +23,10 @@ _NAME = "/v1/people/{name}"
 
 @routes.get("/v1/people")
 async def list_people(request: web.Request) -> web.Response:
-    return reply(listing(request.app[keys.CLUSTER].state.people))
+    """Every person, as the cluster has them (an account added on another box a moment ago
+    too); ``stale=1``: as this box holds them now."""
+    cluster = request.app[keys.CLUSTER]
+    return reply(await cluster.driver.read(lambda s: listing(s.people), stale=query_stale(request.query)))
 
 
 @routes.post("/v1/people")

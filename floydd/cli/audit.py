@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from floydd.cli.common import echo_json, fail, handle_errors, pass_where
+from floydd.cli.common import STALE, echo_json, fail, handle_errors, pass_where
 from floydd.cli.jobs import since_time
 from floydd.cli.table import print_table
 from floydd.cluster.audit import verify
@@ -43,11 +43,6 @@ def read_export(path: Path) -> list:
     return out
 
 
-_STALE = click.option("--stale", is_flag=True,
-                      help="List this box's copy as it is instead of catching up with the leader first "
-                           "(works without a quorum).")
-
-
 def make_audit(_config_options, _client) -> click.Group:
     """The ``floydd audit`` group, with floydd's options for finding the daemon (``--state-dir``,
     ``--config``, ``--system``) and its way of connecting, handed in by :mod:`floydd.cli.floydd`."""
@@ -56,7 +51,7 @@ def make_audit(_config_options, _client) -> click.Group:
     @_config_options
     @click.option("--since", metavar="WHEN", help="Entries since WHEN: 30m, 2h, 3d, 1w ago, or a date (2024-05-01).")
     @click.option("--json", "as_json", is_flag=True, help="The entries as the daemon returned them.")
-    @_STALE
+    @STALE
     @click.pass_context
     @handle_errors
     def audit(ctx, state_dir, config_file, system, since, as_json, stale) -> None:
@@ -100,7 +95,7 @@ def make_audit(_config_options, _client) -> click.Group:
 
     @audit.command("export")
     @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
-    @_STALE
+    @STALE
     @pass_where(_config_options)
     @handle_errors
     def export(where, file, stale) -> None:

@@ -20,11 +20,16 @@ from floydd.errors import FloyddError, Unavailable
 from floydd.security.owned_dirs import claim_state_dir, open_private_file
 from floydd.system import SERVICE_DOWN, SERVICE_DOWN_HINT, discover, system_paths
 
-__all__ = ["pass_where", "connect", "handle_errors", "echo_json", "fail", "human_bytes", "human_duration", "SYSTEM_STATE_DIR"]
+__all__ = ["STALE", "pass_where", "connect", "handle_errors", "echo_json", "fail", "human_bytes", "human_duration", "SYSTEM_STATE_DIR"]
 
 SYSTEM_STATE_DIR = Path("/var/lib/floydd")
 """Where a daemon installed as a system service keeps its state (:mod:`floydd.system`)."""
 _AUTOSTART_TIMEOUT = 30.0
+
+STALE = click.option("--stale", is_flag=True,
+                     help="In a cluster, read this box's copy as it is instead of catching up with the leader "
+                          "first (works without a quorum).")
+"""``--stale`` on the listings read through the leader (ReadIndex) unless it is given."""
 
 
 def pass_where(config_options: Callable[[Callable], Callable]) -> Callable[[Callable], Callable]:

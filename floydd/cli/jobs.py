@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from floydd.cli import exits
-from floydd.cli.common import connect, echo_json, fail, handle_errors, human_duration
+from floydd.cli.common import STALE, connect, echo_json, fail, handle_errors, human_duration
 from floydd.cli.policy import describe_policy
 from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.cli.table import cut, print_table
@@ -68,8 +68,7 @@ _STATE_WIDTH = 60
 @click.option("--user", "owner", metavar="NAME", help="Only the jobs NAME submitted (a person of the lab).")
 @click.option("--mine", is_flag=True, help="Only the jobs you submitted.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
-@click.option("--stale", is_flag=True,
-              help="In a cluster, read this node's copy instead of asking the leader (works without a quorum).")
+@STALE
 @handle_errors
 def status(job, all_jobs, limit, page, since, owner, mine, as_json, stale) -> None:
     """This project's newest jobs (state, owner, duration, GPUs, latest metrics), or one JOB."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from floydd.cli.common import connect, echo_json, fail, handle_errors
+from floydd.cli.common import STALE, connect, echo_json, fail, handle_errors
 from floydd.cli.table import print_table
 from floydd.client import Client
 from floydd.daemon.cluster_files import DEFAULT_API_PORT
@@ -218,11 +218,12 @@ def token_create(label: str, ttl: str | None, person: str | None, as_json: bool)
 
 @token.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's answer as JSON.")
+@STALE
 @handle_errors
-def token_list(as_json: bool) -> None:
+def token_list(as_json: bool, stale: bool) -> None:
     """Your personal tokens (an admin: everyone's); never their secrets."""
     import time
-    tokens = connect().api_tokens()
+    tokens = connect().api_tokens(stale=stale)
     if as_json:
         echo_json(tokens)
         return

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from floydd.cli.common import connect, echo_json, handle_errors, human_bytes
+from floydd.cli.common import STALE, connect, echo_json, handle_errors, human_bytes
 
 __all__ = ["nodes"]
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
-@click.option("--stale", is_flag=True, help="Read this node's copy instead of asking the leader (works without quorum).")
+@STALE
 @handle_errors
 def nodes(as_json: bool, stale: bool) -> None:
     """Every node with its role, health, CPUs, memory, disk and GPUs."""

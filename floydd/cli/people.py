@@ -9,7 +9,7 @@ import re
 
 import click
 
-from floydd.cli.common import echo_json, handle_errors, pass_where
+from floydd.cli.common import STALE, echo_json, handle_errors, pass_where
 from floydd.cli.table import print_table
 from floydd.errors import InvalidSpec
 
@@ -57,12 +57,13 @@ def make_user(_config_options, _client) -> click.Group:
 
     @user.command("list")
     @click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
+    @STALE
     @pass_where(_config_options)
     @handle_errors
-    def list_people(where, as_json) -> None:
+    def list_people(where, as_json, stale) -> None:
         """The lab's people, their roles and mapped uids."""
         client, _ = _client(*where)
-        people = client.people()
+        people = client.people(stale=stale)
         if as_json:
             echo_json(people)
             return

@@ -75,12 +75,13 @@ async def test_the_chain_survives_a_crash_and_the_replay_changes_no_entry(make_c
 
 
 async def test_a_box_cut_off_lists_the_changes_committed_without_it_once_it_catches_up(make_cluster):
-    """``/v1/audit`` on any box shows every change committed before the call: a box that has
-    not heard of one yet waits to catch up rather than list its own older copy (stale=1 does)."""
+    """``/v1/audit`` and ``/v1/people`` on any box show every change committed before the call: a
+    box that has not heard of one yet waits to catch up rather than list its own older copy
+    (``stale=1`` does)."""
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
-    from floydd.api import audit as audit_api, keys
+    from floydd.api import audit as audit_api, keys, people as people_api
 
     cluster = make_cluster(fast(read_timeout=30.0))
     nodes = await cluster.start(3)
@@ -89,16 +90,22 @@ async def test_a_box_cut_off_lists_the_changes_committed_without_it_once_it_catc
     app = web.Application()
     app[keys.CLUSTER] = behind.service
     app.add_routes(audit_api.routes)
+    app.add_routes(people_api.routes)
     async with TestClient(TestServer(app)) as client:
         cluster.isolate(behind)
         await _people_act(lead, 1)                      # committed by the other two boxes
-        stale = await (await client.get("/v1/audit", params={"stale": "1"})).json()
-        assert not any(e["who"] == "alice" for e in stale)
-        listing = asyncio.ensure_future(client.get("/v1/audit"))
-        done, _ = await asyncio.wait({listing}, timeout=1.0)  # the box cannot catch up while cut off
-        assert not done, "the listing answered from a copy behind the cluster's"
+        await lead.service.change_account({"op": "person.add", "name": "alice", "role": "admin", "uids": {},
+                                           "user": "alice"})
+        for path in ("/v1/audit", "/v1/people"):
+            stale = await (await client.get(path, params={"stale": "1"})).json()
+            assert not any("alice" in (e.get("who"), e.get("name")) for e in stale), (path, stale)
+        audit, people = (asyncio.ensure_future(client.get(path)) for path in ("/v1/audit", "/v1/people"))
+        done, _ = await asyncio.wait({audit, people}, timeout=1.0)  # the box cannot catch up while cut off
+        assert not done, "a listing answered from a copy behind the cluster's"
         cluster.heal()
-        resp = await asyncio.wait_for(listing, 30)
+        resp = await asyncio.wait_for(audit, 30)
         assert resp.status == 200, await resp.text()
         assert [e["op"] for e in await resp.json() if e["who"] == "alice"] == ["job.submit", "job.update",
-                                                                            "job.delete"]
+                                                                            "job.delete", "person.add"]
+        resp = await asyncio.wait_for(people, 30)
+        assert [p["name"] for p in await resp.json()] == ["alice"]
