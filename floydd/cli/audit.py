@@ -3,6 +3,7 @@ export for an auditor, and verify an export with no daemon at all."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from floydd.cli.common import STALE, echo_json, fail, handle_errors, pass_where
+from floydd.cli.common import STALE, echo_json, fail, handle_errors, new_file, pass_where
 from floydd.cli.jobs import since_time
 from floydd.cli.table import print_table
 from floydd.cluster.audit import verify
@@ -95,20 +96,28 @@ def make_audit(_config_options, _client) -> click.Group:
 
     @audit.command("export")
     @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+    @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
     @STALE
     @pass_where(_config_options)
     @handle_errors
-    def export(where, file, stale) -> None:
+    def export(where, file, force, stale) -> None:
         """Write the chain to FILE as JSON lines, for an auditor (floydd audit verify --file FILE)."""
+        file = new_file(file, force=force, what="the audit log")
         client, _ = _client(*where)
         entries = client.audit(stale=stale)
-        tmp = file.with_name(file.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for e in entries:
-                f.write(json.dumps(e, sort_keys=True, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, file)
+        tmp = file.with_name(f".{file.name}.partial")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                for e in entries:
+                    f.write(json.dumps(e, sort_keys=True, ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, file)
+        except OSError as exc:
+            fail(f"cannot write {file}: {exc.strerror}; nothing was written", "free space there, or export elsewhere"
+                 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "export into a folder you may write to")
+        finally:
+            tmp.unlink(missing_ok=True)
         click.echo(f"{len(entries)} entries written to {file}; check: floydd audit verify --file {file}")
 
     return audit

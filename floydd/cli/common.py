@@ -20,7 +20,7 @@ from floydd.errors import FloyddError, Unavailable
 from floydd.security.owned_dirs import claim_state_dir, open_private_file
 from floydd.system import SERVICE_DOWN, SERVICE_DOWN_HINT, discover, system_paths
 
-__all__ = ["STALE", "pass_where", "connect", "handle_errors", "echo_json", "fail", "human_bytes", "human_duration", "SYSTEM_STATE_DIR"]
+__all__ = ["STALE", "pass_where", "connect", "handle_errors", "new_file", "echo_json", "fail", "human_bytes", "human_duration", "SYSTEM_STATE_DIR"]
 
 SYSTEM_STATE_DIR = Path("/var/lib/floydd")
 """Where a daemon installed as a system service keeps its state (:mod:`floydd.system`)."""
@@ -136,6 +136,17 @@ def fail(message: str, hint: str = "", code: int = exits.ERROR) -> None:
     if hint:
         click.echo(f"  hint: {hint}", err=True)
     sys.exit(code)
+
+
+def new_file(dest: Path, *, force: bool = False, what: str = "the file") -> Path:
+    """``dest`` (absolute) for a file a command is about to write, refused plainly when it
+    exists (unless ``force``) or its folder does not."""
+    dest = dest.expanduser().absolute()
+    if dest.exists() and not force:
+        fail(f"{dest} exists", "choose another file, or pass --force to replace it")
+    if not dest.parent.is_dir():
+        fail(f"{dest.parent} is not a folder", f"write {what} into an existing folder")
+    return dest
 
 
 def echo_json(data: Any) -> None:

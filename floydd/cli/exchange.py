@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from floydd.cli.common import connect, echo_json, fail, handle_errors, human_bytes
+from floydd.cli.common import connect, echo_json, fail, handle_errors, human_bytes, new_file
 from floydd.cli.progress import transfer_bar
 
 __all__ = ["export", "import_", "write_export", "KEY_ENV", "PASSPHRASE_ENV"]
@@ -114,11 +114,7 @@ def write_export(*, jobs: list[str], datasets: list[str], dest: Path, key_file: 
                  force: bool, as_json: bool) -> None:
     """What ``floyd export`` and ``floyd data export`` share: key, stream, verify, rename."""
     from floydd.exchange import Reader
-    dest = dest.expanduser().absolute()
-    if dest.exists() and not force:
-        fail(f"{dest} exists", "choose another file, or pass --force to replace it")
-    if not dest.parent.is_dir():
-        fail(f"{dest.parent} is not a folder", "write the export into an existing folder")
+    dest = new_file(dest, force=force, what="the export")
     key, kdf, how = _export_key(key_file, passphrase)
     client = connect()
     partial = dest.with_name(f".{dest.name}.partial-{secrets.token_hex(4)}")

@@ -139,7 +139,7 @@ def since_time(text: str, now: float | None = None) -> float:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
         raise UserError(f"--since {text[:40]!r} is neither a time ago nor a date",
-                        hint="floyd status --since 2h (or 30m, 3d, 1w, or a date: --since 2024-05-01)") from None
+                        hint="--since 2h (or 30m, 3d, 1w, or a date: --since 2024-05-01)") from None
 
 
 @click.command()

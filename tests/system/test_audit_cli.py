@@ -45,6 +45,10 @@ def test_changes_are_audited_by_person_verified_exported_and_an_edit_on_disk_is_
     export = tmp_path / "audit.jsonl"
     _floydd(daemon, "audit", "export", str(export))
     assert len(export.read_text().splitlines()) == len(entries)
+    for where, words in ((export, "exists"), (tmp_path / "no" / "a.jsonl", "is not a folder")):
+        res = _floydd(daemon, "audit", "export", str(where), check=False)
+        assert res.returncode == 1 and words in res.stderr and "Traceback" not in res.stderr, res.stderr
+    _floydd(daemon, "audit", "export", "--force", str(export))
     assert "the chain is whole" in _floydd(daemon, "audit", "verify", "--file", str(export)).stdout
 
     # someone with the disk edits who stopped the job, in the database itself
