@@ -88,7 +88,7 @@ async def drain(request: web.Request) -> web.Response:
     service.draining = on
     service.beat_soon()                 # the leader hears it now, not at the next heartbeat
     running = sorted(str(k) for k in request.app[keys.JOBS].runtime.running())
-    return reply({"node": service.node_id, "draining": on, "running": running})
+    return reply({"node": service.node_id, "name": service.name, "draining": on, "running": running})
 
 
 def _admin_only(request: web.Request, verb: str) -> None:

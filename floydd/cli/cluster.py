@@ -248,13 +248,15 @@ def drain(state_dir, off, wait, wait_for) -> None:
     """
     client = _client(_config(state_dir))
     answer = client.drain(not off)
+    box = answer.get("name") or answer["node"]
     if off:
-        click.echo(f"box {answer['node']} takes jobs again")
+        click.echo(f"box {box} takes jobs again")
         return
     running = answer["running"]
-    click.echo(f"box {answer['node']} drained: no new jobs are placed here; "
+    click.echo(f"box {box} drained: no new jobs are placed here; "
                + (f"{len(running)} still run ({', '.join(running[:5])}{' ...' if len(running) > 5 else ''}): they "
-                  "carry on through a daemon restart" if running else "nothing runs here"))
+                  "carry on through a daemon restart" if running else "nothing runs here")
+               + "; floydd drain --off undoes it")
     if not wait or not running:
         return
     deadline = time.monotonic() + _parse_ttl(wait_for)

@@ -136,6 +136,8 @@ class Drained:
     node: str
     draining: bool
     running: tuple[str, ...]
+    name: str = ""
+    """The box's name (its id where it has none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
