@@ -24,9 +24,9 @@ from aiohttp import web
 
 from floydd import log
 from floydd.api import keys
-from floydd.api.request import PERSON
+from floydd.api.request import PERSON, caller
 from floydd.cluster.apitokens import parse_api_token
-from floydd.errors import FloyddError, InternalError, Unauthorized, UserError
+from floydd.errors import FloyddError, Forbidden, InternalError, Unauthorized, UserError
 from floydd.security.tokens import secret_digest
 
 __all__ = ["error_middleware", "auth_middleware", "OPEN_PATHS"]
@@ -37,6 +37,8 @@ async def error_middleware(request: web.Request, handler):
     try:
         return await handler(request)
     except FloyddError as exc:
+        if isinstance(exc, (Forbidden, Unauthorized)):
+            _log_refusal(request, exc)
         return web.json_response(exc.to_payload(), status=exc.status)
     except json.JSONDecodeError as exc:
         err = UserError(f"request body is not valid JSON: {exc}", hint="send a JSON object")
@@ -55,6 +57,13 @@ async def error_middleware(request: web.Request, handler):
         err = InternalError(f"internal error: {type(exc).__name__}: {exc}",
                             hint=f"this is a bug; the daemon log ({config.log_where}) has the details")
         return web.json_response(err.to_payload(), status=500)
+
+
+def _log_refusal(request: web.Request, exc: FloyddError) -> None:
+    """A refused attempt in the daemon's log (the journal, in system mode), naming the caller:
+    the audit chain holds only what changed, this says who tried what they may not."""
+    who = request.get(PERSON) or caller(request) or request.remote or "an unknown peer"
+    log.api.warning("refused %s %s from %s: %s", request.method, request.path[:200], who, exc.message)
 
 
 OPEN_PATHS = frozenset({"/v1/ca"})

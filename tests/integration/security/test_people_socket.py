@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import pwd
 import socket
@@ -87,7 +88,7 @@ def test_a_lab_of_one_needs_no_account_and_its_first_add_makes_its_user_admin(la
     assert [p["name"] for p in client.people()] == [ME]
 
 
-def test_owners_admins_and_callers_without_an_account(lab):
+def test_owners_admins_and_callers_without_an_account(lab, caplog):
     client, admin, node, tmp = lab
     code, data = tmp / "code", tmp / "data"
     code.mkdir()
@@ -117,9 +118,11 @@ def test_owners_admins_and_callers_without_an_account(lab):
                             "bob may not mount faces:1"),
                            (lambda: client.dataset("faces"), "user bob may not list the files of faces:1"),
                            (lambda: _upload(client, data, "faces"), "alice's private dataset")):
-        with pytest.raises(Forbidden) as info:
+        with pytest.raises(Forbidden) as info, caplog.at_level(logging.WARNING, logger="floydd.api"):
             attempt()
         assert words in str(info.value) and "\n" not in str(info.value)
+        said = [r.getMessage() for r in caplog.records if r.name == "floydd.api"]   # the daemon's log says who tried
+        assert said and said[-1].startswith("refused ") and f"from {ME}: " in said[-1] and words in said[-1]
     assert {j["id"] for j in client.jobs()} >= {running, done}     # everyone sees every job
     assert client.job(running)["state"] in ("starting", "running")
 
