@@ -30,22 +30,27 @@ small API the rest of the daemon calls. The wiring (``floydd/daemon/control.py``
 
 Listing calls read through the leader (ReadIndex) unless ``stale=True``.
 ``python -m floydd.cluster.devnode`` runs one service alone (dev, system tests, benchmarks).
+
+The rest lives in mixins of this class, one module each: announcing this node, its learner
+seat, heartbeats and the cluster's level in :mod:`floydd.cluster.upkeep`; the commands the
+daemon proposes (jobs, datasets, accounts) and how they reach the leader in
+:mod:`floydd.cluster.writes`; peers' addresses, ``peers.json`` and discovery in
+:mod:`floydd.cluster.addressbook`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from aiohttp import web
 
 from floydd import log
-from floydd.cluster import commands, versions
+from floydd.cluster import versions
+from floydd.cluster.addressbook import AddressBookMixin, join_host_port
 from floydd.cluster.archive_db import SqliteArchive
 from floydd.cluster.audit_db import SqliteAudit
 from floydd.cluster.archiver import Archiver
@@ -54,9 +59,10 @@ from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.driver import Applied, DriverStatus, RaftDriver
 from floydd.cluster.recover import recover as recover_log
 from floydd.cluster.state import ClusterState
-from floydd.cluster.raft import ProposalDropped
 from floydd.cluster.transport import Transport, protocol_middleware
-from floydd.errors import Conflict, FloyddError, NotFound, Unavailable
+from floydd.cluster.upkeep import UpkeepMixin
+from floydd.cluster.writes import WritesMixin
+from floydd.errors import Conflict, FloyddError, NotFound
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import require_peer_cert, server_context
 from floydd.tasks import cancel_and_wait
@@ -66,7 +72,7 @@ __all__ = ["ClusterService", "node_health_word"]
 _log = log.cluster.getChild("service")
 
 
-class ClusterService:
+class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
     def __init__(self, identity: NodeIdentity, state_dir: str | Path, *, name: str | None = None,
                  advertise: str | None = None, api_port: int | None = None, resources: dict | None = None,
                  labels: dict | None = None, usage: Callable[[], dict] | None = None,
@@ -132,18 +138,6 @@ class ClusterService:
             return "member"
         return standing(self.state, _Conf(self.driver), node_id, serial)
 
-    def on_discovered(self, peers: Iterable[Any]) -> None:
-        """``Discovery(on_change=service.on_discovered)``: learn peers' addresses from mDNS
-        (and static seeds, which have no node id yet: they become contacts to ask)."""
-        for peer in peers:
-            for address in peer.addresses[:1]:
-                endpoint = _join_host_port(address, peer.port)
-                if peer.node_id is None:
-                    if endpoint not in self._seeds:
-                        self._seeds.append(endpoint)
-                elif peer.node_id != self.node_id and peer.node_id not in self.state.removed:
-                    self.transport.set_peer(peer.node_id, endpoint)
-
     def create_app(self) -> web.Application:
         app = web.Application(middlewares=[protocol_middleware, require_peer_cert(standing=self.peer_standing)],
                               client_max_size=64 << 20)     # raft batches; snapshots stream, uncapped
@@ -160,7 +154,7 @@ class ClusterService:
         site = web.TCPSite(self._runner, host, port, ssl_context=server_context(self.identity))
         await site.start()
         bound = site._server.sockets[0].getsockname()[1]
-        address = _join_host_port(advertise_host or host, bound)
+        address = join_host_port(advertise_host or host, bound)
         self.transport.advertise = address
         return address
 
@@ -179,7 +173,7 @@ class ClusterService:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if recover:
             await asyncio.to_thread(recover_log, self.state_dir / "raft.db", self.node_id, now=self._clock())
-        known = await asyncio.to_thread(_read_peers, self._peers_file)
+        known = await self._load_peers()
         for node_id, address in {**known, **(founders or {})}.items():
             self.transport.set_peer(node_id, address)
         voters = [self.node_id] if bootstrap else list(founders) if founders else None
@@ -257,80 +251,7 @@ class ClusterService:
         after a restart; ``Applied.restored`` a state replaced by the leader's snapshot."""
         self.driver.on_apply(callback)
 
-    async def submit_job(self, spec: dict, idem_key: str, *, project: str | None = None, user: str = "",
-                         number: int | None = None, timeout: float | None = None) -> dict:
-        """Commit a new job (numbered in its project, or ``number``: a job this node queued
-        before it had a control plane); the same ``idem_key`` always gives the same job, so a
-        client may retry after a timeout."""
-        spec = dict(spec)
-        project = project or spec.pop("project", None)
-        cmd = {"op": "job.submit", "idem_key": idem_key, "project": project, "spec": spec,
-               "origin": self.node_id, "user": user}
-        if number is not None:
-            cmd["number"] = number
-        return await self._propose(cmd, timeout=timeout)
-
-    async def place(self, job: str, node: str, gpus: Iterable[int], *, parts: list[dict] | None = None,
-                    timeout: float | None = None) -> dict:
-        """Leader only: commit a placement fenced by this leader's term (a gang's ``parts``:
-        ``{node, gpus}`` by rank, rank 0 being ``node``/``gpus``)."""
-        cmd = {"op": "job.place", "job": job, "node": node, "gpus": list(gpus), "ts": self._clock()}
-        if parts:
-            cmd["parts"] = parts
-        return await self.driver.propose(cmd, timeout=timeout, fenced=True)
-
-    async def update_job(self, job: str, *, timeout: float | None = None, **fields: Any) -> dict:
-        """state, reason, exit_code, output_version, summary, waiting_for; ``attempt`` and
-        ``node`` fence the update to the current placement (a box's report on its run);
-        ``user``: the person asking for a stop."""
-        return await self._propose({"op": "job.update", "job": job, **fields}, timeout=timeout)
-
-    async def leader_update_job(self, job: str, *, timeout: float | None = None, **fields: Any) -> dict:
-        """Leader only: a job.update fenced by this leader's term (requeue, unknown, lost of the
-        jobs of silent boxes): the leader speaks for no box, so only its term vouches for it."""
-        return await self.driver.propose({"op": "job.update", "job": job, "ts": self._clock(), **fields},
-                                         timeout=timeout, fenced=True)
-
-    async def reserve_numbers(self, project: str, number: int, *, timeout: float | None = None) -> int:
-        """Number later jobs of ``project`` above ``number``; the project's counter after it."""
-        return await self._propose({"op": "project.reserve", "project": project, "number": number}, timeout=timeout)
-
-    async def allocate_numbers(self, project: str, keys: list[str], *, timeout: float | None = None) -> dict[str, int]:
-        """A job number in ``project`` for each import key (the same one for a key seen before):
-        :mod:`floydd.cluster.imported`."""
-        return await self._propose({"op": "project.allocate", "project": project, "keys": list(keys)}, timeout=timeout)
-
-    async def import_job(self, fields: dict, *, timeout: float | None = None) -> dict:
-        """Commit a finished job brought from another site, held by this node, under the number
-        its key was allocated (``job.import``)."""
-        return await self._propose({"op": "job.import", **fields, "node": self.node_id}, timeout=timeout)
-
-    async def delete_job(self, job: str, *, user: str = "", timeout: float | None = None) -> None:
-        await self._propose({"op": "job.delete", "job": job, "user": user}, timeout=timeout)
-
-    async def add_dataset_version(self, name: str, tree: str, *, idem_key: str | None = None,
-                                  timeout: float | None = None, **fields: Any) -> dict:
-        cmd = {"op": "dataset.add_version", "name": name, "tree": tree, "node": self.node_id, **fields}
-        if idem_key is not None:
-            cmd["idem_key"] = idem_key
-        return await self._propose(cmd, timeout=timeout)
-
-    async def delete_dataset(self, name: str, version: int | None = None, *, user: str = "",
-                             timeout: float | None = None) -> None:
-        """Drop one version (or, with ``version=None``, every version) from the catalog, for
-        ``user`` (who added them, or an admin)."""
-        await self._propose({"op": "dataset.delete", "name": name, "version": version, "user": user},
-                            timeout=timeout)
-
-    async def set_dataset_holder(self, name: str, version: int, *, holds: bool, node: str | None = None,
-                                 timeout: float | None = None) -> dict:
-        """Record that ``node`` (this one by default) holds a version's data, or no longer does;
-        about another node only the leader says so (fenced by its term)."""
-        cmd = {"op": "dataset.holders", "name": name, "version": version, "node": node or self.node_id,
-               "holds": holds}
-        if cmd["node"] != self.node_id:
-            return await self.driver.propose({**cmd, "ts": self._clock()}, timeout=timeout, fenced=True)
-        return await self._propose(cmd, timeout=timeout)
+    # -- reads and the nodes (commands for jobs, datasets, accounts: floydd.cluster.writes) --------
 
     async def job(self, job: str, *, stale: bool = False) -> dict:
         return await self.driver.read(lambda s: s.job(job), stale=stale)
@@ -375,18 +296,6 @@ class ClusterService:
         await self.driver.change_membership("remove", node_id, timeout=timeout, user=user)
         await self._propose({"op": "node.remove", "id": node_id, "user": user}, timeout=timeout)
 
-    async def change_account(self, cmd: dict, *, timeout: float | None = None) -> Any:
-        """A ``person.*`` (:mod:`floydd.cluster.people`) or ``apitoken.*`` command
-        (:mod:`floydd.cluster.apitokens`) for the person named in its ``user``."""
-        if not cmd.get("op", "").startswith(("person.", "apitoken.")):
-            raise ValueError(f"not a person.* or apitoken.* command: {cmd.get('op')}")
-        return await self._propose(cmd, timeout=timeout)
-
-    async def grant_admin(self, user: str, *, timeout: float | None = None) -> list[str]:
-        """Record ``user`` as the cluster's first admin (``floydd init``); the leader alone, once."""
-        return await self.driver.propose({"op": "admin.grant", "user": user, "ts": self._clock()},
-                                         timeout=timeout, fenced=True)
-
     def members(self) -> list[dict]:
         """Raft membership as this node sees it, with each member's name, address and health
         (the same as ``floyd nodes`` shows: :meth:`ClusterState.node_health`)."""
@@ -407,156 +316,6 @@ class ClusterService:
                         "protocol": versions.node_protocol(record) if record else None})
         return out
 
-    # -- membership upkeep ---------------------------------------------------------------------------
-
-    async def _keep_membership(self) -> None:
-        """Announce this node (address, resources), get it a learner seat if it has none, and
-        send heartbeats (``node.health``)."""
-        loop = asyncio.get_running_loop()
-        leaderless_since = loop.time()
-        next_beat = 0.0
-        while True:
-            try:
-                await asyncio.wait_for(self._beat_now.wait(),
-                                       min(self.config.rejoin_interval, self.config.heartbeat_interval) / 2)
-            except asyncio.TimeoutError:
-                pass
-            now = loop.time()
-            # "leaderless" also covers a leader gone quiet towards us: a learner removed while
-            # cut off still lists itself and its old leader, and only asking again tells
-            silent = self.driver.leader_silent_for()
-            if silent is not None and silent <= self.config.rejoin_interval:
-                leaderless_since = now
-            conf_members = set(self.driver.status().voters) | set(self.driver.status().learners)
-            try:
-                if self.is_leader and self.state.protocol < versions.PROTOCOL:
-                    await self.raise_level(timeout=self.config.heartbeat_interval)   # every box upgraded
-                record = self.state.nodes.get(self.node_id) or {}
-                if self._announced and self.settings is not None and versions.at_least(self.state, 2) \
-                        and record.get("config") != self.settings:
-                    self._announced = False         # say the settings now the cluster takes them
-                if not self._announced:
-                    await self._propose(await self._upsert(), timeout=2 * self.config.rejoin_interval)
-                    self._announced = True
-                    next_beat = now + self.config.heartbeat_interval
-                    _log.info("[%s] announced to the cluster as %s at %s", self.node_id, self.name,
-                              self.transport.advertise)
-                if self.node_id not in conf_members or now - leaderless_since > self.config.rejoin_interval:
-                    await self._propose({"op": commands.CONF_OP, "change": "add_learner", "node": self.node_id},
-                                        timeout=2 * self.config.rejoin_interval)
-                    leaderless_since = loop.time()
-                # a box the leader marked suspect is back in touch: say so (with its live runs) now
-                suspect = (self.state.nodes.get(self.node_id) or {}).get("status") == "suspect"
-                if (now >= next_beat or suspect or self._beat_now.is_set()) and self.driver.leader_id is not None:
-                    self._beat_now.clear()
-                    next_beat = now + self.config.heartbeat_interval
-                    beat = {"op": "node.health", "id": self.node_id, "status": "draining" if self.draining else "up",
-                            **await self._procs()}
-                    if self._usage is not None:
-                        beat["usage"] = self._usage()
-                    await self._propose(beat, timeout=self.config.heartbeat_interval)
-            except Conflict as exc:
-                _log.error("[%s] %s (%s)", self.node_id, exc, exc.hint)
-                if exc.code == "node_removed":
-                    return
-            except FloyddError as exc:
-                _log.debug("[%s] membership upkeep: %s", self.node_id, exc)
-
-    async def _upsert(self) -> dict:
-        """This node's record (with its live runs); a box alone, with no listener, has no
-        address (port 0)."""
-        host, _, port = (self.transport.advertise or "").rpartition(":")
-        cmd = {"op": "node.upsert", "id": self.node_id, "name": self.name, "address": host.strip("[]"),
-               "cluster_port": int(port or 0), "api_port": self.api_port, "resources": self.resources,
-               "labels": self.labels, **await self._procs()}
-        if self._rejoin:
-            cmd["rejoin"] = True
-        if self.settings is not None and versions.at_least(self.state, 2):   # an 0.1 leader takes no config
-            cmd["config"] = self.settings
-        return cmd
-
-    async def _procs(self) -> dict:
-        """``{"procs": [{job, attempt, gpus}]}``: the runs whose processes are alive on this box
-        (GPU fencing: the leader places nothing on their GPUs while the cluster no longer
-        counts them); ``{}`` without a ``live`` callback (a bare control plane)."""
-        if self._live is None:
-            return {}
-        return {"procs": await asyncio.to_thread(self._live)}
-
-    def beat_soon(self) -> None:
-        """Send a heartbeat now rather than at the next interval (a run here ended: its GPUs
-        are free as soon as the cluster hears that its processes are gone)."""
-        self._beat_now.set()
-
-    async def raise_level(self, level: int = versions.PROTOCOL, *, timeout: float | None = None) -> int:
-        """Raise the cluster's level to ``level`` if every box speaks it (:mod:`floydd.cluster.versions`);
-        the level now, as this box has applied it."""
-        if self.state.protocol < level <= versions.cluster_level(self.state):
-            timeout = timeout or self.config.propose_timeout
-            await self.driver.propose({"op": versions.OP, "level": level, "ts": self._clock()}, timeout=timeout)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            while self.state.protocol < level and loop.time() < deadline:   # committed: applied here soon
-                await asyncio.sleep(0.01)
-        return self.state.protocol
-
-    async def _propose(self, cmd: dict, *, timeout: float | None = None) -> Any:
-        """Through the leader when one is known; else through any member we know of (a node
-        that is not a member yet hears from no leader). A command of a newer level first
-        switches that level on, if every box speaks it (else it is refused, saying which do not)."""
-        if versions.needs(cmd) > self.state.protocol:
-            await self.raise_level(versions.needs(cmd), timeout=timeout)
-        cmd = versions.stamped(self.state, {**cmd, "ts": self._clock()})
-        if self.driver.leader_id is not None or not self._contacts():
-            return await self.driver.propose(cmd, timeout=timeout)
-        timeout = timeout or self.config.propose_timeout
-        last: FloyddError = Unavailable("no member reachable")
-        for address in self._contacts():
-            try:
-                result, _ = await self.transport.forward_propose(cmd, timeout, address=address, forwarded=False)
-                return result
-            except ProposalDropped as exc:  # not the leader: it named the leader, and where it is
-                last = exc
-                if exc.leader is None or self.transport.address_of(exc.leader) is None:
-                    continue
-                try:                        # straight to the leader: a relay would be the proposer
-                    result, _ = await self.transport.forward_propose(cmd, timeout, peer=exc.leader)
-                    return result
-                except Unavailable as again:
-                    last = again
-            except Unavailable as exc:
-                last = exc
-        raise last
-
-    def _contacts(self) -> list[str]:
-        known = [a for n, a in self.transport.peers.items() if n != self.node_id]
-        return list(dict.fromkeys(self._seeds + known))
-
-    def _learn_addresses(self, event: Applied | None) -> None:
-        if event is not None and not event.restored:
-            cmd = event.command
-            if cmd is None or cmd.get("op") != "node.upsert" or event.error is not None:
-                return
-            nodes = [event.result]
-        else:
-            nodes = list(self.state.nodes.values())
-        for n in nodes:
-            if n["id"] != self.node_id and n["address"]:
-                self.transport.set_peer(n["id"], _join_host_port(n["address"], n["cluster_port"]))
-
-    def _peer_learnt(self, node_id: str, address: str) -> None:
-        """Keep the address book on disk, so a restarted node can reach its peers even when
-        its own log is behind (e.g. it was removed while it was away)."""
-        if not self._peers_dirty and not self._closing:
-            self._peers_dirty = True
-            self._spawn(self._save_peers(), f"cluster-peers-{self.node_id[:6]}")
-
-    async def _save_peers(self) -> None:
-        await asyncio.sleep(0)          # batch what is learnt in the same loop iteration
-        self._peers_dirty = False
-        async with self._peers_lock:
-            await asyncio.to_thread(_write_peers, self._peers_file, self.transport.peers)
-
     def _spawn(self, coro, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
@@ -575,22 +334,6 @@ class _Conf:
         return isinstance(node_id, str) and self._driver.in_conf(node_id)
 
 
-def _read_peers(path: Path) -> dict[str, str]:
-    try:
-        peers = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in peers.items() if isinstance(k, str) and isinstance(v, str)} \
-        if isinstance(peers, dict) else {}
-
-
-def _write_peers(path: Path, peers: dict[str, str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(peers, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 def _with_health(state: ClusterState, now: float, stale_after: float) -> list[dict]:
     health = state.node_health(now, stale_after)
     return [{**n, "health": health[n["id"]]} for n in state.list_nodes()]
@@ -601,7 +344,3 @@ def node_health_word(status: str | None) -> str:
     (up), ``suspect`` (the leader lost touch), ``stale`` (its heartbeats stopped coming), its
     status otherwise (``draining``, ``off``, ``down``), ``unknown`` before its first report."""
     return "healthy" if status == "up" else status or "unknown"
-
-
-def _join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,124 @@
+"""Membership upkeep for the cluster service: announce this node, keep its seat, beat.
+
+A mixin of :class:`~floydd.cluster.service.ClusterService` (state lives on the service).
+One task per node (:meth:`_keep_membership`) wakes every half of the shorter of
+``rejoin_interval`` and ``heartbeat_interval``, or at once after :meth:`beat_soon`, and::
+
+    leader, and the cluster below the level every box speaks  -> raise_level
+    not announced yet (or its settings changed)               -> node.upsert (this node's record)
+    in no raft configuration, or no leader heard for ``rejoin_interval``
+                                                              -> ask for a learner seat
+    heartbeat due, marked suspect, or beat_soon               -> node.health (up | draining,
+                                                                 usage, live runs: ``procs``)
+
+A refusal that says this node was removed ends the task; any other failure is logged and
+tried again on the next round. The cluster's level (:mod:`floydd.cluster.versions`) is
+raised by :meth:`raise_level`, once every box speaks the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from floydd import log
+from floydd.cluster import commands, versions
+from floydd.errors import Conflict, FloyddError
+
+__all__ = ["UpkeepMixin"]
+
+_log = log.cluster.getChild("service")
+
+
+class UpkeepMixin:
+    """Methods of ClusterService that keep this node a member and say how it is."""
+
+    async def _keep_membership(self) -> None:
+        """Announce this node (address, resources), get it a learner seat if it has none, and
+        send heartbeats (``node.health``)."""
+        loop = asyncio.get_running_loop()
+        leaderless_since = loop.time()
+        next_beat = 0.0
+        while True:
+            try:
+                await asyncio.wait_for(self._beat_now.wait(),
+                                       min(self.config.rejoin_interval, self.config.heartbeat_interval) / 2)
+            except asyncio.TimeoutError:
+                pass
+            now = loop.time()
+            # "leaderless" also covers a leader gone quiet towards us: a learner removed while
+            # cut off still lists itself and its old leader, and only asking again tells
+            silent = self.driver.leader_silent_for()
+            if silent is not None and silent <= self.config.rejoin_interval:
+                leaderless_since = now
+            conf_members = set(self.driver.status().voters) | set(self.driver.status().learners)
+            try:
+                if self.is_leader and self.state.protocol < versions.PROTOCOL:
+                    await self.raise_level(timeout=self.config.heartbeat_interval)   # every box upgraded
+                record = self.state.nodes.get(self.node_id) or {}
+                if self._announced and self.settings is not None and versions.at_least(self.state, 2) \
+                        and record.get("config") != self.settings:
+                    self._announced = False         # say the settings now the cluster takes them
+                if not self._announced:
+                    await self._propose(await self._upsert(), timeout=2 * self.config.rejoin_interval)
+                    self._announced = True
+                    next_beat = now + self.config.heartbeat_interval
+                    _log.info("[%s] announced to the cluster as %s at %s", self.node_id, self.name,
+                              self.transport.advertise)
+                if self.node_id not in conf_members or now - leaderless_since > self.config.rejoin_interval:
+                    await self._propose({"op": commands.CONF_OP, "change": "add_learner", "node": self.node_id},
+                                        timeout=2 * self.config.rejoin_interval)
+                    leaderless_since = loop.time()
+                # a box the leader marked suspect is back in touch: say so (with its live runs) now
+                suspect = (self.state.nodes.get(self.node_id) or {}).get("status") == "suspect"
+                if (now >= next_beat or suspect or self._beat_now.is_set()) and self.driver.leader_id is not None:
+                    self._beat_now.clear()
+                    next_beat = now + self.config.heartbeat_interval
+                    beat = {"op": "node.health", "id": self.node_id, "status": "draining" if self.draining else "up",
+                            **await self._procs()}
+                    if self._usage is not None:
+                        beat["usage"] = self._usage()
+                    await self._propose(beat, timeout=self.config.heartbeat_interval)
+            except Conflict as exc:
+                _log.error("[%s] %s (%s)", self.node_id, exc, exc.hint)
+                if exc.code == "node_removed":
+                    return
+            except FloyddError as exc:
+                _log.debug("[%s] membership upkeep: %s", self.node_id, exc)
+
+    async def _upsert(self) -> dict:
+        """This node's record (with its live runs); a box alone, with no listener, has no
+        address (port 0)."""
+        host, _, port = (self.transport.advertise or "").rpartition(":")
+        cmd = {"op": "node.upsert", "id": self.node_id, "name": self.name, "address": host.strip("[]"),
+               "cluster_port": int(port or 0), "api_port": self.api_port, "resources": self.resources,
+               "labels": self.labels, **await self._procs()}
+        if self._rejoin:
+            cmd["rejoin"] = True
+        if self.settings is not None and versions.at_least(self.state, 2):   # an 0.1 leader takes no config
+            cmd["config"] = self.settings
+        return cmd
+
+    async def _procs(self) -> dict:
+        """``{"procs": [{job, attempt, gpus}]}``: the runs whose processes are alive on this box
+        (GPU fencing: the leader places nothing on their GPUs while the cluster no longer
+        counts them); ``{}`` without a ``live`` callback (a bare control plane)."""
+        if self._live is None:
+            return {}
+        return {"procs": await asyncio.to_thread(self._live)}
+
+    def beat_soon(self) -> None:
+        """Send a heartbeat now rather than at the next interval (a run here ended: its GPUs
+        are free as soon as the cluster hears that its processes are gone)."""
+        self._beat_now.set()
+
+    async def raise_level(self, level: int = versions.PROTOCOL, *, timeout: float | None = None) -> int:
+        """Raise the cluster's level to ``level`` if every box speaks it (:mod:`floydd.cluster.versions`);
+        the level now, as this box has applied it."""
+        if self.state.protocol < level <= versions.cluster_level(self.state):
+            timeout = timeout or self.config.propose_timeout
+            await self.driver.propose({"op": versions.OP, "level": level, "ts": self._clock()}, timeout=timeout)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while self.state.protocol < level and loop.time() < deadline:   # committed: applied here soon
+                await asyncio.sleep(0.01)
+        return self.state.protocol

@@ -1,0 +1,143 @@
+"""Writes for the cluster service: the commands the daemon proposes, and how they travel.
+
+A mixin of :class:`~floydd.cluster.service.ClusterService`: one method per command the rest
+of the daemon commits (jobs, project numbers, datasets, accounts; the node commands are the
+service's own), each a thin wrapper that builds the command (:mod:`floydd.cluster.commands`)
+and proposes it. :meth:`_propose` stamps the time and the cluster's level, and goes through
+the leader when one is known; a node that hears from no leader (not a member yet) asks the
+members it knows of, following a refusal that names the leader straight to it. A command
+of a newer level first raises the cluster's level, if every box speaks it.
+
+Leader actions (``job.place``, a leader's ``job.update``, ``admin.grant``, a holder change
+about another node) skip all that: the driver proposes them fenced by the leader's term
+(:mod:`floydd.cluster.proposals`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from floydd.cluster import versions
+from floydd.cluster.raft import ProposalDropped
+from floydd.errors import FloyddError, Unavailable
+
+__all__ = ["WritesMixin"]
+
+
+class WritesMixin:
+    """Methods of ClusterService that commit commands."""
+
+    async def submit_job(self, spec: dict, idem_key: str, *, project: str | None = None, user: str = "",
+                         number: int | None = None, timeout: float | None = None) -> dict:
+        """Commit a new job (numbered in its project, or ``number``: a job this node queued
+        before it had a control plane); the same ``idem_key`` always gives the same job, so a
+        client may retry after a timeout."""
+        spec = dict(spec)
+        project = project or spec.pop("project", None)
+        cmd = {"op": "job.submit", "idem_key": idem_key, "project": project, "spec": spec,
+               "origin": self.node_id, "user": user}
+        if number is not None:
+            cmd["number"] = number
+        return await self._propose(cmd, timeout=timeout)
+
+    async def place(self, job: str, node: str, gpus: Iterable[int], *, parts: list[dict] | None = None,
+                    timeout: float | None = None) -> dict:
+        """Leader only: commit a placement fenced by this leader's term (a gang's ``parts``:
+        ``{node, gpus}`` by rank, rank 0 being ``node``/``gpus``)."""
+        cmd = {"op": "job.place", "job": job, "node": node, "gpus": list(gpus), "ts": self._clock()}
+        if parts:
+            cmd["parts"] = parts
+        return await self.driver.propose(cmd, timeout=timeout, fenced=True)
+
+    async def update_job(self, job: str, *, timeout: float | None = None, **fields: Any) -> dict:
+        """state, reason, exit_code, output_version, summary, waiting_for; ``attempt`` and
+        ``node`` fence the update to the current placement (a box's report on its run);
+        ``user``: the person asking for a stop."""
+        return await self._propose({"op": "job.update", "job": job, **fields}, timeout=timeout)
+
+    async def leader_update_job(self, job: str, *, timeout: float | None = None, **fields: Any) -> dict:
+        """Leader only: a job.update fenced by this leader's term (requeue, unknown, lost of the
+        jobs of silent boxes): the leader speaks for no box, so only its term vouches for it."""
+        return await self.driver.propose({"op": "job.update", "job": job, "ts": self._clock(), **fields},
+                                         timeout=timeout, fenced=True)
+
+    async def reserve_numbers(self, project: str, number: int, *, timeout: float | None = None) -> int:
+        """Number later jobs of ``project`` above ``number``; the project's counter after it."""
+        return await self._propose({"op": "project.reserve", "project": project, "number": number}, timeout=timeout)
+
+    async def allocate_numbers(self, project: str, keys: list[str], *, timeout: float | None = None) -> dict[str, int]:
+        """A job number in ``project`` for each import key (the same one for a key seen before):
+        :mod:`floydd.cluster.imported`."""
+        return await self._propose({"op": "project.allocate", "project": project, "keys": list(keys)}, timeout=timeout)
+
+    async def import_job(self, fields: dict, *, timeout: float | None = None) -> dict:
+        """Commit a finished job brought from another site, held by this node, under the number
+        its key was allocated (``job.import``)."""
+        return await self._propose({"op": "job.import", **fields, "node": self.node_id}, timeout=timeout)
+
+    async def delete_job(self, job: str, *, user: str = "", timeout: float | None = None) -> None:
+        await self._propose({"op": "job.delete", "job": job, "user": user}, timeout=timeout)
+
+    async def add_dataset_version(self, name: str, tree: str, *, idem_key: str | None = None,
+                                  timeout: float | None = None, **fields: Any) -> dict:
+        cmd = {"op": "dataset.add_version", "name": name, "tree": tree, "node": self.node_id, **fields}
+        if idem_key is not None:
+            cmd["idem_key"] = idem_key
+        return await self._propose(cmd, timeout=timeout)
+
+    async def delete_dataset(self, name: str, version: int | None = None, *, user: str = "",
+                             timeout: float | None = None) -> None:
+        """Drop one version (or, with ``version=None``, every version) from the catalog, for
+        ``user`` (who added them, or an admin)."""
+        await self._propose({"op": "dataset.delete", "name": name, "version": version, "user": user},
+                            timeout=timeout)
+
+    async def set_dataset_holder(self, name: str, version: int, *, holds: bool, node: str | None = None,
+                                 timeout: float | None = None) -> dict:
+        """Record that ``node`` (this one by default) holds a version's data, or no longer does;
+        about another node only the leader says so (fenced by its term)."""
+        cmd = {"op": "dataset.holders", "name": name, "version": version, "node": node or self.node_id,
+               "holds": holds}
+        if cmd["node"] != self.node_id:
+            return await self.driver.propose({**cmd, "ts": self._clock()}, timeout=timeout, fenced=True)
+        return await self._propose(cmd, timeout=timeout)
+
+    async def change_account(self, cmd: dict, *, timeout: float | None = None) -> Any:
+        """A ``person.*`` (:mod:`floydd.cluster.people`) or ``apitoken.*`` command
+        (:mod:`floydd.cluster.apitokens`) for the person named in its ``user``."""
+        if not cmd.get("op", "").startswith(("person.", "apitoken.")):
+            raise ValueError(f"not a person.* or apitoken.* command: {cmd.get('op')}")
+        return await self._propose(cmd, timeout=timeout)
+
+    async def grant_admin(self, user: str, *, timeout: float | None = None) -> list[str]:
+        """Record ``user`` as the cluster's first admin (``floydd init``); the leader alone, once."""
+        return await self.driver.propose({"op": "admin.grant", "user": user, "ts": self._clock()},
+                                         timeout=timeout, fenced=True)
+
+    async def _propose(self, cmd: dict, *, timeout: float | None = None) -> Any:
+        """Through the leader when one is known; else through any member we know of (a node
+        that is not a member yet hears from no leader). A command of a newer level first
+        switches that level on, if every box speaks it (else it is refused, saying which do not)."""
+        if versions.needs(cmd) > self.state.protocol:
+            await self.raise_level(versions.needs(cmd), timeout=timeout)
+        cmd = versions.stamped(self.state, {**cmd, "ts": self._clock()})
+        if self.driver.leader_id is not None or not self._contacts():
+            return await self.driver.propose(cmd, timeout=timeout)
+        timeout = timeout or self.config.propose_timeout
+        last: FloyddError = Unavailable("no member reachable")
+        for address in self._contacts():
+            try:
+                result, _ = await self.transport.forward_propose(cmd, timeout, address=address, forwarded=False)
+                return result
+            except ProposalDropped as exc:  # not the leader: it named the leader, and where it is
+                last = exc
+                if exc.leader is None or self.transport.address_of(exc.leader) is None:
+                    continue
+                try:                        # straight to the leader: a relay would be the proposer
+                    result, _ = await self.transport.forward_propose(cmd, timeout, peer=exc.leader)
+                    return result
+                except Unavailable as again:
+                    last = again
+            except Unavailable as exc:
+                last = exc
+        raise last
