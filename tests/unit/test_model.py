@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import pkgutil
 from pathlib import Path
 
 import msgspec
@@ -23,12 +25,23 @@ numbers = st.integers(min_value=1, max_value=10**17)
 
 
 def test_the_model_imports_nothing_of_ours_but_the_errors():
-    tree = ast.parse((ROOT / "floydd" / "model.py").read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
-        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    ours = {m for m in imported if m and m.startswith("floydd")}
-    assert ours == {"floydd.errors"}
-    assert "msgspec" not in imported            # the agent and the CLI load this module
+    trees = [ast.parse(path.read_text()) for path in (ROOT / "floydd" / "model").glob("*.py")]
+    imported = {n.module for tree in trees for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+        {a.name for tree in trees for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    ours = {m for m in imported if m and m.startswith("floydd") and not m.startswith("floydd.model.")}
+    assert len(trees) > 1 and ours == {"floydd.errors"}
+    assert "msgspec" not in imported            # the agent and the CLI load this package
+
+
+def test_every_name_of_the_model_modules_is_the_packages_and_each_module_is_described():
+    modules = [info.name for info in pkgutil.iter_modules(model.__path__)]
+    assert len(modules) > 1
+    for name in modules:
+        module = importlib.import_module(f"floydd.model.{name}")
+        assert f"``{name}``" in model.__doc__, name
+        for public in module.__all__:
+            assert public in model.__all__ and getattr(model, public) is getattr(module, public), public
+    assert all(hasattr(model, public) for public in model.__all__)
 
 
 def test_every_state_is_final_active_or_queued_and_final_states_go_nowhere():
