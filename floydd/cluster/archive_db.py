@@ -66,15 +66,15 @@ class SqliteArchive(SideTable, ArchiveRules):
         return stored | self._pending_idem.get(idem_key, set())
 
     def count(self) -> int:
+        """Archived jobs not deleted: the table's, with the pending rows laid over it. One
+        statement reads both counts, so a flush committing on the writer thread meanwhile cannot
+        fall between them (the rows it writes would be counted by neither)."""
         pending = self._pending
-        db = self._loop()
-        (live,) = db.execute("SELECT count(*) FROM archive WHERE deleted IS NULL").fetchone()
-        if pending:
-            marks = ", ".join("?" * len(pending))
-            (stored,) = db.execute(f"SELECT count(*) FROM archive WHERE deleted IS NULL AND id IN ({marks})",
-                                   list(pending)).fetchone()
-            live += sum(1 for j in pending.values() if j.get("deleted_at") is None) - stored
-        return live
+        marks = ", ".join("?" * len(pending)) or "NULL"
+        live, stored = self._loop().execute(
+            "SELECT (SELECT count(*) FROM archive WHERE deleted IS NULL), "
+            f"(SELECT count(*) FROM archive WHERE deleted IS NULL AND id IN ({marks}))", list(pending)).fetchone()
+        return live - stored + sum(1 for j in pending.values() if j.get("deleted_at") is None)
 
     # -- reads -------------------------------------------------------------------------------
 
