@@ -57,6 +57,7 @@ LINGER = """\
 import os, subprocess, sys, time
 if int(os.environ["FLOYD_ATTEMPT"]) > 1 or len(sys.argv) > 1:
     print("a short run", flush=True)
+    time.sleep(1.0)         # long enough for the 20 ms sampler to see it on its GPU, even under load
     sys.exit(0)
 # a worker in a session of its own that ignores SIGTERM (as a CUDA teardown can hang):
 # a stop of the job leaves it behind, on the job's GPU
