@@ -167,6 +167,10 @@ class MemoryAudit(AuditRules):
     def entries(self, since: float | None = None) -> list[dict]:
         return [dict(e) for _, e in sorted(self._entries.items()) if since is None or e["ts"] >= since]
 
+    async def page(self, since: float | None = None) -> list[dict]:
+        """:meth:`entries`, as the SQLite chain answers a listing."""
+        return self.entries(since)
+
     @property
     def dirty(self) -> bool:
         return False
