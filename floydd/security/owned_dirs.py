@@ -28,7 +28,7 @@ from floydd.errors import FloyddError
 
 __all__ = ["UNSAFE_FOLDER", "shared_socket_dir", "is_shared_socket", "socket_folder_hint", "folder_problem",
            "ensure_owned_dir", "open_owned_dir", "check_owned_dir", "claim_state_dir", "open_private_file",
-           "group_folder_problem", "ensure_group_dir"]
+           "ensure_group_dir"]
 
 UNSAFE_FOLDER = "unsafe_folder"
 """The code of the error raised for a folder or file in a shared place that is not safely ours."""
@@ -82,66 +82,50 @@ def folder_problem(st: os.stat_result, uid: int, gid: int | None = None) -> str 
     return None
 
 
-def group_folder_problem(st: os.stat_result, uid: int, gid: int) -> str | None:
-    """:func:`folder_problem` for a folder shared with the members of group ``gid``."""
-    return folder_problem(st, uid, gid)
-
-
 def ensure_group_dir(path: Path, gid: int, *, hint: str = "") -> Path:
     """Create ``path`` as 0750, this user's, of group ``gid``, or accept an existing one only if
-    :func:`group_folder_problem` finds nothing wrong; like :func:`ensure_owned_dir`, it never
-    repairs a folder someone else made. The check is made on the open folder (``O_NOFOLLOW``)."""
+    :func:`check_owned_dir` does for that group; like :func:`ensure_owned_dir`, it never
+    repairs a folder someone else made."""
     path = Path(path)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    else:
+    if _made(path):
         os.chown(path, -1, gid, follow_symlinks=False)
         os.chmod(path, 0o750, follow_symlinks=False)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise _unsafe(path, group_folder_problem(os.lstat(path), os.geteuid(), gid) or "is not a folder",
-                          hint) from None
-        raise
-    try:
-        problem = group_folder_problem(os.fstat(fd), os.geteuid(), gid)
-    finally:
-        os.close(fd)
-    if problem:
-        raise _unsafe(path, problem, hint)
-    return path
+    return check_owned_dir(path, hint=hint, gid=gid)
 
 
 def ensure_owned_dir(path: Path, *, hint: str = "") -> Path:
     """Create ``path`` (its parent must exist) with mode 0700, or accept an existing one
     only if :func:`check_owned_dir` does. Never loosens or repairs someone else's folder."""
     path = Path(path)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    else:
+    if _made(path):
         os.chmod(path, 0o700, follow_symlinks=False)  # a umask like 0o277 must not leave it unusable
     return check_owned_dir(path, hint=hint)
 
 
-def open_owned_dir(path: Path, *, hint: str = "") -> int:
+def _made(path: Path) -> bool:
+    """``mkdir`` at 0700; False when something was already there."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return False
+    return True
+
+
+def open_owned_dir(path: Path, *, hint: str = "", gid: int | None = None) -> int:
     """Open ``path`` (``O_DIRECTORY | O_NOFOLLOW``) and return the descriptor if it is a
-    real folder owned by this user with mode 0700 in a parent that others cannot rename
-    it out of; else refuse (:data:`UNSAFE_FOLDER`). A missing folder raises
-    ``FileNotFoundError``. Paths opened through ``/proc/self/fd/N/`` then name exactly
-    the folder that was checked."""
+    real folder owned by this user with mode 0700 (with ``gid``: of that group, 0750 or
+    tighter, :func:`folder_problem`) in a parent that others cannot rename it out of; else
+    refuse (:data:`UNSAFE_FOLDER`). A missing folder raises ``FileNotFoundError``. Paths
+    opened through ``/proc/self/fd/N/`` then name exactly the folder that was checked."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise _unsafe(path, folder_problem(os.lstat(path), os.geteuid()) or "is not a folder", hint) from None
+            raise _unsafe(path, folder_problem(os.lstat(path), os.geteuid(), gid) or "is not a folder",
+                          hint) from None
         raise
-    problem = folder_problem(os.fstat(fd), os.geteuid())
+    problem = folder_problem(os.fstat(fd), os.geteuid(), gid)
     if problem is None:
         parent = os.stat(path.parent)
         if parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX and parent.st_uid != os.geteuid():
@@ -152,9 +136,9 @@ def open_owned_dir(path: Path, *, hint: str = "") -> int:
     return fd
 
 
-def check_owned_dir(path: Path, *, hint: str = "") -> Path:
+def check_owned_dir(path: Path, *, hint: str = "", gid: int | None = None) -> Path:
     """:func:`open_owned_dir`, for a check only."""
-    os.close(open_owned_dir(path, hint=hint))
+    os.close(open_owned_dir(path, hint=hint, gid=gid))
     return Path(path)
 
 

@@ -14,7 +14,7 @@ from floydd.agent.sandbox import build_launch
 from floydd.agent.spec import AgentSpec, Mount
 from floydd.config import load
 from floydd.errors import InvalidSpec, UserError
-from floydd.security.owned_dirs import group_folder_problem
+from floydd.security.owned_dirs import folder_problem
 from floydd.system import SERVICE_DOWN, SystemPaths, discover, job_account, service_installed, system_paths
 
 ROOT = SystemPaths(root=Path("/sys-root"))
@@ -90,7 +90,7 @@ def _st(mode: int, uid: int = 0, gid: int = 50) -> os.stat_result:
     (_st(stat.S_IFREG | 0o640), "not a folder"),
 ])
 def test_group_socket_folder_rules(st, expected):
-    problem = group_folder_problem(st, 0, 50)
+    problem = folder_problem(st, 0, 50)
     assert problem is None if expected is None else expected in problem
 
 
