@@ -21,12 +21,12 @@ an admin anyone's. Revoked and expired tokens are forgotten a week later (on the
 
 from __future__ import annotations
 
-import hmac
 import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from floydd.cluster.trust import matching_record
 from floydd.errors import Conflict, InvalidSpec, NotFound, Unauthorized
 
 __all__ = ["ApiTokens", "APITOKEN_OPS", "NewApiToken", "new_api_token", "parse_api_token", "api_token_state",
@@ -98,9 +98,8 @@ class ApiTokens:
     def person_for(self, token_id: str, digest: str, now: float) -> str:
         """The person a token speaks for, if valid at ``now``; else Unauthorized saying why.
         The digest is compared in constant time, also for an unknown id."""
-        record = self.tokens.get(token_id)
-        stored = record["secret_sha256"] if record else "0" * 64
-        if not hmac.compare_digest(stored.encode(), str(digest).encode()) or record is None:
+        record = matching_record(self.tokens, token_id, digest)
+        if record is None:
             raise Unauthorized("API token not recognised", code="api_token_invalid",
                                hint="log in again with a new token: floyd token create on a box, then floyd login")
         state = api_token_state(record, now)

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 from floydd.errors import Conflict, InvalidSpec, NotFound, Unauthorized
 
-__all__ = ["TrustState", "TOKEN_OPS", "MAX_LIVE_TOKENS", "KEEP_SPENT_S", "token_state"]
+__all__ = ["TrustState", "TOKEN_OPS", "MAX_LIVE_TOKENS", "KEEP_SPENT_S", "token_state", "matching_record"]
 
 TOKEN_OPS = ("token.create", "token.use", "token.revoke", "node.cert")
 MAX_LIVE_TOKENS = 1000
@@ -39,6 +39,15 @@ MAX_LIVE_TOKENS = 1000
 KEEP_SPENT_S = 7 * 86400.0
 """How long a used, revoked or expired token stays listed."""
 MAX_TTL_S = 30 * 86400.0
+
+
+def matching_record(records: Mapping[str, dict], token_id: str, digest: str) -> dict | None:
+    """The record of ``token_id`` when ``digest`` is its secret's ``secret_sha256``, else None.
+    The digests are compared in constant time, also for an unknown id, so the time a guess
+    takes says nothing of which ids exist (join tokens here, personal API tokens too)."""
+    record = records.get(token_id)
+    stored = record["secret_sha256"] if record else "0" * 64
+    return record if hmac.compare_digest(stored.encode(), str(digest).encode()) and record is not None else None
 
 
 def token_state(record: Mapping[str, Any], now: float) -> str:
@@ -73,9 +82,8 @@ class TrustState:
     def check_token(self, token_id: str, digest: str, now: float) -> dict:
         """The token's record if it could be redeemed at ``now`` with this digest, else
         Unauthorized saying why (the same checks ``token.use`` makes when it is applied)."""
-        record = self.tokens.get(token_id)
-        stored = record["secret_sha256"] if record else "0" * 64
-        if not hmac.compare_digest(stored.encode(), str(digest).encode()) or record is None:
+        record = matching_record(self.tokens, token_id, digest)
+        if record is None:
             raise Unauthorized("join token not recognised", code="join_token_invalid",
                                hint="copy the whole token, or make a new one with floydd token create")
         state = token_state(record, now)
