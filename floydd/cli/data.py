@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from floydd.cli.common import connect, echo_json, fail, handle_errors, human_bytes
-from floydd.cli.exchange import key_options, write_export
+from floydd.cli.exchange import export_options, write_export
 from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.model import check_upload_name
 
@@ -188,10 +188,7 @@ def verify(name: str | None, repair: bool, as_json: bool) -> None:
 
 @data.command(name="export")
 @click.argument("refs", nargs=-1, required=True)
-@click.option("--to", "dest", required=True, type=click.Path(path_type=Path), help="The file to write.")
-@key_options
-@click.option("--force", is_flag=True, help="Replace the file if it exists.")
-@click.option("--json", "as_json", is_flag=True)
+@export_options
 @handle_errors
 def export(refs: tuple[str, ...], dest: Path, key_file: Path | None, passphrase: bool, force: bool,
            as_json: bool) -> None:

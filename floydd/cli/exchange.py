@@ -29,20 +29,25 @@ PASSPHRASE_ENV = "FLOYD_EXPORT_PASSPHRASE"
 _MIN_PASSPHRASE = 8
 
 
-def key_options(fn):
-    fn = click.option("--passphrase", is_flag=True,
-                      help=f"Seal it under a passphrase you type (or {PASSPHRASE_ENV}), stretched with scrypt.")(fn)
-    return click.option("--key-file", type=click.Path(path_type=Path),
-                        help="Seal it under the key in this file; a new key is written there (0600) if it "
-                             "does not exist.")(fn)
+def export_options(fn):
+    """What ``floyd export`` and ``floyd data export`` take after their arguments: the file, the
+    key, ``--force`` and ``--json``."""
+    for option in reversed((
+            click.option("--to", "dest", required=True, type=click.Path(path_type=Path), help="The file to write."),
+            click.option("--key-file", type=click.Path(path_type=Path),
+                         help="Seal it under the key in this file; a new key is written there (0600) if it "
+                              "does not exist."),
+            click.option("--passphrase", is_flag=True,
+                         help=f"Seal it under a passphrase you type (or {PASSPHRASE_ENV}), stretched with scrypt."),
+            click.option("--force", is_flag=True, help="Replace the file if it exists."),
+            click.option("--json", "as_json", is_flag=True))):
+        fn = option(fn)
+    return fn
 
 
 @click.command("export")
 @click.argument("jobs", nargs=-1, required=True)
-@click.option("--to", "dest", required=True, type=click.Path(path_type=Path), help="The file to write.")
-@key_options
-@click.option("--force", is_flag=True, help="Replace the file if it exists.")
-@click.option("--json", "as_json", is_flag=True)
+@export_options
 @handle_errors
 def export(jobs: tuple[str, ...], dest: Path, key_file: Path | None, passphrase: bool, force: bool,
            as_json: bool) -> None:
