@@ -20,28 +20,36 @@ FINAL = {"success", "failed", "stopped", "timeout", "lost"}
 
 
 @contextlib.contextmanager
-def daemon(*extra: str, env: dict | None = None) -> Iterator[tuple[Client, subprocess.Popen, Path]]:
-    with tempfile.TemporaryDirectory(prefix="floydd-bench-") as tmp:
-        state = Path(tmp) / "state"
-        log = open(Path(tmp) / "daemon.log", "wb")
+def serve(state: Path, log: Path, *extra: str, env: dict | None = None,
+          timeout: float = 30) -> Iterator[tuple[Client, subprocess.Popen]]:
+    """A daemon on ``state`` (made if absent, kept after), logging to ``log``; SIGTERM at exit."""
+    with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir", str(state),
-                                 "--log-level", "warning", *extra],
-                                env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                 *extra], env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        client = Client(socket_path_for(state))
-        deadline = time.monotonic() + 30
-        while not client.ping():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("daemon did not start:\n" + (Path(tmp) / "daemon.log").read_text()[-2000:])
-            time.sleep(0.05)
+    client = Client(socket_path_for(state))
+    deadline = time.monotonic() + timeout
+    while not client.ping():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"daemon on {state} did not start:\n" + Path(log).read_text()[-2000:])
+        time.sleep(0.05)
+    try:
+        yield client, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=timeout)
+
+
+@contextlib.contextmanager
+def daemon(*extra: str, env: dict | None = None) -> Iterator[tuple[Client, subprocess.Popen, Path]]:
+    """A daemon on a throwaway state dir, with a project folder ``bench`` to run jobs from."""
+    with tempfile.TemporaryDirectory(prefix="floydd-bench-") as tmp:
         project = Path(tmp) / "proj"
         project.mkdir()
         (project / ".floyd").write_text(json.dumps({"project": "bench"}))
-        try:
+        with serve(Path(tmp) / "state", Path(tmp) / "daemon.log", "--log-level", "warning", *extra,
+                   env=env) as (client, proc):
             yield client, proc, project
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
 
 
 def wait_final(client: Client, key: str, timeout: float = 600) -> dict:

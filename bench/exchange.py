@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -36,16 +37,16 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil  # noqa: E402
 
-from floydd.client import Client  # noqa: E402
-from floydd.config import socket_path_for  # noqa: E402
+from bench._daemon import serve  # noqa: E402
+from bench._scratch import scratch  # noqa: E402
 from tests.integration.jobs._pipeline import Lone  # noqa: E402
 
 MiB = 1 << 20
@@ -63,14 +64,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.smoke:
         args.jobs, args.size_mb, args.rounds = 3, 16, 1
-    base = Path(tempfile.mkdtemp(prefix="floydd-bench-exchange-", dir=args.dir))
-    try:
+    with scratch("floydd-bench-exchange-", args.dir, keep=args.keep) as base:
         return run(args, base)
-    finally:
-        if args.keep:
-            print(f"kept {base}")
-        else:
-            shutil.rmtree(base, ignore_errors=True)
 
 
 def run(args, base: Path) -> int:
@@ -87,12 +82,12 @@ def run(args, base: Path) -> int:
     key = base / "export.key"
     ours_out, ours_in, tar_out, tar_in = [], [], [], []
     sizes = {}
-    with _daemon(site_a, base / "a.log", env) as a:
+    with _site(site_a, base / "a.log", env) as (env_a, a):
         for k in range(args.rounds):
             export = base / "bench.floydx"
             export.unlink(missing_ok=True)
             _sync()
-            ours_out.append(_timed(["floyd", "export", "bench", "--to", str(export), "--key-file", str(key)], a.env,
+            ours_out.append(_timed(["floyd", "export", "bench", "--to", str(export), "--key-file", str(key)], env_a,
                                    (a,)))
             sizes["export"] = export.stat().st_size
             _sync()
@@ -102,12 +97,12 @@ def run(args, base: Path) -> int:
             tar_out.append(_timed(["sh", "-c", tar], env))
             sizes["tar"] = archive.stat().st_size
             site_b = base / f"site-b-{k}"
-            with _daemon(site_b, base / f"b-{k}.log", env) as b:
+            with _site(site_b, base / f"b-{k}.log", env) as (env_b, b):
                 _sync()
-                ours_in.append(_timed(["floyd", "import", str(export), "--key-file", str(key), "--json"], b.env,
+                ours_in.append(_timed(["floyd", "import", str(export), "--key-file", str(key), "--json"], env_b,
                                       (b,)))
                 if k == 0:
-                    _check(b.env, args.jobs, base)
+                    _check(env_b, args.jobs, base)
             shutil.rmtree(site_b, ignore_errors=True)
             untar = base / "untar"
             shutil.rmtree(untar, ignore_errors=True)
@@ -176,27 +171,12 @@ def _fill(box, n: int, rnd: random.Random) -> None:
     box.records.update_job("bench", n, output_version=version.ref)
 
 
-class _daemon:
-    """A real daemon on ``state`` (made if absent) with the CLI's environment for it."""
-
-    def __init__(self, state: Path, log: Path, env: dict) -> None:
-        self.state, self.log, self.env = state, log, {**env, "FLOYDD_STATE_DIR": str(state)}
-
-    def __enter__(self) -> _daemon:
-        self.proc = subprocess.Popen([sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir",
-                                      str(self.state), "--dev-fake-gpus", "0"], env=self.env,
-                                     stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-        client = Client(socket_path_for(self.state))
-        deadline = time.monotonic() + 60
-        while not client.ping():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"daemon on {self.state} did not start:\n" + self.log.read_text()[-2000:])
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+@contextlib.contextmanager
+def _site(state: Path, log: Path, env: dict) -> Iterator[tuple[dict, subprocess.Popen]]:
+    """A real daemon on the site ``state``, and the CLI's environment for it."""
+    env = {**env, "FLOYDD_STATE_DIR": str(state)}
+    with serve(state, log, "--dev-fake-gpus", "0", env=env, timeout=60) as (_client, proc):
+        yield env, proc
 
 
 def _check(env: dict, jobs: int, base: Path) -> None:
@@ -228,8 +208,8 @@ def _timed(cmd: list[str], env: dict, daemons: tuple = ()) -> tuple[float, float
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime) + served
 
 
-def _cpu_of(daemon: "_daemon") -> float:
-    times = psutil.Process(daemon.proc.pid).cpu_times()
+def _cpu_of(daemon: subprocess.Popen) -> float:
+    times = psutil.Process(daemon.pid).cpu_times()
     return times.user + times.system + times.children_user + times.children_system
 
 

@@ -28,13 +28,13 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._scratch import scratch  # noqa: E402
 from floydd.store import LocalBackend, Store  # noqa: E402
 from floydd.store.cache import RACY_NS  # noqa: E402
 
@@ -58,14 +58,8 @@ def main() -> int:
         args.size_mb, args.small_files, args.change_mb, args.rounds = 24, 300, 16, 1
     args.rounds = max(1, args.rounds)
 
-    base = Path(tempfile.mkdtemp(prefix="floydd-bench-", dir=args.dir))
-    try:
+    with scratch("floydd-bench-", args.dir, keep=args.keep) as base:
         return run(args, base)
-    finally:
-        if args.keep:
-            print(f"kept {base}")
-        else:
-            shutil.rmtree(base, ignore_errors=True)
 
 
 def run(args, base: Path) -> int:

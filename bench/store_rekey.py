@@ -22,12 +22,12 @@ import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._scratch import scratch  # noqa: E402
 from floydd.store import Store, rekey  # noqa: E402
 from store_ingest import MiB, build_tree, median, ratio, timed, walls  # noqa: E402
 
@@ -46,11 +46,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.smoke:
         args.size_mb, args.small_files, args.rounds = 16, 200, 1
-    base = Path(tempfile.mkdtemp(prefix="floydd-bench-rekey-", dir=args.dir))
-    try:
+    with scratch("floydd-bench-rekey-", args.dir) as base:
         return run(args, base)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def run(args, base: Path) -> int:
