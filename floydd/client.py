@@ -4,257 +4,31 @@ Synchronous and light (``http.client`` over the daemon's unix socket or TCP), so
 ``floyd`` starts fast; the TUI calls it from a worker thread. Every daemon error
 comes back as the :mod:`floydd.errors` class the daemon raised, with its hint.
 
-Every streamed answer ends with an explicit end record: NDJSON streams with a
-``{"result": ...}`` or ``{"error": ...}`` event, job logs with an end frame
-(:mod:`floydd.logframe`), tars with their announced length. An answer that stops
-before its end means the daemon died mid-command: it is raised as
-:class:`~floydd.errors.Unavailable` with code :data:`GONE`, never taken as a short
-but complete answer.
+:class:`Client` is the API, one method per call; how it reaches the daemon (socket, TCP,
+pinned TLS), and why an answer that stops before its end record is raised as
+:data:`GONE` rather than taken as complete, is :mod:`floydd.connection`. Job logs end
+with an end frame (:mod:`floydd.logframe`), tars with their announced length.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
-import socket
-import ssl
 import tempfile
 import urllib.parse
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Iterator
 
 from floydd import logframe
-from floydd.errors import InternalError, InvalidSpec, Unauthorized, Unavailable, from_payload
-from floydd.security.owned_dirs import is_shared_socket, open_owned_dir, socket_folder_hint
+from floydd.connection import GONE, Connection, Progress, _Counted, _error
+from floydd.errors import InternalError, InvalidSpec, Unavailable, from_payload
 
 __all__ = ["Client", "GONE"]
 
-GONE = "daemon_gone"
-"""The code of the error raised when the daemon stops answering in the middle of an answer."""
 
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float | None) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        # A socket under the temp dir is talked to only when its folder is ours and 0700
-        # (another local user may have made the folder first and put their own socket
-        # there); it is reached through the descriptor of the folder that was checked.
-        folder_fd = None
-        path = self._path
-        if is_shared_socket(Path(path)):
-            folder = Path(path).parent
-            folder_fd = open_owned_dir(folder, hint=socket_folder_hint(folder))
-            path = f"/proc/self/fd/{folder_fd}/{Path(path).name}"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if self.timeout is not None:
-            sock.settimeout(self.timeout)
-        try:
-            sock.connect(path)
-        except OSError:
-            sock.close()
-            raise
-        finally:
-            if folder_fd is not None:
-                os.close(folder_fd)
-        self.sock = sock
-
-
-Progress = Callable[[int, "int | None"], object]
-
-
-class _Counted:
-    """A file or response read in blocks, reporting ``progress(done, total)`` as it goes;
-    ``cut()``: the error for a response that breaks or ends short of ``total``."""
-
-    def __init__(self, src: IO[bytes], total: int | None, progress: Progress | None,
-                 cut: Callable[[], Exception] | None = None) -> None:
-        self.src, self.total, self.progress, self.done, self.cut = src, total, progress, 0, cut
-
-    @classmethod
-    def file(cls, f: IO[bytes], progress: Progress | None) -> _Counted:
-        return cls(f, os.fstat(f.fileno()).st_size - f.tell(), progress)
-
-    def read(self, size: int = -1) -> bytes:
-        try:
-            data = self.src.read(size)
-        except (http.client.HTTPException, OSError):
-            if self.cut is None:
-                raise
-            raise self.cut() from None
-        if not data and size and self.cut is not None and self.total is not None and self.done < self.total:
-            raise self.cut()                # an answer shorter than announced: cut short
-        self.done += len(data)
-        if self.progress is not None:
-            self.progress(self.done, self.total)
-        return data
-
-
-class Client:
-    """Talks to one daemon, on a unix socket path or ``host:port``; ``log_path``: where that
-    daemon logs, when known (named in the hint when it goes away)."""
-
-    def __init__(self, socket_path: Path | None = None, *, address: str | None = None,
-                 token: str | None = None, timeout: float | None = 30.0, log_path: Path | None = None,
-                 ca_pem: bytes | None = None) -> None:
-        if (socket_path is None) == (address is None):
-            raise ValueError("give exactly one of socket_path and address")
-        self.socket_path = socket_path
-        self.address = address
-        self.token = token
-        self.timeout = timeout
-        self.log_path = log_path
-        self.ca_pem = ca_pem
-        """With ``address``: TLS, accepting only a server that this CA signed (``floyd login``
-        pinned it, :mod:`floydd.security.pinning`); None: plain HTTP (the loopback dev port)."""
-        self._tls = None
-
-    @property
-    def remote(self) -> bool:
-        """Whether files travel as tar streams: the daemon may be on another machine
-        (``FLOYD_HOST``), or it is another user's (a system daemon, whose socket is root's): it
-        reads and writes no path of ours for us (:func:`floydd.api.request.same_user_only`)."""
-        if self.address is not None:
-            return True
-        try:
-            return os.stat(self.socket_path).st_uid != os.geteuid()
-        except OSError:
-            return False
-
-    @property
-    def where(self) -> str:
-        if self.socket_path:
-            return str(self.socket_path)
-        return f"{'https' if self.ca_pem else 'http'}://{self.address}"
-
-    # -- plumbing ---------------------------------------------------------------------
-
-    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
-        if self.socket_path is not None:
-            return _UnixConnection(os.fspath(self.socket_path), timeout)
-        host, _, port = self.address.rpartition(":")
-        host = host.strip("[]")
-        if self.ca_pem is None:
-            return http.client.HTTPConnection(host, int(port), timeout=timeout)
-        if self._tls is None:
-            from floydd.security.pinning import pinned_context
-            self._tls = pinned_context(self.ca_pem)
-        return http.client.HTTPSConnection(host, int(port), timeout=timeout, context=self._tls)
-
-    def _open(self, method: str, path: str, body: Any = None, *, query: dict | None = None,
-              timeout: float | None = None, raw: _Counted | None = None,
-              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        if query:
-            clean = {k: v for k, v in query.items() if v is not None}
-            if clean:
-                path += "?" + urllib.parse.urlencode(clean)
-        headers = {"Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data: Any = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        elif raw is not None:           # a file: sent with its length, in blocks
-            data = raw
-            headers["Content-Type"] = "application/x-tar"
-            headers["Content-Length"] = str(raw.total)
-        conn = self._connection(self.timeout if timeout is None else timeout)
-        try:
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-        except (ConnectionRefusedError, FileNotFoundError) as exc:
-            conn.close()
-            raise Unavailable(f"no floydd daemon answers at {self.where} ({exc.strerror})",
-                              hint="start one with `floydd start`, or run any `floyd` command to start one") from None
-        except socket.timeout:
-            conn.close()
-            raise self._slow() from None
-        except ssl.SSLCertVerificationError:
-            conn.close()                # refused at the handshake: the token was never sent
-            raise Unauthorized(f"{self.where} is not a box of the cluster you logged in to (its certificate "
-                               "is not from the CA you pinned)", code="ca_fingerprint_mismatch",
-                               hint="if the lab made its cluster anew, floyd login again and check the fingerprint; "
-                                    "else someone may be intercepting: tell the lab's admin") from None
-        except (http.client.HTTPException, ConnectionResetError, BrokenPipeError):
-            conn.close()                # it took the request, then closed without (a whole) answer
-            raise self._gone() from None
-        except OSError as exc:
-            conn.close()
-            raise Unavailable(f"cannot talk to floydd at {self.where}: {exc}",
-                              hint="check that the daemon is running: `floydd status`") from None
-        if resp.status >= 400:
-            with self._reading():
-                raw = resp.read()
-            conn.close()
-            try:
-                payload = json.loads(raw)
-            except ValueError:
-                payload = {"error": {"message": raw.decode(errors="replace").strip() or f"HTTP {resp.status}"}}
-            raise from_payload(payload, resp.status)
-        return conn, resp
-
-    def _call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
-        conn, resp = self._open(method, path, body, **kw)
-        try:
-            with self._reading():
-                raw = resp.read()
-        finally:
-            conn.close()
-        return json.loads(raw) if raw else None
-
-    def _stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Iterator[dict]:
-        """An NDJSON stream: one event per line, up to the ``result`` event; an ``error`` event
-        is raised, and so is a stream that stops before either (the daemon went away)."""
-        conn, resp = self._open(method, path, body, timeout=None, **kw)
-        try:
-            with self._reading():
-                for line in resp:
-                    if not line.endswith(b"\n"):
-                        break           # a last line cut in the middle
-                    if not line.strip():
-                        continue
-                    try:
-                        event = json.loads(line)
-                    except ValueError:
-                        raise InternalError(f"floydd at {self.where} sent a malformed event: {line[:200]!r}",
-                                            hint="this is a bug; see the daemon log") from None
-                    if "error" in event:
-                        raise from_payload(event, 500)
-                    yield event
-                    if "result" in event:
-                        return
-            raise self._gone()
-        finally:
-            conn.close()
-
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[None]:
-        """Reading an answer's body: a connection that breaks is the daemon going away."""
-        try:
-            yield
-        except socket.timeout:
-            raise self._slow() from None
-        except (http.client.HTTPException, OSError):
-            raise self._gone() from None
-
-    def _slow(self) -> Unavailable:
-        return Unavailable(f"floydd at {self.where} did not answer in time",
-                           hint="check the daemon log; `floydd status` shows whether it is alive")
-
-    def _gone(self) -> Unavailable:
-        """The daemon stopped in the middle of an answer (it died, or the connection broke)."""
-        if self.remote:
-            check = "check the daemon on that box with `floydd status`"
-        else:
-            log = self.log_path if self.log_path is not None and self.log_path.exists() else None
-            check = "check it with `floydd status`" + (f" and its log {log}" if log else "")
-        return Unavailable(f"the floydd daemon at {self.where} went away in the middle of this command",
-                           code=GONE, hint=f"{check}; then run the command again")
+class Client(Connection):
+    """The daemon's API, one method per call (:class:`~floydd.connection.Connection` reaches it)."""
 
     # -- daemon -----------------------------------------------------------------------
 
@@ -489,10 +263,7 @@ class Client:
         """Send the export file ``f`` (from its current position) to be verified and imported;
         what it made (``ImportResult``). ``progress(sent, total)`` follows the bytes sent."""
         query = urllib.parse.urlencode({k: v for k, v in (("name", name), ("expect_origin", expect_origin)) if v})
-        headers = {"Accept": "application/json", "Content-Type": "application/octet-stream",
-                   "Floydd-Export-Key": key_hex}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        headers = {**self._headers(), "Content-Type": "application/octet-stream", "Floydd-Export-Key": key_hex}
         data = _Counted.file(f, progress)
         headers["Content-Length"] = str(data.total)
         conn = self._connection(None)
@@ -506,17 +277,12 @@ class Client:
                 resp = conn.getresponse()
                 raw = resp.read()
         except (ConnectionRefusedError, FileNotFoundError) as exc:
-            raise Unavailable(f"no floydd daemon answers at {self.where} ({exc.strerror})",
-                              hint="start one with `floydd start`, or run any `floyd` command to start one") from None
+            raise self._absent(exc) from None
         finally:
             conn.close()
-        try:
-            payload = json.loads(raw) if raw else None
-        except ValueError:
-            payload = {"error": {"message": raw.decode(errors="replace").strip() or f"HTTP {resp.status}"}}
         if resp.status >= 400:
-            raise from_payload(payload if isinstance(payload, dict) else {}, resp.status)
-        return payload
+            raise _error(raw, resp.status)
+        return json.loads(raw) if raw else None
 
 
 def _job_path(job: str) -> str:
