@@ -1,3 +1,3 @@
 """floydd: a self-hosted FloydHub for labs that pool their own GPU workstations."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

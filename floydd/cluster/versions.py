@@ -1,7 +1,7 @@
 """Boxes of adjacent releases in one cluster: the protocol level, and what needs which.
 
 Each release speaks a cluster protocol, :data:`PROTOCOL` (0.1.x: 1, said by nothing; 0.2.x:
-2). A box says its own in its node record's labels (``floydd/protocol``, ``floydd/version``:
+2; 0.3.x: 3). A box says its own in its node record's labels (``floydd/protocol``, ``floydd/version``:
 ``labels`` is a field every release accepts, so saying it never stops an older leader from
 taking the record). The cluster's level (``state.protocol``) is a replicated fact: it starts
 at 1 and is raised only by the leader's ``cluster.protocol`` command, once every box of the
@@ -39,19 +39,25 @@ from floydd.errors import Conflict
 __all__ = ["PROTOCOL", "LABEL", "VERSION_LABEL", "HEADER", "OP", "labels", "node_protocol", "cluster_level",
            "behind", "needs", "stamped", "at_least", "check_supported", "check_joiner", "peer_supported", "apply_level"]
 
-PROTOCOL = 2
-"""The cluster protocol this release speaks (1: 0.1.x)."""
+PROTOCOL = 3
+"""The cluster protocol this release speaks (1: 0.1.x, 2: 0.2.x)."""
 LABEL = "floydd/protocol"
 VERSION_LABEL = "floydd/version"
 HEADER = "Floydd-Protocol"
 OP = "cluster.protocol"
-_NEW_OPS = frozenset({"person.add", "person.role", "person.remove", "person.map", "apitoken.create",
-                      "apitoken.revoke", "project.allocate", "job.import"})
-"""Ops level 2 brought (people, personal tokens, imports). ``cluster.protocol`` itself needs
-no level: it is proposed only once every box speaks the one it names (its authz rule)."""
-_NEW_FIELDS = {"node.upsert": ("config",), "dataset.add_version": ("visibility",)}
-"""Fields level 2 added to older ops."""
-_RELEASE = {1: "0.1", 2: "0.2"}
+_NEW_OPS: Mapping[int, frozenset[str]] = {
+    2: frozenset({"person.add", "person.role", "person.remove", "person.map", "apitoken.create",
+                  "apitoken.revoke", "project.allocate", "job.import"}),
+    3: frozenset(),
+}
+"""Ops each level brought (2: people, personal tokens, imports). ``cluster.protocol`` itself
+needs no level: it is proposed only once every box speaks the one it names (its authz rule)."""
+_NEW_FIELDS: Mapping[int, Mapping[str, tuple[str, ...]]] = {
+    2: {"node.upsert": ("config",), "dataset.add_version": ("visibility",)},
+    3: {},
+}
+"""Fields each level added to older ops."""
+_RELEASE = {1: "0.1", 2: "0.2", 3: "0.3"}
 
 
 def labels(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -82,9 +88,10 @@ def cluster_level(state: Any) -> int:
 def needs(cmd: Mapping[str, Any]) -> int:
     """The cluster level ``cmd`` needs to be applied alike by every box."""
     op = cmd.get("op")
-    if op in _NEW_OPS or "v" in cmd or any(f in cmd for f in _NEW_FIELDS.get(op, ())):
-        return 2
-    return 1
+    for level in sorted(_NEW_OPS, reverse=True):
+        if op in _NEW_OPS[level] or any(f in cmd for f in _NEW_FIELDS[level].get(op, ())):
+            return level
+    return 2 if "v" in cmd else 1
 
 
 def stamped(state: Any, cmd: dict) -> dict:

@@ -46,7 +46,7 @@ class Cluster:
     api: str | None = None
     """Where this box serves the TLS API (``floyd login HOST:PORT``); null: nowhere."""
     protocol: int = 1
-    """The cluster's level: what every box speaks (2 once every box runs floydd 0.2)."""
+    """The cluster's level: what every box speaks (3 once every box runs floydd 0.3)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,8 +25,9 @@ class Log:
         full = {"ts": float(self.index), **cmd, "proposer": proposer}
         return self.state.apply(commands.check(full), index=self.index, term=1)
 
-    def box(self, nid: str, name: str, *, new: bool) -> None:
-        labels = versions.labels() if new else {}          # an 0.1 box says nothing of its release
+    def box(self, nid: str, name: str, *, new: bool, level: int = 2) -> None:
+        # an 0.1 box says nothing of its release; a new one says its level (an 0.2 box: 2)
+        labels = {versions.LABEL: str(level), versions.VERSION_LABEL: f"0.{level}.0"} if new else {}
         self.apply({"op": "node.upsert", "id": nid, "name": name, "address": "10.0.0.1", "cluster_port": 7654,
                     "labels": labels}, proposer=nid)
 
@@ -59,7 +60,7 @@ def test_the_level_rises_only_when_every_box_not_removed_speaks_it_and_never_fal
     assert versions.cluster_level(log.state) == 2
     assert log.apply({"op": versions.OP, "level": 2}) == 2
     assert log.apply({"op": versions.OP, "level": 1}) == 2          # raised twice, or late: a max
-    with pytest.raises(Forbidden, match="level 3 is not spoken by every box"):
+    with pytest.raises(Forbidden, match=f"level {versions.PROTOCOL + 1} is not spoken by every box"):
         log.apply({"op": versions.OP, "level": versions.PROTOCOL + 1})
     log.apply({"op": "person.add", "name": "alice", "role": "user", "user": "root"})
 
@@ -112,9 +113,22 @@ def test_what_each_command_needs_and_how_a_box_stamps_it():
         versions.stamped(old, {"op": "person.add"})
 
 
+def test_level_3_rises_as_level_2_did_once_the_last_02_box_is_upgraded():
+    log = _mixed()
+    log.box(OLD, "box2", new=True)
+    log.apply({"op": versions.OP, "level": 2})
+    log.box(NEW, "box1", new=True, level=3)
+    with pytest.raises(Forbidden, match="level 3 is not spoken by every box: box2"):
+        log.apply({"op": versions.OP, "level": 3})
+    log.box(OLD, "box2", new=True, level=3)
+    assert versions.cluster_level(log.state) == 3 == versions.PROTOCOL
+    assert log.apply({"op": versions.OP, "level": 3}) == 3 and versions.at_least(log.state, 3)
+
+
 def test_only_adjacent_releases_meet_and_an_older_box_cannot_join_a_newer_cluster():
-    assert versions.peer_supported(None) and versions.peer_supported("1") and versions.peer_supported("2")
+    assert versions.peer_supported(str(versions.PROTOCOL - 1)) and versions.peer_supported(str(versions.PROTOCOL))
     assert versions.peer_supported(str(versions.PROTOCOL + 1))
+    assert not versions.peer_supported(None) and not versions.peer_supported("1")    # an 0.1 box: two levels away
     assert not versions.peer_supported(str(versions.PROTOCOL + 2)) and not versions.peer_supported("x")
     versions.check_joiner(ClusterState(), None)                      # a level-1 cluster takes an 0.1 box
     with pytest.raises(Conflict, match="older release cannot join") as refused:
