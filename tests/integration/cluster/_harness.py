@@ -16,10 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from floydd.cluster import versions
 from floydd.cluster.config import TEST_CONFIG, ClusterConfig
 from floydd.cluster.service import ClusterService
 from floydd.security.identity import NodeIdentity, init_cluster
 from tests.conftest import wait_until_async
+
+PEER_HEADERS = {versions.HEADER: str(versions.PROTOCOL)}
+"""What a box of this release says on node-to-node requests (a request without it is an 0.1 box's)."""
 
 
 @dataclass

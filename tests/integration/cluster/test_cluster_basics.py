@@ -10,6 +10,7 @@ from floydd.cluster.raft import Heartbeat, ProposalDropped, encode_message
 from floydd.cluster.transport import RAFT_PATH
 from floydd.errors import Conflict, InvalidSpec, Unavailable
 from floydd.security.tls import client_context
+from tests.integration.cluster._harness import PEER_HEADERS
 
 SPEC = {"project": "mnist", "command": "python train.py", "resources": {"gpus": 1}}
 
@@ -139,7 +140,7 @@ async def test_a_member_cannot_send_raft_messages_as_another_node(cluster):
         for claimed in (a.id, b.id):    # body claims a / body honest but the message claims a
             body = msgpack.packb({"from": claimed, "addr": None, "msgs": [forged]})
             async with session.post(f"https://{c.address}{RAFT_PATH}", data=body, ssl=ctx,
-                                    server_hostname=c.id) as resp:
+                                    server_hostname=c.id, headers=PEER_HEADERS) as resp:
                 assert resp.status == 403
     assert c.driver.status().term < term     # the forged heartbeat never reached the core
 

@@ -13,6 +13,7 @@ from floydd.cluster.discovery import Peer
 from floydd.cluster.transport import RAFT_PATH
 from floydd.errors import Unavailable
 from floydd.security.tls import client_context
+from tests.integration.cluster._harness import PEER_HEADERS
 
 from tests.integration.cluster._harness import fast
 
@@ -195,6 +196,6 @@ async def test_a_node_that_left_for_good_is_refused(cluster):
     body = msgpack.packb({"from": gone.id, "addr": None, "msgs": []})
     async with aiohttp.ClientSession() as session:
         async with session.post(f"https://{lead.address}{RAFT_PATH}", data=body, ssl=ctx,
-                                server_hostname=lead.id) as resp:
+                                server_hostname=lead.id, headers=PEER_HEADERS) as resp:
             assert resp.status == 403
             assert (await resp.json())["error"]["code"] == "not_a_member"

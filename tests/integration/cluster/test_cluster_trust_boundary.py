@@ -19,6 +19,7 @@ from floydd.cluster.transport import PROPOSE_PATH, RAFT_PATH, READ_PATH
 from floydd.errors import Forbidden
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import client_context
+from tests.integration.cluster._harness import PEER_HEADERS
 from floydd.security.tokens import new_token
 
 SPEC = {"project": "m", "command": "true"}
@@ -52,7 +53,7 @@ async def post(identity: NodeIdentity, node, path: str, body: dict) -> tuple[int
     async with aiohttp.ClientSession() as session:
         async with session.post(f"https://{node.address}{path}", data=msgpack.packb(body, use_bin_type=True),
                                 ssl=ctx, server_hostname=node.id,
-                                headers={"Content-Type": "application/msgpack"}) as resp:
+                                headers={**PEER_HEADERS, "Content-Type": "application/msgpack"}) as resp:
             raw = await resp.read()
             try:
                 return resp.status, msgpack.unpackb(raw, raw=False)
