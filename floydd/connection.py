@@ -186,7 +186,12 @@ class Connection:
     def _check_box(self, der: bytes) -> None:
         """The pinned-box check of a server that passed the handshake (module docstring)."""
         from floydd.security.boxpin import admit, presented
-        pin = admit(self.pin, presented(der))
+        try:
+            seen = presented(der)
+        except ValueError:
+            raise Unauthorized(f"the server at {self.address} presented no certificate floyd can read; no token was "
+                               "sent", code="wrong_box", hint="tell the lab's admin") from None
+        pin = admit(self.pin, seen)
         if pin is not self.pin:
             self.pin = pin
             if self.on_pin is not None:
