@@ -185,6 +185,15 @@ class Config:
     join_attempts_per_minute: float = 10.0
     """Join attempts a voter accepts from one address a minute (and up to as many at once);
     more get HTTP 429 with Retry-After. Every attempt is logged."""
+    # -- failed authentications on the TLS API (issue 20): floydd.api.throttle --
+    api_auth_failures: int = 20
+    """Failed personal tokens one source (an IPv4 address, an IPv6 /64) may send the TLS API at
+    once, and then per ``api_auth_window``; past that its requests are answered 429 with
+    Retry-After before their token is read. A person who mistypes a token a few times never
+    notices; a script that floods bad tokens gets a check every window/failures seconds."""
+    api_auth_window: float = 60.0
+    """Seconds over which ``api_auth_failures`` refill, and between two log lines about one
+    source's refused tokens (one line counts them all: "refused 2,214 bad tokens from ...")."""
 
     @property
     def socket_path(self) -> Path:

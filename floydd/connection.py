@@ -1,7 +1,15 @@
 """How the client reaches a daemon: its unix socket (a shared socket folder checked first),
-TCP, or TLS pinned to the cluster's CA; requests, JSON answers, NDJSON streams, files sent
-and read in blocks with progress, and the daemon's errors raised as the :mod:`floydd.errors`
-class it raised. :class:`floydd.client.Client` is the API on top.
+TCP, or TLS pinned to the cluster's CA and to the box ``floyd login`` met; requests, JSON
+answers, NDJSON streams, files sent and read in blocks with progress, and the daemon's errors
+raised as the :mod:`floydd.errors` class it raised. :class:`floydd.client.Client` is the API
+on top.
+
+Over TLS with a :class:`~floydd.security.boxpin.Pin`, every connection checks the server's
+certificate (the pinned node, not revoked: :func:`floydd.security.boxpin.admit`) right after
+the handshake, before a byte of the request, its token included, is written
+(:class:`_PinnedHTTPSConnection`); and an answer whose ``Floydd-Trust`` differs from the
+pin's makes it ask the box for the lab's members and revocations again (``on_pin`` is told,
+so that the login keeps them).
 
 Every streamed answer ends with an explicit end record; an answer that stops before it means
 the daemon died mid-command, raised as :class:`~floydd.errors.Unavailable` with code
@@ -18,15 +26,22 @@ import socket
 import ssl
 import urllib.parse
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 from floydd.errors import InternalError, Unauthorized, Unavailable, from_payload
 from floydd.security.owned_dirs import is_shared_socket, open_owned_dir, socket_folder_hint
 
-__all__ = ["Connection", "Progress", "GONE"]
+if TYPE_CHECKING:
+    from floydd.security.boxpin import Pin
+
+__all__ = ["Connection", "Progress", "OnPin", "GONE"]
 
 GONE = "daemon_gone"
 """The code of the error raised when the daemon stops answering in the middle of an answer."""
+
+OnPin = Callable[["Pin", str], object]
+"""Told ``(pin, why)`` when the pin changes: ``"adopted"`` (a login of an older floyd pinned
+the box that answered) or ``"learned"`` (the box's members and revocations, asked again)."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -56,6 +71,26 @@ class _UnixConnection(http.client.HTTPConnection):
             if folder_fd is not None:
                 os.close(folder_fd)
         self.sock = sock
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS whose ``connect`` (which http.client calls before it writes the request it has
+    buffered) hands the server's certificate to ``check`` and closes the connection if that
+    raises: a refused server never reads a byte of the request."""
+
+    def __init__(self, host: str, port: int, *, timeout: float | None, context: ssl.SSLContext,
+                 check: Callable[[bytes], None]) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._check = check
+
+    def connect(self) -> None:
+        super().connect()
+        try:
+            self._check(self.sock.getpeercert(binary_form=True) or b"")
+        except BaseException:
+            self.sock.close()
+            self.sock = None
+            raise
 
 
 Progress = Callable[[int, "int | None"], object]
@@ -96,7 +131,7 @@ class Connection:
 
     def __init__(self, socket_path: Path | None = None, *, address: str | None = None,
                  token: str | None = None, timeout: float | None = 30.0, log_path: Path | None = None,
-                 ca_pem: bytes | None = None) -> None:
+                 ca_pem: bytes | None = None, pin: Pin | None = None, on_pin: OnPin | None = None) -> None:
         if (socket_path is None) == (address is None):
             raise ValueError("give exactly one of socket_path and address")
         self.socket_path = socket_path
@@ -107,6 +142,10 @@ class Connection:
         self.ca_pem = ca_pem
         """With ``address``: TLS, accepting only a server that this CA signed (``floyd login``
         pinned it, :mod:`floydd.security.pinning`); None: plain HTTP (the loopback dev port)."""
+        self.pin = pin
+        """With ``ca_pem``: the box the login pinned (None: any box that CA signed, as ``floyd
+        login`` itself does before it pins one)."""
+        self.on_pin = on_pin
         self._tls = None
 
     @property
@@ -140,7 +179,49 @@ class Connection:
         if self._tls is None:
             from floydd.security.pinning import pinned_context
             self._tls = pinned_context(self.ca_pem)
-        return http.client.HTTPSConnection(host, int(port), timeout=timeout, context=self._tls)
+        if self.pin is None:
+            return http.client.HTTPSConnection(host, int(port), timeout=timeout, context=self._tls)
+        return _PinnedHTTPSConnection(host, int(port), timeout=timeout, context=self._tls, check=self._check_box)
+
+    def _check_box(self, der: bytes) -> None:
+        """The pinned-box check of a server that passed the handshake (module docstring)."""
+        from floydd.security.boxpin import admit, presented
+        try:
+            seen = presented(der)
+        except ValueError:
+            raise Unauthorized(f"the server at {self.address} presented no certificate floyd can read; no token was "
+                               "sent", code="wrong_box", hint="tell the lab's admin") from None
+        pin = admit(self.pin, seen)
+        if pin is not self.pin:
+            self.pin = pin
+            if self.on_pin is not None:
+                self.on_pin(pin, "adopted")
+
+    def _learn(self, resp: http.client.HTTPResponse) -> None:
+        """After an answer of the pinned box: if its ``Floydd-Trust`` is news, ask it for the
+        lab's members and revocations (``GET /v1/ca``, on a connection checked like any other)
+        and keep them. Best effort: a failure leaves the pin as it was, to try next time."""
+        from floydd.security.boxpin import TRUST_HEADER
+        digest = resp.getheader(TRUST_HEADER)
+        if self.pin is None or not digest or digest == self.pin.trust.digest:
+            return
+        from floydd.security.pinning import ACCEPT_CA, read_ca_answer
+        conn = self._connection(self.timeout)
+        try:
+            conn.request("GET", "/v1/ca", headers={"Accept": ACCEPT_CA})
+            answer = conn.getresponse()
+            body = answer.read(1 << 20)
+            if answer.status != 200:
+                return
+            pem, trust = read_ca_answer(body, answer.getheader("Content-Type", ""))
+        except (OSError, http.client.HTTPException, Unauthorized):
+            return
+        finally:
+            conn.close()
+        if pem and trust.digest:
+            self.pin = self.pin.learned(trust)
+            if self.on_pin is not None:
+                self.on_pin(self.pin, "learned")
 
     def _open(self, method: str, path: str, body: Any = None, *, query: dict | None = None,
               timeout: float | None = None, raw: _Counted | None = None,
@@ -168,6 +249,9 @@ class Connection:
         except socket.timeout:
             conn.close()
             raise self._slow() from None
+        except Unauthorized:
+            conn.close()                # not the pinned box (boxpin.admit): the token was never sent
+            raise
         except ssl.SSLCertVerificationError:
             conn.close()                # refused at the handshake: the token was never sent
             raise Unauthorized(f"{self.where} is not a box of the cluster you logged in to (its certificate "
@@ -186,6 +270,8 @@ class Connection:
                 raw = resp.read()
             conn.close()
             raise _error(raw, resp.status)
+        if self.pin is not None:
+            self._learn(resp)
         return conn, resp
 
     def _headers(self) -> dict[str, str]:

@@ -174,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="seconds between polls of the daemon (default 1.0)")
     parser.add_argument("--serve", nargs="?", const="127.0.0.1:8000", default=None, metavar="HOST:PORT",
                         help="serve the TUI to a browser with textual-serve (default 127.0.0.1:8000); "
-                             "the URL printed at start carries the token it asks for")
+                             "the URL printed at start lets one browser in, once (a new one is printed for "
+                             "the next); on loopback only your own user is served")
     parser.add_argument("--host", default=None, metavar="ADDRESS",
                         help="with --serve: listen on ADDRESS instead of 127.0.0.1 (it warns)")
     args = parser.parse_args(argv)

@@ -16,6 +16,7 @@ import time
 from aiohttp import web
 
 from floydd.api import keys
+from floydd.api.boxtrust import ca_json, wants_json
 from floydd.api.params import query_stale
 from floydd.api.request import acting_person as _person, api_address, body, reply
 from floydd.cluster.apitokens import api_token_state, new_api_token
@@ -76,9 +77,13 @@ async def whoami(request: web.Request) -> web.Response:
 
 @routes.get("/v1/ca")
 async def ca(request: web.Request) -> web.Response:
-    """The cluster CA certificate (PEM), open: what ``floyd login`` pins."""
+    """The cluster CA certificate (PEM), open: what ``floyd login`` pins. Asked for JSON: the
+    CA with this box's node id, the lab's members and revoked certificates, which a laptop
+    keeps for the box it pins (:mod:`floydd.api.boxtrust`)."""
     identity = request.app[keys.CLUSTER].identity
     if not identity.is_member:
         raise Conflict("this box has no cluster CA", code="no_ca",
                           hint="remote access needs a cluster: run floydd init on this box (a cluster of one)")
+    if wants_json(request):
+        return ca_json(request)
     return web.Response(body=identity.ca_pem, content_type="application/x-pem-file")

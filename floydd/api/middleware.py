@@ -8,7 +8,10 @@ Three ways in (:func:`auth_middleware`)::
                      FLP1...``, :mod:`floydd.cluster.apitokens`) names the person; checked
                      against the replicated records on every request, so a revoked token or
                      a removed person is refused at once. ``/v1/ca`` alone is open: it is
-                     what ``floyd login`` pins before it sends any token.
+                     what ``floyd login`` pins before it sends any token. Failed tokens
+                     are throttled per source and logged in aggregate
+                     (:mod:`floydd.api.throttle`): past its share, a source gets 429
+                     before its token is read.
     plain loopback TCP (``--dev-tcp``)      a dev option: one shared token, as the daemon's user
 """
 
@@ -25,6 +28,7 @@ from aiohttp import web
 from floydd import log
 from floydd.api import keys
 from floydd.api.request import PERSON, caller
+from floydd.api.throttle import THROTTLE, source_of
 from floydd.cluster.apitokens import parse_api_token
 from floydd.errors import FloyddError, Forbidden, InternalError, Unauthorized, UserError
 from floydd.security.tokens import secret_digest
@@ -61,13 +65,19 @@ async def error_middleware(request: web.Request, handler):
 
 def _log_refusal(request: web.Request, exc: FloyddError) -> None:
     """A refused attempt in the daemon's log (the journal, in system mode), naming the caller:
-    the audit chain holds only what changed, this says who tried what they may not."""
+    the audit chain holds only what changed, this says who tried what they may not. A failed
+    token on the TLS API is not logged here: the throttle counts it (module docstring)."""
+    if request.get(_COUNTED):
+        return
     who = request.get(PERSON) or caller(request) or request.remote or "an unknown peer"
     log.api.warning("refused %s %s from %s: %s", request.method, request.path[:200], who, exc.message)
 
 
 OPEN_PATHS = frozenset({"/v1/ca"})
 """What the TLS API answers without a token."""
+
+_COUNTED: web.RequestKey[bool] = web.RequestKey("floydd.auth_counted", bool)
+"""Set on a request whose failed token the throttle counted (and will log in aggregate)."""
 
 
 @web.middleware
@@ -79,7 +89,20 @@ async def auth_middleware(request: web.Request, handler):
         return await handler(request)
     if transport.get_extra_info("sslcontext") is not None:
         if request.path not in OPEN_PATHS:
-            request[PERSON] = _token_person(request)
+            throttle = request.app.get(THROTTLE)
+            if throttle is None:
+                request[PERSON] = _token_person(request)
+                return await handler(request)
+            source = source_of(request.remote)
+            wait = throttle.wait(source)
+            if wait > 0:
+                return throttle.refusal(source, wait)       # 429, the token unread
+            try:
+                request[PERSON] = _token_person(request)
+            except Unauthorized as exc:
+                throttle.failed(source, exc.message)
+                request[_COUNTED] = True
+                raise
     else:
         token = request.app.get(keys.TCP_TOKEN)
         sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
@@ -98,12 +121,8 @@ def _token_person(request: web.Request) -> str:
                            hint="floyd login HOST, with a token made by floyd token create on a box of the lab")
     token_id, secret = parse_api_token(sent.removeprefix("Bearer "))
     state = request.app[keys.CLUSTER].state
-    try:
-        person = state.apitokens.person_for(token_id, secret_digest(token_id, secret), time.time())
-        if state.people and person not in state.people:      # a lab of none: its only user's
-            raise Unauthorized(f"{person} has no account in this lab any more", code="no_account",
-                               hint="ask an admin (floydd user list shows the lab's people)")
-    except Unauthorized as exc:
-        log.api.info("refused a personal token from %s: %s", request.remote, exc.message)
-        raise
+    person = state.apitokens.person_for(token_id, secret_digest(token_id, secret), time.time())
+    if state.people and person not in state.people:      # a lab of none: its only user's
+        raise Unauthorized(f"{person} has no account in this lab any more", code="no_account",
+                           hint="ask an admin (floydd user list shows the lab's people)")
     return person

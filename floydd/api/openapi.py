@@ -15,6 +15,7 @@ from floydd.api.request import reply
 from floydd.api.schemas import (ApiToken, AuditCheck, AuditEntry, Cluster, CodeUpload, Compare, DatasetDeleted,
                                 DatasetInfo, DatasetVersion, Drained, Error, GcReport, ImportResult, Info, Job, JobCheck,
                                 JoinToken, Left, Metrics, Node, Person, PersonRemoved, Removed, TokenRecord, WhoAmI)
+from floydd.api.schemas import CaInfo
 from floydd.api.cluster import MAX_TTL
 from floydd.api.jobs import MAX_LIST, MAX_WAIT
 from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
@@ -25,7 +26,7 @@ _TYPES = (Submission, Restart, Error, Info, list[Node], Job, list[Job], Metrics,
           list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Drained, Removed,
           list[TokenRecord],
           TokenRecord, list[AuditEntry], AuditCheck, list[Person], Person, PersonRemoved,
-          list[ApiToken], ApiToken, WhoAmI, ImportResult)
+          list[ApiToken], ApiToken, WhoAmI, ImportResult, CaInfo)
 _REFS, COMPONENTS = msgspec.json.schema_components(_TYPES, ref_template="#/components/schemas/{name}")
 """One components table: the request bodies are the job model's types (:mod:`floydd.model`), which
 the API decodes with msgspec; the answers are :mod:`floydd.api.schemas`, which the contract test
@@ -181,9 +182,13 @@ PATHS = {
                                             params=[{"name": "token_id", "in": "path", "required": True,
                                                      "schema": {"type": "string"}}])},
     "/v1/whoami": {"get": _op("The person this call is made as", WhoAmI)},
-    "/v1/ca": {"get": {**_op("The cluster CA certificate (PEM), without a token: what floyd login pins"),
-                       "responses": {"200": {"description": "PEM", "content": {"application/x-pem-file": {
-                           "schema": {"type": "string"}}}}, "default": _ERROR}, "security": []}},
+    "/v1/ca": {"get": {**_op("The cluster CA certificate (PEM), without a token: what floyd login pins; asked for "
+                             "JSON (Accept: application/json), also the box that answered, the lab's members and "
+                             "revoked certificates, which a laptop keeps for the box it pins"),
+                       "responses": {"200": {"description": "PEM, or JSON when asked", "content": {
+                           "application/x-pem-file": {"schema": {"type": "string"}},
+                           "application/json": {"schema": _schema(CaInfo)}}}, "default": _ERROR},
+                       "security": []}},
     "/v1/audit": {"get": _op("The audit chain as this box holds it, in order: who changed what, when, from which "
                              "box, including every change committed before the call (stale=1: this box's copy as it is); "
                              "since: entries made at or after (unix seconds)", list[AuditEntry],
@@ -230,7 +235,10 @@ _SECURITY = {"personalToken": {
     "type": "http", "scheme": "bearer",
     "description": "Over TLS (a cluster's box, api_listen): a personal token FLP1.<id>.<secret> from "
                    "floyd token create; /v1/ca needs none. On the unix socket the kernel names the caller "
-                   "and no token is sent."}}
+                   "and no token is sent. Past api_auth_failures failed tokens per api_auth_window seconds from "
+                   "one source, answers are 429 (code auth_throttled) with Retry-After, the token unread. "
+                   "Authenticated answers carry Floydd-Trust: the digest of /v1/ca's members and revoked "
+                   "certificates (ask /v1/ca again when it changes)."}}
 
 
 def spec() -> dict:

@@ -3,11 +3,19 @@
 A person makes a personal token on any box where they have an account (``floyd token
 create``, over that box's socket), then on their laptop ``floyd login HOST`` pins the
 cluster's CA (:mod:`floydd.security.pinning`: checked against ``--fingerprint``, or shown
-to be confirmed, as SSH does with a new host key), asks for the token, checks it with the
-box, and keeps all three in ``CONFIG/login.json`` (0600; ``CONFIG`` is ``FLOYD_CONFIG_DIR``
-or the user's config folder, e.g. ``~/.config/floyd``). From then on every ``floyd``
-command (and ``floyd top``) talks to that box over TLS as that person
-(:func:`floydd.cli.common.connect`), until ``floyd logout``.
+to be confirmed, as SSH does with a new host key) and the box that answered there (its node
+id, :mod:`floydd.security.boxpin`), asks for the token, checks it with the box, and keeps it
+all in ``CONFIG/login.json`` (0600; ``CONFIG`` is ``FLOYD_CONFIG_DIR`` or the user's config
+folder, e.g. ``~/.config/floyd``), with what the box said of the lab (members, revoked
+certificates; kept up to date as the box's answers say it changed). From then on every
+``floyd`` command (and ``floyd top``) talks to that box over TLS as that person
+(:func:`floydd.cli.common.connect`), until ``floyd logout``; a server at that address that
+is not that box (another box, a removed one, a revoked certificate) is refused before the
+token is sent.
+
+A login saved by an older floyd pinned only the CA: its first use pins the box that answers
+then, and says so once (the trust ``floyd login`` gives the box it meets; ``floyd login``
+again to pin anew).
 """
 
 from __future__ import annotations
@@ -15,8 +23,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,6 +35,9 @@ from floydd.client import Client
 from floydd.daemon.cluster_files import DEFAULT_API_PORT
 from floydd.errors import FloyddError, UserError
 
+if TYPE_CHECKING:
+    from floydd.security.boxpin import Pin
+
 __all__ = ["Login", "saved_login", "login_path", "login", "logout", "whoami", "token"]
 
 _DURATIONS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -33,16 +45,44 @@ _DURATIONS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 @dataclass(frozen=True)
 class Login:
-    """What ``floyd login`` keeps: where, the pinned CA, the token, and who it speaks for."""
+    """What ``floyd login`` keeps: where, the pinned CA, the token, who it speaks for, the box
+    pinned there (its node id; None: saved by an older floyd) and what it said of the lab."""
 
     address: str
     ca_pem: str
     fingerprint: str
     token: str
     person: str
+    node_id: str | None = None
+    trust: dict = field(default_factory=dict)
+
+    def pin(self) -> Pin:
+        from floydd.security.boxpin import Pin, Trust
+        try:
+            trust = Trust.from_json(self.trust or {})
+        except ValueError:
+            trust = Trust()             # damaged lists: the node pin still holds; the box sends them again
+        return Pin(address=self.address, node_id=self.node_id, trust=trust)
 
     def client(self, **kw) -> Client:
-        return Client(address=self.address, token=self.token, ca_pem=self.ca_pem.encode(), **kw)
+        return Client(address=self.address, token=self.token, ca_pem=self.ca_pem.encode(), pin=self.pin(),
+                      on_pin=self._keep, **kw)
+
+    def _keep(self, pin: Pin, why: str) -> None:
+        """The pin changed while talking to the box: keep it (unless the login changed meanwhile)."""
+        if why == "adopted":
+            click.echo(f"floyd: your login to {self.address} was made by an older floyd, which pinned only the "
+                       f"cluster CA; it now pins the box that answered there, {pin.box} (node {pin.node_id}), "
+                       "and refuses any other (floyd login again to pin anew)", err=True)
+        try:
+            current = saved_login()
+        except UserError:
+            return
+        if current is None or (current.address, current.token) != (self.address, self.token):
+            return
+        if current.node_id not in (None, pin.node_id):
+            return
+        _save(replace(current, node_id=pin.node_id, trust=pin.trust.to_json()))
 
 
 def login_path() -> Path:
@@ -58,10 +98,14 @@ def saved_login() -> Login | None:
     path = login_path()
     try:
         data = json.loads(path.read_text())
-        return Login(**{k: data[k] for k in ("address", "ca_pem", "fingerprint", "token", "person")})
+        node_id, trust = data.get("node_id"), data.get("trust") or {}
+        if not (node_id is None or isinstance(node_id, str)) or not isinstance(trust, dict):
+            raise TypeError("node_id or trust")
+        return Login(**{k: data[k] for k in ("address", "ca_pem", "fingerprint", "token", "person")},
+                     node_id=node_id, trust=trust)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(f"{path} is damaged ({type(exc).__name__}), so floyd does not know where you logged in",
                         hint="floyd logout removes it; then floyd login HOST again") from None
 
@@ -103,6 +147,7 @@ def login(address: str, fingerprint: str | None, token_stdin: bool, yes: bool) -
     Make the token on a box where you have an account: floyd token create.
     """
     from floydd.cluster.apitokens import parse_api_token
+    from floydd.security.boxpin import Pin
     from floydd.security.pinning import first_contact, matches, parse_fingerprint
     host, port = _split(address)
     expected = parse_fingerprint(fingerprint) if fingerprint else None
@@ -111,13 +156,21 @@ def login(address: str, fingerprint: str | None, token_stdin: bool, yes: bool) -
     if expected is not None and not matches(contact.fingerprint, expected):
         fail(f"the cluster CA at {where} is {contact.short}, not the {expected[:16]} you gave: refused, "
              "no token was sent", "check the fingerprint with the lab's admin (floydd members prints it)")
+    if contact.node_id is None:
+        fail(f"the server at {where} presented a certificate of that CA that names no box: refused, no token "
+             "was sent", "give the address of a box's API (floydd members lists them)")
+    pin = Pin(address=where, node_id=contact.node_id, trust=contact.trust)
+    box = f"{pin.box} (node {contact.node_id})" if pin.box != f"node {contact.node_id}" else pin.box
     previous = _previous()
+    if previous is not None and previous.address == where and previous.node_id not in (None, contact.node_id):
+        click.echo(f"WARNING: the box at {where} changed since you last logged in (was node {previous.node_id}, "
+                   f"now {box}): the lab may have moved its boxes, or someone is answering in its place", err=True)
     if expected is None:
-        if previous is not None and previous.address == f"{host}:{port}" and previous.fingerprint != contact.fingerprint:
+        if previous is not None and previous.address == where and previous.fingerprint != contact.fingerprint:
             click.echo(f"WARNING: the cluster CA at {where} changed since you last logged in "
                        f"(was sha256:{previous.fingerprint[:16]}, now {contact.short}): the lab may have made its "
                        "cluster anew, or someone is intercepting", err=True)
-        click.echo(f"the cluster CA at {where} is sha256:{contact.fingerprint}", err=True)
+        click.echo(f"the cluster CA at {where} is sha256:{contact.fingerprint}; the box there is {box}", err=True)
         if not yes:
             if not sys.stdin.isatty() or token_stdin:
                 fail("not logging in to a CA nobody checked", "give --fingerprint (floydd members or a join token "
@@ -127,13 +180,16 @@ def login(address: str, fingerprint: str | None, token_stdin: bool, yes: bool) -
     text = sys.stdin.readline().strip() if token_stdin else click.prompt(
         "personal token (floyd token create on a box makes one)", hide_input=True, err=True)
     parse_api_token(text)                           # malformed: said here, sent nowhere
-    client = Client(address=where, token=text, ca_pem=contact.ca_pem, timeout=30)
-    who = client.whoami()
+    learned: list[Pin] = []
+    client = Client(address=where, token=text, ca_pem=contact.ca_pem, timeout=30, pin=pin,
+                    on_pin=lambda new, _why: learned.append(new))
+    who = client.whoami()                           # only to the box met above (boxpin.admit)
+    pin = learned[-1] if learned else pin
     path = _save(Login(address=where, ca_pem=contact.ca_pem.decode(), fingerprint=contact.fingerprint,
-                       token=text, person=who["person"]))
-    click.echo(f"logged in to {where} as {who['person']} (cluster CA {contact.short}); kept in {path}")
-    click.echo("floyd now runs your commands on that cluster; floyd logout goes back to this machine's daemon",
-               err=True)
+                       token=text, person=who["person"], node_id=pin.node_id, trust=pin.trust.to_json()))
+    click.echo(f"logged in to {where} as {who['person']}: box {box}, cluster CA {contact.short}; kept in {path}")
+    click.echo("floyd now runs your commands on that cluster, on that box only; floyd logout goes back to this "
+               "machine's daemon", err=True)
 
 
 def _previous() -> Login | None:

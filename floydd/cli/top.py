@@ -17,7 +17,7 @@ __all__ = ["top"]
 @click.option("--refresh", default=1.0, show_default=True, help="Seconds between refreshes.")
 @click.option("--serve", default=None, is_flag=False, flag_value="", metavar="[HOST:PORT]",
               help="Serve the same UI to a browser (default 127.0.0.1:8000); open the URL it prints "
-                   "(it carries the token the server asks for).")
+                   "(a one-time link: it lets one browser in, and a new one is printed for the next).")
 @click.option("--host", default=None, metavar="ADDRESS",
               help="With --serve: listen on ADDRESS instead of loopback (it warns).")
 def top(refresh: float, serve: str | None, host: str | None) -> None:

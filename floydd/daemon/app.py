@@ -26,7 +26,9 @@ from aiohttp import web
 
 from floydd import log
 from floydd.api import keys, routes
+from floydd.api.boxtrust import trust_header
 from floydd.api.middleware import auth_middleware, error_middleware
+from floydd.api.throttle import install as install_throttle
 from floydd.cluster.peerstore import fetch_tree
 from floydd.config import Config
 from floydd.daemon import integrity
@@ -51,6 +53,8 @@ def create_app(config: Config) -> web.Application:
     app[keys.STARTED] = time.time()
     app.cleanup_ctx.extend([_records_ctx, _store_ctx, _inventory_ctx, control_ctx, _jobs_ctx])
     app.router.add_routes(routes())
+    install_throttle(app, config)                      # failed tokens on the TLS API, per source
+    app.on_response_prepare.append(trust_header)       # what laptops' pins learn of the lab
     return app
 
 

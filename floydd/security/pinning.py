@@ -5,10 +5,14 @@ nothing, over which only ``GET /v1/ca`` is sent (no token, no other request): it
 the CA certificate, and the server's own certificate on that same connection must be issued
 by it. The caller then compares the CA's fingerprint with one it was given (a join token
 carries it; ``floydd members`` and ``floydd init`` print it) or shows it to the person to
-confirm, exactly as SSH asks about a new host key. Every later connection
-(:func:`pinned_context`) accepts only a server whose certificate that CA signed, so a token
-is never sent to anyone else; a box of the cluster is named by its certificate, not by
-the address the laptop used (addresses change, the cluster CA does not).
+confirm, exactly as SSH asks about a new host key. The same answer (asked for as JSON) says
+which box answered and what it knows of the lab: its members and the certificates the lab
+revoked (:class:`~floydd.security.boxpin.Trust`); an older box answers the PEM alone.
+
+Every later connection (:func:`pinned_context`) accepts only a server whose certificate that
+CA signed, and then, before the request and its token are written, only the box the login
+pinned (:func:`floydd.security.boxpin.admit`: its node id, a certificate the lab did not
+revoke), so a token is never sent to anyone else, a removed box of the lab included.
 
 Fingerprints are given in the forms the project prints (:func:`parse_fingerprint`): the 64
 hex digits, ``sha256:`` and at least the first 16 of them, or a whole join token.
@@ -17,9 +21,10 @@ hex digits, ``sha256:`` and at least the first 16 of them, or a whole join token
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -27,22 +32,28 @@ from cryptography.hazmat.primitives import serialization
 
 from floydd.errors import InvalidSpec, Unauthorized, Unavailable
 from floydd.security._x509 import fingerprint_of_der, node_id_of_cert, short_fingerprint
+from floydd.security.boxpin import Trust
 
 __all__ = ["Contact", "first_contact", "pinned_context", "parse_fingerprint", "fingerprint_of_pem",
-           "matches", "CA_MISMATCH"]
+           "matches", "read_ca_answer", "CA_MISMATCH", "ACCEPT_CA"]
 
 CA_MISMATCH = "ca_fingerprint_mismatch"
+ACCEPT_CA = "application/json, application/x-pem-file;q=0.5"
+"""What a laptop asks ``/v1/ca`` for: the JSON answer (CA, the box, members, revocations) where
+the box gives it, else (a box of an older release) the PEM alone."""
 _FP = re.compile(r"(?:sha256:)?([0-9a-f]{16,64})")
-_MAX_CA = 64 * 1024
+_MAX_CA = 1 << 20               # the CA, and the lists of a large lab
 
 
 @dataclass(frozen=True, slots=True)
 class Contact:
-    """What the first, unverified connection showed: the CA and the box that answered."""
+    """What the first, unverified connection showed: the CA, the box that answered (its node
+    id, from its certificate) and what that box said of the lab (empty from an older box)."""
 
     ca_pem: bytes
     fingerprint: str
     node_id: str | None
+    trust: Trust = field(default_factory=Trust)
 
     @property
     def short(self) -> str:
@@ -83,10 +94,11 @@ def first_contact(host: str, port: int, *, timeout: float = 15.0) -> Contact:
     unverified.minimum_version = ssl.TLSVersion.TLSv1_2
     conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=unverified)
     try:
-        conn.request("GET", "/v1/ca", headers={"Accept": "application/x-pem-file"})
+        conn.request("GET", "/v1/ca", headers={"Accept": ACCEPT_CA})
         leaf_der = conn.sock.getpeercert(binary_form=True)
         resp = conn.getresponse()
         body = resp.read(_MAX_CA + 1)
+        kind = resp.getheader("Content-Type", "")
     except ssl.SSLError as exc:
         raise Unavailable(f"{host}:{port} does not speak TLS as a floydd box does ({exc.reason or exc})",
                           hint="give the address of a box's API: floyd login HOST[:7655]") from None
@@ -98,8 +110,9 @@ def first_contact(host: str, port: int, *, timeout: float = 15.0) -> Contact:
     if resp.status != 200:
         raise Unavailable(f"{host}:{port} answered HTTP {resp.status} when asked for its cluster CA",
                           hint="is this a floydd box of a cluster? (floydd init makes one of a box)")
+    pem, trust = read_ca_answer(body[:_MAX_CA], kind)
     try:
-        ca = x509.load_pem_x509_certificate(body[:_MAX_CA])
+        ca = x509.load_pem_x509_certificate(pem)
         leaf = x509.load_der_x509_certificate(leaf_der)
         leaf.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):
@@ -107,7 +120,25 @@ def first_contact(host: str, port: int, *, timeout: float = 15.0) -> Contact:
                            hint="something between you and the box may be intercepting: do not log in") from None
     return Contact(ca_pem=ca.public_bytes(serialization.Encoding.PEM),
                    fingerprint=fingerprint_of_der(ca.public_bytes(serialization.Encoding.DER)),
-                   node_id=node_id_of_cert(leaf))
+                   node_id=node_id_of_cert(leaf), trust=trust)
+
+
+def read_ca_answer(body: bytes, content_type: str) -> tuple[bytes, Trust]:
+    """``/v1/ca``'s answer -> (CA PEM, what the box said of the lab). A JSON answer whose lists
+    do not parse still gives its CA (the lists are then empty: only names in messages and
+    revocations are lost, never the pin); a PEM answer (an older box) gives no lists."""
+    if not content_type.startswith("application/json"):
+        return body, Trust()
+    try:
+        payload = json.loads(body)
+        pem = payload["ca"].encode()
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return b"", Trust()                 # refused by the caller: not a certificate
+    try:
+        trust = Trust.from_json(payload)
+    except ValueError:
+        trust = Trust()
+    return pem, trust
 
 
 def pinned_context(ca_pem: bytes) -> ssl.SSLContext:

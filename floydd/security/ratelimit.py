@@ -1,4 +1,4 @@
-"""A token bucket per source address, for join attempts.
+"""A token bucket per source address, for join attempts and failed authentications.
 
 A join token has 128 random bits, so guessing one is hopeless; the limit is there so that a
 box on the LAN hammering ``/cluster/v1/join`` (a script gone wrong, a scanner) costs the
@@ -7,6 +7,11 @@ wrong a few times. Each address may make ``burst`` attempts at once, then one mo
 ``1 / rate`` seconds. Addresses are forgotten once their bucket is full again; at most
 ``max_addresses`` are tracked (the least recently seen are dropped first), so a flood of
 spoofed sources cannot grow it without bound.
+
+The TLS API uses the same buckets for failed authentications (:mod:`floydd.api.throttle`):
+only a failure takes from the bucket (:meth:`RateLimiter.take`), and :meth:`RateLimiter.waiting`
+says, without counting anything, whether a source has none left, so that its next request is
+answered 429 before its token is even looked at.
 """
 
 from __future__ import annotations
@@ -40,6 +45,15 @@ class RateLimiter:
         self._buckets[address] = (tokens, now)
         self._forget(now)
         return wait
+
+    def waiting(self, address: str) -> float:
+        """The seconds until ``address`` may make one more attempt (0: now), counting nothing."""
+        entry = self._buckets.get(address)
+        if entry is None:
+            return 0.0
+        tokens, at = entry
+        tokens = min(float(self.burst), tokens + (self._clock() - at) * self.rate)
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
 
     def __len__(self) -> int:
         return len(self._buckets)

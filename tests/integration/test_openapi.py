@@ -61,6 +61,7 @@ ANSWERS = {
     ("post", "/v1/tokens"): "ApiToken", ("get", "/v1/tokens"): "ApiToken[]",
     ("delete", "/v1/tokens/{token_id}"): "ApiToken", ("get", "/v1/whoami"): "WhoAmI",
     ("post", "/v1/import"): "ImportResult", ("post", "/v1/cluster/drain"): "Drained",
+    ("get", "/v1/ca"): "CaInfo",
 }
 """Each JSON answer and the :mod:`floydd.api.schemas` type describing it (``[]``: a list of them)."""
 

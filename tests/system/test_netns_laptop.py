@@ -5,6 +5,10 @@ daemon, which reaches the box only over the network.
 On the laptop: ``floyd login`` with the CA fingerprint ``floydd members`` printed, then run a
 job, follow its logs, fetch its output, all as the person the token names; a revoked token is
 refused at the next command; a wrong fingerprint is refused before any token is sent.
+
+And the box is pinned, not only the CA (issue 20): with a third host as a second box that is
+then removed from the lab, whoever holds its key and answers at the login address gets no
+request at all, and the laptop says which box it met.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import sys
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
 
 pytestmark = pytest.mark.slow
@@ -81,3 +86,84 @@ def test_a_laptop_logs_in_runs_follows_fetches_and_is_refused_once_revoked(netns
     daemon.floyd("token", "revoke", made["id"])
     refused = floyd("status", check=False)
     assert refused.returncode == 1 and "revoked" in refused.stderr and "floyd login" in refused.stderr
+
+
+# a TLS server holding a box's certificate and key that writes down every request it reads
+_IMPOSTOR = """
+import http.server, ssl, sys
+cert, key, host, port, seen = sys.argv[1:6]
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(seen, "a") as f:
+            f.write(f"{self.path} {self.headers.get('Authorization')}\\n")
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+server = http.server.HTTPServer((host, int(port)), Recorder)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+server.socket = ctx.wrap_socket(server.socket, server_side=True)
+open(seen, "a").close()
+server.serve_forever()
+"""
+
+
+def test_a_removed_box_answering_at_the_login_address_gets_no_token(netns, tmp_path):
+    net = netns(3)
+    box1, laptop, box3 = net.host(1), net.host(2), net.host(3)
+    s1, s3 = tmp_path / "box1", tmp_path / "box3"
+    addr1, addr3 = f"{box1.ip}:7654", f"{box3.ip}:7654"
+    _floydd(box1, s1, "init", "--name", "lab", "--listen", addr1, "--advertise", addr1)
+    daemon = box1.start_floydd(s1, "--node-name", "box1", "--dev-fake-gpus", "1")
+    box1.python("-m", "floydd.cli.floydd", "user", "--state-dir", str(s1), "add", "alice")
+    join = _floydd(box1, s1, "token", "create", "--ttl", "10m").stdout.strip()
+    joined = _floydd(box3, s3, "join", join, "--listen", addr3, "--advertise", addr3, check=False)
+    assert joined.returncode == 0, joined.stderr
+    box3.start_floydd(s3, "--node-name", "box3")
+    members = json.loads(_floydd(box1, s1, "members", "--json").stdout)
+    id3 = wait_until(lambda: next((m["id"] for m in json.loads(_floydd(box1, s1, "members", "--json").stdout)
+                                   ["members"] if m["name"] == "box3"), None), 60, what="box3 a member")
+    token = json.loads(daemon.floyd("token", "create", "--for", "alice", "--json").stdout)["token"]
+
+    home = tmp_path / "laptop"
+    home.mkdir()
+    env = {"HOME": str(home), "FLOYD_CONFIG_DIR": str(home / "config"), "XDG_DATA_HOME": str(home / "data"),
+           "FLOYDD_STATE_DIR": None, "FLOYD_HOST": None}
+
+    def floyd(*args, check=True, input=None):
+        res = laptop.run([sys.executable, "-m", "floydd.cli.floyd", *args], check=False, env=env, cwd=home,
+                         input=input, timeout=120)
+        if check:
+            assert res.returncode == 0, f"floyd {' '.join(args)}: {res.stdout}\n{res.stderr}"
+        assert "Traceback" not in res.stderr
+        return res
+
+    api = members["api"]
+    done = floyd("login", api, "--fingerprint", members["ca_fingerprint"], "--token-stdin", input=token + "\n")
+    assert f"logged in to {api} as alice: box box1 (node {members['node_id']})" in done.stdout
+
+    # box3 is removed from the lab; the laptop's next command learns its certificate is revoked
+    removed = _floydd(box1, s1, "remove", id3, "--yes", check=False)
+    assert removed.returncode == 0, removed.stderr
+    wait_until(lambda: id3 in json.loads((home / "config" / "login.json").read_text())["trust"]["revoked"].values()
+               if floyd("whoami").returncode == 0 else False, 60, what="the laptop to learn of the removal")
+
+    # box1 goes away and whoever holds box3's key answers at its address
+    daemon.stop()
+    seen = tmp_path / "seen.txt"
+    impostor = box1.popen([sys.executable, "-c", _IMPOSTOR, str(s3 / "tls" / "node.pem"), str(s3 / "tls" / "node.key"),
+                           box1.ip, api.rsplit(":", 1)[1], str(seen)])
+    try:
+        wait_until(lambda: seen.exists(), 30, what="the impostor to listen")
+        refused = floyd("status", check=False)
+        assert refused.returncode == 1
+        assert (f"the server at {api} is not box1 (it presented box3's certificate, removed from the lab); "
+                "no token was sent") in refused.stderr
+        assert "floyd login again" in refused.stderr
+        assert seen.read_text() == ""           # not a request, not a token
+    finally:
+        impostor.terminate()
+        impostor.wait(10)

@@ -1,5 +1,6 @@
-"""``floyd top --serve``: the same TUI in a browser through textual-serve, behind its token, Host and
-Origin checks (slow: a real server; the rules themselves: test_tui_serve_guard.py)."""
+"""``floyd top --serve``: the same TUI in a browser through textual-serve, behind its one-time link,
+per-browser cookies, Host and Origin checks (slow: a real server; the rules themselves:
+test_tui_serve_guard.py)."""
 
 from __future__ import annotations
 
@@ -115,3 +116,14 @@ async def test_serve_streams_the_app_to_a_browser_session(served: Served) -> Non
                     break
                 seen += msg.data if isinstance(msg.data, bytes) else msg.data.encode()
     assert b"floyd top" in seen and b"unreachable" in seen  # the app, with its banner (no daemon here)
+    # the link is spent: another browser is refused with it, and takes the next link printed
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as other:
+        async with other.get(served.url, allow_redirects=False) as again:
+            assert again.status == 403 and "used already" in await again.text()
+        line = wait_until(lambda: next((x for x in served.lines if "it works no more" in x), None), 10,
+                          what="the next link", details=lambda: "".join(served.lines))
+        following = re.search(r"http://\S+", line).group(0)
+        assert following != served.url and following.startswith(f"{base}/?token=")
+        async with other.get(following, allow_redirects=False) as resp:
+            assert resp.status == 302 and served.token not in resp.headers["Set-Cookie"]
+            assert resp.headers["Set-Cookie"].split(";")[0] != cookie.split(";")[0]     # its own session

@@ -34,6 +34,7 @@ from floydd.api.schemas.cluster import (Member, Cluster, Person, PersonRemoved, 
 from floydd.api.schemas.datasets import DatasetVersion, DatasetEntry, DatasetInfo, DatasetDeleted, GcReport
 from floydd.api.schemas.exchange import ExportOrigin, ImportedJob, ImportedDataset, ImportResult
 from floydd.api.schemas.errors import ErrorDetail, Error
+from floydd.api.schemas.trust import LabBox, RevokedCert, CaInfo
 
 __all__ = ["Health", "JobState", "MemberRole", "NodeRole", "Point", "Role", "Visibility", "Info", "Gpu",
            "Node", "JobResources", "MetricSummary", "Part", "Event", "JobRestart", "Job", "SystemSample",
@@ -42,3 +43,4 @@ __all__ = ["Health", "JobState", "MemberRole", "NodeRole", "Point", "Role", "Vis
            "AuditEntry", "AuditCheck", "DatasetVersion", "DatasetEntry", "DatasetInfo", "DatasetDeleted",
            "GcReport", "ExportOrigin", "ImportedJob", "ImportedDataset", "ImportResult", "ErrorDetail",
            "Error"]
+__all__ += ["LabBox", "RevokedCert", "CaInfo"]

@@ -13,11 +13,13 @@ import asyncio
 import http.client
 import http.server
 import json
+import logging
 import os
 import pwd
 import socket
 import ssl
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -47,8 +49,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _box(tmp: Path) -> Iterator[tuple[Client, str, Path]]:
-    """A cluster of one on loopback: its socket client, its TLS API address, its state dir."""
+def _box(tmp: Path, **overrides) -> Iterator[tuple[Client, str, Path]]:
+    """A cluster of one on loopback: its socket client, its TLS API address, its state dir
+    (``overrides``: config settings)."""
     state = tmp / "state"
     peer, api = _free_port(), _free_port()
     res = CliRunner().invoke(floydd, ["init", "--state-dir", str(state), "--name", "lab", "--listen",
@@ -58,7 +61,7 @@ def _box(tmp: Path) -> Iterator[tuple[Client, str, Path]]:
     settings = read_settings(state)
     settings.discovery = False                 # no mDNS beyond loopback from a test
     write_settings(state, settings)
-    config = preset_for_tests(state, dev_fake_gpus="1", sandbox="none")
+    config = preset_for_tests(state, dev_fake_gpus="1", sandbox="none", **overrides)
     loop, stop, ready, failed = asyncio.new_event_loop(), None, None, []
 
     def run() -> None:
@@ -84,15 +87,22 @@ def _box(tmp: Path) -> Iterator[tuple[Client, str, Path]]:
         thread.join(60)
 
 
+THROTTLE = {"api_auth_failures": 10, "api_auth_window": 1.0}
+"""The box's limit on failed tokens: 10 at once, then 10 a second (the tests below come from
+127.0.0.1, well under it; the flood test from 127.0.0.2 and 127.0.0.3)."""
+
+
 @pytest.fixture(scope="module")
 def box(tmp_path_factory):
-    with _box(tmp_path_factory.mktemp("remote")) as running:
+    with _box(tmp_path_factory.mktemp("remote"), **THROTTLE) as running:
         yield running
 
 
-def _raw(address: str, ca_pem: bytes, path: str, token: str | None = None) -> tuple[int, dict]:
+def _raw(address: str, ca_pem: bytes, path: str, token: str | None = None, *,
+         source: str | None = None) -> tuple[int, dict]:
     host, _, port = address.rpartition(":")
-    conn = http.client.HTTPSConnection(host, int(port), timeout=30, context=pinned_context(ca_pem))
+    conn = http.client.HTTPSConnection(host, int(port), timeout=30, context=pinned_context(ca_pem),
+                                       source_address=(source, 0) if source else None)
     try:
         conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
         resp = conn.getresponse()
@@ -157,6 +167,73 @@ def test_floyd_login_saves_a_pinned_login_0600_that_floyd_then_uses(box, tmp_pat
     res = CliRunner().invoke(floyd, ["logout", "--revoke"])
     assert res.exit_code == 0 and not saved.exists(), res.output
     assert {t["id"]: t["state"] for t in local.api_tokens()}[parse_api_token(token)[0]] == "revoked"
+
+
+# -- failed tokens, throttled per source (floydd.api.throttle) ------------------------------------
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_flood_of_bad_tokens_is_capped_answered_429_and_logged_in_aggregate(box):
+    local, address, _state = box
+    ca = first_contact(*address.split(":")).ca_pem
+    good = local.create_api_token(label="flood")["token"]
+    lines = _Lines()
+    logging.getLogger("floydd").addHandler(lines)
+    host, _, port = address.rpartition(":")
+    conn = http.client.HTTPSConnection(host, int(port), timeout=30, context=pinned_context(ca),
+                                       source_address=("127.0.0.2", 0))      # one keep-alive connection
+    statuses, retry, good_there = [], set(), []
+    try:
+        started = time.monotonic()
+        for i in range(400):
+            conn.request("GET", "/v1/jobs", headers={"Authorization": f"Bearer FLP1.{i:016x}.{'0' * 32}"})
+            resp = conn.getresponse()
+            body = json.loads(resp.read())
+            statuses.append(resp.status)
+            if resp.status == 429:
+                retry.add(resp.getheader("Retry-After"))
+                assert body["error"]["code"] == "auth_throttled" and "try again in" in body["error"]["message"]
+            else:
+                assert (resp.status, body["error"]["code"]) == (401, "api_token_invalid")
+            if i % 40 == 39:      # a good token from the flooding source: the address is throttled, not the token
+                conn.request("GET", "/v1/whoami", headers={"Authorization": f"Bearer {good}"})
+                resp = conn.getresponse()
+                resp.read()
+                good_there.append(resp.status)
+        elapsed = time.monotonic() - started
+        # another source's good token is not slowed
+        assert _raw(address, ca, "/v1/whoami", token=good, source="127.0.0.3")[0] == 200
+    finally:
+        conn.close()
+    assert set(good_there) <= {200, 429} and good_there.count(429) > len(good_there) / 2, good_there
+    checked = statuses.count(401)
+    assert statuses.count(429) == 400 - checked and retry == {"1"}
+    assert 10 <= checked <= 10 + 10 * elapsed + 1, (checked, elapsed)      # the burst, then 10 a second
+    # one line at the first refusal, then one per second counting the rest (all of them); none per request
+    refused = 400 + good_there.count(429)
+
+    def counted() -> list[str]:
+        return [line for line in lines.lines if line.startswith("refused ") and " from 127.0.0.2 in the last " in line]
+    try:
+        wait_until(lambda: sum(int(line.split()[1].replace(",", "")) for line in counted()) >= refused - 1, 10,
+                   what="the aggregate lines", details=lambda: "\n".join(lines.lines))
+        about = [line for line in lines.lines if "127.0.0.2" in line]
+    finally:
+        logging.getLogger("floydd").removeHandler(lines)
+    assert about[0].startswith("refused a personal token from 127.0.0.2: API token not recognised")
+    assert sum(int(line.split()[1].replace(",", "")) for line in counted()) == refused - 1, about
+    assert len(about) <= 2 + elapsed + 1 and "429 unchecked" in counted()[0], about
+    # the source's share comes back: its good token works again after Retry-After
+    assert wait_until(lambda: _raw(address, ca, "/v1/whoami", token=good, source="127.0.0.2")[0] == 200, 5,
+                      what="127.0.0.2 let in again")
 
 
 # -- the other side of the pin ------------------------------------------------------------------

@@ -57,3 +57,19 @@ def test_floyd_talks_to_the_login_unless_a_local_daemon_is_named(config_dir, mon
     monkeypatch.setenv("FLOYDD_STATE_DIR", str(tmp_path / "local"))    # an explicit local daemon wins
     with pytest.raises(Exception, match="no floydd daemon answers"):
         common.connect(autostart=False)
+
+
+def test_a_login_keeps_the_pinned_box_and_an_older_one_reads_without_it(config_dir):
+    import json
+    pinned = Login(**{**_login().__dict__, "node_id": "3" * 16,
+                      "trust": {"digest": "d", "members": {"3" * 16: "box1"}, "revoked": {"ab": "4" * 16}}})
+    _save(pinned)
+    assert saved_login() == pinned
+    pin = saved_login().client().pin
+    assert pin.node_id == "3" * 16 and pin.box == "box1" and pin.trust.revoked == {"ab": "4" * 16}
+    older = {k: v for k, v in json.loads(login_path().read_text()).items() if k not in ("node_id", "trust")}
+    login_path().write_text(json.dumps(older))                  # what floyd 0.2 wrote
+    assert saved_login().node_id is None and saved_login().client().pin.node_id is None
+    login_path().write_text(json.dumps({**older, "node_id": 5}))
+    with pytest.raises(UserError, match="damaged"):
+        saved_login()

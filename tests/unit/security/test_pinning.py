@@ -31,3 +31,19 @@ def test_a_prefix_matches_only_its_own_ca_and_only_when_long_enough():
     assert not matches(FP, "cd" * 8)
     assert not matches(FP, FP[:15])          # too short to name a CA
     assert not matches("cd" + FP[2:], FP[:16])
+
+
+def test_the_ca_answer_of_an_older_box_or_with_damaged_lists_still_gives_its_ca():
+    import json
+
+    from floydd.security.boxpin import Trust
+    from floydd.security.pinning import read_ca_answer
+    pem = b"-----BEGIN CERTIFICATE-----\n"
+    assert read_ca_answer(pem, "application/x-pem-file") == (pem, Trust())          # a box of 0.2
+    members = [{"id": "1" * 16, "name": "box1"}]
+    good = json.dumps({"ca": pem.decode(), "members": members, "revoked": [], "trust": "d"}).encode()
+    ca, trust = read_ca_answer(good, "application/json; charset=utf-8")
+    assert ca == pem and trust.members == {"1" * 16: "box1"} and trust.digest == "d"
+    damaged = json.dumps({"ca": pem.decode(), "members": "nonsense", "trust": "d"}).encode()
+    assert read_ca_answer(damaged, "application/json") == (pem, Trust())            # the pin holds; lists lost
+    assert read_ca_answer(b"{", "application/json") == (b"", Trust())                # no CA: refused by the caller
