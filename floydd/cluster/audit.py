@@ -149,6 +149,19 @@ class AuditRules:
     def installed(self, index: int, term: int) -> None:
         self._last = None
 
+    # what a store that outlives the process compares at start (floydd.cluster.audit_db); a
+    # chain in memory starts empty, so there is nothing to compare
+    check_pending = 0
+
+    def starting(self, after: int) -> None:
+        """Before a replay: note the chain as stored (``after``: the snapshot's log index)."""
+
+    def start_findings(self, upto: int) -> list:
+        return []
+
+    def end_check(self) -> None:
+        pass
+
 
 class MemoryAudit(AuditRules):
     """The chain in memory (tests, the simulator, offline tools)."""
@@ -170,6 +183,14 @@ class MemoryAudit(AuditRules):
     async def page(self, since: float | None = None) -> list[dict]:
         """:meth:`entries`, as the SQLite chain answers a listing."""
         return self.entries(since)
+
+    def head(self) -> Any:
+        """The newest entry (:class:`~floydd.cluster.audit_evidence.Head`), as the SQLite chain says it."""
+        from floydd.cluster.audit_evidence import Head      # it builds on this module
+        return Head.of(self._entries[max(self._entries)] if self._entries else None)
+
+    def entry_at_seq(self, seq: int) -> dict | None:
+        return next((e for e in self._entries.values() if e["seq"] == seq), None)
 
     @property
     def dirty(self) -> bool:
