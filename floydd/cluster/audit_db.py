@@ -123,7 +123,10 @@ class SqliteAudit(SideTable, AuditRules):
                         at_marker[0] = entry
                     last[:] = [idx, entry]
                     yield entry
-            verified = first_bad(rows())
+            every = rows()
+            verified = first_bad(every)
+            for _ in every:                      # verify stops at the first bad entry: read the rest
+                pass
         last_head = None if last[0] is None else Head(index=last[0], seq=_seq(last[1]), hash=_hash(last[1]))
         self._check = StartCheck(after=after, stored={i: _parsed(t) for i, t in tail.items()}, verified=verified,
                                  marker=marker_finding(head, at_marker[0], last_head),

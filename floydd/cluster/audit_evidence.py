@@ -173,8 +173,10 @@ class StartCheck:
             self._derived[entry["index"]] = entry
 
     def findings(self, upto: int) -> list[Tamper]:
-        """Every difference up to log index ``upto`` (all applied), by seq; each said once."""
-        out, self._early = self._early, []
+        """Every difference up to log index ``upto`` (all applied), by seq (at one seq the
+        replay's comparison, which says what changed, before the stored chain's own checks);
+        each said once."""
+        out, early, self._early = [], self._early, []
         for index in sorted({i for i in (*self._stored, *self._derived) if i <= upto}):
             stored, derived = self._stored.pop(index, None), self._derived.pop(index, None)
             if stored is None:
@@ -188,7 +190,7 @@ class StartCheck:
             elif stored != derived:
                 out.append(Tamper(seq=derived["seq"], what=f"{describe(stored)} differs from the entry the raft log "
                                                            f"makes ({_fields(stored, derived)})"))
-        return sorted(out, key=lambda t: t.seq)
+        return sorted(out + early, key=lambda t: t.seq)
 
 
 def _fields(stored: Any, derived: dict) -> str:

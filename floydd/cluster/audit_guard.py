@@ -58,6 +58,8 @@ class AuditGuard:
         """The first difference this box's start found in its stored chain (None: none)."""
         self.kept: Path | None = None
         """Where the chain as found was kept (None: nowhere, or nothing found)."""
+        self.checked = False
+        """Whether the start check has compared everything it read (found or not)."""
         self.recorded = False
         """Whether the ``audit.tamper`` entry is in the chain."""
         self._differs: dict[str, str] = {}          # node id -> how its head differs (the leader's log)
@@ -79,6 +81,7 @@ class AuditGuard:
                 findings = audit.start_findings(upto)
             if findings:
                 await self._keep(findings)
+            self.checked = True
         finally:
             audit.end_check()
         if findings:
