@@ -92,6 +92,10 @@ class AuditGuard:
         self.found = first
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
         dest = self._folder / f"audit-tampered-{stamp}.jsonl"
+        n = 1
+        while dest.exists():                        # never over an earlier copy
+            n += 1
+            dest = self._folder / f"audit-tampered-{stamp}-{n}.jsonl"
         try:
             count = await asyncio.to_thread(self._state.audit.keep_aside, dest)
             self.kept = dest
