@@ -138,7 +138,8 @@ def marker_finding(marker: Head | None, at_marker: Any, last: Head | None) -> Ta
         return Tamper(seq=marker.seq,
                       what=f"{describe(at_marker)} is not the entry {marker.seq} written last (hash "
                            f"{str(at_marker.get('hash') if isinstance(at_marker, dict) else '?')[:12]}..., written "
-                           f"{marker.hash[:12]}...): it or an entry before it was rewritten, the hashes after recomputed")
+                           f"{marker.hash[:12]}...): it or an entry before it was rewritten, the hashes after "
+                           "recomputed")
     return None
 
 

@@ -102,7 +102,8 @@ class AuditGuard:
             where = f"the chain as found is kept in {dest} ({count} entries; floydd audit verify --file reads it)"
         except (OSError, AttributeError) as exc:
             where = f"the chain as found could not be kept ({exc})"
-        more = f" (and {len(findings) - 1} more difference{'s' if len(findings) > 2 else ''})" if len(findings) > 1 else ""
+        others = len(findings) - 1
+        more = f" (and {others} more difference{'s' if others > 1 else ''})" if others else ""
         _log.error("[%s] AUDIT CHAIN EDITED ON DISK: this box's stored audit chain differs from what its raft log "
                    "makes: %s%s; %s. The entries after the last snapshot are written again from the log; older "
                    "ones stay as found: compare them with another box's (floydd audit export)",

@@ -181,6 +181,20 @@ async def test_clean_and_abrupt_restarts_report_nothing(make_cluster, caplog):
         await cluster.wait_for(lambda: _chain(node) == _chain(cluster.leader()), timeout=20,
                                what="the restarted box to hold the leader's chain")
         assert node.service.audit_guard.found is None and node.service.audit_guard.warnings() == []
+    # a box that got the chain with the leader's snapshot (and its head record with it)
+    lead = await cluster.wait_leader()
+    new = await cluster.join(via=lead)
+    await cluster.wait_for(lambda: _chain(new) and _chain(new) == _chain(lead), timeout=20,
+                           what="the new box to hold the chain")
+    assert new.driver.status().snapshot_index > _chain(new)[0]["index"]      # it came with the snapshot
+    await cluster.kill(new)
+    db = sqlite3.connect(_db(new))
+    newest = _chain(new)[-1]
+    assert db.execute("SELECT idx, seq, hash FROM audit_head").fetchall() == [(newest["index"], newest["seq"],
+                                                                               newest["hash"])]
+    db.close()
+    new = await _restarted(cluster, new)
+    assert new.service.audit_guard.found is None
     assert "AUDIT CHAIN" not in caplog.text
 
 
