@@ -9,11 +9,13 @@ snapshot. The chain is never purged.
 
 Beside the rows, ``audit_head`` records the newest entry written (its log index, seq and hash),
 in the same transaction as each batch of rows and each snapshot swapped in. At start, before
-the replay rewrites anything, :meth:`SqliteAudit.starting` reads the chain as stored (checked
-whole with :func:`~floydd.cluster.audit.verify`, its entry at the recorded head's index, the
-entries after the snapshot kept for comparing with what the replay derives:
-:class:`~floydd.cluster.audit_evidence.StartCheck`); :mod:`floydd.cluster.audit_guard` reports
-what differs and keeps the copy as found (:meth:`SqliteAudit.keep_aside`).
+the replay rewrites anything, :meth:`SqliteAudit.starting` reads what it may rewrite (the
+entries after the snapshot, kept for comparing with what the replay derives:
+:class:`~floydd.cluster.audit_evidence.StartCheck`) and checks the stored entry at the recorded
+head's index; :meth:`SqliteAudit.verify_stored` then checks the whole chain as stored with
+:func:`~floydd.cluster.audit.verify`, in a worker thread, off the start's path.
+:mod:`floydd.cluster.audit_guard` reports what differs and keeps the copy as found
+(:meth:`SqliteAudit.keep_aside`).
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class SqliteAudit(SideTable, AuditRules):
         self._pending: dict[int, dict] = {}
         self._last = None
         self._check: StartCheck | None = None
+        self._installs = self._installs_seen = 0      # snapshots installed: a start check's rows replaced
         self._found: tuple[int, dict[int, str]] | None = None
         """(snapshot index, log index -> text) of the rows after it as stored at start: the
         copy kept aside holds them as found, though the replay has rewritten them since."""
@@ -105,33 +108,49 @@ class SqliteAudit(SideTable, AuditRules):
     # -- the chain as stored at start (floydd.cluster.audit_guard) ----------------------------
 
     def starting(self, after: int) -> None:
-        """Before the replay (on the raft writer thread): read the chain as stored, for
-        :meth:`start_findings`; ``after`` is the snapshot's index (later entries are derived again)."""
+        """Before the replay (on the raft writer thread): read what the replay may rewrite, the
+        entries after the snapshot (``after``: its index), and check the head record, for
+        :meth:`start_findings`. Point reads and the replayed part only: the whole chain is
+        checked later, off the start's path (:meth:`verify_stored`)."""
         with self._reader() as db:
             marker = db.execute("SELECT idx, seq, hash FROM audit_head WHERE id = 0").fetchone()
             head = None if marker is None else Head(index=marker[0], seq=marker[1], hash=marker[2])
-            tail: dict[int, str] = {}
-            last: list = [None, None]            # the last row: (index, entry)
-            at_marker: list = [None]
-
-            def rows() -> Iterator[Any]:
-                for idx, text in db.execute("SELECT idx, entry FROM audit ORDER BY idx"):
-                    entry = _parsed(text)
-                    if idx > after:
-                        tail[idx] = text
-                    if head is not None and idx == head.index:
-                        at_marker[0] = entry
-                    last[:] = [idx, entry]
-                    yield entry
-            every = rows()
-            verified = first_bad(every)
-            for _ in every:                      # verify stops at the first bad entry: read the rest
-                pass
-        last_head = None if last[0] is None else Head(index=last[0], seq=_seq(last[1]), hash=_hash(last[1]))
-        self._check = StartCheck(after=after, stored={i: _parsed(t) for i, t in tail.items()}, verified=verified,
-                                 marker=marker_finding(head, at_marker[0], last_head),
+            at_marker = None if head is None else db.execute("SELECT entry FROM audit WHERE idx = ?",
+                                                              (head.index,)).fetchone()
+            last = db.execute("SELECT idx, entry FROM audit ORDER BY idx DESC LIMIT 1").fetchone()
+            tail = dict(db.execute("SELECT idx, entry FROM audit WHERE idx > ? ORDER BY idx", (after,)).fetchall())
+        last_head = None if last is None else Head(index=last[0], seq=_seq(_parsed(last[1])),
+                                                   hash=_hash(_parsed(last[1])))
+        self._check = StartCheck(after=after, stored={i: _parsed(t) for i, t in tail.items()}, verified=None,
+                                 marker=marker_finding(head, None if at_marker is None else _parsed(at_marker[0]),
+                                                       last_head),
                                  written=0 if head is None else head.index)
         self._found = (after, tail)
+        self._installs_seen = self._installs
+
+    def verify_stored(self) -> None:
+        """:func:`~floydd.cluster.audit.verify` over the chain as stored at start (the rows up to
+        the snapshot, which no replay touches, then those read by :meth:`starting`), in a
+        worker thread; a finding joins :meth:`start_findings`. Dropped if a snapshot from the
+        leader replaced the rows meanwhile."""
+        if self._found is None:
+            return
+        after, tail = self._found
+
+        def rows(db: sqlite3.Connection) -> Iterator[Any]:
+            for (text,) in db.execute("SELECT entry FROM audit WHERE idx <= ? ORDER BY idx", (after,)):
+                yield _parsed(text)
+            for idx in sorted(tail):
+                yield _parsed(tail[idx])
+        with self._reader() as db:
+            db.execute("BEGIN")                  # one consistent read
+            try:
+                found = first_bad(rows(db))
+            finally:
+                db.execute("ROLLBACK")
+        check = self._check
+        if found is not None and check is not None and self._installs == self._installs_seen:
+            check.found(found)
 
     @property
     def check_pending(self) -> int:
@@ -244,6 +263,7 @@ class SqliteAudit(SideTable, AuditRules):
     def installed(self, index: int, term: int) -> None:
         super().installed(index, term)
         self._pending = {}
+        self._installs += 1
         if self._check is not None:          # the rows it compared are the leader's now
             self._check = StartCheck(after=index, stored={}, verified=None, marker=None, written=0)
 

@@ -162,6 +162,10 @@ class StartCheck:
         self._written = written
         self._limit = max([after, written, *self._stored])
 
+    def found(self, tamper: Tamper) -> None:
+        """A difference found by a check made beside this one (verify over the whole chain)."""
+        self._early.append(tamper)
+
     @property
     def pending(self) -> int:
         """The highest log index still to compare (0: nothing left)."""

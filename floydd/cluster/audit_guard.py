@@ -73,6 +73,10 @@ class AuditGuard:
         audit = self._state.audit
         try:
             upto = self._driver.status().commit
+            try:
+                await asyncio.to_thread(audit.verify_stored)   # the whole chain, off the start's path
+            except Exception as exc:                           # sqlite3's errors: a damaged file is repair's
+                _log.error("[%s] could not read the stored audit chain to check it: %s", self._node_id, exc)
             await self._until(upto)
             findings = audit.start_findings(upto)
             while not findings and audit.check_pending:     # rows written past the commit on disk
