@@ -182,12 +182,15 @@ class SqliteAudit(SideTable, AuditRules):
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def head(self) -> Head:
+    def head(self) -> Head | None:
         """The newest entry, as this box holds it now (what its heartbeat says); an unreadable
-        one is no entry (the start check and verify name it)."""
+        one is no entry (the start check and verify name it); None: the table cannot be read."""
         if self._pending:
             return Head.of(self._pending[max(self._pending)])
-        row = self._loop().execute("SELECT entry FROM audit ORDER BY idx DESC LIMIT 1").fetchone()
+        try:
+            row = self._loop().execute("SELECT entry FROM audit ORDER BY idx DESC LIMIT 1").fetchone()
+        except sqlite3.Error:
+            return None
         entry = None if row is None else _parsed(row[0])
         if not isinstance(entry, dict) or _seq(entry) < 1 or len(_hash(entry)) != 64:
             return Head.of(None)

@@ -30,6 +30,7 @@ heartbeat.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -163,7 +164,13 @@ class AuditGuard:
 
     def _compare(self, head: dict) -> str | None:
         audit = self._state.audit
-        return compare_head(head, audit.entry_at_seq(head["seq"]), audit.head())
+        try:
+            ours, at_seq = audit.head(), audit.entry_at_seq(head["seq"])
+        except sqlite3.Error:
+            ours = None
+        if ours is None:                             # this box's table cannot be read now: no verdict
+            return None
+        return compare_head(head, at_seq, ours)
 
     def view(self, node_id: str) -> dict:
         """For ``floydd members``: the head ``node_id`` last reported (``SEQ:HASH``) and how it

@@ -79,8 +79,9 @@ class UpkeepMixin:
                             **await self._procs()}
                     if self._usage is not None:
                         beat["usage"] = self._usage()
-                    if versions.at_least(self.state, 3):     # compared by each box (floydd.cluster.audit_guard)
-                        beat["audit_head"] = self.state.audit.head().wire()
+                    head = self.state.audit.head() if versions.at_least(self.state, 3) else None
+                    if head is not None:                     # compared by each box (floydd.cluster.audit_guard)
+                        beat["audit_head"] = head.wire()
                     await self._propose(beat, timeout=self.config.heartbeat_interval)
             except Conflict as exc:
                 _log.error("[%s] %s (%s)", self.node_id, exc, exc.hint)
