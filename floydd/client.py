@@ -109,8 +109,13 @@ class Client(Connection):
         call; ``stale``: as the daemon's box holds it now."""
         return self._call("GET", "/v1/audit", query={"since": since, "stale": "1" if stale else None})
 
-    def audit_verify(self) -> dict:
-        return self._call("GET", "/v1/audit/verify")
+    def audit_verify(self, head: str | None = None) -> dict:
+        """This box's stored chain checked (``head``: also against a recorded ``SEQ:HASH``)."""
+        return self._call("GET", "/v1/audit/verify", query={"head": head})
+
+    def audit_head(self, *, stale: bool = False) -> dict:
+        """The chain's newest entry (``head``: ``SEQ:HASH``), for an auditor to record."""
+        return self._call("GET", "/v1/audit/head", query={"stale": "1" if stale else None})
 
     # -- jobs -------------------------------------------------------------------------
 

@@ -35,7 +35,8 @@ def _cluster_info(service) -> dict:
     roles = {m["id"]: m for m in service.members()}
     me = roles.get(service.node_id, {})
     return {"role": "leader" if service.is_leader else me.get("role", "none"), "cluster_size": len(roles),
-            "cluster": service.node_id, "leader": service.leader_id}
+            "cluster": service.node_id, "leader": service.leader_id,
+            "audit_warnings": service.audit_guard.warnings()}
 
 
 @routes.get("/v1/nodes")

@@ -15,7 +15,7 @@ from floydd.api.request import reply
 from floydd.api.schemas import (ApiToken, AuditCheck, AuditEntry, Cluster, CodeUpload, Compare, DatasetDeleted,
                                 DatasetInfo, DatasetVersion, Drained, Error, GcReport, ImportResult, Info, Job, JobCheck,
                                 JoinToken, Left, Metrics, Node, Person, PersonRemoved, Removed, TokenRecord, WhoAmI)
-from floydd.api.schemas import CaInfo
+from floydd.api.schemas import AuditHead, CaInfo
 from floydd.api.cluster import MAX_TTL
 from floydd.api.jobs import MAX_LIST, MAX_WAIT
 from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
@@ -26,7 +26,7 @@ _TYPES = (Submission, Restart, Error, Info, list[Node], Job, list[Job], Metrics,
           list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Drained, Removed,
           list[TokenRecord],
           TokenRecord, list[AuditEntry], AuditCheck, list[Person], Person, PersonRemoved,
-          list[ApiToken], ApiToken, WhoAmI, ImportResult, CaInfo)
+          list[ApiToken], ApiToken, WhoAmI, ImportResult, CaInfo, AuditHead)
 _REFS, COMPONENTS = msgspec.json.schema_components(_TYPES, ref_template="#/components/schemas/{name}")
 """One components table: the request bodies are the job model's types (:mod:`floydd.model`), which
 the API decodes with msgspec; the answers are :mod:`floydd.api.schemas`, which the contract test
@@ -193,7 +193,14 @@ PATHS = {
                              "box, including every change committed before the call (stale=1: this box's copy as it is); "
                              "since: entries made at or after (unix seconds)", list[AuditEntry],
                              params=_q("stale", since={"type": "number", "minimum": 0, "maximum": 2**53}))},
-    "/v1/audit/verify": {"get": _op("Check this box's stored audit chain; names the first bad entry", AuditCheck)},
+    "/v1/audit/verify": {"get": _op("Check this box's stored audit chain; names the first bad entry. head=SEQ:HASH "
+                                    "(recorded from /v1/audit/head): also that the chain still holds that entry "
+                                    "at that seq (a chain cut short, or rewritten with its hashes recomputed, "
+                                    "fails)", AuditCheck,
+                                    params=_q(head={"type": "string", "pattern": "^([0-9]{1,18}:)?[0-9a-f]{64}$"}))},
+    "/v1/audit/head": {"get": _op("The audit chain's newest entry as SEQ:HASH, for an auditor to record and check "
+                                  "later (verify?head=); after catching up with the leader (stale=1: this box's "
+                                  "copy as it is)", AuditHead, params=_q("stale"))},
     "/v1/people": {"get": _op("The lab's people, their roles and mapped uids (stale=1: this box's copy as it is)",
                               list[Person], params=_q("stale")),
                    "post": _op("Add a person (admins; in a lab of one, its user, who becomes its admin)", Person,

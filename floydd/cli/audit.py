@@ -1,5 +1,7 @@
 """``floydd audit``: the cluster's audit chain (:mod:`floydd.cluster.audit`): list, verify,
-export for an auditor, and verify an export with no daemon at all."""
+export for an auditor, and verify an export with no daemon at all; ``head`` prints the newest
+entry as ``SEQ:HASH`` for an auditor to record, and ``verify --head`` checks a chain (the
+daemon's or an export) against it (:mod:`floydd.cluster.audit_evidence`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from floydd.cli.common import STALE, echo_json, fail, handle_errors, new_file, p
 from floydd.cli.jobs import since_time
 from floydd.cli.table import print_table
 from floydd.cluster.audit import verify
+from floydd.cluster.audit_evidence import check_head, parse_head
 
 __all__ = ["make_audit", "read_export"]
 
@@ -76,22 +79,55 @@ def make_audit(_config_options, _client) -> click.Group:
     @audit.command("verify")
     @click.option("--file", "path", type=click.Path(path_type=Path, dir_okay=False), default=None,
                   help="Check an export (floydd audit export) instead of the daemon's copy.")
+    @click.option("--head", "head", metavar="SEQ:HASH", default=None,
+                  help="Also check that the chain still holds this head (as floydd audit head printed it): "
+                       "finds a chain cut short or rewritten with its hashes recomputed.")
     @pass_where(_config_options)
     @handle_errors
-    def verify_cmd(where, path) -> None:
-        """Check the chain: any edited, removed or reordered entry is found, the first one named."""
+    def verify_cmd(where, path, head) -> None:
+        """Check the chain: any edited, removed or reordered entry is found, the first one named;
+        with --head, also entries cut off the end and rewrites that recomputed every hash."""
+        wanted = None if head is None else parse_head(head)
         if path is not None:
             entries = read_export(path)
-            count, finding = verify(entries)
+            count, finding = verify(entries) if wanted is None else check_head(entries, wanted)
             where = str(path)
         else:
             client, _ = _client(*where)
-            answer = client.audit_verify()
+            answer = client.audit_verify(None if wanted is None else wanted.text)
             count, finding, where = answer["entries"], answer["finding"], "this box's audit log"
         if finding is not None:
             click.echo(f"audit verify failed ({where}): {finding}", err=True)
             sys.exit(1)
-        click.echo(f"audit verify: {count} entries, the chain is whole ({where})")
+        held = "" if wanted is None else f" up to the recorded head {wanted.text if wanted.seq else wanted.hash}"
+        click.echo(f"audit verify: {count} entries, the chain is whole{held} ({where})")
+
+
+    @audit.command("head")
+    @click.option("--json", "as_json", is_flag=True, help="The head as the daemon returned it.")
+    @STALE
+    @pass_where(_config_options)
+    @handle_errors
+    def head_cmd(where, as_json, stale) -> None:
+        """The chain's newest entry as SEQ:HASH: record it away from this box (a notebook, a ticket,
+        another site); floydd audit verify --head SEQ:HASH later finds entries cut off the end and
+        rewrites that recomputed every hash, which verify alone cannot."""
+        client, _ = _client(*where)
+        answer = client.audit_head(stale=stale)
+        if as_json:
+            echo_json(answer)
+        if not answer["ok"]:
+            click.echo(f"audit head: the chain is not whole, so its head is no evidence: {answer['finding']}",
+                       err=True)
+            sys.exit(1)
+        if as_json:
+            return
+        if not answer["seq"]:
+            click.echo(f"no audit entries yet; head {answer['head']}")
+            return
+        click.echo(answer["head"])
+        click.echo(f"entry {answer['seq']}, made {_when(answer['ts'])} {time.strftime('%Z')}; "
+                   f"check later: floydd audit verify --head {answer['head']}")
 
 
     @audit.command("export")

@@ -222,6 +222,10 @@ def members(state_dir, as_json) -> None:
         expires = f"cert until {_when(m['cert_expires'], '%Y-%m-%d %H:%M:%S')}" if m.get("cert_expires") else "cert -"
         click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['health']:<8} "
                    f"{m.get('version') or '-':<7} {expires}{here}")
+    for m in data["members"]:
+        if m.get("audit_differs"):
+            click.echo(f"warning: {m['name'] or m['id']}'s audit chain differs from this box's: {m['audit_differs']}",
+                       err=True)
     if not data["initialised"]:
         click.echo("this box is a cluster of one: `floydd init` lets other boxes join it, keeping its jobs and data")
     elif data.get("protocol", 1) < max((m.get("protocol") or 1 for m in data["members"]), default=1):

@@ -84,6 +84,8 @@ def status(state_dir, config_file, system, as_json) -> None:
     click.echo(f"state {info['state_dir']}  socket {info['socket']}  sandbox {info['sandbox']}")
     if info.get("sandbox_warning"):
         click.echo(f"warning: {info['sandbox_warning']}", err=True)
+    for line in info.get("audit_warnings") or ():     # the audit chain's evidence (floydd.cluster.audit_guard)
+        click.echo(f"warning: {line}", err=True)
     for n in nodes:
         click.echo(f"node {n['name']}  {n['role']}  {n['health']}  {n['cpus']} CPUs  {len(n['gpus'])} GPUs "
                    f"({n['gpu_source']})  running jobs: {info['running']}")

@@ -118,14 +118,13 @@ def verify(entries: Iterable[Any]) -> tuple[int, str | None]:
     for n, entry in enumerate(entries, 1):
         if not isinstance(entry, dict) or not isinstance(entry.get("hash"), str):
             return n, f"entry at position {n}: not an audit entry"
-        name = describe(entry)
-        if entry_hash(entry) != entry["hash"]:
-            return n, f"{name}: its hash does not match its contents (edited)"
+        if entry_hash(entry) != entry["hash"]:                 # (named only when bad: a start reads them all)
+            return n, f"{describe(entry)}: its hash does not match its contents (edited)"
         if entry.get("seq") != n:
-            return n, (f"{name}: found where entry {n} belongs "
+            return n, (f"{describe(entry)}: found where entry {n} belongs "
                        f"({'entries before it are missing' if isinstance(entry.get('seq'), int) and entry['seq'] > n else 'out of order'})")
         if entry.get("prev") != prev_hash:
-            return n, f"{name}: its previous hash does not match entry {n - 1} (an entry before it was changed)"
+            return n, f"{describe(entry)}: its previous hash does not match entry {n - 1} (an entry before it was changed)"
         prev_hash = entry["hash"]
     return n, None
 
@@ -149,6 +148,22 @@ class AuditRules:
     def installed(self, index: int, term: int) -> None:
         self._last = None
 
+    # what a store that outlives the process compares at start (floydd.cluster.audit_db); a
+    # chain in memory starts empty, so there is nothing to compare
+    check_pending = 0
+
+    def starting(self, after: int) -> None:
+        """Before a replay: note the chain as stored (``after``: the snapshot's log index)."""
+
+    def start_findings(self, upto: int) -> list:
+        return []
+
+    def verify_stored(self) -> None:
+        pass
+
+    def end_check(self) -> None:
+        pass
+
 
 class MemoryAudit(AuditRules):
     """The chain in memory (tests, the simulator, offline tools)."""
@@ -170,6 +185,14 @@ class MemoryAudit(AuditRules):
     async def page(self, since: float | None = None) -> list[dict]:
         """:meth:`entries`, as the SQLite chain answers a listing."""
         return self.entries(since)
+
+    def head(self) -> Any:
+        """The newest entry (:class:`~floydd.cluster.audit_evidence.Head`), as the SQLite chain says it."""
+        from floydd.cluster.audit_evidence import Head      # it builds on this module
+        return Head.of(self._entries[max(self._entries)] if self._entries else None)
+
+    def entry_at_seq(self, seq: int) -> dict | None:
+        return next((e for e in self._entries.values() if e["seq"] == seq), None)
 
     @property
     def dirty(self) -> bool:

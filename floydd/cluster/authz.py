@@ -23,7 +23,8 @@ What it reads of a command::
 
     op                   who may say it
     node.upsert, .cert   the node itself
-    node.health          the node itself; the leader: suspect (it lost touch with the box)
+    node.health          the node itself; the leader: suspect (it lost touch with the box);
+                         audit_head: the node itself only
     node.remove          an admin's command (floydd remove, with user); else the node itself
                          (floydd leave) or the leader
     job.submit           any member, as the job's origin box
@@ -47,6 +48,7 @@ What it reads of a command::
     admin.grant          the leader while the cluster has no admin (floydd init)
     cluster.protocol     any member, for a level every box speaks (floydd.cluster.versions)
     person.add/.role/.remove/.map   an admin (floydd user ...); in a lab of one, its user
+    audit.tamper         the box itself, about its own stored chain (box = proposer)
 
 Admins are the people with role ``admin`` (:mod:`floydd.cluster.people`; ``admin.grant``
 records the user who ran ``floydd init``, the first). A cluster with no people (a lab of one:
@@ -189,6 +191,9 @@ def _node_health(state, cmd, proposer, leader) -> None:
     if cmd["id"] != proposer and not leader:
         raise Forbidden(f"{_box(state, proposer)} may not report {_box(state, cmd['id'])}'s health",
                         code="not_its_own", hint="a box speaks only for itself")
+    if "audit_head" in cmd and cmd["id"] != proposer:
+        raise Forbidden(f"{_box(state, proposer)} may not say {_box(state, cmd['id'])}'s audit chain head",
+                        code="not_its_own", hint="a box says only its own chain's head")
 
 
 def _node_remove(state, cmd, proposer, leader) -> None:
@@ -332,6 +337,12 @@ def _apitoken_revoke(state, cmd, proposer, leader) -> None:
                         code="not_your_token", hint="revoke your own tokens (floyd token list), or ask an admin")
 
 
+def _audit_tamper(state, cmd, proposer, leader) -> None:
+    if cmd["box"] != proposer:
+        raise Forbidden(f"{_box(state, proposer)} may not report {_box(state, cmd['box'])}'s audit chain as edited",
+                        code="not_its_own", hint="a box reports only its own stored copy")
+
+
 def _people_admin(state, cmd, proposer, leader) -> None:
     user = cmd.get("user")
     if not is_admin(state, user):
@@ -352,6 +363,7 @@ _RULES = {
     "person.add": _people_admin, "person.role": _people_admin,
     "person.remove": _people_admin, "person.map": _people_admin,
     "apitoken.create": _apitoken_create, "apitoken.revoke": _apitoken_revoke,
+    "audit.tamper": _audit_tamper,
 }
 
 

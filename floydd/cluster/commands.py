@@ -14,7 +14,9 @@ turn it into the bytes of a raft entry. Nothing is pickled.
                           resources?, labels?, rejoin?, procs?
     node.health           id, status (up|draining|off|down), usage?,        being a set
                           procs? (its live runs: [{job, attempt, gpus}]);
-                          or the leader's status suspect (lost touch)
+                          or the leader's status suspect (lost touch);
+                          audit_head? ({seq, hash}: its audit chain's newest
+                          entry, level 3: floydd.cluster.audit_evidence)
     node.remove           id, user? (an operator's floydd remove)           tombstone
     job.submit            idem_key, project, spec, origin?, user?, number?  idem_key
                           (number: a box's queued job from before it had a
@@ -57,6 +59,8 @@ turn it into the bytes of a raft entry. Nothing is pickled.
                           user? (who asked: the person, or an admin)
     apitoken.revoke       id, user?                                         being a set
     (floydd.cluster.apitokens: personal API tokens, checked by every box)
+    audit.tamper          box, first_seq, what (a box found its stored        an entry each
+                          audit chain edited at start: floydd.cluster.audit_guard)
 
 Every command the leader appends also carries ``proposer``: the node id of the box that
 proposed it, taken from its verified certificate when the leader accepted it (never from
@@ -73,6 +77,7 @@ changes; :data:`CONF_OP` (``raft.conf``) names them when forwarded to the leader
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 import msgpack
@@ -102,7 +107,8 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
                     "cluster_port": (_INT, True), "api_port": (_OPT_INT, False),
                     "resources": (_DICT, False), "labels": (_DICT, False), "rejoin": (_BOOL, False),
                     "procs": (_LIST, False), "config": (_STR, False)},
-    "node.health": {"id": (_STR, True), "status": (_STR, True), "usage": (_DICT, False), "procs": (_LIST, False)},
+    "node.health": {"id": (_STR, True), "status": (_STR, True), "usage": (_DICT, False), "procs": (_LIST, False),
+                    "audit_head": (_DICT, False)},
     "node.remove": {"id": (_STR, True), "user": (_STR, False)},
     "job.submit": {"idem_key": (_STR, True), "project": (_STR, True), "spec": (_DICT, True),
                    "origin": (_STR, False), "user": (_STR, False), "number": (_INT, False)},
@@ -143,6 +149,7 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "apitoken.create": {"id": (_STR, True), "person": (_STR, True), "secret_sha256": (_STR, True),
                         "expires": ((int, float, type(None)), False), "label": (_STR, False), "user": (_STR, False)},
     "apitoken.revoke": {"id": (_STR, True), "user": (_STR, False)},
+    "audit.tamper": {"box": (_STR, True), "first_seq": (_INT, True), "what": (_STR, True)},
 }
 OPS = frozenset(_SCHEMAS)
 FENCED_OPS = frozenset({"job.place"})
@@ -151,6 +158,7 @@ FENCED_OPS = frozenset({"job.place"})
 MAX_ARCHIVE = 1000
 """The most jobs one ``job.archive`` moves (the leader archives in bounded batches)."""
 _MAX_STR = 4096
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _MAX_ENTRY = 256 * 1024
 """A command is small, critical state; bulky data never goes through Raft."""
 
@@ -214,6 +222,10 @@ def check(command: object) -> dict[str, Any]:
             raise InvalidSpec(f"{op}: procs are {{job, attempt, gpus: [index, ...]}}")
     if op == "job.update" and not all(isinstance(n, str) for n in command.get("silent") or ()):
         raise InvalidSpec("job.update: silent lists node ids")
+    head = command.get("audit_head") if op == "node.health" else None
+    if head is not None and (set(head) != {"seq", "hash"} or type(head["seq"]) is not int or head["seq"] < 0
+                             or not isinstance(head["hash"], str) or not _HEX64.fullmatch(head["hash"])):
+        raise InvalidSpec("node.health: audit_head is {seq: n >= 0, hash: 64 hex digits}")
     return command
 
 

@@ -137,6 +137,7 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
         voters = frozenset(voters) if voters else None
         self._storage = await self._write(self._open, voters)
         durable = await self._write(self._storage.load)
+        await self._write(self.state.audit.starting, durable.snapshot.index)   # as stored, before the replay
         self.state.restore(durable.snapshot.data)
         self._node = RaftNode(self.node_id, rng=self._rng, config=self.config.raft, state=durable,
                               applied=durable.snapshot.index)

@@ -35,7 +35,8 @@ The rest lives in mixins of this class, one module each: announcing this node, i
 seat, heartbeats and the cluster's level in :mod:`floydd.cluster.upkeep`; the commands the
 daemon proposes (jobs, datasets, accounts) and how they reach the leader in
 :mod:`floydd.cluster.writes`; peers' addresses, ``peers.json`` and discovery in
-:mod:`floydd.cluster.addressbook`.
+:mod:`floydd.cluster.addressbook`. The audit chain's evidence (its start check, the heads
+the heartbeats carry) is a part, :class:`~floydd.cluster.audit_guard.AuditGuard` (``audit_guard``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from floydd.cluster import versions
 from floydd.cluster.addressbook import AddressBookMixin, join_host_port
 from floydd.cluster.archive_db import SqliteArchive
 from floydd.cluster.audit_db import SqliteAudit
+from floydd.cluster.audit_guard import AuditGuard
 from floydd.cluster.archiver import Archiver
 from floydd.cluster.authz import standing
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
@@ -104,6 +106,9 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         self.driver = RaftDriver(self.node_id, self.state_dir / "raft.db", transport=self.transport,
                                  state=self.state, config=config, rng=rng)
         self.driver.on_apply(self._learn_addresses)
+        self.audit_guard = AuditGuard(node_id=self.node_id, driver=self.driver, state=self.state,
+                                      propose=self._propose, folder=self.state_dir, clock=clock,
+                                      retry=config.heartbeat_interval)    # the chain's evidence
         self.transport.on_peer = self._peer_learnt
         self._peers_file = self.state_dir / "peers.json"
         self._peers_dirty = False
@@ -188,6 +193,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
             except FloyddError as exc:
                 _log.warning("[%s] announcing this node: %s (trying again)", self.node_id, exc)
         self._spawn(self._keep_membership(), f"cluster-membership-{self.node_id[:6]}")
+        self._spawn(self.audit_guard.check_at_start(), f"cluster-audit-check-{self.node_id[:6]}")
         self._spawn(Archiver(self, clock=self._clock).run(), f"cluster-archiver-{self.node_id[:6]}")
 
     async def close(self, *, leave: bool = True) -> None:
@@ -313,7 +319,8 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
                         "health": node_health_word(health.get(node_id)), "match": pr.match if pr else None,
                         "cert_expires": (self.state.trust.certs.get(node_id) or {}).get("not_after"),
                         "version": (record.get("labels") or {}).get(versions.VERSION_LABEL, "0.1.x") if record else None,
-                        "protocol": versions.node_protocol(record) if record else None})
+                        "protocol": versions.node_protocol(record) if record else None,
+                        **self.audit_guard.view(node_id)})
         return out
 
     def _spawn(self, coro, name: str) -> None:

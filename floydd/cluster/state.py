@@ -45,6 +45,7 @@ called with it::
     people           admin.grant, person.add, person.role, person.remove, person.map
     apitokens        apitoken.create, apitoken.revoke
     versions         cluster.protocol
+    audit_guard      audit.tamper (changes nothing but the chain: its entry is the record)
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
             "person.map": lambda cmd, term: people.map_uids(self.people, cmd),
             "apitoken.create": lambda cmd, term: self.apitokens.create(cmd),
             "apitoken.revoke": lambda cmd, term: self.apitokens.revoke(cmd),
+            "audit.tamper": lambda cmd, term: {"box": cmd["box"], "first_seq": cmd["first_seq"]},  # its entry says it
         }
 
     # -- the state machine ---------------------------------------------------------------

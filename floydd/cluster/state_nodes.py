@@ -54,6 +54,8 @@ class NodeCommands:
             node["usage"] = cmd["usage"]
         if "procs" in cmd:
             node["procs"] = cmd["procs"]
+        if "audit_head" in cmd:              # compared with each box's own chain (audit_guard)
+            node["audit_head"] = cmd["audit_head"]
 
     def _node_remove(self, cmd: dict, term: int) -> None:
         """Tombstone the node and revoke the certificates recorded for it (its current and

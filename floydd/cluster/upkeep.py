@@ -9,7 +9,9 @@ One task per node (:meth:`_keep_membership`) wakes every half of the shorter of
     in no raft configuration, or no leader heard for ``rejoin_interval``
                                                               -> ask for a learner seat
     heartbeat due, marked suspect, or beat_soon               -> node.health (up | draining,
-                                                                 usage, live runs: ``procs``)
+                                                                 usage, live runs: ``procs``,
+                                                                 from level 3 its audit chain's
+                                                                 head: ``audit_head``)
 
 A refusal that says this node was removed ends the task; any other failure is logged and
 tried again on the next round. The cluster's level (:mod:`floydd.cluster.versions`) is
@@ -77,6 +79,9 @@ class UpkeepMixin:
                             **await self._procs()}
                     if self._usage is not None:
                         beat["usage"] = self._usage()
+                    head = self.state.audit.head() if versions.at_least(self.state, 3) else None
+                    if head is not None:                     # compared by each box (floydd.cluster.audit_guard)
+                        beat["audit_head"] = head.wire()
                     await self._propose(beat, timeout=self.config.heartbeat_interval)
             except Conflict as exc:
                 _log.error("[%s] %s (%s)", self.node_id, exc, exc.hint)

@@ -48,13 +48,17 @@ OP = "cluster.protocol"
 _NEW_OPS: Mapping[int, frozenset[str]] = {
     2: frozenset({"person.add", "person.role", "person.remove", "person.map", "apitoken.create",
                   "apitoken.revoke", "project.allocate", "job.import"}),
-    3: frozenset(),
+    3: frozenset({
+        "audit.tamper",                                   # a box's stored audit chain was edited (audit_guard)
+    }),
 }
 """Ops each level brought (2: people, personal tokens, imports). ``cluster.protocol`` itself
 needs no level: it is proposed only once every box speaks the one it names (its authz rule)."""
 _NEW_FIELDS: Mapping[int, Mapping[str, tuple[str, ...]]] = {
     2: {"node.upsert": ("config",), "dataset.add_version": ("visibility",)},
-    3: {},
+    3: {
+        "node.health": ("audit_head",),                   # its audit chain's head (audit_evidence)
+    },
 }
 """Fields each level added to older ops."""
 _RELEASE = {1: "0.1", 2: "0.2", 3: "0.3"}

@@ -56,6 +56,7 @@ ANSWERS = {
     ("post", "/v1/cluster/remove"): "Removed",
     ("get", "/v1/cluster/tokens"): "TokenRecord[]", ("delete", "/v1/cluster/tokens/{token_id}"): "TokenRecord",
     ("get", "/v1/audit"): "AuditEntry[]", ("get", "/v1/audit/verify"): "AuditCheck",
+    ("get", "/v1/audit/head"): "AuditHead",
     ("get", "/v1/people"): "Person[]", ("post", "/v1/people"): "Person", ("delete", "/v1/people/{name}"): "PersonRemoved",
     ("post", "/v1/people/{name}/role"): "Person", ("post", "/v1/people/{name}/uids"): "Person",
     ("post", "/v1/tokens"): "ApiToken", ("get", "/v1/tokens"): "ApiToken[]",

@@ -8,7 +8,7 @@ from typing import Literal
 from floydd.api.schemas.literals import Health, MemberRole, Role
 
 __all__ = ["Member", "Cluster", "Person", "PersonRemoved", "ApiToken", "WhoAmI", "JoinToken", "TokenRecord",
-           "Left", "Drained", "Removed", "AuditEntry", "AuditCheck"]
+           "Left", "Drained", "Removed", "AuditEntry", "AuditCheck", "AuditHead"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,6 +29,10 @@ class Member:
     """The floydd release the member says it runs (``0.1.x``: one too old to say)."""
     protocol: int | None = None
     """The cluster protocol it speaks (:mod:`floydd.cluster.versions`)."""
+    audit_head: str | None = None
+    """The head of its audit chain its last heartbeat said (``SEQ:HASH``; null: none said yet)."""
+    audit_differs: str | None = None
+    """How that head differs from the answering box's chain at the same seq (null: it agrees)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,3 +175,21 @@ class AuditCheck:
     first_bad: int | None = None
     finding: str | None = None
     head: str | None = None
+    against: str | None = None
+    """The recorded head (``SEQ:HASH``) it was checked against (``head=``), if any."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditHead:
+    """``GET /v1/audit/head``: the chain's newest entry, in the form an auditor records (``head``:
+    ``SEQ:HASH``, what ``/v1/audit/verify?head=`` takes); seq 0 and 64 zeros: no entry yet.
+    ``ok`` false (with ``finding``): the chain up to it is not whole, so it is no head to record."""
+
+    seq: int
+    hash: str
+    head: str
+    entries: int
+    ok: bool
+    index: int = 0
+    ts: float | None = None
+    finding: str | None = None

@@ -31,6 +31,9 @@ class Info:
     """``require``, ``prefer`` or ``off`` (config ``sandbox``, :mod:`floydd.runtime.sandboxing`)."""
     sandbox_warning: str | None = None
     """One sentence when jobs here run (or cannot run) without a sandbox."""
+    audit_warnings: tuple[str, ...] = ()
+    """This box's stored audit chain found edited at start, and each box whose chain head
+    differs from this box's chain (:mod:`floydd.cluster.audit_guard`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

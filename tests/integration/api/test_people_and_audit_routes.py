@@ -34,3 +34,27 @@ def test_the_audit_lists_the_seeded_changes_with_who_made_them_and_verifies(api:
     assert check["head"] == entries[-1]["hash"]
     status, later, _ = api.call("GET", "/v1/audit", params={"since": str(entries[-1]["ts"] + 1e6)})
     assert (status, later) == (200, [])
+
+
+def test_the_head_an_auditor_records_is_checked_by_verify_and_a_malformed_one_refused_plainly(api: Api) -> None:
+    status, entries, _ = api.call("GET", "/v1/audit")
+    status, head, _ = api.call("GET", "/v1/audit/head")
+    newest = entries[-1]
+    assert status == 200 and head["ok"] and head["finding"] is None
+    assert (head["seq"], head["hash"], head["index"], head["ts"]) == (newest["seq"], newest["hash"], newest["index"],
+                                                                      newest["ts"])
+    assert head["head"] == f"{newest['seq']}:{newest['hash']}" and head["entries"] == len(entries)
+    status, check, _ = api.call("GET", "/v1/audit/verify", params={"head": head["head"]})
+    assert status == 200 and check["ok"] and check["against"] == head["head"]
+    status, check, _ = api.call("GET", "/v1/audit/verify", params={"head": newest["hash"]})   # the hash alone
+    assert status == 200 and check["ok"]
+    # a head this chain does not hold: another hash at that seq, a seq past its end
+    for other, first_bad in ((f"{newest['seq']}:{'0' * 63}1", newest["seq"]),
+                             (f"{newest['seq'] + 5}:{newest['hash']}", len(entries) + 1)):
+        status, check, _ = api.call("GET", "/v1/audit/verify", params={"head": other})
+        assert status == 200 and not check["ok"] and check["first_bad"] == first_bad, check
+        assert check["finding"] and check["against"] == other
+    for bad in ("42", f"x:{newest['hash']}", newest["hash"][:40]):
+        status, answer, _ = api.call("GET", "/v1/audit/verify", params={"head": bad})
+        assert status == 400 and answer["error"]["code"] == "bad_head", answer
+        assert "SEQ:HASH" in answer["error"]["hint"]
