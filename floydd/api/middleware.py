@@ -8,7 +8,10 @@ Three ways in (:func:`auth_middleware`)::
                      FLP1...``, :mod:`floydd.cluster.apitokens`) names the person; checked
                      against the replicated records on every request, so a revoked token or
                      a removed person is refused at once. ``/v1/ca`` alone is open: it is
-                     what ``floyd login`` pins before it sends any token.
+                     what ``floyd login`` pins before it sends any token. The token is
+                     presented for the rest of the request (:mod:`floydd.cluster.presented`):
+                     it signs what this box proposes for its person, which is how a box
+                     where that person is not signed in may act for them.
     plain loopback TCP (``--dev-tcp``)      a dev option: one shared token, as the daemon's user
 """
 
@@ -26,6 +29,7 @@ from floydd import log
 from floydd.api import keys
 from floydd.api.request import PERSON, caller
 from floydd.cluster.apitokens import parse_api_token
+from floydd.cluster.presented import PresentedToken, presenting
 from floydd.errors import FloyddError, Forbidden, InternalError, Unauthorized, UserError
 from floydd.security.tokens import secret_digest
 
@@ -80,6 +84,8 @@ async def auth_middleware(request: web.Request, handler):
     if transport.get_extra_info("sslcontext") is not None:
         if request.path not in OPEN_PATHS:
             request[PERSON] = _token_person(request)
+            with presenting(_presented(request, request[PERSON])):     # it signs what is proposed for them
+                return await handler(request)
     else:
         token = request.app.get(keys.TCP_TOKEN)
         sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
@@ -88,6 +94,13 @@ async def auth_middleware(request: web.Request, handler):
                                hint="send 'Authorization: Bearer TOKEN' (set FLOYD_TOKEN for the CLI); "
                                     "the token is in the daemon's state dir, file api-token")
     return await handler(request)
+
+
+def _presented(request: web.Request, person: str) -> PresentedToken:
+    """The personal token :func:`_token_person` accepted, for the rest of the request: a box acts
+    for a person signed in on it only (:mod:`floydd.cluster.presented`, :mod:`floydd.cluster.signin`)."""
+    token_id, secret = parse_api_token(request.headers.get("Authorization", "").removeprefix("Bearer "))
+    return PresentedToken(token_id=token_id, person=person, secret=secret)
 
 
 def _token_person(request: web.Request) -> str:

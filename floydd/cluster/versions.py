@@ -48,13 +48,22 @@ OP = "cluster.protocol"
 _NEW_OPS: Mapping[int, frozenset[str]] = {
     2: frozenset({"person.add", "person.role", "person.remove", "person.map", "apitoken.create",
                   "apitoken.revoke", "project.allocate", "job.import"}),
-    3: frozenset(),
+    3: frozenset({"person.boxes"}),
 }
 """Ops each level brought (2: people, personal tokens, imports). ``cluster.protocol`` itself
 needs no level: it is proposed only once every box speaks the one it names (its authz rule)."""
 _NEW_FIELDS: Mapping[int, Mapping[str, tuple[str, ...]]] = {
     2: {"node.upsert": ("config",), "dataset.add_version": ("visibility",)},
-    3: {},
+    3: {
+        # sign-in (issue 20): where a login name acts, whom a join token signs in, a token's key,
+        # and the personal token's signature (auth) on every op made for a person
+        "person.add": ("boxes", "every_box", "auth"), "token.create": ("sign_in", "auth"),
+        "apitoken.create": ("public_key", "auth"), "node.remove": ("auth",), "job.submit": ("auth",),
+        "job.update": ("auth",), "job.delete": ("auth",), "job.import": ("auth",),
+        "dataset.add_version": ("auth",), "dataset.delete": ("auth",), "token.revoke": ("auth",),
+        "person.role": ("auth",), "person.remove": ("auth",), "person.map": ("auth",),
+        "apitoken.revoke": ("auth",),
+    },
 }
 """Fields each level added to older ops."""
 _RELEASE = {1: "0.1", 2: "0.2", 3: "0.3"}

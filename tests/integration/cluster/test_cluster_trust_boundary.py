@@ -14,6 +14,7 @@ import aiohttp
 import msgpack
 import pytest
 
+from floydd.cluster import versions
 from floydd.cluster.raft import AppendEntries, encode_message
 from floydd.cluster.transport import PROPOSE_PATH, RAFT_PATH, READ_PATH
 from floydd.errors import Forbidden
@@ -52,7 +53,8 @@ async def post(identity: NodeIdentity, node, path: str, body: dict) -> tuple[int
     async with aiohttp.ClientSession() as session:
         async with session.post(f"https://{node.address}{path}", data=msgpack.packb(body, use_bin_type=True),
                                 ssl=ctx, server_hostname=node.id,
-                                headers={"Content-Type": "application/msgpack"}) as resp:
+                                headers={"Content-Type": "application/msgpack",
+                                         versions.HEADER: str(versions.PROTOCOL)}) as resp:
             raw = await resp.read()
             try:
                 return resp.status, msgpack.unpackb(raw, raw=False)
@@ -103,6 +105,7 @@ async def test_a_removed_member_is_refused_everywhere(cluster):
     nodes = await cluster.start(3)
     lead = await cluster.wait_leader()
     await lead.service.grant_admin("root")
+    await cluster.sign_in("root")
     victim = next(n for n in nodes if n is not lead)
     rest = [n for n in nodes if n is not victim]
     with pytest.raises(Forbidden, match="not an admin"):
@@ -120,7 +123,11 @@ async def test_a_member_speaking_for_another_box_or_user_is_refused_on_every_box
     nodes = await cluster.start(3)
     lead = await cluster.wait_leader()
     await lead.service.grant_admin("root")
+    await cluster.sign_in("root")
     a, b = [n for n in nodes if n is not lead]
+    await lead.service.change_account({"op": "person.add", "name": "alice", "role": "user", "user": "root",
+                                       "boxes": [a.id]})
+    await cluster.wait_for(lambda: "alice" in a.service.state.people, what="alice's account on her box")
     job = await a.service.submit_job(SPEC, "alices", user="alice")
     gpus_before = {n.id: dict(n.service.state.nodes[lead.id]["resources"]) for n in nodes}
     forged = {"op": "node.upsert", "id": lead.id, "name": "forged", "address": "10.9.9.9", "cluster_port": 1,
