@@ -75,8 +75,10 @@ __all__ = ["authorize", "authorize_conf", "joining_may_propose", "is_admin", "ma
            "may_read_dataset",
            "standing"]
 
-_USER_STOP_FIELDS = frozenset({"op", "ts", "proposer", "v", "job", "stop_requested", "state", "reason", "user"})
-"""What a user's stop may carry (``state`` only ``stopped``, for a job still queued)."""
+_USER_STOP_FIELDS = frozenset({"op", "ts", "proposer", "v", "job", "stop_requested", "state", "reason", "user",
+                               "auth"})
+"""What a user's stop may carry (``state`` only ``stopped``, for a job still queued; ``auth``:
+the signature of the user's personal token, :mod:`floydd.cluster.signin`)."""
 _NOT_FROM_A_BOX = frozenset({"silent", "stop_requested", "user"})
 """job.update fields a box reporting on its own run may not set (the leader's, a user's)."""
 

@@ -68,10 +68,11 @@ def signed(state: Any, cmd: dict, node_id: str) -> dict:
     token = PRESENTED.get()
     if token is not None and "auth" not in cmd and token.person in signin.acting_names(cmd):
         record = state.apitokens.tokens.get(token.token_id)
-        if record is not None and record.get("public_key"):        # one made before level 3 cannot sign
-            if conf and "ts" not in cmd:
-                cmd = {**cmd, "ts": time.time()}                   # the token must be valid then
-            key = signing_key(token.token_id, token.secret)
-            cmd = {**cmd, "auth": {"token": token.token_id, "sig": sign_command(key, cmd, node_id)}}
+        if conf and "ts" not in cmd:
+            cmd = {**cmd, "ts": time.time()}                       # the token must be valid then
+        sig = ""                            # one made before level 3 cannot sign: the refusal says so
+        if record is not None and record.get("public_key"):
+            sig = sign_command(signing_key(token.token_id, token.secret), cmd, node_id)
+        cmd = {**cmd, "auth": {"token": token.token_id, "sig": sig}}
     (signin.check_conf_acting if conf else signin.check_acting)(state, cmd, node_id, accounts_only=True)
     return cmd
