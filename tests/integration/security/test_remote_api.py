@@ -122,6 +122,29 @@ def test_a_personal_token_speaks_for_its_person_until_revoked(box):
     assert refused.value.code == "api_token_revoked"
 
 
+def test_a_token_lets_the_box_act_for_its_person_signed_in_nowhere_until_the_person_is_removed(box):
+    """A box acts only for people signed in on it (floydd.cluster.signin): carol is signed in
+    on no box, yet her token presented to this box signs what it proposes for her; removing
+    her revokes the token, and adding her again does not revive it."""
+    local, address, _state = box
+    ca = first_contact(*address.split(":")).ca_pem
+    local.add_person("carol", boxes=[])
+    made = local.create_api_token(person="carol", label="carol's laptop")     # the admin's call, for her
+    assert made["public_key"] and made["person"] == "carol"
+    remote = Client(address=address, token=made["token"], ca_pem=ca, timeout=30)
+    second = remote.create_api_token(label="her script")                       # a change, proposed for her
+    assert second["person"] == "carol"
+    assert {t["id"] for t in remote.api_tokens()} >= {made["id"], second["id"]}
+    local.remove_person("carol")
+    local.add_person("carol", boxes=[])
+    with pytest.raises(Unauthorized, match="revoked") as refused:
+        remote.whoami()
+    assert refused.value.code == "api_token_revoked"
+    assert {t["id"]: (t["state"], t["revoked_by"]) for t in local.api_tokens() if t["person"] == "carol"} == \
+        {made["id"]: ("revoked", ME), second["id"]: ("revoked", ME)}
+    local.remove_person("carol")
+
+
 def test_requests_without_a_good_token_are_refused_and_only_the_ca_is_open(box):
     local, address, _state = box
     ca = first_contact(*address.split(":")).ca_pem
