@@ -40,7 +40,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
-from floydd.cluster.versions import PROTOCOL
+from floydd.cluster.versions import HEADER, PROTOCOL
 from floydd.errors import (Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, Unavailable, UserError,
                            from_payload)
 from floydd.security._x509 import check_node_id, fingerprint_of_der, node_id_of_cert
@@ -99,7 +99,8 @@ async def join(token: str, address: str | None, node_id: str, key: Any, *, addre
             "addresses": list(addresses), "protocol": PROTOCOL}      # an 0.1 voter ignores it
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
         try:
-            async with session.post(base + JOIN_PATH, json=body, ssl=_pinned_context(ca_pem)) as resp:
+            async with session.post(base + JOIN_PATH, json=body, ssl=_pinned_context(ca_pem),
+                                    headers={HEADER: str(PROTOCOL)}) as resp:     # our release, as every peer says
                 payload = await _read_json(resp)
                 status = resp.status
         except aiohttp.ClientSSLError as exc:
@@ -333,7 +334,7 @@ async def _get_unverified(host: str, port: int, path: str) -> tuple[int, bytes, 
     try:
         ssl_object = writer.get_extra_info("ssl_object")
         leaf_der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n"
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n{HEADER}: {PROTOCOL}\r\n"
                      "Connection: close\r\n\r\n".encode())
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")

@@ -13,7 +13,7 @@ from floydd.cluster.presented import PresentedToken, presenting, signed
 from floydd.cluster.transport import PROPOSE_PATH
 from floydd.errors import Forbidden
 from floydd.security.tokens import new_token
-from tests.integration.cluster.test_cluster_trust_boundary import SPEC, post
+from tests.integration.cluster.test_cluster_trust_boundary import SPEC, outsider, post, redeemed
 
 
 async def lab(cluster):
@@ -86,3 +86,24 @@ async def test_a_token_presented_to_a_box_lets_that_box_act_for_its_person_and_n
     with presenting(PresentedToken(token_id=token_id, person="alice", secret=secret)):
         with pytest.raises(Forbidden, match=f"alice's personal token {token_id} was revoked"):
             await b.service.update_job(job["id"], stop_requested="after the revoke", user="alice")
+
+
+async def test_a_redeemed_join_is_cancelled_and_its_box_never_becomes_a_member(cluster):
+    nodes, lead, a, b = await lab(cluster)
+    await cluster.sign_in("root")
+    for how in ("remove", "revoke"):
+        box = outsider(cluster, f"late-{how}")
+        token = await redeemed(cluster, lead, box, made_by="root")
+        if how == "remove":                                       # floydd remove ID, before its daemon started
+            await a.service.remove_node(box.node_id, user="root")
+        else:                                                     # floydd token revoke of the used token
+            answer = await a.service._propose({"op": "token.revoke", "id": token, "by": "root"})
+            assert answer["cancelled_join"] == box.node_id
+        await cluster.wait_for(lambda: all(box.serial in n.service.state.revoked for n in nodes),
+                               what="its certificate revoked everywhere")
+        upsert = {"op": "node.upsert", "id": box.node_id, "name": "late", "address": "127.0.0.1", "cluster_port": 1,
+                  "rejoin": True, "ts": 5.0, "v": 3}
+        for n in nodes:                                           # it starts later: refused by every box
+            status, answer = await post(box, n, PROPOSE_PATH, {"from": box.node_id, "cmd": upsert, "timeout": 5})
+            assert status == 403 and answer["error"]["code"] == "not_a_member", answer
+            assert box.node_id not in n.service.state.nodes and box.node_id in n.service.state.removed

@@ -34,18 +34,19 @@ def outsider(cluster, name: str) -> NodeIdentity:
     return identity
 
 
-async def redeemed(cluster, lead, identity: NodeIdentity) -> None:
+async def redeemed(cluster, lead, identity: NodeIdentity, made_by: str = "test") -> str:
     """Commit what a voter commits before it hands out a join's certificate: the token it was
-    given, used by ``identity``'s node with its serial (floydd.daemon.trust)."""
+    given, used by ``identity``'s node with its serial (floydd.daemon.trust); the token's id."""
     token = new_token(cluster.ca.fingerprint, 600, time.time())
     digest = token.secret_sha256
     await lead.service._propose({"op": "token.create", "id": token.token_id, "secret_sha256": digest,
-                                 "expires": token.expires_at, "made_by": "test", "made_on": lead.id})
+                                 "expires": token.expires_at, "made_by": made_by, "made_on": lead.id})
     await lead.service._propose({"op": "token.use", "id": token.token_id, "secret_sha256": digest,
                                  "node": identity.node_id, "serial": identity.serial,
                                  "not_after": identity.not_after})
     await cluster.wait_for(lambda: all(identity.node_id in n.service.state.trust.certs for n in cluster.nodes),
                            what="the used token recorded everywhere")
+    return token.token_id
 
 
 async def post(identity: NodeIdentity, node, path: str, body: dict) -> tuple[int, dict]:
