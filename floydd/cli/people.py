@@ -122,7 +122,7 @@ def make_user(_config_options, _client) -> click.Group:
         if every_box:
             if box or uids:
                 raise InvalidSpec("--every-box names no box", hint=f"floydd user map {name} --every-box")
-            person = client.sign_in_boxes(name, every_box=True)
+            client.sign_in_boxes(name, every_box=True)
             click.echo(f"{name}'s login name acts as them on every box (any box, also a stolen one, may act for {name}); "
                        f"undo with floydd user unmap {name} --every-box")
             return

@@ -246,3 +246,24 @@ def test_floyd_login_with_a_wrong_fingerprint_sends_nothing_but_the_ca_request(b
         assert res.exit_code == 1 and "nobody checked" in res.output
         assert all(auth is None for _m, _p, auth in seen)
     assert not (tmp_path / "laptop" / "login.json").exists()
+
+
+def test_a_join_token_says_whom_it_signs_in_on_the_box_it_admits(box):
+    local, _address, state = box
+    runner = CliRunner()
+
+    def token(*args):
+        return runner.invoke(floydd, ["token", "create", "--state-dir", str(state), "--ttl", "10m", *args])
+    made = {t: token(*args) for t, args in (("default", ()), ("nobody", ("--sign-in", "none")),
+                                            ("named", ("--sign-in", ME)))}
+    assert all(r.exit_code == 0 and r.output.startswith("FLD1.") for r in made.values()), made
+    ids = {t: r.output.split(".")[2] for t, r in made.items()}
+    listed = {t["id"]: t for t in local.tokens()}
+    assert [listed[ids[t]]["sign_in"] for t in ("default", "nobody", "named")] == [[ME], [], [ME]]
+    unknown = token("--sign-in", "zed")
+    assert unknown.exit_code != 0 and "zed has no account in this lab" in unknown.output
+    mixed = token("--sign-in", "none", "--sign-in", ME)
+    assert mixed.exit_code != 0 and "--sign-in none means nobody" in mixed.output
+    assert "Traceback" not in unknown.output + mixed.output
+    for token_id in ids.values():
+        local.revoke_token(token_id)
