@@ -122,10 +122,11 @@ def test_a_personal_token_speaks_for_its_person_until_revoked(box):
     assert refused.value.code == "api_token_revoked"
 
 
-def test_a_token_lets_the_box_act_for_its_person_signed_in_nowhere_until_the_person_is_removed(box):
+def test_a_token_lets_the_box_act_for_its_person_signed_in_nowhere_until_the_person_is_removed(box, tmp_path):
     """A box acts only for people signed in on it (floydd.cluster.signin): carol is signed in
-    on no box, yet her token presented to this box signs what it proposes for her; removing
-    her revokes the token, and adding her again does not revive it."""
+    on no box, yet her token presented to this box signs what it proposes for her (a token, a
+    job, its stop, a dataset); removing her revokes the token, and adding her again does not
+    revive it."""
     local, address, _state = box
     ca = first_contact(*address.split(":")).ca_pem
     local.add_person("carol", boxes=[])
@@ -134,6 +135,15 @@ def test_a_token_lets_the_box_act_for_its_person_signed_in_nowhere_until_the_per
     remote = Client(address=address, token=made["token"], ca_pem=ca, timeout=30)
     second = remote.create_api_token(label="her script")                       # a change, proposed for her
     assert second["person"] == "carol"
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "data.txt").write_text("x\n")
+    job = remote.submit({"project": "carols", "command": "sleep 30", "code_tree": remote.upload_code(code)["code_tree"],
+                         "idem_key": "carol-job-1"})
+    assert job["user"] == "carol"
+    assert remote.stop(job["id"])["state"] in ("stopped", "failed")
+    events = list(remote.upload_tar(code, "carols-data"))
+    assert events[-1]["result"]["owner"] == "carol", events[-1]
     assert {t["id"] for t in remote.api_tokens()} >= {made["id"], second["id"]}
     local.remove_person("carol")
     local.add_person("carol", boxes=[])
