@@ -48,8 +48,9 @@ class Client(Connection):
     def cluster(self) -> dict:
         return self._call("GET", "/v1/cluster")
 
-    def create_token(self, ttl: float) -> dict:
-        return self._call("POST", "/v1/cluster/tokens", {"ttl": ttl})
+    def create_token(self, ttl: float, *, sign_in: list[str] | None = None) -> dict:
+        """A join token; ``sign_in``: whom it signs in on the box it admits (None: its maker)."""
+        return self._call("POST", "/v1/cluster/tokens", {"ttl": ttl, **({} if sign_in is None else {"sign_in": sign_in})})
 
     def tokens(self) -> list[dict]:
         return self._call("GET", "/v1/cluster/tokens")
@@ -71,8 +72,16 @@ class Client(Connection):
         """The lab's people (floydd.cluster.people): name, role, uids per box id."""
         return self._call("GET", "/v1/people", query={"stale": "1" if stale else None})
 
-    def add_person(self, name: str, role: str = "user", uids: dict[str, list[int]] | None = None) -> dict:
-        return self._call("POST", "/v1/people", {"name": name, "role": role, "uids": uids or {}})
+    def add_person(self, name: str, role: str = "user", uids: dict[str, list[int]] | None = None, *,
+                   boxes: list[str] | None = None, every_box: bool = False) -> dict:
+        """``boxes``: where their login name acts as them (None: the daemon's box); ``every_box``: all."""
+        extra = {**({} if boxes is None else {"boxes": boxes}), **({"every_box": True} if every_box else {})}
+        return self._call("POST", "/v1/people", {"name": name, "role": role, "uids": uids or {}, **extra})
+
+    def sign_in_boxes(self, name: str, node: str | None = None, *, every_box: bool = False, on: bool = True) -> dict:
+        """List (``on``) or unlist box ``node`` (or every box) where ``name``'s login name acts as them."""
+        target = {"every_box": True} if every_box else {"node": node}
+        return self._call("POST", f"/v1/people/{urllib.parse.quote(name, safe='')}/boxes", {**target, "on": on})
 
     def set_role(self, name: str, role: str) -> dict:
         return self._call("POST", f"/v1/people/{urllib.parse.quote(name, safe='')}/role", {"role": role})

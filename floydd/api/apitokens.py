@@ -3,7 +3,8 @@
 A token is made for the calling person (an admin may name another with ``person``), through
 the replicated state (:mod:`floydd.cluster.apitokens`): any box then accepts it on its TLS
 API, and a revoke refuses it on every box as soon as the box applied it. The secret is in
-this answer only.
+this answer only. From cluster level 3 the cluster also records the token's public signing
+key, so a box the token is presented to may act for its person (:mod:`floydd.cluster.signin`).
 
 ``/v1/ca`` answers the cluster CA certificate without a token: ``floyd login`` reads it over
 a first connection that sends no token, checks it signed the box's certificate, and pins it.
@@ -21,6 +22,7 @@ from floydd.api.params import query_stale
 from floydd.api.request import acting_person as _person, api_address, body, reply
 from floydd.cluster.apitokens import api_token_state, new_api_token
 from floydd.cluster.authz import is_admin
+from floydd.cluster.versions import at_least
 from floydd.errors import Conflict, UserError
 
 routes = web.RouteTableDef()
@@ -45,6 +47,8 @@ async def create(request: web.Request) -> web.Response:
     now = time.time()
     cmd = {"op": "apitoken.create", "id": new.token_id, "person": person, "secret_sha256": new.secret_sha256,
            "expires": now + ttl if ttl is not None else None, "label": label, "user": me}
+    if at_least(request.app[keys.CLUSTER].state, 3):     # its signing key: it may back changes on any box
+        cmd["public_key"] = new.public_key
     record = await request.app[keys.CLUSTER].change_account(cmd)
     return reply({**_shown(record, now), "token": new.text}, status=201)
 

@@ -34,13 +34,19 @@ async def cluster(request: web.Request) -> web.Response:
 
 @routes.post("/v1/cluster/tokens")
 async def create_token(request: web.Request) -> web.Response:
-    """A one-time join token, made on any voter (a replicated record: any voter redeems it)."""
-    ttl = (await body(request)).get("ttl", 24 * 3600)
+    """A one-time join token, made on any voter (a replicated record: any voter redeems it).
+    ``sign_in``: the people signed in on the box it admits (left out: its maker; ``[]``: nobody)."""
+    data = await body(request)
+    ttl = data.get("ttl", 24 * 3600)
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= MAX_TTL:
         raise UserError(f"ttl {str(ttl)[:40]} must be a number of seconds above 0, at most {MAX_TTL:.0f} (30 days)",
                         hint="e.g. --ttl 3600")
+    sign_in = data.get("sign_in")
+    if sign_in is not None and (not isinstance(sign_in, list) or not all(isinstance(n, str) for n in sign_in)):
+        raise UserError("sign_in is a list of people's names", hint="floydd token create --sign-in NAME (or none)")
     tokens = _tokens(request)
-    return reply({"token": await tokens.create(float(ttl), made_by=acting_user(request)), "ttl": ttl}, status=201)
+    token = await tokens.create(float(ttl), made_by=acting_user(request), sign_in=sign_in)
+    return reply({"token": token, "ttl": ttl}, status=201)
 
 
 @routes.get("/v1/cluster/tokens")
@@ -52,7 +58,8 @@ async def list_tokens(request: web.Request) -> web.Response:
 
 @routes.delete("/v1/cluster/tokens/{token_id}")
 async def revoke_token(request: web.Request) -> web.Response:
-    """Revoke a join token: no voter accepts it afterwards."""
+    """Revoke a join token: no voter accepts it afterwards. One already used by a box that is not
+    a member yet cancels that join (``cancelled_join``: the box, refused for good)."""
     record = await _tokens(request).revoke(request.match_info["token_id"], by=acting_user(request))
     return reply({**record, "state": token_state(record, time.time())})
 
@@ -71,9 +78,22 @@ async def remove(request: web.Request) -> web.Response:
     an admin's command (checked by every box: :mod:`floydd.cluster.authz`)."""
     node = (await body(request)).get("node")
     if not isinstance(node, str) or not node:
-        raise UserError("node must be a node id", hint="floydd members lists the ids")
-    await request.app[keys.CLUSTER].remove_node(node, user=acting_user(request))
-    return reply({"removed": node})
+        raise UserError("node must be a node id or name", hint="floydd members lists the boxes")
+    service = request.app[keys.CLUSTER]
+    node = _node_named(service.state, node)
+    joining = node not in service.state.nodes and node in service.state.trust.certs
+    await service.remove_node(node, user=acting_user(request))
+    return reply({"removed": node, **({"cancelled_join": node} if joining else {})})
+
+
+def _node_named(state, text: str) -> str:
+    """A node id, or the id of the one box of that name (a join not started has no name yet)."""
+    if text in state.nodes or text in state.trust.certs or text in state.removed:
+        return text
+    named = sorted(nid for nid, n in state.nodes.items() if n.get("name") == text)
+    if len(named) > 1:
+        raise UserError(f"{len(named)} boxes are named {text}: give its id", hint="floydd members lists the ids")
+    return named[0] if named else text
 
 
 @routes.post("/v1/cluster/drain")

@@ -11,7 +11,10 @@ Three ways in (:func:`auth_middleware`)::
                      what ``floyd login`` pins before it sends any token. Failed tokens
                      are throttled per source and logged in aggregate
                      (:mod:`floydd.api.throttle`): past its share, a source gets 429
-                     before its token is read.
+                     before its token is read. The token is presented for the rest of
+                     the request (:mod:`floydd.cluster.presented`): it signs what this box
+                     proposes for its person, which is how a box where that person is not
+                     signed in may act for them.
     plain loopback TCP (``--dev-tcp``)      a dev option: one shared token, as the daemon's user
 """
 
@@ -30,6 +33,7 @@ from floydd.api import keys
 from floydd.api.request import PERSON, caller
 from floydd.api.throttle import THROTTLE, source_of
 from floydd.cluster.apitokens import parse_api_token
+from floydd.cluster.presented import PresentedToken, presenting
 from floydd.errors import FloyddError, Forbidden, InternalError, Unauthorized, UserError
 from floydd.security.tokens import secret_digest
 
@@ -90,19 +94,20 @@ async def auth_middleware(request: web.Request, handler):
     if transport.get_extra_info("sslcontext") is not None:
         if request.path not in OPEN_PATHS:
             throttle = request.app.get(THROTTLE)
-            if throttle is None:
-                request[PERSON] = _token_person(request)
-                return await handler(request)
-            source = source_of(request.remote)
-            wait = throttle.wait(source)
-            if wait > 0:
-                return throttle.refusal(source, wait)       # 429, the token unread
+            if throttle is not None:
+                source = source_of(request.remote)
+                wait = throttle.wait(source)
+                if wait > 0:
+                    return throttle.refusal(source, wait)       # 429, the token unread
             try:
                 request[PERSON] = _token_person(request)
             except Unauthorized as exc:
-                throttle.failed(source, exc.message)
-                request[_COUNTED] = True
+                if throttle is not None:
+                    throttle.failed(source, exc.message)
+                    request[_COUNTED] = True
                 raise
+            with presenting(_presented(request, request[PERSON])):     # it signs what is proposed for them
+                return await handler(request)
     else:
         token = request.app.get(keys.TCP_TOKEN)
         sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
@@ -111,6 +116,13 @@ async def auth_middleware(request: web.Request, handler):
                                hint="send 'Authorization: Bearer TOKEN' (set FLOYD_TOKEN for the CLI); "
                                     "the token is in the daemon's state dir, file api-token")
     return await handler(request)
+
+
+def _presented(request: web.Request, person: str) -> PresentedToken:
+    """The personal token :func:`_token_person` accepted, for the rest of the request: a box acts
+    for a person signed in on it only (:mod:`floydd.cluster.presented`, :mod:`floydd.cluster.signin`)."""
+    token_id, secret = parse_api_token(request.headers.get("Authorization", "").removeprefix("Bearer "))
+    return PresentedToken(token_id=token_id, person=person, secret=secret)
 
 
 def _token_person(request: web.Request) -> str:

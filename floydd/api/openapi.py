@@ -161,18 +161,22 @@ PATHS = {
                                      body=_json(name=_TEXT, repair={"type": "boolean"}))},
     "/v1/store/gc": {"post": _op("Remove objects no version or running upload needs", GcReport)},
     "/v1/cluster": {"get": _op("Membership: this node, the leader, voters and learners", Cluster)},
-    "/v1/cluster/tokens": {"post": _op("Make a one-time join token (on any voter)", JoinToken,
+    "/v1/cluster/tokens": {"post": _op("Make a one-time join token (on any voter); sign_in: the people signed in "
+                                       "on the box it admits (left out: its maker; []: nobody)", JoinToken,
                                        status="201", body=_json(ttl={"type": "number", "exclusiveMinimum": 0,
-                                                                     "maximum": MAX_TTL})),
+                                                                     "maximum": MAX_TTL},
+                                                                sign_in={"type": "array", "items": _TEXT})),
                            "get": _op("The cluster's join tokens (never their secrets)", list[TokenRecord])},
-    "/v1/cluster/tokens/{token_id}": {"delete": _op("Revoke a join token", TokenRecord, params=[
+    "/v1/cluster/tokens/{token_id}": {"delete": _op("Revoke a join token; one already used by a box that is not a "
+                                                    "member yet cancels that join", TokenRecord, params=[
         {"name": "token_id", "in": "path", "required": True, "schema": {"type": "string",
                                                                       "pattern": "^[0-9a-f]{16}$"}}])},
     "/v1/cluster/leave": {"post": _op("Leave the cluster for good (admins)", Left)},
     "/v1/cluster/drain": {"post": _op("No new placements on this box, or again (drain false); admins", Drained,
                                       body=_json(drain={"type": "boolean"}))},
-    "/v1/cluster/remove": {"post": _op("Take another node out for good and revoke its certificate (admins)", Removed,
-                                       body=_json(node={"type": "string", "pattern": "^[0-9a-f]{16}$"}))},
+    "/v1/cluster/remove": {"post": _op("Take another node (id or name) out for good and revoke its certificate, or "
+                                       "cancel a join redeemed but not started (admins)", Removed,
+                                       body=_json(node={"type": "string", "minLength": 1}))},
     "/v1/tokens": {"post": _op("Make a personal API token for the caller (an admin: for person); the secret "
                                "is in this answer only", ApiToken, status="201",
                                body=_json(label=_TEXT, person=_TEXT, ttl={"type": "number", "exclusiveMinimum": 0})),
@@ -205,7 +209,8 @@ PATHS = {
                               list[Person], params=_q("stale")),
                    "post": _op("Add a person (admins; in a lab of one, its user, who becomes its admin)", Person,
                                status="201", body=_json(("name",), name=_TEXT, role=_ROLE, uids={
-                                   "type": "object", "additionalProperties": {"type": "array", "items": _UID}}))},
+                                   "type": "object", "additionalProperties": {"type": "array", "items": _UID}},
+                                   boxes={"type": "array", "items": _TEXT}, every_box={"type": "boolean"}))},
     "/v1/people/{name}": {"delete": _op("Remove a person's account (admins; never the last admin)", PersonRemoved,
                                         params=_PERSON)},
     "/v1/people/{name}/role": {"post": _op("Make a person an admin or a user (admins; never the last admin a user)",
@@ -214,6 +219,11 @@ PATHS = {
                                            "login-name default)", Person, params=_PERSON,
                                            body=_json(("node", "uids"), node=_TEXT,
                                                       uids={"type": "array", "items": _UID}))},
+    "/v1/people/{name}/boxes": {"post": _op("Sign a person in on (on) or out of one box (node: its login name acts "
+                                            "as them there; out also drops the uids mapped there), or every box "
+                                            "(every_box) (admins)", Person, params=_PERSON,
+                                            body=_json(("on",), node=_TEXT, every_box={"type": "boolean"},
+                                                       on={"type": "boolean"}))},
     "/v1/openapi.json": {"get": _op("This document")},
     **{  # export files between sites (floydd.api.exchange)
         "/v1/export": {"post": {

@@ -3,7 +3,12 @@
 Anyone who reaches the API may list them; adding, removing, changing a role or the uids
 that act as a person are an admin's, checked where every box checks them: on apply
 (:mod:`floydd.cluster.authz`), for the person :func:`~floydd.api.request.acting_person`
-found at this edge. Boxes may be named by name or id (``--uid BOX:UID``).
+found at this edge. Boxes may be named by name or id (``--uid BOX:UID``, ``--box BOX``).
+
+Where a person is signed in (cluster level 3, :mod:`floydd.cluster.signin`): ``POST
+/v1/people`` takes ``boxes`` (where their login name acts as them; left out: this box, which
+the cluster fills in on apply) or ``every_box``; ``POST /v1/people/{name}/boxes`` lists or
+unlists one box (``{node, on}``) or every box (``{every_box: true, on}``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,12 @@ async def add(request: web.Request) -> web.Response:
     cmd = {"op": "person.add", "name": name, "role": role, "user": acting_person(request)}
     if uids:
         cmd["uids"] = uids
+    if data.get("boxes") is not None:           # else this box (on apply, from cluster level 3)
+        if not isinstance(data["boxes"], list):
+            raise UserError("boxes is a list of boxes (names or ids)", hint="floydd user add NAME --box BOX")
+        cmd["boxes"] = sorted({_node(request, box) for box in data["boxes"]})
+    if data.get("every_box") is not None:
+        cmd["every_box"] = _flag(data["every_box"], "every_box")
     return reply(await request.app[keys.CLUSTER].change_account(cmd), status=201)
 
 
@@ -61,6 +72,20 @@ async def map_uids(request: web.Request) -> web.Response:
     return reply(await request.app[keys.CLUSTER].change_account(cmd))
 
 
+@routes.post(_NAME + "/boxes")
+async def sign_in_boxes(request: web.Request) -> web.Response:
+    """Where the person's login name acts as them: list (``on``) or unlist one box (``node``,
+    unlisting also drops the uids mapped there) or every box (``every_box``)."""
+    data = await body(request)
+    on = _flag(data.get("on", True), "on")
+    cmd = {"op": "person.boxes", "name": request.match_info["name"], "on": on, "user": acting_person(request)}
+    if _flag(data.get("every_box", False), "every_box"):
+        cmd["every_box"] = True
+    else:
+        cmd["node"] = _node(request, data.get("node"))
+    return reply(await request.app[keys.CLUSTER].change_account(cmd))
+
+
 @routes.delete(_NAME)
 async def remove(request: web.Request) -> web.Response:
     name = request.match_info["name"]
@@ -74,6 +99,12 @@ def _role(role) -> str:
         raise UserError(f"role {str(role)[:40]!r} is not admin or user", code="invalid_spec",
                         hint="floydd user role NAME admin|user")
     return role
+
+
+def _flag(value, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"{what} is true or false", code="invalid_spec")
+    return value
 
 
 def _uids(request: web.Request, raw) -> dict[str, list[int]]:

@@ -118,7 +118,9 @@ def acting_person(request: web.Request, *, required: bool = True) -> str | None:
 
     A remote caller's personal token names them (``PERSON``, set by the TLS edge's
     middleware). On the socket, the caller's uid (SO_PEERCRED; on the loopback dev TCP port,
-    the daemon's own uid) is mapped to a person on this box (:func:`floydd.cluster.people.person_of`).
+    the daemon's own uid) is mapped to a person on this box (:func:`floydd.cluster.people.person_of`:
+    from cluster level 3 a login name acts as its person only on the boxes listed for them, so
+    a box acts only for the people signed in on it, :mod:`floydd.cluster.signin`).
     A lab with no people (a lab of one: the user daemon, whose socket only its user reaches)
     needs no account: the caller's login name is its admin. A caller with no account is
     refused (:class:`Forbidden`) where ``required`` (changes), else None (reads: any local
@@ -134,6 +136,12 @@ def acting_person(request: web.Request, *, required: bool = True) -> str | None:
     if not ppl:
         return login or str(uid)
     person = people.person_of(ppl, cluster.node_id, uid, login)
+    if person is None and required and login in ppl \
+            and not (ppl[login].get("uids") or {}).get(cluster.node_id):   # a person not signed in on this box
+        box = cluster.name or cluster.node_id
+        raise Forbidden(f"uid {uid} ({login}) does not act as {login} on this box ({box}): {login} is not signed "
+                        "in here", code="not_signed_in",
+                        hint=f"an admin runs floydd user map {login} {box} (or {login} uses a personal token: floyd login)")
     if person is None and required:
         named = f"uid {uid} ({login})" if login else f"uid {uid}"
         add = f"floydd user add {login}" if login else f"floydd user add NAME --uid {cluster.node_id}:{uid}"

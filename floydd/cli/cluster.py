@@ -116,10 +116,19 @@ def token() -> None:
 @token.command(name="create")
 @_state_option
 @click.option("--ttl", default="24h", show_default=True, help="How long the token works (e.g. 30m, 24h).")
+@click.option("--sign-in", "sign_in", multiple=True, metavar="PERSON",
+              help="A person signed in on the new box once it joins (their login name acts as them there). "
+                   "Repeatable; default: you; 'none': nobody.")
 @handle_errors
-def token_create(state_dir, ttl) -> None:
-    """Print a one-time join token carrying the cluster CA's fingerprint."""
-    answer = _client(_config(state_dir)).create_token(_parse_ttl(ttl))
+def token_create(state_dir, ttl, sign_in) -> None:
+    """Print a one-time join token carrying the cluster CA's fingerprint.
+
+    The new box acts for the people the token signs in (you, unless --sign-in says otherwise)
+    and for nobody else until an admin runs floydd user map NAME BOX."""
+    if "none" in sign_in and len(sign_in) > 1:
+        raise UserError("--sign-in none means nobody: give it alone", hint="floydd token create --sign-in none")
+    names = None if not sign_in else [] if sign_in == ("none",) else list(sign_in)
+    answer = _client(_config(state_dir)).create_token(_parse_ttl(ttl), sign_in=names)
     click.echo(answer["token"])
     click.echo(f"on the new box: floydd join {answer['token']}   (works once, for {ttl}; if this box is down, "
                "add the address of another voter: floydd join TOKEN HOST:PORT)", err=True)
@@ -140,7 +149,8 @@ def token_list(state_dir, as_json) -> None:
         return
     click.echo(f"{'ID':<16}  {'STATE':<8} {'MADE':<16} {'BY':<12} {'ON':<16} {'EXPIRES':<16} USED BY / REVOKED")
     for t in tokens:
-        used = (f"node {t['used_by']} at {_when(t['used'])}" if t.get("used") is not None else
+        used = (f"node {t['used_by']} at {_when(t['used'])}" + (" (join cancelled)" if t.get("revoked") else "")
+                if t.get("used") is not None else
                 f"revoked at {_when(t['revoked'])} by {t.get('revoked_by') or '?'}" if t.get("revoked") is not None
                 else "-")
         click.echo(f"{t['id']:<16}  {t['state']:<8} {_when(t['created']):<16} {t['made_by'] or '?':<12} "
@@ -152,8 +162,15 @@ def token_list(state_dir, as_json) -> None:
 @click.argument("token_id", metavar="ID")
 @handle_errors
 def token_revoke(state_dir, token_id) -> None:
-    """Revoke join token ID (the third part of the token, as floydd token list shows it)."""
+    """Revoke join token ID (the third part of the token, as floydd token list shows it).
+
+    A token already used by a box that is not a member yet (its daemon not started) cancels
+    that join: the box can never become a member with it."""
     record = _client(_config(state_dir)).revoke_token(token_id)
+    if record.get("cancelled_join"):
+        click.echo(f"join token {record['id']} revoked; the join of node {record['cancelled_join']} it made is "
+                   "cancelled: that box can never become a member with it")
+        return
     click.echo(f"join token {record['id']} revoked: no voter accepts it any more")
 
 
@@ -290,11 +307,17 @@ def leave(state_dir, yes) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask.")
 @handle_errors
 def remove(state_dir, node_id, yes) -> None:
-    """Take NODE (its id, from floydd members) out of the cluster for good and revoke its
-    certificate: every box refuses it from then on (a stolen or retired box). Admins only."""
+    """Take NODE (its id or name, from floydd members) out of the cluster for good and revoke
+    its certificate: every box refuses it from then on (a stolen or retired box). A join that
+    was redeemed but whose box has not started yet (its id: floydd token list, USED BY) is
+    cancelled the same way. Admins only."""
     if not yes:
         click.confirm(f"remove node {node_id} for good? it must join again with a new token", abort=True)
     answer = _client(_config(state_dir)).remove_node(node_id)
+    if answer.get("cancelled_join"):
+        click.echo(f"the join of node {answer['removed']} is cancelled: its certificate is refused by every box and "
+                   "it can never become a member with it")
+        return
     click.echo(f"node {answer['removed']} removed; its certificate is refused by every box "
                "(to protect data it could read, see docs/operations.md: a stolen box)")
 

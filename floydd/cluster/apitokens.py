@@ -8,11 +8,21 @@ no I/O. Because the records are replicated, any box checks a token with a local 
 token there at once: nothing is cached.
 
     tokens   id -> {id, person, secret_sha256, created, expires (None: never), label,
-                    made_on, revoked, revoked_by}
+                    made_on, revoked, revoked_by, public_key (from cluster level 3)}
 
 A token's text is ``FLP1.<16 hex id>.<32 hex secret>``; only a salted sha256 of the secret is
 replicated (:func:`floydd.security.tokens.secret_digest`), compared in constant time. The
 secret is printed once by ``floyd token create`` and kept by its person (``floyd login``).
+
+From cluster level 3 a token also records ``public_key``: the public half of the Ed25519 key
+its secret derives (:mod:`floydd.security.token_keys`). A box that acts for the token's
+person because the token was presented to it signs the command with the private half, and
+every box checks the signature on apply (:mod:`floydd.cluster.signin`). A token made before
+has no key: it still opens the TLS API, but backs no change on a box where its person is
+not signed in otherwise.
+
+Removing a person revokes their tokens (from level 3: :meth:`ApiTokens.revoke_person`), so
+adding the person again does not bring old tokens back.
 
 Who may say what (:mod:`floydd.cluster.authz`): a person makes and revokes their own tokens,
 an admin anyone's. Revoked and expired tokens are forgotten a week later (on the next
@@ -30,7 +40,7 @@ from floydd.cluster.trust import matching_record
 from floydd.errors import Conflict, InvalidSpec, NotFound, Unauthorized
 
 __all__ = ["ApiTokens", "APITOKEN_OPS", "NewApiToken", "new_api_token", "parse_api_token", "api_token_state",
-           "MAX_TOKENS_PER_PERSON", "PREFIX"]
+           "MAX_TOKENS_PER_PERSON", "PREFIX", "REMOVED_WITH_PERSON"]
 
 APITOKEN_OPS = ("apitoken.create", "apitoken.revoke")
 PREFIX = "FLP1"
@@ -40,6 +50,8 @@ KEEP_SPENT_S = 7 * 86400.0
 MAX_LABEL = 200
 _TEXT_RE = re.compile(r"FLP1\.(?P<id>[0-9a-f]{16})\.(?P<secret>[0-9a-f]{32})")
 _HEX = re.compile(r"[0-9a-f]+")
+REMOVED_WITH_PERSON = "(person removed)"
+"""``revoked_by`` of the tokens revoked because their person was removed, when nobody is named."""
 
 
 @dataclass(frozen=True)
@@ -47,13 +59,17 @@ class NewApiToken:
     text: str = field(repr=False)
     token_id: str
     secret_sha256: str
+    public_key: str = ""
+    """The public half of the key its secret derives (recorded from cluster level 3)."""
 
 
 def new_api_token() -> NewApiToken:
     """A fresh token: its text (shown once) and what the cluster keeps of it."""
+    from floydd.security.token_keys import public_key_hex, signing_key
     from floydd.security.tokens import secret_digest
     token_id, secret = secrets.token_hex(8), secrets.token_hex(16)
-    return NewApiToken(f"{PREFIX}.{token_id}.{secret}", token_id, secret_digest(token_id, secret))
+    return NewApiToken(f"{PREFIX}.{token_id}.{secret}", token_id, secret_digest(token_id, secret),
+                       public_key_hex(signing_key(token_id, secret)))
 
 
 def parse_api_token(text: str) -> tuple[str, str]:
@@ -121,6 +137,8 @@ class ApiTokens:
             raise InvalidSpec("apitoken.create: expires must be after ts", hint="give a positive --ttl")
         if len(cmd.get("label") or "") > MAX_LABEL:
             raise InvalidSpec(f"apitoken.create: label is longer than {MAX_LABEL} characters")
+        if "public_key" in cmd:
+            _check_hex(cmd["public_key"], 64, "apitoken.create: public_key")
         if token_id in self.tokens:
             raise Conflict(f"API token {token_id} exists", code="token_exists", hint="make a new token")
         self._forget_spent(ts)
@@ -131,6 +149,8 @@ class ApiTokens:
         record = {"id": token_id, "person": person, "secret_sha256": cmd["secret_sha256"], "created": ts,
                   "expires": expires, "label": cmd.get("label") or "", "made_on": cmd.get("proposer") or "",
                   "revoked": None, "revoked_by": None}
+        if "public_key" in cmd:
+            record["public_key"] = cmd["public_key"]
         self.tokens[token_id] = record
         return _public(record)
 
@@ -143,6 +163,21 @@ class ApiTokens:
         if record["revoked"] is None:
             record.update(revoked=cmd["ts"], revoked_by=cmd.get("user") or "")
         return _public(record)
+
+    def revoke_person(self, person: str, ts: float, by: str) -> list[str]:
+        """Revoke every token of ``person`` not revoked yet (they were removed); the ids."""
+        gone = sorted(t["id"] for t in self.tokens.values() if t["person"] == person and t["revoked"] is None)
+        for token_id in gone:
+            self.tokens[token_id].update(revoked=ts, revoked_by=by or REMOVED_WITH_PERSON)
+        return gone
+
+    def revoke_orphans(self, people: Mapping[str, Any], ts: float) -> list[str]:
+        """Revoke the tokens of anyone who has no account (removed before removal revoked
+        tokens: cluster level 3 switching on), so adding them again does not revive those."""
+        gone = []
+        for person in sorted({t["person"] for t in self.tokens.values()} - set(people)):
+            gone += self.revoke_person(person, ts, REMOVED_WITH_PERSON)
+        return gone
 
     def owner(self, token_id: str) -> str | None:
         record = self.tokens.get(token_id)

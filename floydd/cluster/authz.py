@@ -17,12 +17,16 @@ What it reads of a command::
     term       a leader action: the state refuses a term that is not its entry's, and
                forwarded commands with a term never reach the log, so only the leader of
                that term, on its own box, proposed it.
-    user       the person the proposing box authenticated at its API edge. A box can claim
-               any user (people and their boxes arrive in issue 14); what it cannot do is act
-               for a user on someone else's job.
+    user       the person the proposing box authenticated at its API edge (also ``made_by``,
+               ``by``). From cluster level 3 a box may name only people signed in on it (a uid
+               or their login name mapped there, or their personal token presented to it, which
+               signs the command): :mod:`floydd.cluster.signin`, asked after the op's own rule.
+               Below level 3 a box can claim any user; what it cannot do is act for a user on
+               someone else's job.
 
     op                   who may say it
-    node.upsert, .cert   the node itself
+    node.upsert, .cert   the node itself (from level 3, not one whose recorded certificate is
+                         revoked: a cancelled join or a removed box, until a new join)
     node.health          the node itself; the leader: suspect (it lost touch with the box);
                          audit_head: the node itself only
     node.remove          an admin's command (floydd remove, with user); else the node itself
@@ -41,13 +45,13 @@ What it reads of a command::
     dataset.delete       an admin, or the user who added every version deleted
     dataset.holders      a box about itself; the leader about any box
     token.create/.revoke an admin (``made_by``/``by``; ``imported``: a box's old tokens.db
-                         carried over on upgrade), made on a voter
+                         carried over on upgrade, below level 3 only), made on a voter
     token.use            any member (redeemed through a voter)
     apitoken.create      the person the token is for (``user`` = ``person``), or an admin
     apitoken.revoke      the token's person, or an admin
     admin.grant          the leader while the cluster has no admin (floydd init)
     cluster.protocol     any member, for a level every box speaks (floydd.cluster.versions)
-    person.add/.role/.remove/.map   an admin (floydd user ...); in a lab of one, its user
+    person.add/.role/.remove/.map/.boxes   an admin (floydd user ...); in a lab of one, its user
     audit.tamper         the box itself, about its own stored chain (box = proposer)
 
 Admins are the people with role ``admin`` (:mod:`floydd.cluster.people`; ``admin.grant``
@@ -65,6 +69,7 @@ from __future__ import annotations
 
 from typing import Any, Container
 
+from floydd.cluster.signin import check_acting, check_conf_acting
 from floydd.cluster.versions import at_least, behind, cluster_level
 from floydd.errors import Forbidden
 
@@ -72,8 +77,10 @@ __all__ = ["authorize", "authorize_conf", "joining_may_propose", "is_admin", "ma
            "may_read_dataset",
            "standing"]
 
-_USER_STOP_FIELDS = frozenset({"op", "ts", "proposer", "v", "job", "stop_requested", "state", "reason", "user"})
-"""What a user's stop may carry (``state`` only ``stopped``, for a job still queued)."""
+_USER_STOP_FIELDS = frozenset({"op", "ts", "proposer", "v", "job", "stop_requested", "state", "reason", "user",
+                               "auth"})
+"""What a user's stop may carry (``state`` only ``stopped``, for a job still queued; ``auth``:
+the signature of the user's personal token, :mod:`floydd.cluster.signin`)."""
 _NOT_FROM_A_BOX = frozenset({"silent", "stop_requested", "user"})
 """job.update fields a box reporting on its own run may not set (the leader's, a user's)."""
 
@@ -87,6 +94,7 @@ def authorize(state: Any, cmd: dict, proposer: str | None) -> None:
         raise Forbidden(f"no box may say {cmd['op']}: it has no authorisation rule",
                         code="no_rule", hint="this is a bug: every command needs a rule in floydd.cluster.authz")
     rule(state, cmd, proposer, "term" in cmd)
+    check_acting(state, cmd, proposer)      # level 3: only for people signed in on the proposer
 
 
 def authorize_conf(state: Any, cmd: dict, proposer: str, leader: str) -> None:
@@ -99,6 +107,7 @@ def authorize_conf(state: Any, cmd: dict, proposer: str, leader: str) -> None:
     change, node, user = cmd.get("change"), cmd.get("node"), cmd.get("user")
     if "user" in cmd:
         if is_admin(state, user):
+            check_conf_acting(state, cmd, proposer)     # level 3: the admin is signed in on the proposer
             return
         raise Forbidden(f"{_who(user)} may not change the cluster's membership: not an admin",
                         code="not_an_admin", hint="an admin runs floydd remove NODE")
@@ -180,6 +189,10 @@ def _itself(state, cmd, proposer, leader) -> None:
         what = "certificate" if cmd["op"] == "node.cert" else "resources"
         raise Forbidden(f"{_box(state, proposer)} may not report {_box(state, cmd['id'])}'s {what}",
                         code="not_its_own", hint="a box speaks only for itself")
+    if cmd["op"] == "node.upsert" and at_least(state, 3) and state.trust.join_cancelled(proposer, state.revoked):
+        raise Forbidden(f"box {proposer} may not become a member: its join was cancelled (or it was removed) and "
+                        "its certificate revoked", code="join_cancelled",
+                        hint="an admin makes a new join token (floydd token create); join again with it")
 
 
 def _node_health(state, cmd, proposer, leader) -> None:
@@ -302,7 +315,7 @@ def _any_member(state, cmd, proposer, leader) -> None:
 def _join_token(state, cmd, proposer, leader) -> None:
     """A join token lets a box in: only an admin makes or revokes one."""
     who = cmd.get("made_by") if cmd["op"] == "token.create" else cmd.get("by")
-    if not at_least(state, 2) or who == "imported" and cmd["op"] == "token.create":
+    if not at_least(state, 2) or who == "imported" and cmd["op"] == "token.create" and not at_least(state, 3):
         return                                      # an 0.1 box lets any member: so do all, until level 2
     if not is_admin(state, who):
         verb = "make" if cmd["op"] == "token.create" else "revoke"
@@ -347,7 +360,7 @@ def _people_admin(state, cmd, proposer, leader) -> None:
     user = cmd.get("user")
     if not is_admin(state, user):
         verb = {"person.add": "add", "person.role": "change the role of", "person.remove": "remove",
-                "person.map": "map uids to"}[cmd["op"]]
+                "person.map": "map uids to", "person.boxes": "sign in or out"}[cmd["op"]]
         raise Forbidden(f"{_who(user)} may not {verb} {cmd['name']}: not an admin", code="not_an_admin",
                         hint="an admin runs floydd user ... (floydd user list shows the admins)")
 
@@ -361,7 +374,7 @@ _RULES = {
     "token.create": _join_token, "token.use": _any_member, "token.revoke": _join_token,
     "admin.grant": _admin_grant, "cluster.protocol": _cluster_level,
     "person.add": _people_admin, "person.role": _people_admin,
-    "person.remove": _people_admin, "person.map": _people_admin,
+    "person.remove": _people_admin, "person.map": _people_admin, "person.boxes": _people_admin,
     "apitoken.create": _apitoken_create, "apitoken.revoke": _apitoken_revoke,
     "audit.tamper": _audit_tamper,
 }

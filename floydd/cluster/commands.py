@@ -42,7 +42,8 @@ turn it into the bytes of a raft entry. Nothing is pickled.
                           by the dataset's first version, or its owner)
     dataset.delete        name, version? (None: every version), user?       NotFound on retry
     dataset.holders       name, version, node, holds                        being a set
-    token.create          id, secret_sha256, expires, made_by?, made_on?    Conflict on retry
+    token.create          id, secret_sha256, expires, made_by?, made_on?,   Conflict on retry
+                          sign_in? (level 3: whom it signs in on the box)
     token.use             id, secret_sha256, node, serial, not_after        used once (join)
     token.revoke          id, by?                                           being a set
     node.cert             id, serial, not_after (a renewed certificate)     being a set
@@ -54,9 +55,13 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     person.remove         name, user?                                       NotFound on retry
     person.map            name, node, uids (the uids acting as name there), being a set
                           user?
-    (floydd.cluster.people: the lab's people; ``user``: the admin who asked)
+    person.boxes          name, on, node? | every_box? (where their login   being a set
+                          name acts as them), user?
+    (floydd.cluster.people: the lab's people; ``user``: the admin who asked; person.add
+    also takes boxes?, every_box? from level 3)
     apitoken.create       id, person, secret_sha256, expires?, label?,      Conflict on retry
-                          user? (who asked: the person, or an admin)
+                          user? (who asked: the person, or an admin),
+                          public_key? (level 3: the token's signing key)
     apitoken.revoke       id, user?                                         being a set
     (floydd.cluster.apitokens: personal API tokens, checked by every box)
     audit.tamper          box, first_seq, what (a box found its stored        an entry each
@@ -66,6 +71,10 @@ Every command the leader appends also carries ``proposer``: the node id of the b
 proposed it, taken from its verified certificate when the leader accepted it (never from
 the body), or the leader's own id. :mod:`floydd.cluster.authz` decides on apply, from it
 and the state, whether that box (and the ``user`` it speaks for) may say the command.
+
+From cluster level 3 a command made for a person (a ``user``, ``made_by`` or ``by``:
+:data:`PERSON_OPS`) may carry ``auth = {token, sig}``: the signature of that person's
+personal token presented to the proposing box (:mod:`floydd.cluster.signin`).
 
 From cluster level 2 on every command also carries ``v``, the protocol of the box that
 proposed it (:mod:`floydd.cluster.versions`: what a command needs, and why older levels carry
@@ -84,7 +93,8 @@ import msgpack
 
 from floydd.errors import InvalidSpec
 
-__all__ = ["OPS", "FENCED_OPS", "CONF_OP", "CONF_CHANGES", "NODE_STATUSES", "MAX_ARCHIVE", "check", "encode", "decode"]
+__all__ = ["OPS", "FENCED_OPS", "CONF_OP", "CONF_CHANGES", "NODE_STATUSES", "MAX_ARCHIVE", "PERSON_OPS", "check",
+           "encode", "decode"]
 
 CONF_OP = "raft.conf"
 """A membership change forwarded to the leader: ``{"op": "raft.conf", "change", "node"}``."""
@@ -146,11 +156,23 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "person.role": {"name": (_STR, True), "role": (_STR, True), "user": (_STR, False)},
     "person.remove": {"name": (_STR, True), "user": (_STR, False)},
     "person.map": {"name": (_STR, True), "node": (_STR, True), "uids": (_LIST, True), "user": (_STR, False)},
+    "person.boxes": {"name": (_STR, True), "on": (_BOOL, True), "node": (_STR, False), "every_box": (_BOOL, False),
+                     "user": (_STR, False)},
     "apitoken.create": {"id": (_STR, True), "person": (_STR, True), "secret_sha256": (_STR, True),
                         "expires": ((int, float, type(None)), False), "label": (_STR, False), "user": (_STR, False)},
     "apitoken.revoke": {"id": (_STR, True), "user": (_STR, False)},
     "audit.tamper": {"box": (_STR, True), "first_seq": (_INT, True), "what": (_STR, True)},
 }
+# issue 20 (sign-in, level 3): new fields of older ops, and the signature a command made for a
+# person carries when that person's personal token was presented to the proposing box
+_SCHEMAS["person.add"].update({"boxes": (_LIST, False), "every_box": (_BOOL, False)})
+_SCHEMAS["token.create"].update({"sign_in": (_LIST, False)})
+_SCHEMAS["apitoken.create"].update({"public_key": (_STR, False)})
+PERSON_OPS = frozenset(op for op, fields in _SCHEMAS.items()
+                       if {"user", "made_by", "by"} & set(fields) and op != "admin.grant")
+"""Ops made for a person (floydd.cluster.signin): they may carry ``auth``."""
+for _op in PERSON_OPS:
+    _SCHEMAS[_op]["auth"] = (_DICT, False)
 OPS = frozenset(_SCHEMAS)
 FENCED_OPS = frozenset({"job.place"})
 """Leader actions that must carry the leader's term (the driver's ``fenced=True``)."""
@@ -213,6 +235,9 @@ def check(command: object) -> dict[str, Any]:
     if op == "dataset.add_version" and command.get("visibility", "lab") not in ("lab", "private"):
         raise InvalidSpec(f"dataset.add_version: {command['visibility']!r:.40} is not a visibility",
                           hint="a dataset is lab (the default) or private")
+    if "auth" in command and (set(command["auth"]) != {"token", "sig"}
+                              or not all(isinstance(v, str) and len(v) <= 256 for v in command["auth"].values())):
+        raise InvalidSpec(f"{op}: auth is {{token: id, sig: hex}} (a personal token's signature)")
     if op == "node.health" and command["status"] not in NODE_STATUSES:
         raise InvalidSpec(f"node.health: status must be one of {', '.join(NODE_STATUSES)}")
     for proc in command.get("procs") or () if op in ("node.health", "node.upsert") else ():

@@ -8,6 +8,9 @@ forwarded to the leader (``/cluster/v1/propose``, answered here by :meth:`on_pro
 dropped or unanswered proposals are retried until the timeout, which is safe because
 commands are idempotent (``job.submit`` by its idempotency key). Every command is stamped
 with its proposer (this node, or the verified certificate of the node that forwarded it).
+A command made for a person is first signed by the personal token presented for the request
+being served, if any, and refused at once if this box may not act for that person
+(:func:`floydd.cluster.presented.signed`; every box checks again on apply).
 
 A *fenced* proposal (a leader action such as ``job.place``) is stamped with the leader's
 term at the instant it enters the log, is never forwarded or retried, and the state
@@ -24,6 +27,7 @@ from floydd.cluster import commands, versions
 from floydd.cluster._futures import settle
 from floydd.cluster.authz import authorize_conf, joining_may_propose
 from floydd.cluster.membership import check_conf
+from floydd.cluster.presented import signed
 from floydd.cluster.raft import Entry, ProposalDropped
 from floydd.errors import FloyddError, Forbidden, InternalError, InvalidSpec, Unavailable
 
@@ -53,6 +57,7 @@ class ProposalsMixin:
                 raise InvalidSpec(f"{cmd.get('op')}: propose a leader action with fenced=True, without a term",
                                   hint="the driver stamps the term when the command enters the log")
             commands.check({**cmd, "term": 0} if fenced else cmd)
+        cmd = signed(self.state, cmd, self.node_id)     # level 3: a presented token signs; sign-in checked here
         if fenced:
             self._require_leader()
             try:

@@ -291,15 +291,21 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
 
     async def remove_node(self, node_id: str, *, user: str, timeout: float | None = None) -> None:
         """``floydd remove NODE``, an admin's command: take the node out of raft, tombstone it
-        and revoke its certificates (each box refuses them from then on)."""
+        and revoke its certificates (each box refuses them from then on). A join that was
+        redeemed but whose box never started (a certificate recorded, not a member) is
+        cancelled the same way: it can never become a member with that certificate."""
         if node_id == self.node_id:
             raise Conflict("this is the node you are on", hint="use floydd leave here instead")
         if node_id not in self.state.nodes and not self.driver.in_conf(node_id):
-            if node_id in self.state.removed:
-                return
-            raise NotFound(f"node {node_id} is not a member", code="node_not_found",
-                           hint="floydd members lists the nodes and their ids")
-        await self.driver.change_membership("remove", node_id, timeout=timeout, user=user)
+            trust = self.state.trust
+            if node_id in self.state.removed and (node_id not in trust.certs
+                                                  or trust.join_cancelled(node_id, self.state.revoked)):
+                return                                      # removed, or its join cancelled, already
+            if node_id not in trust.certs:                  # else a join redeemed, not started: cancelled below
+                raise NotFound(f"node {node_id} is not a member", code="node_not_found",
+                               hint="floydd members lists the nodes and their ids; floydd token list the joins")
+        else:
+            await self.driver.change_membership("remove", node_id, timeout=timeout, user=user)
         await self._propose({"op": "node.remove", "id": node_id, "user": user}, timeout=timeout)
 
     def members(self) -> list[dict]:

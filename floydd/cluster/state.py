@@ -42,7 +42,8 @@ called with it::
     state_queries    the reads (copies): job, list_jobs, list_nodes, node_health, query, ...
     imported         project.allocate, job.import
     trust            token.create, token.use, token.revoke, node.cert
-    people           admin.grant, person.add, person.role, person.remove, person.map
+    people           admin.grant, person.add, person.role, person.remove, person.map, person.boxes
+    signin           who is signed in on which box (level 3), and what changes with it
     apitokens        apitoken.create, apitoken.revoke
     versions         cluster.protocol
     audit_guard      audit.tamper (changes nothing but the chain: its entry is the record)
@@ -54,7 +55,7 @@ from typing import Any, Callable
 
 import msgpack
 
-from floydd.cluster import imported, people, versions
+from floydd.cluster import imported, people, signin, versions
 from floydd.cluster.archive import MemoryArchive
 from floydd.cluster.audit import MemoryAudit
 from floydd.cluster.apitokens import ApiTokens
@@ -119,16 +120,17 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
             "job.import": lambda cmd, term: imported.import_job(self, cmd),
             "dataset.add_version": self._dataset_add,
             "dataset.delete": self._dataset_delete, "dataset.holders": self._dataset_holders,
-            "token.create": lambda cmd, term: self.trust.token_create(cmd),
-            "token.use": lambda cmd, term: self.trust.token_use(cmd, members=self.nodes, removed=self.removed),
-            "token.revoke": lambda cmd, term: self.trust.token_revoke(cmd),
+            "token.create": lambda cmd, term: signin.token_create(self, cmd),     # level 3: whom it signs in
+            "token.use": lambda cmd, term: signin.token_use(self, cmd),
+            "token.revoke": lambda cmd, term: signin.token_revoke(self, cmd),     # level 3: cancels a join
             "node.cert": lambda cmd, term: self.trust.node_cert(cmd, members=self.nodes, removed=self.removed),
-            "admin.grant": lambda cmd, term: people.grant(self.people, cmd),
-            versions.OP: lambda cmd, term: versions.apply_level(self, cmd),
-            "person.add": lambda cmd, term: people.add(self.people, cmd),
+            "admin.grant": lambda cmd, term: people.grant(self.people, cmd, here=signin.here(self, cmd)),
+            versions.OP: lambda cmd, term: signin.raise_level(self, cmd),       # level 3 lists members' boxes
+            "person.add": lambda cmd, term: people.add(self.people, cmd, here=signin.here(self, cmd)),
             "person.role": lambda cmd, term: people.set_role(self.people, cmd),
-            "person.remove": lambda cmd, term: people.remove(self.people, cmd),
+            "person.remove": lambda cmd, term: signin.remove_person(self, cmd),   # level 3: and their tokens
             "person.map": lambda cmd, term: people.map_uids(self.people, cmd),
+            "person.boxes": lambda cmd, term: people.set_boxes(self.people, cmd),
             "apitoken.create": lambda cmd, term: self.apitokens.create(cmd),
             "apitoken.revoke": lambda cmd, term: self.apitokens.revoke(cmd),
             "audit.tamper": lambda cmd, term: {"box": cmd["box"], "first_seq": cmd["first_seq"]},  # its entry says it

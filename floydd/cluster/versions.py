@@ -50,6 +50,7 @@ _NEW_OPS: Mapping[int, frozenset[str]] = {
                   "apitoken.revoke", "project.allocate", "job.import"}),
     3: frozenset({
         "audit.tamper",                                   # a box's stored audit chain was edited (audit_guard)
+        "person.boxes",                                   # where a person's login name signs them in
     }),
 }
 """Ops each level brought (2: people, personal tokens, imports). ``cluster.protocol`` itself
@@ -58,6 +59,14 @@ _NEW_FIELDS: Mapping[int, Mapping[str, tuple[str, ...]]] = {
     2: {"node.upsert": ("config",), "dataset.add_version": ("visibility",)},
     3: {
         "node.health": ("audit_head",),                   # its audit chain's head (audit_evidence)
+        # sign-in (issue 20): where a login name acts, whom a join token signs in, a token's key,
+        # and the personal token's signature (auth) on every op made for a person
+        "person.add": ("boxes", "every_box", "auth"), "token.create": ("sign_in", "auth"),
+        "apitoken.create": ("public_key", "auth"), "node.remove": ("auth",), "job.submit": ("auth",),
+        "job.update": ("auth",), "job.delete": ("auth",), "job.import": ("auth",),
+        "dataset.add_version": ("auth",), "dataset.delete": ("auth",), "token.revoke": ("auth",),
+        "person.role": ("auth",), "person.remove": ("auth",), "person.map": ("auth",),
+        "apitoken.revoke": ("auth",),
     },
 }
 """Fields each level added to older ops."""

@@ -3,7 +3,9 @@
 A mixin of :class:`~floydd.cluster.service.ClusterService`: one method per command the rest
 of the daemon commits (jobs, project numbers, datasets, accounts; the node commands are the
 service's own), each a thin wrapper that builds the command (:mod:`floydd.cluster.commands`)
-and proposes it. :meth:`_propose` stamps the time and the cluster's level, and goes through
+and proposes it. :meth:`_propose` stamps the time and the cluster's level, signs a command
+made for the person whose personal token this request presented
+(:mod:`floydd.cluster.presented`: only from cluster level 3), and goes through
 the leader when one is known; a node that hears from no leader (not a member yet) asks the
 members it knows of, following a refusal that names the leader straight to it. A command
 of a newer level first raises the cluster's level, if every box speaks it.
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from floydd.cluster import versions
+from floydd.cluster.presented import signed
 from floydd.cluster.raft import ProposalDropped
 from floydd.errors import FloyddError, Unavailable
 
@@ -121,6 +124,7 @@ class WritesMixin:
         if versions.needs(cmd) > self.state.protocol:
             await self.raise_level(versions.needs(cmd), timeout=timeout)
         cmd = versions.stamped(self.state, {**cmd, "ts": self._clock()})
+        cmd = signed(self.state, cmd, self.node_id)     # level 3: signed by a presented token; sign-in checked
         if self.driver.leader_id is not None or not self._contacts():
             return await self.driver.propose(cmd, timeout=timeout)
         timeout = timeout or self.config.propose_timeout

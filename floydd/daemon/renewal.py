@@ -32,6 +32,7 @@ import aiohttp
 from cryptography import x509
 
 from floydd import log
+from floydd.cluster import versions
 from floydd.errors import FloyddError, Unavailable, from_payload
 from floydd.security.ca import CLOCK_SKEW
 from floydd.security.identity import NodeIdentity
@@ -161,7 +162,7 @@ class TrustKeeper:
 
     async def _post(self, peer: str, address: str, path: str, body: dict) -> dict:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = aiohttp.ClientSession(headers={versions.HEADER: str(versions.PROTOCOL)})  # as peers say
             self._ssl = client_context(self.identity, verify_node_id=True)
         try:
             async with self._session.post(f"https://{address}{path}", json=body, server_hostname=peer,

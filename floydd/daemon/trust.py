@@ -18,7 +18,9 @@ The routes (mounted on the mTLS listener of every member, :func:`floydd.daemon.p
     POST /cluster/v1/certs/renew   {csr, addresses} -> a new certificate for the calling member
 
 Tokens are replicated records (:mod:`floydd.cluster.trust`): :class:`ClusterTokens` makes,
-lists, revokes, checks and redeems them through raft. A legacy ``STATE/ca/tokens.db`` (tokens
+lists, revokes, checks and redeems them through raft. From cluster level 3 a token signs in
+people on the box it admits (its maker by default), and revoking one that was used cancels
+the join it made while that box is not a member yet (also out of the raft configuration). A legacy ``STATE/ca/tokens.db`` (tokens
 made before they were replicated) is imported once by the node holding it: every token in it
 that could still be used becomes a record with the same id, digest and expiry (so a token
 already printed still works), and the file is renamed ``tokens.db.imported``.
@@ -39,7 +41,7 @@ from aiohttp import web
 from cryptography.x509.oid import NameOID
 
 from floydd import log
-from floydd.cluster.versions import check_joiner
+from floydd.cluster.versions import at_least, check_joiner
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, UserError
 from floydd.security.ca import ClusterCA
 from floydd.security.identity import NodeIdentity
@@ -88,15 +90,20 @@ class ClusterTokens:
     def is_voter(self) -> bool:
         return self.service.node_id in self.service.status().voters
 
-    async def create(self, ttl: float, *, made_by: str = "") -> str:
-        """A new token (printed once), made on this voter; its address hint is this node."""
+    async def create(self, ttl: float, *, made_by: str = "", sign_in: list[str] | None = None) -> str:
+        """A new token (printed once), made on this voter; its address hint is this node.
+        ``sign_in``: the people signed in on the box it admits (None: its maker, from cluster
+        level 3; naming them needs level 3)."""
         if not self.is_voter():
             raise Conflict(f"node {self.service.node_id} is not a voter: it cannot admit boxes",
                            code="not_a_voter", hint="make the token on a voter (floydd members lists them)")
         token = new_token(self.identity.cluster_fingerprint, ttl, self._clock(),
                           address=self.service.transport.advertise)
-        await self._propose({"op": "token.create", "id": token.token_id, "secret_sha256": token.secret_sha256,
-                             "expires": token.expires_at, "made_by": made_by, "made_on": self.service.node_id})
+        cmd = {"op": "token.create", "id": token.token_id, "secret_sha256": token.secret_sha256,
+               "expires": token.expires_at, "made_by": made_by, "made_on": self.service.node_id}
+        if sign_in is not None:
+            cmd["sign_in"] = sorted(set(sign_in))
+        await self._propose(cmd)
         _log.info("join token %s made on this node by %s, valid until %s", token.token_id, made_by or "?",
                   time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(token.expires_at)))
         return token.text
@@ -111,6 +118,12 @@ class ClusterTokens:
                             hint="a token id is 16 hex digits, the third part of the token (floydd token list)")
         record = await self._propose({"op": "token.revoke", "id": token_id, "by": by})
         _log.info("join token %s revoked by %s", token_id, by or "?")
+        cancelled = record.get("cancelled_join")
+        if cancelled:                   # the join it made is cancelled: no seat either, if it got one
+            _log.warning("join token %s revoked after it was used: the join of node %s is cancelled", token_id,
+                         cancelled)
+            if self.service.driver.in_conf(cancelled):
+                await self.service.driver.change_membership("remove", cancelled, user=by)
         return record
 
     async def check(self, token_id: str, secret: str) -> None:
@@ -123,6 +136,12 @@ class ClusterTokens:
 
     async def import_legacy(self, path: Path) -> int:
         """Copy the usable tokens of an old ``tokens.db`` into the cluster; rename the file."""
+        state = self.service.state
+        if at_least(state, 3) and state.people:     # made by nobody the cluster knows: no box may act for them
+            await asyncio.to_thread(os.replace, path, path.with_name(path.name + ".not-imported"))
+            _log.warning("join tokens of %s (made before floydd 0.2) are not carried into this cluster: an admin "
+                         "makes new ones (floydd token create); the file is kept as %s.not-imported", path, path.name)
+            return 0
         store = TokenStore(path, ca_fingerprint=self.identity.cluster_fingerprint, clock=self._clock)
         usable = await asyncio.to_thread(store.usable)
         for info, digest in usable:

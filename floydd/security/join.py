@@ -40,7 +40,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
-from floydd.cluster.versions import HEADER as PROTOCOL_HEADER, PROTOCOL
+from floydd.cluster.versions import HEADER, PROTOCOL
 from floydd.errors import (Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, Unavailable, UserError,
                            from_payload)
 from floydd.security._x509 import check_node_id, fingerprint_of_der, node_id_of_cert
@@ -98,7 +98,7 @@ async def join(token: str, address: str | None, node_id: str, key: Any, *, addre
     body = {"token_id": parsed.token_id, "secret": parsed.secret, "csr": csr.decode(), "node_id": node_id,
             "addresses": list(addresses), "protocol": PROTOCOL}      # an 0.1 voter ignores it
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout),
-                                     headers={PROTOCOL_HEADER: str(PROTOCOL)}) as session:   # else taken for 0.1's
+                                     headers={HEADER: str(PROTOCOL)}) as session:   # else taken for 0.1's
         try:
             async with session.post(base + JOIN_PATH, json=body, ssl=_pinned_context(ca_pem)) as resp:
                 payload = await _read_json(resp)
@@ -334,8 +334,8 @@ async def _get_unverified(host: str, port: int, path: str) -> tuple[int, bytes, 
     try:
         ssl_object = writer.get_extra_info("ssl_object")
         leaf_der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n"
-                     f"{PROTOCOL_HEADER}: {PROTOCOL}\r\nConnection: close\r\n\r\n".encode())
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n{HEADER}: {PROTOCOL}\r\n"
+                     "Connection: close\r\n\r\n".encode())
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")

@@ -59,6 +59,7 @@ ANSWERS = {
     ("get", "/v1/audit/head"): "AuditHead",
     ("get", "/v1/people"): "Person[]", ("post", "/v1/people"): "Person", ("delete", "/v1/people/{name}"): "PersonRemoved",
     ("post", "/v1/people/{name}/role"): "Person", ("post", "/v1/people/{name}/uids"): "Person",
+    ("post", "/v1/people/{name}/boxes"): "Person",
     ("post", "/v1/tokens"): "ApiToken", ("get", "/v1/tokens"): "ApiToken[]",
     ("delete", "/v1/tokens/{token_id}"): "ApiToken", ("get", "/v1/whoami"): "WhoAmI",
     ("post", "/v1/import"): "ImportResult", ("post", "/v1/cluster/drain"): "Drained",

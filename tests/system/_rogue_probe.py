@@ -28,7 +28,8 @@ async def _post(identity: NodeIdentity, node_id: str, address: str, path: str, b
     ctx = client_context(identity, verify_node_id=True)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session:
         async with session.post(f"https://{address}{path}", data=msgpack.packb(body, use_bin_type=True), ssl=ctx,
-                                server_hostname=node_id, headers={versions.HEADER: str(versions.PROTOCOL), "Content-Type": "application/msgpack"}) as resp:
+                                server_hostname=node_id, headers={"Content-Type": "application/msgpack",
+                                                                  versions.HEADER: str(versions.PROTOCOL)}) as resp:
             raw = await resp.read()
             status = resp.status
     try:

@@ -4,7 +4,8 @@ tree while a job runs, in three namespace hosts.
 
 Between upgrades the mixed cluster keeps working (a job submitted through an upgraded box
 runs), and what came with the new release is refused plainly until every box has it; once the
-last box is upgraded the cluster's level rises by itself (floydd.cluster.versions), accounts
+last box is upgraded the cluster's level rises by itself (floydd.cluster.versions), everyone
+of the lab is signed in on the boxes that were members then (floydd.cluster.signin), accounts
 and the audit log work, and the job that ran through every restart, its own box's too,
 succeeds with its output. Then ``floydd drain`` keeps new work off a box until undone.
 """
@@ -115,9 +116,20 @@ def test_a_cluster_of_the_previous_release_is_upgraded_box_by_box_while_a_job_ru
             assert members()["protocol"] == 2
             mixed = boxes[0].floyd("run", "-f", "echo from a mixed cluster", cwd=project)
             assert "from a mixed cluster" in mixed.stdout
+            # what came with 0.3 (where a person is signed in) is refused plainly, naming the boxes behind
+            refused = floydd(sys.executable, 1, "user", "add", "carol", "--box", "box1", check=False)
+            said = refused.stdout + refused.stderr
+            assert refused.returncode != 0 and "Traceback" not in said, said
+            assert "person.add needs every box of the cluster on floydd 0.3 or later: box2, box3 run an older " \
+                   "release" in said, said
 
     wait_until(lambda: members().get("protocol") == 3, timeout=60, what="the cluster's level to rise to 3")
-    floydd(sys.executable, 1, "user", "add", "bob")
+    ids = sorted(m["id"] for m in members()["members"])
+    people = {p["name"]: p for p in json.loads(floydd(sys.executable, 3, "user", "list", "--json").stdout)}
+    assert people["alice"]["boxes"] == ids and not people["alice"]["every_box"]    # signed in where she was
+    assert "carol" not in people
+    added = floydd(sys.executable, 1, "user", "add", "bob").stdout
+    assert "bob added as a user; their login name acts as them on box1" in added    # the box it ran through
     audit = json.loads(floydd(sys.executable, 2, "audit", "--json").stdout)
     assert audit[0]["op"] == "cluster.protocol" and [e["op"] for e in audit].count("cluster.protocol") == 2
     assert [e["what"] for e in audit if e["op"] == "person.add"] == ["name=alice role=user", "name=bob role=user"], audit

@@ -64,6 +64,10 @@ class Person:
     added: float = 0.0
     by: str = ""
     """The admin who added them (empty: the first admin, made at floydd init)."""
+    boxes: tuple[str, ...] | None = None
+    """Box ids where their login name acts as them (cluster level 3; absent before: every box)."""
+    every_box: bool | None = None
+    """Their login name acts as them on every box (cluster level 3)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +92,9 @@ class ApiToken:
     revoked: float | None = None
     revoked_by: str | None = None
     token: str | None = None
+    public_key: str | None = None
+    """The public half of the token's signing key (cluster level 3): a box it is presented to
+    may act for its person."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +130,10 @@ class TokenRecord:
     used_by: str | None = None
     revoked: float | None = None
     revoked_by: str | None = None
+    sign_in: tuple[str, ...] | None = None
+    """The people signed in on the box it admits (cluster level 3)."""
+    cancelled_join: str | None = None
+    """A revoke of a used token: the box whose join it cancelled."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,6 +160,8 @@ class Removed:
     """``POST /v1/cluster/remove``: the node taken out of the cluster; its certificates are revoked."""
 
     removed: str
+    cancelled_join: str | None = None
+    """The node was a join redeemed but not started: cancelled, it can never become a member."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,7 +18,9 @@ from typing import Callable
 
 from floydd.cluster import versions
 from floydd.cluster.config import TEST_CONFIG, ClusterConfig
+from floydd.cluster.people import signed_in
 from floydd.cluster.service import ClusterService
+from floydd.cluster.versions import PROTOCOL
 from floydd.security.identity import NodeIdentity, init_cluster
 from tests.conftest import wait_until_async
 
@@ -106,7 +108,19 @@ class Cluster:
             node.alive = True
         await self.wait_for(lambda: len(self.leader().service.state.nodes) == n if self.leader() else False,
                             what=f"a leader and {n} announced nodes")
+        await self.wait_for(lambda: all(node.service.state.protocol == PROTOCOL for node in nodes),
+                            what=f"cluster level {PROTOCOL} everywhere")    # what it switches on is not racy
         return nodes
+
+    async def sign_in(self, name: str, *, every_box: bool = True) -> None:
+        """Sign person ``name`` in on every box (level 3: a box acts only for people signed in
+        on it, floydd.cluster.signin), through the leader, as the admin it signed in first."""
+        lead = self.leader()
+        admin = next(a for a in lead.service.state.admins if signed_in(lead.service.state.people, lead.id, a))
+        await lead.service.change_account({"op": "person.boxes", "name": name, "every_box": every_box, "on": True,
+                                           "user": admin})
+        await self.wait_for(lambda: all(signed_in(n.service.state.people, n.id, name) for n in self.live()),
+                            what=f"{name} signed in everywhere")
 
     async def join(self, via: Node | None = None) -> Node:
         """A new node that joins through ``via`` (default: any live node) as a learner."""

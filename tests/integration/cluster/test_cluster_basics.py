@@ -6,6 +6,7 @@ import aiohttp
 import msgpack
 import pytest
 
+from floydd.cluster import versions
 from floydd.cluster.raft import Heartbeat, ProposalDropped, encode_message
 from floydd.cluster.transport import RAFT_PATH
 from floydd.errors import Conflict, InvalidSpec, Unavailable
@@ -136,7 +137,7 @@ async def test_a_member_cannot_send_raft_messages_as_another_node(cluster):
     term = c.driver.status().term + 5
     forged = encode_message(Heartbeat(frm=a.id, to=c.id, term=term, commit=0))
     ctx = client_context(b.identity, verify_node_id=True)
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(headers={versions.HEADER: str(versions.PROTOCOL)}) as session:
         for claimed in (a.id, b.id):    # body claims a / body honest but the message claims a
             body = msgpack.packb({"from": claimed, "addr": None, "msgs": [forged]})
             async with session.post(f"https://{c.address}{RAFT_PATH}", data=body, ssl=ctx,

@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from floydd.api import keys
 from floydd.api.datasets import routes as dataset_routes
+from floydd.cluster import versions
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.peerstore import OBJECTS_PATH, store_routes
 from floydd.cluster.storecare import StoreCare
@@ -197,7 +198,8 @@ async def test_the_object_route_needs_a_cluster_certificate(data_cluster, src):
     no_cert = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     no_cert.check_hostname = False
     no_cert.load_verify_locations(cadata=c.ca.cert_pem.decode())     # trusts the cluster, has no cert
-    async with aiohttp.ClientSession() as session, session.get(url, ssl=no_cert) as resp:
+    async with aiohttp.ClientSession(headers={versions.HEADER: str(versions.PROTOCOL)}) as session, \
+            session.get(url, ssl=no_cert) as resp:
         status, body = resp.status, await resp.json()
     assert status == 403 and body["error"]["code"] == "peer_certificate_required"
 

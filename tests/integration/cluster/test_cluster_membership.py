@@ -8,6 +8,7 @@ import aiohttp
 import msgpack
 import pytest
 
+from floydd.cluster import versions
 from floydd.cluster.autopilot import AutopilotConfig
 from floydd.cluster.discovery import Peer
 from floydd.cluster.transport import RAFT_PATH
@@ -194,7 +195,7 @@ async def test_a_node_that_left_for_good_is_refused(cluster):
     assert gone.id not in roles(lead)[0] + roles(lead)[1]
     ctx = client_context(gone.identity, verify_node_id=True)
     body = msgpack.packb({"from": gone.id, "addr": None, "msgs": []})
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(headers={versions.HEADER: str(versions.PROTOCOL)}) as session:
         async with session.post(f"https://{lead.address}{RAFT_PATH}", data=body, ssl=ctx,
                                 server_hostname=lead.id, headers=PEER_HEADERS) as resp:
             assert resp.status == 403

@@ -14,15 +14,17 @@ async def test_people_replicate_and_every_box_refuses_alike(cluster):
     nodes = await cluster.start(3)
     lead = await cluster.wait_leader()
     await lead.service.grant_admin("root")                  # floydd init's first admin
+    await cluster.sign_in("root")                           # who acts as root on every box
     a, b = [n for n in nodes if n is not lead]
     await a.service.change_account({"op": "person.add", "name": "alice", "role": "user", "user": "root",
-                                   "uids": {a.id: [2001]}})
+                                   "uids": {a.id: [2001]}, "boxes": [b.id]})
     await cluster.wait_for(lambda: all("alice" in n.service.state.people for n in nodes), what="alice everywhere")
     for n in nodes:
         ppl = n.service.state.people
         assert people.person_of(ppl, a.id, 2001, "anyone") == "alice"      # mapped on box a
         assert people.person_of(ppl, b.id, 2001, "anyone") is None         # not on b
-        assert people.person_of(ppl, b.id, 1000, "alice") == "alice"       # her login on b
+        assert people.person_of(ppl, b.id, 1000, "alice") == "alice"       # her login on b, listed for her
+        assert people.person_of(ppl, lead.id, 1000, "alice") is None       # not on a box not listed for her
     with pytest.raises(Forbidden, match="user alice may not change the role of alice: not an admin"):
         await b.service.change_account({"op": "person.role", "name": "alice", "role": "admin", "user": "alice"})
     with pytest.raises(Conflict, match="root is the lab's last admin"):
@@ -40,7 +42,9 @@ async def test_a_private_dataset_is_refused_to_others_on_every_box(cluster):
     await lead.service.grant_admin("root")
     other = next(n for n in nodes if n is not lead)
     for name in ("alice", "bob"):
-        await lead.service.change_account({"op": "person.add", "name": name, "role": "user", "user": "root"})
+        await lead.service.change_account({"op": "person.add", "name": name, "role": "user", "user": "root",
+                                           "every_box": True})
+    await cluster.sign_in("root")
     tree = "ab" * 16
     await lead.service.add_dataset_version("faces", tree, user="alice", visibility="private")
     with pytest.raises(Forbidden, match="user bob may not add to faces: it is alice's private dataset"):

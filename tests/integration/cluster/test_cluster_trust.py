@@ -14,6 +14,7 @@ import pytest
 from cryptography import x509
 
 from floydd.daemon.renewal import TrustKeeper
+from floydd.cluster import versions
 from floydd.daemon.trust import CA_KEY_PATH, Trust
 from floydd.errors import Unauthorized
 from floydd.security.identity import NodeIdentity
@@ -118,7 +119,7 @@ async def test_a_learner_is_not_handed_the_ca_key(trusted, cluster):
     n1, *_ = await trusted.start(3)
     learner = await cluster.join()
     await cluster.wait_for(lambda: learner.id in n1.service.status().learners, what="a learner")
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(headers={versions.HEADER: str(versions.PROTOCOL)}) as session:
         async with session.post(f"https://{n1.address}{CA_KEY_PATH}", json={}, server_hostname=n1.id,
                                 ssl=client_context(learner.identity, verify_node_id=True)) as resp:
             body = await resp.json()

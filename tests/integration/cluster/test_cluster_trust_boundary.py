@@ -34,18 +34,19 @@ def outsider(cluster, name: str) -> NodeIdentity:
     return identity
 
 
-async def redeemed(cluster, lead, identity: NodeIdentity) -> None:
+async def redeemed(cluster, lead, identity: NodeIdentity, made_by: str = "test") -> str:
     """Commit what a voter commits before it hands out a join's certificate: the token it was
-    given, used by ``identity``'s node with its serial (floydd.daemon.trust)."""
+    given, used by ``identity``'s node with its serial (floydd.daemon.trust); the token's id."""
     token = new_token(cluster.ca.fingerprint, 600, time.time())
     digest = token.secret_sha256
     await lead.service._propose({"op": "token.create", "id": token.token_id, "secret_sha256": digest,
-                                 "expires": token.expires_at, "made_by": "test", "made_on": lead.id})
+                                 "expires": token.expires_at, "made_by": made_by, "made_on": lead.id})
     await lead.service._propose({"op": "token.use", "id": token.token_id, "secret_sha256": digest,
                                  "node": identity.node_id, "serial": identity.serial,
                                  "not_after": identity.not_after})
     await cluster.wait_for(lambda: all(identity.node_id in n.service.state.trust.certs for n in cluster.nodes),
                            what="the used token recorded everywhere")
+    return token.token_id
 
 
 async def post(identity: NodeIdentity, node, path: str, body: dict) -> tuple[int, dict]:
@@ -104,6 +105,7 @@ async def test_a_removed_member_is_refused_everywhere(cluster):
     nodes = await cluster.start(3)
     lead = await cluster.wait_leader()
     await lead.service.grant_admin("root")
+    await cluster.sign_in("root")
     victim = next(n for n in nodes if n is not lead)
     rest = [n for n in nodes if n is not victim]
     with pytest.raises(Forbidden, match="not an admin"):
@@ -121,7 +123,11 @@ async def test_a_member_speaking_for_another_box_or_user_is_refused_on_every_box
     nodes = await cluster.start(3)
     lead = await cluster.wait_leader()
     await lead.service.grant_admin("root")
+    await cluster.sign_in("root")
     a, b = [n for n in nodes if n is not lead]
+    await lead.service.change_account({"op": "person.add", "name": "alice", "role": "user", "user": "root",
+                                       "boxes": [a.id]})
+    await cluster.wait_for(lambda: "alice" in a.service.state.people, what="alice's account on her box")
     job = await a.service.submit_job(SPEC, "alices", user="alice")
     gpus_before = {n.id: dict(n.service.state.nodes[lead.id]["resources"]) for n in nodes}
     forged = {"op": "node.upsert", "id": lead.id, "name": "forged", "address": "10.9.9.9", "cluster_port": 1,

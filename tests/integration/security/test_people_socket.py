@@ -151,13 +151,24 @@ def test_the_cli_adds_lists_changes_and_removes_people_with_clear_errors(lab, mo
 
     assert "no accounts: a lab of one" in run(floydd, "user", *state, "list").output
     added = run(floydd, "user", *state, "add", "bob", "--uid", f"{node}:4242")
-    assert added.exit_code == 0 and "bob added as a user" in added.output
+    box = _node_name(client, node)
+    assert added.exit_code == 0 and f"bob added as a user; uid 4242 on {box}\n" in added.output
     bad = run(floydd, "user", *state, "add", "eve", "--uid", "nobox")
     assert bad.exit_code != 0 and "--uid 'nobox' is not BOX:UID" in bad.output
+    carol = run(floydd, "user", *state, "add", "carol").output
+    assert f"carol added as a user; their login name acts as them on {box}\n" in carol    # the box it ran through
+    assert "floydd user map carol BOX" in carol
+    assert "on every box (any box" in run(floydd, "user", *state, "map", "carol", "--every-box").output
+    gone = run(floydd, "user", *state, "unmap", "carol", box)
+    assert gone.exit_code == 0 and f"carol is signed out of {box}; their login name acts as them on every box" \
+        in gone.output
+    nowhere = run(floydd, "user", *state, "unmap", "carol", "--every-box").output
+    assert "no box acts for them (floydd user map NAME BOX signs them in)" in nowhere
+    assert "bob removed" not in run(floydd, "user", *state, "remove", "carol").output
     listed = run(floydd, "user", *state, "list").output.splitlines()
-    assert listed[0].split() == ["NAME", "ROLE", "UIDS"]
+    assert listed[0].split() == ["NAME", "ROLE", "UIDS", "LOGIN", "ON"]
     rows = {line.split()[0]: line.split()[1:] for line in listed[2:]}
-    assert rows == {"bob": ["user", f"{_node_name(client, node)}:4242"], ME: ["admin", "login", "name"]}
+    assert rows == {"bob": ["user", f"{box}:4242", "-"], ME: ["admin", "-", box]}
     as_json = json.loads(run(floydd, "user", *state, "list", "--json").output)
     assert {p["name"]: p["uids"] for p in as_json} == {"bob": {node: [4242]}, ME: {}}
     demote = run(floydd, "user", *state, "role", ME, "user")

@@ -132,6 +132,39 @@ def test_a_personal_token_speaks_for_its_person_until_revoked(box):
     assert refused.value.code == "api_token_revoked"
 
 
+def test_a_token_lets_the_box_act_for_its_person_signed_in_nowhere_until_the_person_is_removed(box, tmp_path):
+    """A box acts only for people signed in on it (floydd.cluster.signin): carol is signed in
+    on no box, yet her token presented to this box signs what it proposes for her (a token, a
+    job, its stop, a dataset); removing her revokes the token, and adding her again does not
+    revive it."""
+    local, address, _state = box
+    ca = first_contact(*address.split(":")).ca_pem
+    local.add_person("carol", boxes=[])
+    made = local.create_api_token(person="carol", label="carol's laptop")     # the admin's call, for her
+    assert made["public_key"] and made["person"] == "carol"
+    remote = Client(address=address, token=made["token"], ca_pem=ca, timeout=30)
+    second = remote.create_api_token(label="her script")                       # a change, proposed for her
+    assert second["person"] == "carol"
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "data.txt").write_text("x\n")
+    job = remote.submit({"project": "carols", "command": "sleep 30", "code_tree": remote.upload_code(code)["code_tree"],
+                         "idem_key": "carol-job-1"})
+    assert job["user"] == "carol"
+    assert remote.stop(job["id"])["state"] in ("stopped", "failed")
+    events = list(remote.upload_tar(code, "carols-data"))
+    assert events[-1]["result"]["owner"] == "carol", events[-1]
+    assert {t["id"] for t in remote.api_tokens()} >= {made["id"], second["id"]}
+    local.remove_person("carol")
+    local.add_person("carol", boxes=[])
+    with pytest.raises(Unauthorized, match="revoked") as refused:
+        remote.whoami()
+    assert refused.value.code == "api_token_revoked"
+    assert {t["id"]: (t["state"], t["revoked_by"]) for t in local.api_tokens() if t["person"] == "carol"} == \
+        {made["id"]: ("revoked", ME), second["id"]: ("revoked", ME)}
+    local.remove_person("carol")
+
+
 def test_requests_without_a_good_token_are_refused_and_only_the_ca_is_open(box):
     local, address, _state = box
     ca = first_contact(*address.split(":")).ca_pem
@@ -300,3 +333,24 @@ def test_floyd_login_with_a_wrong_fingerprint_sends_nothing_but_the_ca_request(b
         assert res.exit_code == 1 and "nobody checked" in res.output
         assert all(auth is None for _m, _p, auth in seen)
     assert not (tmp_path / "laptop" / "login.json").exists()
+
+
+def test_a_join_token_says_whom_it_signs_in_on_the_box_it_admits(box):
+    local, _address, state = box
+    runner = CliRunner()
+
+    def token(*args):
+        return runner.invoke(floydd, ["token", "create", "--state-dir", str(state), "--ttl", "10m", *args])
+    made = {t: token(*args) for t, args in (("default", ()), ("nobody", ("--sign-in", "none")),
+                                            ("named", ("--sign-in", ME)))}
+    assert all(r.exit_code == 0 and r.output.startswith("FLD1.") for r in made.values()), made
+    ids = {t: r.output.split(".")[2] for t, r in made.items()}
+    listed = {t["id"]: t for t in local.tokens()}
+    assert [listed[ids[t]]["sign_in"] for t in ("default", "nobody", "named")] == [[ME], [], [ME]]
+    unknown = token("--sign-in", "zed")
+    assert unknown.exit_code != 0 and "zed has no account in this lab" in unknown.output
+    mixed = token("--sign-in", "none", "--sign-in", ME)
+    assert mixed.exit_code != 0 and "--sign-in none means nobody" in mixed.output
+    assert "Traceback" not in unknown.output + mixed.output
+    for token_id in ids.values():
+        local.revoke_token(token_id)
