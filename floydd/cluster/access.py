@@ -144,7 +144,9 @@ def job_target(job: Mapping[str, Any], kind: str) -> Target:
     """The ``code``, ``output``, ``logs`` or ``metrics`` of ``job`` (a job view or replicated job)."""
     if kind not in ("code", "output", "logs", "metrics"):
         raise ValueError(f"{kind!r} is not a part of a job")
-    return Target(kind=kind, name=str(job["id"]), owner=job.get("user") or "", job=str(job["id"]))
+    key = str(job["id"])
+    name = (job.get("output_version") or f"{key}/output") if kind == "output" else key   # as the data road names it
+    return Target(kind=kind, name=name, owner=job.get("user") or "", job=key)
 
 
 def is_admin(state: Any, person: str | None) -> bool:
@@ -180,7 +182,9 @@ def check(state: Any, person: str | None, target: Target, verb: str, rules: Read
                         hint="only its owner and the lab's admins use a private dataset (floyd data ls lists "
                              "those you may use)")
     if target.kind == "dataset":
-        raise Forbidden(f"{who} may not {words} {target.name}: it is {owner}'s dataset", code="not_the_owner",
+        kind = "private dataset" if target.private else "dataset"
+        raise Forbidden(f"{who} may not {words} {target.name}: it is {owner}'s {kind}",
+                        code="private_dataset" if target.private else "not_the_owner",
                         hint="only a dataset's owner or an admin adds versions to it or deletes it; upload under "
                              "a name of your own")
     if target.kind == "output":

@@ -149,12 +149,14 @@ def _check(staged: Staged, state: Any, person: str) -> None:
         tree = staged.trees.get(doc["tree"])
         again = tree is not None and _same(state, name, str(tree.tree),
                                            f"import:{staged.origin.fingerprint}:dataset:{doc['ref']}:{doc['tree']}")
-        private = target.private and not access.allowed(state, person, target, "read")
-        if private or again is None and not access.allowed(state, person, target, "add"):
-            kind = "private dataset" if target.private else "dataset"
-            raise Forbidden(f"the export brings a version of {name}, which is {target.owner or 'nobody'}'s {kind} "
-                            "here; nothing was imported", code="private_dataset" if target.private else "not_the_owner",
-                            hint="ask its owner or an admin to import the file")
+        try:                            # someone else's private one, or a new version of someone else's
+            if target.private:
+                access.check(state, person, target, "read", doing="import a version of")
+            if again is None:
+                access.check(state, person, target, "add", doing="import a version of")
+        except Forbidden as exc:
+            raise Forbidden(f"{exc.message}; nothing was imported", code=exc.code,
+                            hint="ask its owner or an admin to import the file") from None
     brought = {(d["ref"], d["tree"]) for d in staged.datasets}
     for job in staged.jobs:
         doc = job.doc
