@@ -110,24 +110,26 @@ def output_job(name: str) -> str | None:
     return job if sep and project and number.isdigit() else None
 
 
-def output_owner(state: Any, name: str) -> str | None:
+def output_owner(state: Any, name: str, before: int | None = None) -> str | None:
     """The owner of job output ``name`` from the replicated state: its job's owner; None when
     ``name`` is no job's output or the state does not know the job (a box's history before it
-    joined, an import before ``job.import`` committed)."""
+    joined, an import before ``job.import`` committed). ``before``: on apply, the log index of
+    the entry being applied, so that the archive is read as of that entry on every box
+    (:func:`floydd.cluster.archive.visible`); None: as it is now (a read)."""
     job = output_job(name)
     if job is None:
         return None
     found = state.jobs.get(job)
     if found is None:
-        found = state.archive.get(job)
+        found = state.archive.get(job, before)
     return None if found is None else found.get("user") or ""
 
 
-def dataset_target(state: Any, name: str, ref: str | None = None) -> Target:
+def dataset_target(state: Any, name: str, ref: str | None = None, *, before: int | None = None) -> Target:
     """Dataset ``name`` (as its version ``ref``, when one was named) in the replicated catalog:
     a job's output (``PROJECT/N/output``) is an ``output`` owned by its job's owner; any other
-    an ``dataset`` owned by whoever added its first version, with its visibility. A name the
-    catalog does not hold is a new dataset: no owner."""
+    a ``dataset`` owned by whoever added its first version, with its visibility. A name the
+    catalog does not hold is a new dataset: no owner. ``before``: as :func:`output_owner`."""
     dataset = state.datasets.get(name) or {}
     versions = dataset.get("versions") or {}
     owner = dataset.get("owner")
@@ -135,7 +137,7 @@ def dataset_target(state: Any, name: str, ref: str | None = None) -> Target:
         owner = versions[min(versions, key=int)].get("user") or ""
     job = output_job(name)
     if job is not None:
-        job_owner = output_owner(state, name)
+        job_owner = output_owner(state, name, before)
         return Target(kind="output", name=ref or name, owner=job_owner if job_owner is not None else owner, job=job)
     return Target(kind="dataset", name=ref or name, owner=owner, private=dataset.get("visibility") == "private")
 

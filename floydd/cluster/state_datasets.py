@@ -86,7 +86,7 @@ class DatasetCommands:
 def _owned_by_its_job(state, name: str, dataset: dict) -> None:
     """Level 3: the dataset ``PROJECT/N/output`` of a job the state knows is owned by that
     job's owner (:func:`floydd.cluster.access.output_owner`), every version saying so."""
-    owner = access.output_owner(state, name)
+    owner = access.output_owner(state, name, state._index)     # the archive as of this entry
     if owner is None or dataset.get("owner") == owner:
         return
     dataset["owner"] = owner

@@ -250,3 +250,12 @@ def test_code_upload_handles_are_bounded():
     with pytest.raises(NotFound):
         uploads.tree(first, "alice")                       # the oldest went to make room
     assert all(uploads.tree(h, "alice") == "bb" * 32 for h in later)
+
+
+def test_an_archived_jobs_output_is_still_its_owners():
+    lab = Lab()
+    lab.apply({"op": "job.update", "job": "ap/1", "state": "stopped", "reason": "user", "user": "alice"})
+    assert lab.apply({"op": "job.archive", "jobs": ["ap/1"], "term": 1}) == {"archived": ["ap/1"]}
+    assert "ap/1" not in lab.state.jobs and access.output_owner(lab.state, "ap/1/output") == "alice"
+    lab.refused({"op": "dataset.add_version", "name": "ap/1/output", "tree": TREE2, "node": A, "user": "bob"})
+    assert not access.allowed(lab.state, "bob", access.dataset_target(lab.state, "ap/1/output"), "read")
