@@ -23,7 +23,6 @@ import json
 import os
 import pwd
 import re
-import secrets
 import socket
 import ssl
 import sys
