@@ -261,7 +261,7 @@ async def _check_reader(request: web.Request, part: str, verb: str) -> str:
     """The job's key, once the caller may ``verb`` its ``part`` (code, output, logs, metrics:
     :mod:`floydd.cluster.access`, with this box's read rules); Forbidden naming whose it is."""
     service = request.app[keys.JOBS]
-    job = await service.get(_key(request), stale=True)
+    job = await service.get(_key(request), stale=part in ("logs", "metrics"))     # polled: this box's copy
     access.check(request.app[keys.CLUSTER].state, acting_person(request, required=False),
                  access.job_target(job, part), verb, service.rules)
     return job["id"]
