@@ -204,7 +204,8 @@ class Client(Connection):
 
     def upload_code(self, folder: Path, limit: int | None = None, progress: Progress | None = None) -> dict:
         """Send ``folder`` (``.floydignore`` honoured) as a tar, for a daemon that cannot read
-        it (FLOYD_HOST); ``{"code_tree", "files", "bytes"}`` to submit with. ``progress(sent,
+        it (FLOYD_HOST, another user's daemon); ``{"code_upload", "files", "bytes"}``: submit
+        with ``code_upload``, a handle good on that daemon for the caller only. ``progress(sent,
         total)`` follows the bytes sent."""
         from floydd.store.tarball import pack   # only here: plain floyd commands start faster without it
         with tempfile.TemporaryFile() as spool:

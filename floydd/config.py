@@ -107,6 +107,11 @@ class Config:
             raise UserError(f"config: {exc.message}",
                             hint="set job_cpus to a number of cores (e.g. 1) and job_memory to a size "
                                  "(e.g. 2G, or 0) in floydd.toml or FLOYDD_JOB_CPUS/FLOYDD_JOB_MEMORY") from None
+        for name in ("job_outputs", "job_code", "job_logs"):      # floydd.cluster.access.ReadRules
+            if getattr(self, name) not in ("owner", "lab"):
+                raise UserError(f"config {name} = {getattr(self, name)!r:.40} is not owner or lab",
+                                hint=f"set {name} to owner (the job's owner and the admins) or lab (everyone) in "
+                                     f"floydd.toml or FLOYDD_{name.upper()}")
 
     @property
     def job_memory_bytes(self) -> int:
@@ -194,6 +199,19 @@ class Config:
     api_auth_window: float = 60.0
     """Seconds over which ``api_auth_failures`` refill, and between two log lines about one
     source's refused tokens (one line counts them all: "refused 2,214 bad tokens from ...")."""
+
+    # -- who reads what a job made (issue 20): floydd.cluster.access --
+    job_outputs: str = "owner"
+    """Who reads, mounts and clones a job's output (its /output versions and checkpoints,
+    ``PROJECT/N/output``) through this box: ``owner`` (the job's owner and the admins) or
+    ``lab`` (everyone). A read rule: the box a person asks applies its own; set it alike on
+    every box of a cluster."""
+    job_code: str = "owner"
+    """Who reads a job's code (``floyd clone``, ``code.tar``, an export) through this box:
+    ``owner`` (the job's owner and the admins) or ``lab`` (everyone)."""
+    job_logs: str = "lab"
+    """Who reads a job's logs and metrics (``floyd logs``, ``floyd compare``, the TUI) through
+    this box: ``lab`` (everyone, as everyone sees the lab's jobs) or ``owner``."""
 
     @property
     def socket_path(self) -> Path:

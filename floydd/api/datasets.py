@@ -8,7 +8,12 @@ follows"); list and info read the catalog and show each version's copies (holder
 that count, those silent); clone first fetches what this node lacks from the holders;
 delete goes through the cluster. ``/v1/store`` (verify, gc) is this node's store: verify with ``repair`` fetches
 good copies of damaged objects from other nodes, and gc also keeps the trees the cluster and
-the job records still name (:mod:`floydd.cluster.storecare`).
+the job records still name (:mod:`floydd.cluster.storecare`); both are an admin's.
+
+Every road to a version asks :mod:`floydd.cluster.access` first: the listing shows only what
+the caller may read (no tree id of anything else), info/tar/clone check read or clone, an
+upload checks that the caller may add a version (before the folder is read), a delete that
+they may delete; a job's output (``PROJECT/N/output``) is its job's owner's.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from floydd.api import keys
 from floydd.api.params import text_field
 from floydd.api.request import acting_person, acting_user, body, check_dest, ndjson, reply, restore_into, same_user_only
 from floydd.api.tarstream import received_folder, send_tree
+from floydd.cluster.access import check_admin
 from floydd.cluster.storecare import named_trees, repair_damaged
 from floydd.errors import UserError
 from floydd.model import DatasetRef, check_abs_path, check_upload_name
@@ -38,7 +44,9 @@ _REF = "write NAME, NAME:N or NAME:latest"
 
 @routes.get("/v1/datasets")
 async def list_datasets(request: web.Request) -> web.Response:
-    return reply(await _catalog(request).list(request.query.get("name") or None))
+    """The versions the caller may read (someone else's private dataset is not listed)."""
+    return reply(await _catalog(request).list(request.query.get("name") or None,
+                                              reader=acting_person(request, required=False)))
 
 
 @routes.get("/v1/datasets/info")
@@ -47,7 +55,7 @@ async def info(request: web.Request) -> web.Response:
     if not ref:
         raise UserError("name a dataset", hint="floyd data info NAME[:VERSION]")
     catalog = _catalog(request)
-    version = await catalog.resolve_readable(ref, acting_person(request, required=False), "list the files of")
+    version = await catalog.resolve_readable(ref, acting_person(request, required=False), "read")
     return reply(_describe(catalog.describe(version), await catalog.manifest(version)))
 
 
@@ -58,8 +66,9 @@ async def upload(request: web.Request) -> web.StreamResponse:
     name, path = data.get("name"), data.get("path")
     message, idem_key = text_field(data, "message", hint=_MESSAGE), text_field(data, "idem_key", limit=128, hint=_IDEM)
     visibility = _visibility(data.get("visibility"))
-    acting_user(request)                        # refused at once for a caller with no account
+    user = acting_user(request)                 # refused at once for a caller with no account
     _check_name(name)
+    _catalog(request).check_may_add(name, user)     # whose the dataset is, said before whose the folder is
     check_abs_path(path, "path", hint="floyd data upload PATH --name NAME")
     same_user_only(request, "a folder to upload")   # a path of this machine: the daemon's own user's only
     if not os.path.exists(path):
@@ -78,7 +87,9 @@ async def upload_tar(request: web.Request) -> web.StreamResponse:
         check_upload_name(name)
     message, idem_key = text_field(q, "message", hint=_MESSAGE), text_field(q, "idem_key", limit=128, hint=_IDEM)
     visibility = _visibility(q.get("visibility"))
-    acting_user(request)                        # a caller with no account is refused before the upload
+    user = acting_user(request)                 # a caller with no account is refused before the upload
+    if name:
+        _catalog(request).check_may_add(name, user)     # so is a version of someone else's dataset
     async with received_folder(request, what="the dataset") as (folder, _got):
         return await _ingest(request, name, str(folder), message, idem_key, visibility)
 
@@ -136,10 +147,10 @@ async def _ingest(request: web.Request, name, path: str, message: str, idem_key:
 async def clone(request: web.Request) -> web.StreamResponse:
     store = request.app[keys.STORE]
     data = await body(request)
-    dest = check_dest(data.get("dest"), request)
     catalog = _catalog(request)
     found = await catalog.resolve_readable(text_field(data, "ref", hint=_REF),
                                            acting_person(request, required=False), "clone")
+    dest = check_dest(data.get("dest"), request)
     loop = asyncio.get_running_loop()
 
     def fetch_and_restore(progress) -> None:
@@ -157,8 +168,10 @@ async def delete(request: web.Request) -> web.Response:
     ref = text_field(await body(request), "ref", hint=_REF)
     catalog = _catalog(request)
     parsed = DatasetRef.parse(ref)              # NAME: every version; NAME:latest: the newest one
+    user = acting_user(request)
     number = (await catalog.resolve(ref))["version"] if ref.endswith(":latest") else parsed.version
-    await catalog.delete(parsed.name, number, user=acting_user(request))
+    catalog.check_may_delete(parsed.name, ref, user)    # checked again on apply, by every box
+    await catalog.delete(parsed.name, number, user=user)
     return reply({"deleted": ref})
 
 
@@ -167,6 +180,8 @@ async def verify(request: web.Request) -> web.StreamResponse:
     """``{"name"?, "repair"?}``: with ``repair``, damaged objects are fetched again from other nodes."""
     store = request.app[keys.STORE]
     data = await body(request)
+    check_admin(request.app[keys.CLUSTER].state, acting_person(request, required=False),
+                "verify or repair this box's store")
     name = text_field(data, "name", hint="name a dataset, or leave name out to check them all") or None
     repair = data.get("repair", False)
     if not isinstance(repair, bool):
@@ -185,6 +200,7 @@ async def verify(request: web.Request) -> web.StreamResponse:
 async def gc(request: web.Request) -> web.Response:
     """Keeps what the local catalog names and what the cluster and the job records still name."""
     store, cluster = request.app[keys.STORE], request.app[keys.CLUSTER]
+    check_admin(cluster.state, acting_person(request, required=False), "collect this box's store's garbage")
     jobs = await asyncio.to_thread(request.app[keys.RECORDS].list_jobs)
     report = await asyncio.to_thread(store.gc, keep=named_trees(cluster.state, cluster.node_id, jobs))
     return reply(report.to_dict())

@@ -1,4 +1,10 @@
-"""``/v1/jobs``: submit, list, inspect, stop, restart, delete, logs, outputs, compare."""
+"""``/v1/jobs``: submit, list, inspect, stop, restart, delete, logs, outputs, compare.
+
+Every road to a job's code, output, logs and metrics asks :mod:`floydd.cluster.access` (with
+this box's read rules) before it reads anything, on this box or from the box that ran the
+job (the peer routes serve boxes, not people: the person is checked here, first). People
+send code as a folder (``POST /v1/code``, answered with a handle) or a path of the daemon's
+own user, never as a tree id."""
 
 from __future__ import annotations
 
@@ -12,11 +18,11 @@ from aiohttp import web
 from floydd import logframe
 from floydd.api import keys
 from floydd.api.params import query_float, query_int, query_stale
-from floydd.api.request import (acting_user, body, check_dest, convert, error_event, ndjson, reply, restore_into,
-                                same_user_only, typed_body)
+from floydd.api.request import (acting_person, acting_user, body, check_dest, convert, error_event, ndjson, reply,
+                                restore_into, same_user_only)
 from floydd.api.tarstream import received_folder, send_tree
-from floydd.cluster.authz import may_act_for
-from floydd.errors import Forbidden, Unavailable, UserError
+from floydd.cluster import access
+from floydd.errors import Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.model import MAX_NODES, STATES, Restart, Submission, parse_job_key
 
@@ -40,21 +46,33 @@ def _key(request: web.Request) -> str:
 @routes.post("/v1/code")
 async def upload_code(request: web.Request) -> web.Response:
     """A project folder sent as a tar (a client whose files are not on this machine):
-    snapshotted into the store like ``code_path``; answers its ``code_tree`` for /v1/jobs."""
+    snapshotted into the store like ``code_path``; answers a ``code_upload`` handle for
+    /v1/jobs, good on this box, for the sender, for an hour (:class:`~floydd.jobs.codesnap.CodeUploads`)."""
     config, store = request.app[keys.CONFIG], request.app[keys.STORE]
+    person = acting_user(request)               # a caller with no account is refused before the upload
     limit = int(config.max_code_mb * 1024 * 1024)
     async with received_folder(request, limit, "the code folder") as (folder, got):
         tree = await asyncio.to_thread(snapshot_code, store, folder, limit)
-    return reply({"code_tree": str(tree), "files": got.files, "bytes": got.bytes, "skipped": got.skipped},
+    handle = request.app[keys.JOBS].uploads.add(str(tree), person)
+    return reply({"code_upload": handle, "files": got.files, "bytes": got.bytes, "skipped": got.skipped},
                  status=201)
 
 
 @routes.post("/v1/jobs")
 async def submit(request: web.Request) -> web.Response:
-    submission = await typed_body(request, Submission)
-    if submission.code_tree is None:
+    raw = await body(request)
+    if "code_tree" in raw:
+        raise UserError("code_tree is not taken: a tree id could name anything in the store, someone else's "
+                        "private data included", code="code_tree_refused",
+                        hint="send the folder to POST /v1/code and submit with the code_upload it answers "
+                             "(update floyd: it does this by itself)")
+    submission = convert(raw, Submission)
+    if submission.code_upload is None and submission.code_path is None:
+        raise UserError("the job has no code", hint="send code_path (a folder on the daemon's machine) or "
+                                                    "code_upload (POST /v1/code); floyd run does")
+    if submission.code_upload is None:
         same_user_only(request, "a code_path")
-    if submission.code_tree is None and not await asyncio.to_thread(os.path.isdir, submission.code_path):
+    if submission.code_upload is None and not await asyncio.to_thread(os.path.isdir, submission.code_path):
         raise UserError(f"code_path {submission.code_path[:200]} is not a folder on the daemon's machine",
                         hint="run floyd from inside the project folder (from another machine, set FLOYD_HOST: "
                              "floyd then sends the folder)")
@@ -70,7 +88,8 @@ async def check_submission(request: web.Request) -> web.Response:
     raw = await body(request)
     if not isinstance(raw, dict):
         raise UserError("request body: expected a JSON object", hint="send the job as POST /v1/jobs takes it")
-    submission = convert({**raw, "code_path": "/", "code_tree": None}, Submission)
+    submission = convert({**{k: v for k, v in raw.items() if k != "code_tree"}, "code_path": None,
+                          "code_upload": None}, Submission)
     submission, mounts, _ = await request.app[keys.JOBS].check(submission, user=acting_user(request))
     return reply({"ok": True, "data": [m.to_dict() for m in mounts], "cpus": submission.cpus,
                   "memory": submission.resources.memory})
@@ -92,6 +111,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     jobs = await request.app[keys.JOBS].list(q.get("project"), q.get("state"), stale=query_stale(request.query),
                                              limit=limit, offset=offset or 0, since=since,
                                              user=q.get("user") or None)
+    _hide_metrics(request, jobs)
     # thousands of jobs: msgspec encodes them ~7x faster than json (NaN and infinities become null too)
     return web.Response(body=msgspec.json.encode(jobs), content_type="application/json")
 
@@ -108,19 +128,23 @@ async def get_job(request: web.Request) -> web.Response:
     warning = service.runtime.sandboxing.warning
     if warning:
         job["warnings"] = [warning]
+    _hide_metrics(request, [job])
     return reply(job)
 
 
 @routes.get(_JOB + "/metrics")
 async def metrics(request: web.Request) -> web.Response:
-    return reply(await request.app[keys.JOBS].metrics(_key(request)))
+    key = await _check_reader(request, "metrics", "read")
+    return reply(await request.app[keys.JOBS].metrics(key))
 
 
 @routes.get(_JOB + "/wait")
 async def wait(request: web.Request) -> web.Response:
     timeout = query_float(request.query, "timeout", minimum=0, maximum=MAX_WAIT,
                           hint="give seconds, e.g. timeout=60, or leave it out to wait until the job ends")
-    return reply(await request.app[keys.JOBS].wait(_key(request), timeout))
+    job = await request.app[keys.JOBS].wait(_key(request), timeout)
+    _hide_metrics(request, [job])
+    return reply(job)
 
 
 @routes.post(_JOB + "/stop")
@@ -150,7 +174,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     ends with an end frame (:mod:`floydd.logframe`): one that stops without it was cut short."""
     service = request.app[keys.JOBS]
     config = request.app[keys.CONFIG]
-    key = _key(request)
+    key = await _check_reader(request, "logs", "read")      # before any box is asked for it
     follow = request.query.get("follow") in ("1", "true", "yes")
     offset = query_int(request.query, "offset", 0, minimum=0, maximum=2**63 - 1, hint="offset=0 reads from the start")
     rank = query_int(request.query, "rank", None, minimum=0, maximum=MAX_NODES - 1,
@@ -184,10 +208,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
 
 async def _restore(request: web.Request, which: str) -> web.StreamResponse:
     store = request.app[keys.STORE]
+    key = await _check_reader(request, which, "clone")       # whose it is, said before where it would go
     dest = check_dest((await body(request)).get("dest"), request)
-    if which == "output":
-        await _check_output_reader(request)
-    tree = await request.app[keys.JOBS].tree_for(_key(request), which)
+    tree = await request.app[keys.JOBS].tree_for(key, which)
     return await ndjson(request, lambda progress: restore_into(store, tree, dest, progress),
                         finish=_done(dest))
 
@@ -211,24 +234,37 @@ async def code(request: web.Request) -> web.StreamResponse:
 @routes.get(_JOB + "/output.tar")
 async def output_tar(request: web.Request) -> web.StreamResponse:
     """What the job wrote to /output, as a tar (for a client on another machine)."""
-    await _check_output_reader(request)
-    return await send_tree(request, await request.app[keys.JOBS].tree_for(_key(request), "output"))
-
-
-async def _check_output_reader(request: web.Request) -> None:
-    """What a job wrote to /output is its owner's (and admins'): others of the lab see the job,
-    not its files."""
-    job = await request.app[keys.JOBS].get(_key(request))
-    person = acting_user(request)
-    if not may_act_for(request.app[keys.CLUSTER].state, person, job.get("user")):
-        raise Forbidden(f"{job['id']}'s output is {job.get('user') or 'its owner'}'s: only they and admins "
-                        f"may fetch it", code="not_owner", hint="ask its owner or an admin for it")
+    key = await _check_reader(request, "output", "clone")
+    return await send_tree(request, await request.app[keys.JOBS].tree_for(key, "output"))
 
 
 @routes.get(_JOB + "/code.tar")
 async def code_tar(request: web.Request) -> web.StreamResponse:
     """The code the job ran with, as a tar."""
-    return await send_tree(request, await request.app[keys.JOBS].tree_for(_key(request), "code"))
+    key = await _check_reader(request, "code", "clone")
+    return await send_tree(request, await request.app[keys.JOBS].tree_for(key, "code"))
+
+
+def _hide_metrics(request: web.Request, jobs: list[dict]) -> None:
+    """Empty the metric summary of each job whose metrics the caller may not read (a box whose
+    ``job_logs`` is ``owner``): the lab sees its jobs, not their numbers."""
+    rules = request.app[keys.JOBS].rules
+    if rules.job_logs == "lab":
+        return
+    state, person = request.app[keys.CLUSTER].state, acting_person(request, required=False)
+    for job in jobs:
+        if not access.allowed(state, person, access.job_target(job, "metrics"), "read", rules):
+            job["metrics"] = {}
+
+
+async def _check_reader(request: web.Request, part: str, verb: str) -> str:
+    """The job's key, once the caller may ``verb`` its ``part`` (code, output, logs, metrics:
+    :mod:`floydd.cluster.access`, with this box's read rules); Forbidden naming whose it is."""
+    service = request.app[keys.JOBS]
+    job = await service.get(_key(request), stale=part in ("logs", "metrics"))     # polled: this box's copy
+    access.check(request.app[keys.CLUSTER].state, acting_person(request, required=False),
+                 access.job_target(job, part), verb, service.rules)
+    return job["id"]
 
 
 @routes.get("/v1/compare")
@@ -241,6 +277,9 @@ async def compare(request: web.Request) -> web.Response:
         raise UserError(f"{len(names)} jobs to compare; at most {MAX_COMPARE} at once", hint="compare fewer jobs")
     service = request.app[keys.JOBS]
     jobs = [await service.get(n) for n in names]
+    state, person = request.app[keys.CLUSTER].state, acting_person(request, required=False)
+    for job in jobs:                # their metrics, side by side: each job's metrics rule
+        access.check(state, person, access.job_target(job, "metrics"), "read", service.rules, doing="compare")
     params = sorted({p for j in jobs for p in j["params"]})
     metrics = sorted({m for j in jobs for m in j["metrics"]})
     rows = []

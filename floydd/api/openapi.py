@@ -139,7 +139,8 @@ PATHS = {
     "/v1/jobs/{project}/{number}/code": {"post": _op("Restore the job's code snapshot into dest", params=_JOB,
                                                      body=_DEST, stream=True)},
     "/v1/code": {"post": _op("Snapshot a project folder sent as a tar (clients on another machine); answers "
-                             "code_tree for /v1/jobs", CodeUpload, body=_TAR, status="201")},
+                             "code_upload, a handle for /v1/jobs good on this box for whoever sent it (an hour)",
+                             CodeUpload, body=_TAR, status="201")},
     "/v1/jobs/{project}/{number}/output.tar": {"get": _op_tar("The job's /output as a tar", params=_JOB)},
     "/v1/jobs/{project}/{number}/code.tar": {"get": _op_tar("The job's code snapshot as a tar", params=_JOB)},
     "/v1/datasets/tar": {
@@ -147,7 +148,7 @@ PATHS = {
         "post": _op("Upload a folder sent as a tar as the next version of ?name=",
                     params=_q("name", "message", "idem_key", visibility=_VISIBILITY), body=_TAR, stream=True)},
     "/v1/compare": {"get": _op("Params and last/best metrics of jobs side by side", Compare, params=_q("jobs"))},
-    "/v1/datasets": {"get": _op("Dataset versions", list[DatasetVersion], params=_q("name")),
+    "/v1/datasets": {"get": _op("Dataset versions the caller may read", list[DatasetVersion], params=_q("name")),
                      "post": _op("Upload a folder on the daemon's machine as a new dataset version (not as "
                                  "PROJECT/N/output: that is a job's output)", stream=True,
                                  body=_json(("name", "path"), name=_TEXT, path=_TEXT, message=_TEXT,
@@ -157,9 +158,9 @@ PATHS = {
                                        body=_json(("ref", "dest"), ref=_TEXT, dest=_TEXT))},
     "/v1/datasets/delete": {"post": _op("Delete a dataset version or a whole dataset", DatasetDeleted,
                                         body=_json(("ref",), ref=_TEXT))},
-    "/v1/store/verify": {"post": _op("Re-read and re-hash every object (or one dataset's)", stream=True,
+    "/v1/store/verify": {"post": _op("Re-read and re-hash every object (or one dataset's); admins", stream=True,
                                      body=_json(name=_TEXT, repair={"type": "boolean"}))},
-    "/v1/store/gc": {"post": _op("Remove objects no version or running upload needs", GcReport)},
+    "/v1/store/gc": {"post": _op("Remove objects no version or running upload needs; admins", GcReport)},
     "/v1/cluster": {"get": _op("Membership: this node, the leader, voters and learners", Cluster)},
     "/v1/cluster/tokens": {"post": _op("Make a one-time join token (on any voter); sign_in: the people signed in "
                                        "on the box it admits (left out: its maker; []: nobody)", JoinToken,

@@ -118,7 +118,9 @@ def _code(client, folder) -> dict:
     with transfer_bar("sending code") as progress:
         sent = client.upload_code(folder, limit=_UPLOAD_LIMIT, progress=progress)
     click.echo(f"  {sent['files']} files, {sent['bytes'] / 2**20:.1f} MiB", err=True)
-    return {"code_tree": sent["code_tree"]}
+    if "code_upload" not in sent:           # a daemon of 0.2 answers the tree it made, and takes it back
+        return {"code_tree": sent["code_tree"]}
+    return {"code_upload": sent["code_upload"]}
 
 
 def _check_first(client, body: dict) -> None:

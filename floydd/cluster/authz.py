@@ -41,8 +41,11 @@ What it reads of a command::
     project.allocate     any member (numbers for the jobs it imports)
     job.import           a box, as the box that holds the imported job (node = proposer)
     dataset.add_version  any member, as the version's holder; to a private dataset (or
-                         changing its visibility): its owner or an admin
-    dataset.delete       an admin, or the user who added every version deleted
+                         changing its visibility): its owner or an admin. From level 3, to
+                         any existing dataset: its owner or an admin (a job's output, its
+                         job's owner: floydd.cluster.access)
+    dataset.delete       an admin, or the user who added every version deleted; from level
+                         3, the dataset's owner or an admin (floydd.cluster.access)
     dataset.holders      a box about itself; the leader about any box
     token.create/.revoke an admin (``made_by``/``by``; ``imported``: a box's old tokens.db
                          carried over on upgrade, below level 3 only), made on a voter
@@ -70,6 +73,7 @@ from __future__ import annotations
 from typing import Any, Container
 
 from floydd.cluster.signin import check_acting, check_conf_acting
+from floydd.cluster import access
 from floydd.cluster.versions import at_least, behind, cluster_level
 from floydd.errors import Forbidden
 
@@ -176,9 +180,12 @@ def check_job_owner(state: Any, user: str | None, key: str, owner: str | None, v
 
 
 def may_read_dataset(state: Any, user: str | None, dataset: dict) -> bool:
-    """Whether ``user`` may mount or clone ``dataset`` (a ``state.datasets`` entry): every
-    user a ``lab`` one; a ``private`` one its owner and admins."""
-    return dataset.get("visibility", "lab") != "private" or may_act_for(state, user, dataset.get("owner"))
+    """Whether ``user`` may mount or clone ``dataset`` (a ``state.datasets`` entry, or one of
+    its versions): the rule of :mod:`floydd.cluster.access` (a job's output: its job's owner's)."""
+    name = dataset.get("name") or next((v["name"] for v in (dataset.get("versions") or {}).values()), "")
+    target = access.dataset_target(state, name) if name in state.datasets else access.Target(
+        kind="dataset", name=name, owner=dataset.get("owner"), private=dataset.get("visibility") == "private")
+    return access.allowed(state, user, target, "mount")
 
 
 # -- the rules, one per op ---------------------------------------------------------------------
@@ -276,6 +283,10 @@ def _dataset_add(state, cmd, proposer, leader) -> None:
     if "node" in cmd and cmd["node"] != proposer:
         raise Forbidden(f"{_box(state, proposer)} may not add a version held by {_box(state, cmd['node'])}",
                         code="not_its_own", hint="a box adds the versions it holds")
+    if at_least(state, 3):          # a dataset's owner or an admin (a job's output: its job's owner)
+        at = getattr(state, "_index", None)        # the archive as of this entry: every box alike
+        access.check(state, cmd.get("user", ""), access.dataset_target(state, cmd["name"], before=at), "add")
+        return
     dataset = state.datasets.get(cmd["name"])
     if dataset is None or not dataset.get("versions") and "owner" not in dataset:
         return                                      # a new dataset: whoever adds it owns it
@@ -291,6 +302,10 @@ def _dataset_add(state, cmd, proposer, leader) -> None:
 
 def _dataset_delete(state, cmd, proposer, leader) -> None:
     user = cmd.get("user", "")
+    if at_least(state, 3):          # the dataset's owner or an admin (a job's output: its job's owner)
+        at = getattr(state, "_index", None)        # the archive as of this entry: every box alike
+        access.check(state, user, access.dataset_target(state, cmd["name"], before=at), "delete")
+        return
     if is_admin(state, user):
         return
     versions = state.datasets.get(cmd["name"], {}).get("versions", {})

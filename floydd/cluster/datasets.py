@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from floydd import log
-from floydd.cluster.authz import may_read_dataset
+from floydd.cluster import access
+from floydd.cluster.access import ReadRules
 from floydd.cluster.driver import Applied
 from floydd.cluster.peerstore import fetch_manifest, fetch_tree
 from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
-from floydd.errors import Conflict, FloyddError, Forbidden, NotFound
+from floydd.errors import Conflict, FloyddError, NotFound
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
 from floydd.store.ids import ObjectId
 from floydd.store.store import Store
@@ -65,8 +66,11 @@ class ClusterDatasets:
     def __init__(self, cluster: Any, store: Store, *, replicas: int = DEFAULT_REPLICAS,
                  grace: float = DEFAULT_GRACE, copy_wait: float = DEFAULT_COPY_WAIT,
                  retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
-                 import_marker: Path | None = None, clock: Callable[[], float] = time.time) -> None:
+                 import_marker: Path | None = None, clock: Callable[[], float] = time.time,
+                 rules: ReadRules = ReadRules()) -> None:
         self.cluster = cluster
+        self.rules = rules
+        """Who reads job outputs through this box (its config: :mod:`floydd.cluster.access`)."""
         self._import_marker = import_marker
         self.store = store
         self.replicas = replicas
@@ -98,11 +102,19 @@ class ClusterDatasets:
 
     # -- reading the catalog ------------------------------------------------------------------
 
-    async def list(self, name: str | None = None) -> list[dict]:
-        """Every version (of ``name``), by name and number, with its holders (read through the leader)."""
+    async def list(self, name: str | None = None, *, reader: str | None = None,
+                   everything: bool = False) -> list[dict]:
+        """Every version (of ``name``) that ``reader`` may read (:mod:`floydd.cluster.access`:
+        someone else's private dataset, or a job's output they may not read, is left out, its
+        tree id with it), by name and number, with its holders (read through the leader);
+        ``everything``: every version, for the daemon itself."""
         if name is not None:
             check_name(name)
+        state = self.cluster.state
         versions = [v for v in await self.cluster.datasets() if name is None or v["name"] == name]
+        if not everything:
+            versions = [v for v in versions
+                        if access.allowed(state, reader, access.dataset_target(state, v["name"]), "read", self.rules)]
         return [self.describe(v) for v in sorted(versions, key=lambda v: (v["name"], v["version"]))]
 
     def describe(self, version: dict) -> dict:
@@ -112,7 +124,7 @@ class ClusterDatasets:
         nodes, live = self.cluster.state.nodes, self.liveness()
         holders = version["holders"]
         name = {nid: n.get("name") or nid for nid, n in nodes.items()}
-        return {**_public(version), "held_by": [name.get(h, h) for h in holders],
+        return {**_public(version), **self._visibility(version), "held_by": [name.get(h, h) for h in holders],
                 "silent_holders": [name.get(h, h) for h in silent(nodes, holders, live)],
                 "copies": len(counted(nodes, holders, live)), "replicas": min(self.replicas, max(1, len(nodes))),
                 "copies_note": copies_note(nodes, version, self.replicas, live)}
@@ -134,16 +146,28 @@ class ClusterDatasets:
                 return _public(found)
         raise dataset_not_found(name, number, list(versions), sorted({v["name"] for v in everything}))
 
-    async def resolve_readable(self, ref: str, user: str | None, doing: str = "mount") -> dict:
-        """:meth:`resolve`, for ``user`` to mount, clone or list the files of: a private dataset
-        of someone else is refused (:func:`floydd.cluster.authz.may_read_dataset`: its owner and admins only)."""
+    async def resolve_readable(self, ref: str, user: str | None, verb: str = "mount", *,
+                               doing: str | None = None) -> dict:
+        """:meth:`resolve`, for ``user`` to ``verb`` (``read``: list the files of, ``mount``,
+        ``clone``; ``doing``: the road's own word in a refusal, e.g. ``export``): refused as
+        :mod:`floydd.cluster.access` says (someone else's private dataset; the output of
+        someone else's job unless this box lets the lab read outputs)."""
         version = await self.resolve(ref)
-        dataset = self.cluster.state.datasets.get(version["name"]) or version
-        if not may_read_dataset(self.cluster.state, user, dataset):
-            raise Forbidden(f"{'user ' + user if user else 'a caller with no account'} may not {doing} {version['ref']}: it is "
-                            f"{dataset.get('owner') or 'nobody'}'s private dataset", code="private_dataset",
-                            hint="only its owner or an admin mounts or clones it")
+        state = self.cluster.state
+        access.check(state, user, access.dataset_target(state, version["name"], version["ref"]), verb, self.rules,
+                     doing=doing)
         return version
+
+    def check_may_add(self, name: str, user: str) -> None:
+        """Refuse at once a version of ``name`` that ``user`` may not add (every box checks it
+        again on apply): before an upload is read, not after it was stored."""
+        state = self.cluster.state
+        access.check(state, user, access.dataset_target(state, name), "add")
+
+    def check_may_delete(self, name: str, ref: str, user: str) -> None:
+        """Refuse at once a delete ``user`` may not make (checked again on apply)."""
+        state = self.cluster.state
+        access.check(state, user, access.dataset_target(state, name, ref), "delete")
 
     async def manifest(self, version: dict) -> Tree:
         """The file list of ``version``, fetching only its manifest when the tree is not here."""
@@ -224,7 +248,12 @@ class ClusterDatasets:
         for v in await asyncio.to_thread(self.store.catalog.list):
             if (v.name, str(v.tree)) in known:
                 continue
-            added = await self.register(v.name, str(v.tree), size=v.size, files=v.files, message=v.message,
+            name = v.name
+            if not access.allowed(self.cluster.state, "", access.dataset_target(self.cluster.state, name), "add"):
+                name = f"{v.name[:44]}-from-{self.node_id[:8]}"     # the name is someone's in the cluster
+                _log.warning("[%s] %s is someone else's dataset in the cluster: this box's %s goes in as %s",
+                             self.node_id, v.name, v.ref, name)
+            added = await self.register(name, str(v.tree), size=v.size, files=v.files, message=v.message,
                                         idem_key=f"import:{self.node_id}:{v.ref}:{v.tree}")
             known.add((v.name, str(v.tree)))
             imported += 1
@@ -397,6 +426,13 @@ class ClusterDatasets:
                 _log.info("[%s] dropped %s: deleted in the cluster while this node was away", self.node_id, v.ref)
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _visibility(self, version: dict) -> dict:
+        """A job output's ``visibility`` as this box serves it: ``private`` (its job's owner and
+        the admins) unless this box's ``job_outputs`` is ``lab``; any other version's as it is."""
+        if access.output_job(version["name"]) is None:
+            return {}
+        return {"visibility": "lab" if self.rules.job_outputs == "lab" else "private"}
 
     def _version(self, name: str, number: int) -> dict | None:
         return self.cluster.state.datasets.get(name, {}).get("versions", {}).get(str(number))

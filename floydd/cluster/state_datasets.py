@@ -2,7 +2,8 @@
 
 A dataset is ``name -> versions`` (tree id, size, files, message, holders); version numbers
 are never reused (``next``). From protocol level 2 a dataset also has an owner and a
-visibility (:func:`floydd.cluster.people.own_dataset`). A version added with an idempotency
+visibility (:func:`floydd.cluster.people.own_dataset`); from level 3 a job's output
+(``PROJECT/N/output``) is owned by its job's owner. A version added with an idempotency
 key is found again by it (``idem``). Which boxes hold a version's tree is ``holders``
 (``dataset.holders``); what replicates them is :mod:`floydd.cluster.datasets`.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from floydd.cluster import people, versions
+from floydd.cluster import access, people, versions
 from floydd.cluster.state_queries import copy_of
 from floydd.errors import Conflict, InvalidSpec, NotFound
 from floydd.model import check_dataset_name
@@ -44,6 +45,8 @@ class DatasetCommands:
         dataset = self.datasets.setdefault(name, {"next": 1, "versions": {}})
         if versions.at_least(self, 2):      # owners came with level 2: every box writes them from then
             people.own_dataset(dataset, cmd)  # owner, visibility (authz checked who may change them)
+        if versions.at_least(self, 3):      # a job's output is its job's owner's, whoever published it
+            _owned_by_its_job(self, name, dataset)
         number = dataset["next"]
         dataset["next"] = number + 1
         version = {"name": name, "version": number, "ref": f"{name}:{number}", "tree": tree,
@@ -78,3 +81,14 @@ class DatasetCommands:
         (holders.add if cmd["holds"] else holders.discard)(cmd["node"])
         version["holders"] = sorted(holders)
         return copy_of(version)
+
+
+def _owned_by_its_job(state, name: str, dataset: dict) -> None:
+    """Level 3: the dataset ``PROJECT/N/output`` of a job the state knows is owned by that
+    job's owner (:func:`floydd.cluster.access.output_owner`), every version saying so."""
+    owner = access.output_owner(state, name, state._index)     # the archive as of this entry
+    if owner is None or dataset.get("owner") == owner:
+        return
+    dataset["owner"] = owner
+    for version in dataset["versions"].values():
+        version["owner"] = owner

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from floydd import log
 from floydd.api import keys
+from floydd.cluster.access import ReadRules
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.discovery import Discovery
@@ -85,7 +86,8 @@ async def control_ctx(app: web.Application):
                         rejoin=pending == "join", recover=pending == "recover")
     datasets = ClusterDatasets(service, app[keys.STORE], grace=config.replica_grace,
                                copy_wait=config.dataset_copy_wait,
-                               import_marker=config.state_dir / "cluster" / "imported-datasets")
+                               import_marker=config.state_dir / "cluster" / "imported-datasets",
+                               rules=ReadRules.of(config))          # who reads job outputs through this box
     datasets.start()
     care = StoreCare(datasets, scrub_rate=config.store_scrub_rate * 1e6, scrub_every=config.store_scrub_every)
     care.start()

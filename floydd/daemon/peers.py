@@ -17,6 +17,10 @@ lists them; a test checks the app serves exactly these::
     POST /cluster/v1/certs/renew                   a member's renewed certificate (voters)
 
 (the last four: :mod:`floydd.daemon.trust`)
+
+These serve boxes, never people: a job's log, metrics and events, and store objects, go to
+the box a person asked, which has already asked :mod:`floydd.cluster.access` whether that
+person may read them (:mod:`floydd.api.jobs`, :mod:`floydd.api.datasets`).
 """
 
 from __future__ import annotations

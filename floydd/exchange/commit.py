@@ -1,8 +1,8 @@
 """``floyd import``, second step: make what was staged visible, as idempotent steps.
 
 Everything was verified before the first of these (:mod:`.stage`); what can still be refused is
-checked first, before anything is committed (a private dataset of someone else under a
-name the file brings, a malformed job document). Then, in order::
+checked first, before anything is committed (a new version of someone else's dataset under
+a name the file brings: :mod:`floydd.cluster.access`; a malformed job document). Then, in order::
 
     dataset versions   each as the next version of its name here, held by this box (then
                        replicated as any upload); key: the origin, the version there
@@ -31,7 +31,7 @@ from typing import Any
 
 import msgpack
 
-from floydd.cluster.authz import may_act_for
+from floydd.cluster import access
 from floydd.errors import FloyddError, Forbidden, InvalidSpec
 from floydd.exchange.stage import Staged, StagedJob
 from floydd.jobs.local import code_pin
@@ -143,11 +143,20 @@ def _check(staged: Staged, state: Any, person: str) -> None:
                 raise InvalidSpec("a job's output comes with its job")
         except (FloyddError, KeyError, TypeError, ValueError) as exc:
             raise InvalidSpec(f"the export's dataset {str(doc.get('ref'))[:80]} is malformed: {exc}") from None
-        dataset = state.datasets.get(name) or {}
-        if dataset.get("visibility") == "private" and not may_act_for(state, person, dataset.get("owner")):
-            raise Forbidden(f"the export brings a version of {name}, which is {dataset.get('owner')}'s private "
-                            "dataset here; nothing was imported", code="private_dataset",
-                            hint="ask its owner or an admin to import the file")
+        if _is_output(name):            # imported under a name of its own (its new job's, or _plain)
+            continue
+        target = access.dataset_target(state, name)
+        tree = staged.trees.get(doc["tree"])
+        again = tree is not None and _same(state, name, str(tree.tree),
+                                           f"import:{staged.origin.fingerprint}:dataset:{doc['ref']}:{doc['tree']}")
+        try:                            # someone else's private one, or a new version of someone else's
+            if target.private:
+                access.check(state, person, target, "read", doing="import a version of")
+            if again is None:
+                access.check(state, person, target, "add", doing="import a version of")
+        except Forbidden as exc:
+            raise Forbidden(f"{exc.message}; nothing was imported", code=exc.code,
+                            hint="ask its owner or an admin to import the file") from None
     brought = {(d["ref"], d["tree"]) for d in staged.datasets}
     for job in staged.jobs:
         doc = job.doc

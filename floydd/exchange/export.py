@@ -35,8 +35,8 @@ from typing import IO, Any, Iterable, Iterator
 
 import msgpack
 
-from floydd.cluster.authz import may_act_for
-from floydd.errors import Conflict, Forbidden, NotFound, UserError
+from floydd.cluster import access
+from floydd.errors import Conflict, NotFound, UserError
 from floydd.exchange import parts
 from floydd.exchange.container import MAX_RECORD, Writer
 from floydd.exchange.crypto import FILE_ID_SIZE, ExportKey
@@ -95,7 +95,7 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
     :class:`~floydd.jobs.service.JobService`, ``datasets`` the cluster's catalog."""
     plan = Plan()
     for ref in refs:
-        version = await datasets.resolve_readable(ref, person, "export")
+        version = await datasets.resolve_readable(ref, person, "clone", doing="export")
         if version["name"].endswith("/output"):
             job = version["name"].removesuffix("/output")
             raise UserError(f"{version['ref']} is the output of job {job}: it goes with its job",
@@ -107,11 +107,9 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
             created=version.get("created") or 0.0, alone=True)
     views = await _jobs(jobs, list(selection), plan)
     state = jobs.cluster.state
-    for view in views:
-        if not may_act_for(state, person, view.get("user")):
-            raise Forbidden(f"{person or 'a caller with no account'} may not export {view['id']}: it is "
-                            f"{view.get('user') or 'nobody'}'s", code="not_the_owner",
-                            hint="only a job's owner or an admin exports it (its records and output)")
+    for view in views:                  # an export copies each part of a job: each part's rule
+        for part, verb in (("code", "clone"), ("output", "clone"), ("logs", "read"), ("metrics", "read")):
+            access.check(state, person, access.job_target(view, part), verb, jobs.rules, doing="export")
     for view in views:                  # the datasets the jobs mounted, each brought here once
         for mount in view.get("data") or ():
             if mount["tree"] not in plan.datasets:
@@ -222,7 +220,7 @@ async def _mounted(datasets: Any, mount: dict, person: str) -> DatasetItem:
     holders: list[str] = []
     message, created = "", 0.0
     try:
-        version = await datasets.resolve_readable(mount["ref"], person, "export")
+        version = await datasets.resolve_readable(mount["ref"], person, "clone", doing="export")
         if version["tree"] == mount["tree"]:
             holders, message, created = version.get("holders") or [], version.get("message") or "", version["created"]
     except NotFound:

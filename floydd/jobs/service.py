@@ -35,11 +35,12 @@ from typing import Callable
 import msgpack
 
 from floydd import log
+from floydd.cluster.access import ReadRules
 from floydd.cluster.authz import check_job_owner
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.service import ClusterService
 from floydd.errors import Conflict, FloyddError, NotFound, StoreFull, Unavailable, UserError
-from floydd.jobs.codesnap import snapshot_code
+from floydd.jobs.codesnap import CodeUploads, snapshot_code
 from floydd.jobs.gang import check_gang_command
 from floydd.jobs.leader import ClusterScheduler
 from floydd.jobs.local import LocalJobs, code_pin, output_ref
@@ -91,6 +92,10 @@ class JobService:
                                      checkpoint_interval=config.checkpoint_interval)
         self.scheduler = ClusterScheduler(cluster, lost_after=lost_after, clock=clock)
         self.waiting = WaitingReasons(cluster, self.scheduler)
+        self.uploads = CodeUploads()
+        """Code folders people sent to this box (``POST /v1/code``), by handle."""
+        self.rules = ReadRules.of(config)
+        """Who reads what a job made through this box (:mod:`floydd.cluster.access`)."""
         cluster.on_apply(self._on_apply)
         self._ended = asyncio.Condition()            # a run of this node ended (history waits)
         self._tasks: set[asyncio.Task] = set()
@@ -141,8 +146,8 @@ class JobService:
         if resources.nodes > 1:
             check_gang_command(submission.command)
         mounts = []
-        for item in submission.mounts:
-            version = await self.datasets.resolve_readable(item.ref, user)   # not someone else's private one
+        for item in submission.mounts:         # floydd.cluster.access: someone else's private data or output refused
+            version = await self.datasets.resolve_readable(item.ref, user, "mount")
             mounts.append(Mount(ref=version["ref"], tree=version["tree"], mount=item.mount))
         self._check_placeable(resources)
         # what the runtime freed is for recording and cleaning up; look again (one statvfs) so
@@ -152,11 +157,17 @@ class JobService:
                             hint="free space: floyd delete an old job, floyd data delete NAME, then floyd data gc")
         return submission, mounts, sandboxing
 
-    async def submit(self, submission: Submission, *, user: str = "") -> dict:
+    async def submit(self, submission: Submission, *, user: str = "", code_tree: str | None = None) -> dict:
         """Check, snapshot the code here, pin the data versions, commit; the job as committed.
-        The same ``idem_key`` always gives the same job, so a client may retry."""
+        The same ``idem_key`` always gives the same job, so a client may retry. The code is the
+        submission's ``code_upload`` (``user``'s own handle), its ``code_path``, or ``code_tree``:
+        a tree id from inside the daemon (a restart's), never from a request."""
+        if code_tree is None and submission.code_upload is not None:
+            code_tree = self.uploads.tree(submission.code_upload, user)      # before anything else is looked at
+        if code_tree is None and submission.code_path is None:
+            raise UserError("the job has no code", hint="send code_path (a folder on the daemon's machine) or "
+                                                        "code_upload (POST /v1/code); floyd run does")
         submission, mounts, sandboxing = await self.check(submission, user=user)
-        code_tree = submission.code_tree
         if code_tree is None:
             code_tree = str(await asyncio.to_thread(snapshot_code, self.store, Path(submission.code_path),
                                                     int(self.config.max_code_mb * 1024 * 1024)))
@@ -198,7 +209,7 @@ class JobService:
         """A new job from ``key`` (with ``changes``), for its owner or an admin (authz)."""
         old = await self.get(key)
         check_job_owner(self.cluster.state, user, key, old.get("user"), "restart")
-        return await self.submit(changes.submission(JobKey.parse(key), old), user=user)
+        return await self.submit(changes.submission(JobKey.parse(key), old), user=user, code_tree=old["code_tree"])
 
     # -- reads ------------------------------------------------------------------------------------
 

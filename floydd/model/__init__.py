@@ -35,8 +35,8 @@ from floydd.model.resources import (MAX_CPUS, MAX_GPUS, MAX_MEMORY, MAX_NODES, R
 from floydd.model.restart import (DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS, MAX_LOST_AFTER, RESTART_POLICIES, RestartPolicy,
                                   parse_duration)
 from floydd.model.spec import RECORD_FIELDS, SPEC_FIELDS, JobSpec
-from floydd.model.submission import (ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart, Submission,
-                                     check_max_runtime)
+from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
+                                     Submission, check_max_runtime)
 
 __all__ = [
     "STATES", "FINAL_STATES", "ACTIVE_STATES", "TRANSITIONS", "REQUEUE", "check_state", "check_transition",
@@ -49,5 +49,5 @@ __all__ = [
     "MAX_CPUS", "MAX_MEMORY",
     "MAX_NODES", "MAX_GPUS", "MAX_COMMAND", "MAX_MESSAGE", "MAX_PARAMS", "MAX_PARAM_VALUE", "MAX_MOUNTS", "Restart",
     "MAX_RUNTIME", "check_max_runtime", "RECORD_FIELDS", "RestartPolicy", "RESTART_POLICIES",
-    "DEFAULT_MAX_ATTEMPTS", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "parse_duration",
+    "DEFAULT_MAX_ATTEMPTS", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "parse_duration", "CODE_UPLOAD_PATTERN",
 ]

@@ -17,7 +17,7 @@ from floydd.model.restart import DEFAULT_MAX_ATTEMPTS, RestartPolicy, parse_dura
 from floydd.model.spec import JobSpec
 
 __all__ = ["Submission", "Restart", "MAX_COMMAND", "MAX_MESSAGE", "MAX_RUNTIME", "ENVIRONMENTS",
-           "check_max_runtime"]
+           "check_max_runtime", "CODE_UPLOAD_PATTERN"]
 
 MAX_COMMAND = 65536
 """The longest command (bytes): it is one argument of the shell, which the kernel caps at 128 KiB."""
@@ -28,6 +28,8 @@ MAX_RUNTIME = 30 * 24 * 3600.0
 one; past this a deadline is a typo (``1e300``), not a plan."""
 ENVIRONMENTS = ("default",)
 """Named environments; a project's floyd_requirements.txt adds packages on top of the chosen one."""
+CODE_UPLOAD_PATTERN = r"cu-[0-9a-f]{32}"
+"""A code upload's handle (``POST /v1/code``, :class:`floydd.jobs.codesnap.CodeUploads`)."""
 
 
 def check_max_runtime(value: object) -> float | None:
@@ -46,14 +48,17 @@ def check_max_runtime(value: object) -> float | None:
 class Submission:
     """A ``POST /v1/jobs`` body (and what ``floyd run`` sends), checked field by field.
 
-    The code comes as ``code_path`` (a folder on the daemon's machine, which it snapshots)
-    or ``code_tree`` (already in the store: ``POST /v1/code``, or a restart); the data refs
-    are resolved to exact versions by the daemon."""
+    The code comes as ``code_path`` (a folder on the daemon's machine, which it snapshots:
+    the daemon's own user only) or ``code_upload`` (the handle ``POST /v1/code`` answered the
+    person who sent the folder there); never as a tree id, which would name any tree of the
+    store. A submission with neither is the daemon's own (a restart: it passes the old job's
+    tree itself) or a check (``/v1/jobs/check``); the data refs are resolved to exact versions
+    by the daemon."""
 
     project: str
     command: str
     code_path: str | None = None
-    code_tree: str | None = None
+    code_upload: str | None = None
     gpus: int = 0
     nodes: int = 1
     cpus: float | None = None
@@ -84,11 +89,13 @@ class Submission:
             raise InvalidSpec("the message must be text", hint='e.g. -m "bigger batch"')
         if len(self.message) > MAX_MESSAGE:
             raise InvalidSpec(f"the message is longer than {MAX_MESSAGE} characters", hint="say it in fewer words")
-        if self.code_tree is not None:
-            if not isinstance(self.code_tree, str) or not re.fullmatch(r"[0-9a-f]{64}", self.code_tree):
-                raise InvalidSpec(f"code_tree {self.code_tree!r:.80} is not a tree id",
-                                  hint="leave it out and send code_path instead")
-        else:
+        if self.code_upload is not None:
+            if not isinstance(self.code_upload, str) or not re.fullmatch(CODE_UPLOAD_PATTERN, self.code_upload):
+                raise InvalidSpec(f"code_upload {self.code_upload!r:.80} is not a code upload handle",
+                                  hint="send the folder to POST /v1/code and submit with the code_upload it answers")
+            if self.code_path is not None:
+                raise InvalidSpec("send code_path or code_upload, not both", hint="floyd run sends one of them")
+        elif self.code_path is not None:
             check_abs_path(self.code_path, "code_path", hint="run floyd from inside the project folder")
         self.resources  # checks gpus, nodes, cpus and memory
         check_max_runtime(self.max_runtime)
@@ -153,7 +160,9 @@ class Restart:
     lost_after: float | str | None = None
 
     def submission(self, key: JobKey, old: Mapping[str, Any]) -> Submission:
-        """The new run of job ``key``, whose record is ``old``, with these changes."""
+        """The new run of job ``key``, whose record is ``old``, with these changes (its code,
+        ``old["code_tree"]``, the daemon passes on by itself: :meth:`JobService.restart
+        <floydd.jobs.service.JobService.restart>`)."""
         resources = Resources.from_dict(old.get("resources"))
         asked = old.get("resources") or {}          # a spec from before cpus/memory gets the defaults
         data = self.data if self.data is not None else tuple(f"{d['ref']}:{d['mount']}" for d in old["data"])
@@ -161,7 +170,7 @@ class Restart:
         return Submission(restart=self.restart or policy.policy,
                           max_attempts=self.max_attempts or policy.max_attempts,
                           lost_after=policy.lost_after if self.lost_after is None else self.lost_after,
-                          project=key.project, command=self.command or old["command"], code_tree=old["code_tree"],
+                          project=key.project, command=self.command or old["command"],
                           gpus=resources.gpus if self.gpus is None else self.gpus,
                           nodes=resources.nodes if self.nodes is None else self.nodes,
                           cpus=asked.get("cpus") if self.cpus is None else self.cpus,

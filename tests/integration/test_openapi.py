@@ -40,7 +40,8 @@ def test_every_schema_reference_resolves_and_request_bodies_are_the_models_types
     assert names and names <= set(doc["components"]["schemas"])
     submit = doc["components"]["schemas"]["Submission"]
     assert set(submit["required"]) == {"project", "command"}
-    assert {"gpus", "nodes", "data", "params", "max_runtime", "idem_key", "code_tree"} <= set(submit["properties"])
+    assert {"gpus", "nodes", "data", "params", "max_runtime", "idem_key", "code_upload"} <= set(submit["properties"])
+    assert "code_tree" not in submit["properties"]          # people never hand the daemon a tree id
 
 
 ANSWERS = {

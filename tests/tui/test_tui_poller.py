@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from floydd.errors import Unavailable
+from floydd.errors import Forbidden, Unavailable
 from floydd.tui.poller import Poller, Restart, Stop
 from floydd.tui.snapshot import View, Want
 from tests.tui.fake_cluster import NOW, FakeClient
@@ -118,6 +118,21 @@ def test_finished_jobs_metrics_are_fetched_once(client: FakeClient) -> None:
 def test_unknown_job_is_a_detail_error_not_a_dead_daemon(client: FakeClient) -> None:
     snap = poller(client).poll(Want(view=View.DETAIL, job="mnist/99"))
     assert snap.reachable and snap.detail.job is None and "no job mnist/99" in snap.detail.error
+
+
+def test_a_job_whose_logs_and_metrics_are_not_the_callers_is_shown_without_them(client: FakeClient,
+                                                                                 monkeypatch) -> None:
+    def refused(key: str, *args, **kw):
+        raise Forbidden(f"user bob may not read the metrics of {key}, which is alice's")
+
+    def refused_log(key: str, *args, **kw):
+        raise Forbidden(f"user bob may not read the logs of {key}, which is alice's")
+        yield b""                                   # a generator, as Client.logs is
+    monkeypatch.setattr(client, "metrics", refused)
+    monkeypatch.setattr(client, "logs", refused_log)
+    snap = poller(client).poll(Want(view=View.DETAIL, job="mnist/5"))
+    assert snap.reachable and snap.error is None and snap.detail.job["id"] == "mnist/5"
+    assert snap.detail.metrics == {} and "may not read the logs of mnist/5" in snap.detail.log[-1].text
 
 
 def test_unreachable_keeps_the_last_data_and_says_since_when(client: FakeClient) -> None:

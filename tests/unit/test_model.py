@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import pkgutil
 from pathlib import Path
@@ -191,6 +192,12 @@ def _submission(**kw) -> dict:
     return {"project": "mnist", "command": "python train.py", "code_path": "/home/a/mnist", **kw}
 
 
+def test_a_submission_names_its_code_by_path_or_upload_handle_never_by_tree():
+    assert "code_tree" not in {f.name for f in dataclasses.fields(Submission)}
+    sub = msgspec.convert({"project": "p", "command": "x", "code_upload": "cu-" + "ab" * 16}, Submission)
+    assert (sub.code_upload, sub.code_path) == ("cu-" + "ab" * 16, None)
+
+
 def test_a_submission_body_decodes_into_a_checked_value():
     sub = msgspec.convert(_submission(gpus=2, data=["mnist:/input"], params={"lr": 0.1}, max_runtime=60),
                           Submission)
@@ -201,8 +208,10 @@ def test_a_submission_body_decodes_into_a_checked_value():
 
 
 @pytest.mark.parametrize("bad", [
-    {"project": "Bad"}, {"command": "  "}, {"code_path": "relative"}, {"code_path": None},
-    {"code_tree": "zz"}, {"gpus": -1}, {"nodes": 0}, {"max_runtime": 0}, {"max_runtime": float("inf")},
+    {"project": "Bad"}, {"command": "  "}, {"code_path": "relative"}, {"code_upload": "zz"},
+    {"code_upload": "ab" * 32},                                     # a tree id is not a handle: never taken
+    {"code_upload": "cu-" + "0" * 32},                              # with a code_path too: one or the other
+    {"gpus": -1}, {"nodes": 0}, {"max_runtime": 0}, {"max_runtime": float("inf")},
     {"max_runtime": 1e300}, {"max_runtime": float("nan")}, {"max_runtime": -1}, {"max_runtime": True},
     {"env": "nope"}, {"mode": "serve"}, {"idem_key": "short"}, {"params": {"PATH": "/x"}},
     {"data": ["mnist:/etc"]}, {"gpus": "2"}, {"data": "mnist:/input"}, {"message": 3},
@@ -253,5 +262,6 @@ def test_a_restart_changes_only_what_it_names():
            "data": [{"ref": "mnist:1", "tree": "cd" * 32, "mount": "/input"}], "params": {"lr": "0.1", "b": "2"},
            "env": "default", "max_runtime": None}
     sub = Restart(params={"lr": "0.2"}, gpus=0).submission(JobKey("mnist", 4), old)
-    assert (sub.command, sub.code_tree, sub.gpus, sub.message) == ("python a.py", "ab" * 32, 0, "restart of mnist/4")
+    assert (sub.command, sub.gpus, sub.message) == ("python a.py", 0, "restart of mnist/4")
+    assert (sub.code_path, sub.code_upload) == (None, None)         # the daemon passes the old tree on itself
     assert sub.params == {"lr": "0.2", "b": "2"} and sub.mounts == [MountRequest(ref="mnist:1", mount="/input")]

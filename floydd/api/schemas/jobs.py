@@ -196,9 +196,10 @@ class JobCheck:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CodeUpload:
-    """``POST /v1/code``: the snapshot to submit with (``code_tree``) and what it held."""
+    """``POST /v1/code``: the handle to submit with (``code_upload``: good on this box, for
+    whoever sent the folder, for an hour) and what the folder held."""
 
-    code_tree: str
+    code_upload: str
     files: int
     bytes: int
     skipped: int = 0

@@ -153,7 +153,7 @@ def _aim(case, data) -> None:
     if params and "project" in params and data.draw(aimed, label="at seed/1"):
         params.update(project="seed", number=1)
     body = case.body
-    if case.operation.path == "/v1/jobs" and isinstance(body, dict) and not {"code_path", "code_tree"} & set(body) \
+    if case.operation.path == "/v1/jobs" and isinstance(body, dict) and not {"code_path", "code_upload"} & set(body) \
             and data.draw(aimed, label="code_path"):
         body["code_path"] = "/code"
     for fields in (case.query, case.body):
