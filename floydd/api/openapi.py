@@ -97,6 +97,13 @@ def _op_tar(summary: str, **kw) -> dict:
         "schema": {"type": "string", "format": "binary"}}}}, "default": _ERROR}}
 
 
+def _too_large(op: dict, setting: str) -> dict:
+    """``op`` refusing a tar that would unpack past the box's ``setting`` (sparse files counted
+    at their real size) with 413."""
+    op["responses"]["413"] = {**_ERROR, "description": f"the tar would unpack past {setting}"}
+    return op
+
+
 def _body(kind: type) -> dict:
     return {"required": True, "content": {"application/json": {"schema": _schema(kind)}}}
 
@@ -137,14 +144,16 @@ PATHS = {
                                                        body=_DEST, stream=True)},
     "/v1/jobs/{project}/{number}/code": {"post": _op("Restore the job's code snapshot into dest", params=_JOB,
                                                      body=_DEST, stream=True)},
-    "/v1/code": {"post": _op("Snapshot a project folder sent as a tar (clients on another machine); answers "
-                             "code_tree for /v1/jobs", CodeUpload, body=_TAR, status="201")},
+    "/v1/code": {"post": _too_large(_op("Snapshot a project folder sent as a tar (clients on another machine); "
+                                        "answers code_tree for /v1/jobs", CodeUpload, body=_TAR, status="201"),
+                                    "max_code_mb")},
     "/v1/jobs/{project}/{number}/output.tar": {"get": _op_tar("The job's /output as a tar", params=_JOB)},
     "/v1/jobs/{project}/{number}/code.tar": {"get": _op_tar("The job's code snapshot as a tar", params=_JOB)},
     "/v1/datasets/tar": {
         "get": _op_tar("Dataset version ref=NAME[:N] as a tar", params=_q("ref")),
-        "post": _op("Upload a folder sent as a tar as the next version of ?name=",
-                    params=_q("name", "message", "idem_key", visibility=_VISIBILITY), body=_TAR, stream=True)},
+        "post": _too_large(_op("Upload a folder sent as a tar as the next version of ?name=",
+                               params=_q("name", "message", "idem_key", visibility=_VISIBILITY), body=_TAR,
+                               stream=True), "max_upload_gb")},
     "/v1/compare": {"get": _op("Params and last/best metrics of jobs side by side", Compare, params=_q("jobs"))},
     "/v1/datasets": {"get": _op("Dataset versions", list[DatasetVersion], params=_q("name")),
                      "post": _op("Upload a folder on the daemon's machine as a new dataset version (not as "
