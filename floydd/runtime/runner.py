@@ -26,6 +26,10 @@
                lack of space ends the same way
     close      stop watching (and give the disk's reserve back); agents are never killed (they
                outlive the daemon)
+    catch up   a job whose log was not recorded to its end when it ended (a flood of metric
+               lines) is final at once; the rest is recorded behind it (one task per job, also
+               for those marked ``log_behind`` at reattach), then ``on_recorded`` says so. A new
+               start of the same job abandons it (the record of the attempt is replaced)
 
 Every job process carries ``FLOYD_BOX``/``FLOYD_JOB``/``FLOYD_ATTEMPT`` (:mod:`.fence`), so the
 box finds its runs by their processes whatever became of their agents: ``scan_runs`` for GPU
@@ -50,7 +54,7 @@ from floydd.agent.jobenv import pass_list
 from floydd.agent.sandbox import probe_bwrap
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import read_status
-from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
+from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unavailable
 from floydd.model import FINAL_STATES
 from floydd.runtime import checkpoint, envs, fence, spawn, workspace
 from floydd.runtime.sandboxing import Sandboxing, resolve
@@ -76,7 +80,9 @@ class NodeRuntime:
                  sample_interval: float = 5.0, tail_interval: float = 0.2, stop_grace: float = 10.0,
                  on_finished: Callable[[str, int], None] | None = None,
                  sampler: Callable[[int], dict | None] | None = None,
-                 job_user: tuple[int, int] | None = None) -> None:
+                 job_user: tuple[int, int] | None = None,
+                 on_recorded: Callable[[str, int], None] | None = None,
+                 max_log_bytes: int | None = None, max_metric_points: int = 0) -> None:
         if sandbox not in _SETTINGS:
             raise InvalidSpec(f"sandbox {sandbox!r} is unknown", hint=f"use one of {', '.join(_SETTINGS)}")
         self.state_dir = Path(state_dir).absolute()
@@ -89,6 +95,11 @@ class NodeRuntime:
         self._env_pass = pass_list(env_pass)
         self._sample_interval, self._tail_interval, self._stop_grace = sample_interval, tail_interval, stop_grace
         self._on_finished = on_finished
+        self._on_recorded = on_recorded
+        """Called with (project, number) once an ended job's log is recorded to its end behind
+        its final state (the cluster then gets its final metrics)."""
+        self._max_log_bytes, self._max_metric_points = max_log_bytes, max_metric_points
+        self._catching_up: dict[Key, asyncio.Task] = {}
         self._sampler = sampler or _default_sampler
         self._forget = None if sampler else _default_forget
         self._held: dict[Key, list[int]] = {}
@@ -156,6 +167,7 @@ class NodeRuntime:
         gpus = [int(g) for g in gpus]
         self._hold(key, gpus)  # before any await: a second call for the same job returns above
         try:
+            await self._abandon_catch_up(key)
             job = await asyncio.to_thread(self._records.get_job, project, number)
             ws = workspace.job_dir(self.state_dir, project, number)
             if job["state"] == "queued":
@@ -218,6 +230,9 @@ class NodeRuntime:
                 await self._adopt(job)
             except Exception:
                 log.runtime.exception("re-adopting job %s failed", job.get("id"))
+        for project, number in await asyncio.to_thread(self._records.logs_behind):
+            job = await asyncio.to_thread(self._records.get_job, project, number)
+            self._catch_up(self._watcher(project, number, self._workspace_of(job), None))
         if not self._closed:
             self._spawn(self._watch_disk(), "floydd.runtime.disk")
 
@@ -255,7 +270,8 @@ class NodeRuntime:
                              python_bin=python_bin, mounts=mounts,
                              sandbox=sandboxing.mode, stop_grace=self._stop_grace, state_dir=str(self.state_dir),
                              uid=self._job_user[0] if self._job_user else None,
-                             gid=self._job_user[1] if self._job_user else None)
+                             gid=self._job_user[1] if self._job_user else None,
+                             max_log_bytes=self._max_log_bytes)
             handle = await asyncio.to_thread(spawn.start_agent, ws, spec, env_pass=self._env_pass)
         except _StopRequested:
             await self._end_before_start(key, *self._stop_requests.get(key, ("stopped", "stopped")))
@@ -337,10 +353,7 @@ class NodeRuntime:
         delay = self._tail_interval
         # one watch for every try: what it learnt (a write failed for lack of space; the outcome
         # it settled on while the disk was full) holds when the records can take it
-        watch = JobWatch(project=project, number=number, ws=ws, records=self._records, store=self._store,
-                         sample_interval=self._sample_interval, tail_interval=self._tail_interval,
-                         sampler=self._sampler, forget=self._forget, process=process, disk=self.disk,
-                         asked=lambda: self._stop_requests.get(key))
+        watch = self._watcher(project, number, ws, process)
         try:
             while True:
                 try:
@@ -360,6 +373,61 @@ class NodeRuntime:
             self._watches.pop(key, None)
         log.runtime.info("job %s/%d ended: %s (%s)", project, number, outcome.state, outcome.reason)
         self._release(key)
+        if watch.behind:
+            log.runtime.info("job %s/%d: the rest of its log is recorded behind its end", project, number)
+            self._catch_up(watch)
+
+    def _watcher(self, project: str, number: int, ws: Path, process) -> JobWatch:
+        key = (project, number)
+        return JobWatch(project=project, number=number, ws=ws, records=self._records, store=self._store,
+                        sample_interval=self._sample_interval, tail_interval=self._tail_interval,
+                        sampler=self._sampler, forget=self._forget, process=process, disk=self.disk,
+                        asked=lambda: self._stop_requests.get(key), max_log_bytes=self._max_log_bytes,
+                        max_points=self._max_metric_points)
+
+    def _workspace_of(self, job: dict) -> Path:
+        return Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, job["project"],
+                                                                                     job["number"])
+
+    def _catch_up(self, watch: JobWatch) -> None:
+        """Record the rest of an ended job's log behind its end (a task; see the module docstring)."""
+        key = (watch.project, watch.number)
+        if key not in self._catching_up:
+            self._catching_up[key] = self._spawn(self._run_catch_up(watch), f"floydd.runtime.catch-up {watch.key}")
+
+    async def _run_catch_up(self, watch: JobWatch) -> None:
+        key = (watch.project, watch.number)
+        delay = self._tail_interval
+        try:
+            while True:
+                try:
+                    if await watch.catch_up():
+                        break
+                    await asyncio.sleep(CHECK_INTERVAL)       # the disk is full: again once there is room
+                except asyncio.CancelledError:
+                    raise
+                except NotFound:                              # the job was deleted meanwhile
+                    return
+                except Exception:
+                    log.runtime.exception("recording the rest of job %s's log failed; retrying in %.1fs",
+                                          watch.key, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+        finally:
+            self._catching_up.pop(key, None)
+        log.runtime.info("job %s: its log is recorded to the end", watch.key)
+        if self._on_recorded is not None:
+            try:
+                self._on_recorded(*key)
+            except Exception:
+                log.runtime.exception("on_recorded(%s) failed", watch.key)
+
+    async def _abandon_catch_up(self, key: Key) -> None:
+        """A new start of the job: the previous attempt's log is not recorded further."""
+        task = self._catching_up.pop(key, None)
+        if task is not None:
+            log.runtime.info("job %s/%d starts again: the rest of its previous log is not recorded", *key)
+            await cancel_and_wait({task})
 
     async def _watch_disk(self) -> None:
         """Every CHECK_INTERVAL: on a full disk end every job here as failed (whatever writes

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, NamedTuple
 
 from floydd.errors import Conflict, InvalidSpec, StoreFull, TooLarge, UnsafePath, UserError
+from floydd.model import format_size
 from floydd.store.ignore import IgnoreRules
 from floydd.store.paths import MAX_COMPONENT, MAX_PATH
 
@@ -140,7 +141,7 @@ class SizeLimit(NamedTuple):
 
     def refusal(self, message: str) -> TooLarge:
         """:class:`TooLarge`: ``what`` ``message``, then the limit and the setting."""
-        return TooLarge(f"{self.what} {message}, over this box's limit of {_size(self.bytes)} "
+        return TooLarge(f"{self.what} {message}, over this box's limit of {format_size(self.bytes)} "
                         f"({self.setting} in the daemon's config)", code=self.code,
                         hint=self.hint + f"; or ask the box's operator to raise {self.setting}")
 
@@ -166,7 +167,7 @@ class _Budget:
         """A regular member of ``size`` bytes is about to be written: refused if it would pass."""
         self.charged += size
         if self.limit is not None and self.charged > self.limit.bytes:
-            raise self.limit.refusal(f"would unpack to at least {_size(self.charged)} (files at their real "
+            raise self.limit.refusal(f"would unpack to at least {format_size(self.charged)} (files at their real "
                                      "size, sparse ones expanded)")
 
     def wrote(self, n: int) -> None:
@@ -174,13 +175,6 @@ class _Budget:
         self._written += n
         if self._written > self.charged:
             raise InvalidSpec("the upload yields more bytes than its members declare", hint=_HINT)
-
-
-def _size(n: int) -> str:
-    """``100 MiB``, ``3.0 GiB``: a size for a message."""
-    if n >= 2**30:
-        return f"{n / 2**30:.1f} GiB"
-    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
 def _make_folders(dest: Path, name: str, parts: list[str]) -> None:

@@ -37,7 +37,7 @@ def test_a_small_tar_with_a_huge_sparse_member_is_a_413_and_nothing_stays(api: A
     status, answer, text = api.call("POST", path, params={"name": "sparse"}, data=sparse_tar(3 << 30), headers=TAR)
     assert status == 413, text[:500]
     assert answer["error"]["code"] == code and setting in answer["error"]["message"], answer
-    assert "3.0 GiB" in answer["error"]["message"] and "TooLarge" == answer["error"]["kind"]
+    assert "3 GiB" in answer["error"]["message"] and "TooLarge" == answer["error"]["kind"]
     assert list((api.root / "state" / "uploads").iterdir()) == []      # the scratch folder is gone
     assert api.call("GET", "/v1/datasets", params={"name": "sparse"})[1] == []
 
