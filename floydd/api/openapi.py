@@ -104,6 +104,12 @@ def _too_large(op: dict, setting: str) -> dict:
     return op
 
 
+def _queue_limited(op: dict) -> dict:
+    """``op`` refusing a job past the person's ``max_queued_per_person`` with 429."""
+    op["responses"]["429"] = {**_ERROR, "description": "the person has max_queued_per_person jobs queued"}
+    return op
+
+
 def _body(kind: type) -> dict:
     return {"required": True, "content": {"application/json": {"schema": _schema(kind)}}}
 
@@ -119,10 +125,10 @@ PATHS = {
                             "this node's copy",
                             list[Job], params=_q("project", "state", "stale", "user", limit=_count(1), offset=_count(0),
                                                  since={"type": "number", "minimum": 0, "maximum": 2**53})),
-                 "post": _op("Submit a job", Job, body=SUBMIT, status="201")},
-    "/v1/jobs/check": {"post": _op("Would POST /v1/jobs take this job? The same body, the code not looked at; "
-                                   "refused as the submit would be (ask before sending the code)", JobCheck,
-                                   body=SUBMIT)},
+                 "post": _queue_limited(_op("Submit a job", Job, body=SUBMIT, status="201"))},
+    "/v1/jobs/check": {"post": _queue_limited(_op("Would POST /v1/jobs take this job? The same body, the code not "
+                                                  "looked at; refused as the submit would be (ask before sending the "
+                                                  "code)", JobCheck, body=SUBMIT))},
     "/v1/jobs/{project}/{number}": {"get": _op("One job with metric summary and events", Job, params=_JOB),
                                     "delete": _op("Delete an ended job, its records and output", Job, params=_JOB)},
     "/v1/jobs/{project}/{number}/metrics": {"get": _op("Metric series and system samples", Metrics, params=_JOB)},
@@ -130,8 +136,9 @@ PATHS = {
                                                     params=_JOB + _q(timeout={"type": "number", "minimum": 0,
                                                                               "maximum": MAX_WAIT}))},
     "/v1/jobs/{project}/{number}/stop": {"post": _op("Stop a queued or running job", Job, params=_JOB)},
-    "/v1/jobs/{project}/{number}/restart": {"post": _op("Run the job again with overrides", Job, params=_JOB,
-                                                        body=_body(Restart), status="201")},
+    "/v1/jobs/{project}/{number}/restart": {"post": _queue_limited(_op("Run the job again with overrides", Job,
+                                                                       params=_JOB, body=_body(Restart),
+                                                                       status="201"))},
     "/v1/jobs/{project}/{number}/logs": {"get": {
         **_op("The job log, raw lines '<ts> <o|e> <text>', then the end frame '<token> {\"result\"|\"error\": ...}' "
               "(token: the Floydd-Log-End header); rank: a part of a distributed job (default 0)",
