@@ -27,9 +27,8 @@
     close      stop watching (and give the disk's reserve back); agents are never killed (they
                outlive the daemon)
     catch up   a job whose log was not recorded to its end when it ended (a flood of metric
-               lines) is final at once; the rest is recorded behind it (one task per job, also
-               for those marked ``log_behind`` at reattach), then ``on_recorded`` says so. A new
-               start of the same job abandons it (the record of the attempt is replaced)
+               lines) is final at once; the rest is recorded behind it (:mod:`.catchup`, also
+               for those marked ``log_behind`` at reattach), then ``on_recorded`` says so
 
 Every job process carries ``FLOYD_BOX``/``FLOYD_JOB``/``FLOYD_ATTEMPT`` (:mod:`.fence`), so the
 box finds its runs by their processes whatever became of their agents: ``scan_runs`` for GPU
@@ -54,9 +53,10 @@ from floydd.agent.jobenv import pass_list
 from floydd.agent.sandbox import probe_bwrap
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import read_status
-from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unavailable
+from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
 from floydd.model import FINAL_STATES
 from floydd.runtime import checkpoint, envs, fence, spawn, workspace
+from floydd.runtime.catchup import CatchUps
 from floydd.runtime.sandboxing import Sandboxing, resolve
 from floydd.runtime.disk import CHECK_INTERVAL, Disk, no_space
 from floydd.runtime.watch import JobWatch
@@ -95,11 +95,10 @@ class NodeRuntime:
         self._env_pass = pass_list(env_pass)
         self._sample_interval, self._tail_interval, self._stop_grace = sample_interval, tail_interval, stop_grace
         self._on_finished = on_finished
-        self._on_recorded = on_recorded
-        """Called with (project, number) once an ended job's log is recorded to its end behind
-        its final state (the cluster then gets its final metrics)."""
         self._max_log_bytes, self._max_metric_points = max_log_bytes, max_metric_points
-        self._catching_up: dict[Key, asyncio.Task] = {}
+        self._catch_ups = CatchUps(spawn=self._spawn, retry=tail_interval, on_recorded=on_recorded)
+        """``on_recorded(project, number)``: an ended job's log is recorded to its end, behind its
+        final state (:mod:`.catchup`; the cluster then gets its final metrics)."""
         self._sampler = sampler or _default_sampler
         self._forget = None if sampler else _default_forget
         self._held: dict[Key, list[int]] = {}
@@ -167,7 +166,7 @@ class NodeRuntime:
         gpus = [int(g) for g in gpus]
         self._hold(key, gpus)  # before any await: a second call for the same job returns above
         try:
-            await self._abandon_catch_up(key)
+            await self._catch_ups.abandon(key)
             job = await asyncio.to_thread(self._records.get_job, project, number)
             ws = workspace.job_dir(self.state_dir, project, number)
             if job["state"] == "queued":
@@ -232,7 +231,7 @@ class NodeRuntime:
                 log.runtime.exception("re-adopting job %s failed", job.get("id"))
         for project, number in await asyncio.to_thread(self._records.logs_behind):
             job = await asyncio.to_thread(self._records.get_job, project, number)
-            self._catch_up(self._watcher(project, number, self._workspace_of(job), None))
+            self._catch_ups.start(self._watcher(project, number, self._workspace_of(job), None))
         if not self._closed:
             self._spawn(self._watch_disk(), "floydd.runtime.disk")
 
@@ -374,8 +373,7 @@ class NodeRuntime:
         log.runtime.info("job %s/%d ended: %s (%s)", project, number, outcome.state, outcome.reason)
         self._release(key)
         if watch.behind:
-            log.runtime.info("job %s/%d: the rest of its log is recorded behind its end", project, number)
-            self._catch_up(watch)
+            self._catch_ups.start(watch)
 
     def _watcher(self, project: str, number: int, ws: Path, process) -> JobWatch:
         key = (project, number)
@@ -388,46 +386,6 @@ class NodeRuntime:
     def _workspace_of(self, job: dict) -> Path:
         return Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, job["project"],
                                                                                      job["number"])
-
-    def _catch_up(self, watch: JobWatch) -> None:
-        """Record the rest of an ended job's log behind its end (a task; see the module docstring)."""
-        key = (watch.project, watch.number)
-        if key not in self._catching_up:
-            self._catching_up[key] = self._spawn(self._run_catch_up(watch), f"floydd.runtime.catch-up {watch.key}")
-
-    async def _run_catch_up(self, watch: JobWatch) -> None:
-        key = (watch.project, watch.number)
-        delay = self._tail_interval
-        try:
-            while True:
-                try:
-                    if await watch.catch_up():
-                        break
-                    await asyncio.sleep(CHECK_INTERVAL)       # the disk is full: again once there is room
-                except asyncio.CancelledError:
-                    raise
-                except NotFound:                              # the job was deleted meanwhile
-                    return
-                except Exception:
-                    log.runtime.exception("recording the rest of job %s's log failed; retrying in %.1fs",
-                                          watch.key, delay)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 30.0)
-        finally:
-            self._catching_up.pop(key, None)
-        log.runtime.info("job %s: its log is recorded to the end", watch.key)
-        if self._on_recorded is not None:
-            try:
-                self._on_recorded(*key)
-            except Exception:
-                log.runtime.exception("on_recorded(%s) failed", watch.key)
-
-    async def _abandon_catch_up(self, key: Key) -> None:
-        """A new start of the job: the previous attempt's log is not recorded further."""
-        task = self._catching_up.pop(key, None)
-        if task is not None:
-            log.runtime.info("job %s/%d starts again: the rest of its previous log is not recorded", *key)
-            await cancel_and_wait({task})
 
     async def _watch_disk(self) -> None:
         """Every CHECK_INTERVAL: on a full disk end every job here as failed (whatever writes

@@ -20,11 +20,8 @@ recorded behind the final state (:meth:`JobWatch.catch_up`, run by the runtime; 
 marked ``log_behind`` first, so a daemon restarted meanwhile carries on), and the runtime then
 says so (``on_recorded``: the cluster gets the job's final metrics).
 
-Floods: the agent caps ``job.log`` (``max_log_mb``, :mod:`floydd.agent.capture`); the watch
-turns that into the job's events (the cap reached; how much was dropped). Metric points past
-``max_points`` (``max_metric_points``) are thinned: of each batch read (1 MiB of log) only the
-last point of each metric is recorded, the others are counted as skipped, so the records of
-one job stay bounded and its last values right.
+Floods: the agent caps ``job.log`` (``max_log_mb``) and the watch says so in the job's events;
+metric points past ``max_metric_points`` are thinned (:mod:`.limits`).
 
 Nothing a job does stalls its watch. A metric line is recorded or skipped and counted
 (:mod:`.tail`); a batch the records refuse is skipped and counted too, never retried. An
@@ -49,9 +46,9 @@ from typing import Callable
 from floydd import log
 from floydd.agent.status import Status, read_status
 from floydd.errors import NotFound, Unavailable
-from floydd.model import format_size
 from floydd.runtime import outputs, spawn, tail, workspace
 from floydd.runtime.disk import Disk, no_space
+from floydd.runtime.limits import JobLimits
 
 __all__ = ["JobWatch", "Outcome"]
 
@@ -60,9 +57,6 @@ MAX_NAMED = 20
 DRAIN_BUDGET = 1.0
 """Seconds the exited steps spend recording what is left of the log before the final state is
 set; the rest is recorded behind it."""
-LIMIT_KIND = "limit"
-"""The kind of the events that say a job hit one of the box's limits (its log's cap, its metric
-points' cap)."""
 RECORDER_NICE = 10
 """Niceness of the thread that parses job logs into the records. Recording may lag a
 running job by a moment; it must not slow the job (jobs run at the daemon's priority)."""
@@ -114,10 +108,9 @@ class JobWatch:
         self._asked = asked or (lambda: None)  # (outcome, reason) the runtime asked the agent to end the job as
         self._full_at_end = False  # the disk was full when the end was seen (it may have room by the time
         # the end is recorded: the records wait for space, and someone frees it)
-        self._max_log_bytes, self._max_points = max_log_bytes, max_points
+        self._limits = JobLimits(max_log_bytes=max_log_bytes, max_points=max_points,
+                                 event=self._event, events=lambda: records.events(project, number))
         self._points = 0  # metric points recorded (read from the records when the watch (re)starts)
-        self._said: set[str] = set()  # limit events recorded (once each)
-        self._end_status: Status | None = None  # the agent's final status (what its log dropped)
         self.behind = False
         """Whether the exited steps left part of the log to :meth:`catch_up`."""
         self._stalled = False  # a batch could not be recorded for lack of space
@@ -149,15 +142,14 @@ class JobWatch:
         next_sample = time.monotonic() + min(1.0, self._sample_interval)
         while True:
             status, is_alive, more = await _record(self._tick)
-            if status is not None and status.log_capped and "capped" not in self._said:
-                await asyncio.to_thread(self._say_capped)
+            if self._limits.needs_look(status):
+                await asyncio.to_thread(self._limits.seen, status)
             if status is not None and status.exited:
-                self._end_status = status
                 return _outcome_of(status)
             if not is_alive:
                 status = await asyncio.to_thread(read_status, self.ws)  # it may have just finished
                 if status is not None and status.exited:
-                    self._end_status = status
+                    await asyncio.to_thread(self._limits.seen, status)
                     return _outcome_of(status)
                 return await asyncio.to_thread(self._lost, status)
             if time.monotonic() >= next_sample and status is not None and status.job_pid:
@@ -186,14 +178,14 @@ class JobWatch:
         """Where recording got to: the log offset and the metric points so far."""
         self._attempt = self._records.get_job(self.project, self.number).get("attempt", 0)
         self._offset = self._records.get_log_offset(self.project, self.number)
-        self._points = self._records.metric_points(self.project, self.number) if self._max_points else 0
+        self._points = self._records.metric_points(self.project, self.number) if self._limits.max_points else 0
 
     def _tail_once(self) -> bool:
         """Record the new complete lines' metrics; True when a full chunk was read (more waits)."""
         chunk = tail.read_chunk(self.ws / "job.log", self._offset)
         if chunk.offset == self._offset:
             return False
-        scan = self._thin(chunk.scan())
+        scan = self._limits.thin(chunk.scan(), self._points)
         try:  # MetricPoint is the (name, value, step, ts) row add_metrics takes
             self._records.add_metrics(self.project, self.number, scan.points, log_offset=chunk.offset,
                                       skipped=scan.skipped, first_skip=scan.first_skip, attempt=self._attempt)
@@ -218,46 +210,6 @@ class JobWatch:
                                 self.key, scan.first_skip)
         self._offset = chunk.offset
         return len(chunk.data) >= tail.CHUNK_BYTES // 2
-
-    def _thin(self, scan: tail.Scan) -> tail.Scan:
-        """Past ``max_points`` recorded: only the last point of each metric of the batch."""
-        if not self._max_points or self._points + len(scan.points) <= self._max_points:
-            return scan
-        room = max(0, self._max_points - self._points)
-        last: dict[str, int] = {}       # name -> index of its last point past the room
-        for i in range(room, len(scan.points)):
-            last[scan.points[i].name] = i
-        points = scan.points[:room] + [scan.points[i] for i in sorted(last.values())]
-        if "points" not in self._said:
-            self._said.add("points")
-            self._event_once(f"the job's metric points reached the cap of {self._max_points:,} (max_metric_points): "
-                             "from here on, of every 1 MiB of its log only the last point of each metric is "
-                             "recorded; the others are counted as skipped", {"max_metric_points": self._max_points})
-        why = f"past the job's {self._max_points:,} metric points (max_metric_points), thinned"
-        return tail.Scan(points, scan.skipped + len(scan.points) - len(points), scan.first_skip or why)
-
-    def _say_capped(self) -> None:
-        """The agent capped the job's log: an event, once."""
-        self._said.add("capped")
-        cap = f"its {format_size(self._max_log_bytes)} cap" if self._max_log_bytes else "its cap"
-        self._event_once(f"job.log reached {cap} (max_log_mb): later lines are dropped and counted, the last "
-                         "line of each metric kept")
-
-    def _say_dropped(self) -> None:
-        """How much the agent dropped past the log's cap: an event, once."""
-        status = self._end_status
-        if status is None or not status.log_dropped_lines:
-            return
-        cap = f"its {format_size(self._max_log_bytes)} cap" if self._max_log_bytes else "its cap"
-        self._event_once(f"{status.log_dropped_lines:,} lines ({format_size(status.log_dropped_bytes)}) dropped: "
-                         f"the job's log reached {cap} (max_log_mb)",
-                         {"dropped_lines": status.log_dropped_lines, "dropped_bytes": status.log_dropped_bytes})
-
-    def _event_once(self, message: str, data: dict | None = None) -> None:
-        """A limit event, unless the job has it already (a daemon restarted during the job)."""
-        if not any(e["kind"] == LIMIT_KIND and e["message"] == message
-                   for e in self._records.events(self.project, self.number)):
-            self._event(LIMIT_KIND, message, data)
 
     def _sample(self, pid: int) -> None:
         self._sampled.add(pid)
@@ -326,7 +278,6 @@ class JobWatch:
             log.runtime.exception("job %s: removing its input copies failed", self.key)
         outcome = await asyncio.to_thread(self._settle, outcome, self._asked())
         try:
-            await asyncio.to_thread(self._say_dropped)
             if self.behind:   # marked before the final state: a daemon restarted in between still catches up
                 await asyncio.to_thread(self._records.set_log_behind, self.project, self.number, True)
             if job["state"] == "starting" and outcome.state not in ("failed", "stopped", "lost"):

@@ -13,6 +13,7 @@ import pytest
 from floydd.agent.status import read_status
 from floydd.errors import NotFound
 from floydd.runtime import NodeRuntime, watch
+from floydd.runtime.limits import LIMIT_KIND
 from tests.floods import LOG_FLOOD, METRIC_FLOOD
 from tests.integration.runtime.test_node_runtime import Node, ended, until
 
@@ -51,7 +52,7 @@ async def flood_node(state_dir, request):
     n.close()
 
 
-def _events(node: Node, number: int, kind: str = watch.LIMIT_KIND) -> list[dict]:
+def _events(node: Node, number: int, kind: str = LIMIT_KIND) -> list[dict]:
     return [e for e in node.records.events("p", number) if e["kind"] == kind]
 
 
