@@ -279,7 +279,7 @@ class JobWatch:
         outcome = await asyncio.to_thread(self._settle, outcome, self._asked())
         try:
             if self.behind:   # marked before the final state: a daemon restarted in between still catches up
-                await asyncio.to_thread(self._records.set_log_behind, self.project, self.number, True)
+                await asyncio.to_thread(self._mark_behind)
             if job["state"] == "starting" and outcome.state not in ("failed", "stopped", "lost"):
                 await asyncio.to_thread(self._records.set_state, self.project, self.number, "running", "",
                                         started=outcome.started or time.time())
@@ -299,12 +299,23 @@ class JobWatch:
 
     async def _drain(self) -> bool:
         """Record what is left of the log, for at most :data:`DRAIN_BUDGET` seconds; True when
-        it got to the end."""
+        it got to the end (False too when a batch could not be recorded for lack of space)."""
         deadline = time.monotonic() + DRAIN_BUDGET
+        self._stalled = False
         while await _record(self._tail_once):
             if time.monotonic() >= deadline:
                 return False
-        return True
+        return not self._stalled
+
+    def _mark_behind(self) -> None:
+        """Mark the record ``log_behind``; on a full disk only said (the final state comes
+        first: the catch-up of this daemon goes on, a restarted one does not know of it)."""
+        try:
+            self._records.set_log_behind(self.project, self.number, True)
+        except Exception as exc:
+            if not no_space(exc):
+                raise
+            log.runtime.warning("job %s: cannot mark its log as not recorded to the end (disk full)", self.key)
 
     async def catch_up(self) -> bool:
         """Record the rest of an ended job's log, behind its final state, from where recording
