@@ -379,7 +379,7 @@ class Reconciler:
         self._spawn(self._report_summary(JobKey(project, number)), f"floydd.jobs.summary {project}/{number}")
 
     async def _report_summary(self, key: JobKey) -> None:
-        job = self.cluster.state.jobs.get(str(key))
+        job = self.cluster.state.job(str(key)) if str(key) in self.cluster.state.jobs else None
         record = await asyncio.to_thread(self.local.record, key)
         part = part_of(job, self.node_id) if job is not None else None
         if part is None or record is None or record.get("attempt") != job["attempts"] or part["rank"] not in (None, 0):

@@ -230,7 +230,11 @@ class NodeRuntime:
             except Exception:
                 log.runtime.exception("re-adopting job %s failed", job.get("id"))
         for project, number in await asyncio.to_thread(self._records.logs_behind):
-            job = await asyncio.to_thread(self._records.get_job, project, number)
+            try:        # ended with its log not recorded to the end: record the rest behind its end
+                job = await asyncio.to_thread(self._records.get_job, project, number)
+            except FloyddError as exc:
+                log.runtime.warning("job %s/%d: its log is not recorded to the end: %s", project, number, exc)
+                continue
             self._catch_ups.start(self._watcher(project, number, self._workspace_of(job), None))
         if not self._closed:
             self._spawn(self._watch_disk(), "floydd.runtime.disk")
