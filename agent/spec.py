@@ -46,6 +46,8 @@ class AgentSpec:
     uid: int | None = None
     gid: int | None = None
     """System mode: the job user the job runs as (:mod:`floydd.agent.jobuser`); None: as the agent."""
+    max_log_bytes: int | None = None
+    """The cap of ``job.log`` (``max_log_mb``; :mod:`floydd.agent.capture`); None: no cap."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.command, str) or not self.command.strip():
@@ -59,6 +61,9 @@ class AgentSpec:
             raise InvalidSpec(f"max_runtime {self.max_runtime!r} must be positive", hint="e.g. 3600")
         if not self.stop_grace >= 0:
             raise InvalidSpec(f"stop_grace {self.stop_grace!r} must be ≥ 0", hint="e.g. 10")
+        if self.max_log_bytes is not None and (isinstance(self.max_log_bytes, bool) or self.max_log_bytes < 1):
+            raise InvalidSpec(f"max_log_bytes {self.max_log_bytes!r} must be a positive number of bytes",
+                              hint="set max_log_mb to more than 0 (or 0: no cap)")
         if (self.uid is None) != (self.gid is None) or (self.uid is not None and (self.uid <= 0 or self.gid <= 0)):
             raise InvalidSpec(f"job user {self.uid}:{self.gid} is not an unprivileged uid and gid",
                               hint="set job_user to an unprivileged account (not root)")
@@ -76,7 +81,7 @@ class AgentSpec:
             "max_runtime": self.max_runtime, "python_bin": self.python_bin,
             "mounts": [{"source": m.source, "target": m.target} for m in self.mounts],
             "sandbox": self.sandbox, "stop_grace": self.stop_grace, "state_dir": self.state_dir,
-            "uid": self.uid, "gid": self.gid,
+            "uid": self.uid, "gid": self.gid, "max_log_bytes": self.max_log_bytes,
         }, indent=1)
 
     @classmethod
@@ -98,6 +103,7 @@ class AgentSpec:
                 sandbox=raw.get("sandbox", "auto"), stop_grace=float(raw.get("stop_grace", 10.0)),
                 state_dir=raw.get("state_dir") or None,
                 uid=None if raw.get("uid") is None else int(raw["uid"]),
-                gid=None if raw.get("gid") is None else int(raw["gid"]))
+                gid=None if raw.get("gid") is None else int(raw["gid"]),
+                max_log_bytes=None if raw.get("max_log_bytes") is None else int(raw["max_log_bytes"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidSpec(f"spec.json is malformed: {exc!r}", hint="the daemon writes it; was it edited?") from None

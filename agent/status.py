@@ -53,6 +53,11 @@ class Status:
     signal: str | None = None
     outcome: str | None = None
     reason: str = ""
+    log_capped: float | None = None
+    """When ``job.log`` reached its cap (``max_log_mb``); None: it has not."""
+    log_dropped_lines: int = 0
+    log_dropped_bytes: int = 0
+    """What the job printed past the cap (counted; set with the final status)."""
 
     @property
     def exited(self) -> bool:

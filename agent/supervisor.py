@@ -15,6 +15,10 @@ of the job gets SIGTERM and, ``stop_grace`` seconds later, SIGKILL. The agent is
 subreaper, so processes the job leaves behind stay its descendants; when the job's main
 process ends they are killed, and the job counts as over.
 
+A flood: ``job.log`` stops growing at the spec's ``max_log_bytes`` (:mod:`floydd.agent.capture`:
+later lines are dropped and counted, the last line of each metric kept); status.json says
+when the cap was reached and, at the end, how much was dropped.
+
 A full disk: when ``job.log`` cannot be written (or made) for lack of space the job is
 ended the same way as ``failed``, "disk full at WORKSPACE/job.log" (what it prints meanwhile
 is dropped). Every status is written in place when a new file cannot be made, in the room
@@ -144,11 +148,14 @@ class Supervisor:
         self.status = self.status.evolve(state="running", job_pid=proc.pid, started=time.time(),
                                          sandbox=launch.sandbox)
         write_status(self.ws, self.status)
-        writer = LogWriter(log_fd)
+        writer = LogWriter(log_fd, spec.max_log_bytes)
         returncode = self._loop(spec, proc, writer, {out_r: b"o", err_r: b"e"}, wake_r)
         writer.flush_partial(time.time())
+        writer.finish(time.time())
         if not self._write_log(writer) and self._ending is None:
             self._ending = ("failed", self._disk_full)
+        self.status = self.status.evolve(log_dropped_lines=writer.dropped_lines,
+                                         log_dropped_bytes=writer.dropped_bytes)
         try:
             os.fsync(log_fd)
         except OSError as exc:
@@ -193,6 +200,9 @@ class Supervisor:
                     sel.unregister(pidfd)
             if not self._write_log(writer) and returncode is None and self._ending is None:
                 self._terminate(spec, proc, ("failed", self._disk_full))
+            if writer.capped and self.status.log_capped is None:   # said once, for the daemon's events
+                self.status = self.status.evolve(log_capped=time.time())
+                write_status(self.ws, self.status)
             now = time.monotonic()
             if returncode is None and self._ending is None:
                 if self._signalled:

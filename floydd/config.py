@@ -111,7 +111,11 @@ class Config:
             if getattr(self, name) not in ("owner", "lab"):
                 raise UserError(f"config {name} = {getattr(self, name)!r:.40} is not owner or lab",
                                 hint=f"set {name} to owner (the job's owner and the admins) or lab (everyone) in "
-                                     f"floydd.toml or FLOYDD_{name.upper()}")
+                                     f"floydd.toml or {ENV_PREFIX}{name.upper()}")
+        for name in ("max_upload_gb", "max_log_mb", "max_metric_points", "max_queued_per_person"):
+            if not getattr(self, name) >= 0:      # limits against floods: 0 turns one off
+                raise UserError(f"config: {name} = {getattr(self, name)} is negative",
+                                hint=f"set {name} to 0 (no limit) or more in floydd.toml or {ENV_PREFIX}{name.upper()}")
 
     @property
     def job_memory_bytes(self) -> int:
@@ -212,6 +216,26 @@ class Config:
     job_logs: str = "lab"
     """Who reads a job's logs and metrics (``floyd logs``, ``floyd compare``, the TUI) through
     this box: ``lab`` (everyone, as everyone sees the lab's jobs) or ``owner``."""
+
+    # -- limits against floods (issue 20): floydd.store.tarball, floydd.agent.capture,
+    #    floydd.runtime.watch, floydd.jobs.service --
+    max_upload_gb: float = 100.0
+    """A dataset sent as a tar (``floyd data upload`` from another machine, ``POST
+    /v1/datasets/tar``) may unpack to at most this many GiB, files counted at their real size
+    (a sparse file at its expanded size): past it the upload is refused (HTTP 413) before more
+    is written. 0: no limit. Code folders have their own, ``max_code_mb``."""
+    max_log_mb: float = 256.0
+    """A job's ``job.log`` grows to at most this many MiB; past it the agent drops the job's
+    output and counts it, keeps the last line of each metric, and ends the log with what was
+    dropped (also an event of the job: ``floyd info``). 0: no cap."""
+    max_metric_points: int = 1_000_000
+    """Metric points recorded per job in full; past it, each batch read from the job's log
+    (1 MiB) keeps only the last point of each metric (the series thins out, the last values
+    stay right) and the others are counted as skipped. 0: no cap."""
+    max_queued_per_person: int = 1000
+    """Jobs one person may have queued in the cluster; a submit past it is refused (HTTP 429)
+    until some start or are stopped. Checked by the box that takes the submit, against the
+    replicated job table. 0: no limit."""
 
     @property
     def socket_path(self) -> Path:

@@ -4,7 +4,9 @@
     ├── UserError                    the request is wrong; fixing it is up to the caller (HTTP 400)
     │   ├── InvalidName              a dataset/project/job name that does not validate
     │   ├── InvalidSpec              malformed --data, --param, empty command, ...
-    │   └── UnsafePath               traversal, absolute paths, special files, links leaving a tree
+    │   ├── UnsafePath               traversal, absolute paths, special files, links leaving a tree
+    │   ├── TooLarge                 an upload past the box's size limit (max_upload_gb, max_code_mb) (413)
+    │   └── TooMany                  past a per-person limit, e.g. jobs queued (max_queued_per_person) (429)
     ├── Unauthorized                 no or a wrong API token on TCP (401)
     ├── Forbidden                    known caller, not allowed to do this (a box speaking for another,
     │                                a user stopping someone else's job) (403)
@@ -32,6 +34,8 @@ __all__ = [
     "InvalidName",
     "InvalidSpec",
     "UnsafePath",
+    "TooLarge",
+    "TooMany",
     "Unauthorized",
     "Forbidden",
     "NotFound",
@@ -85,6 +89,16 @@ class UnsafePath(UserError):
     code = "unsafe_path"
 
 
+class TooLarge(UserError):
+    code = "too_large"
+    status = 413
+
+
+class TooMany(UserError):
+    code = "too_many"
+    status = 429
+
+
 class Unauthorized(FloyddError):
     code = "unauthorized"
     status = 401
@@ -135,8 +149,8 @@ class InternalError(FloyddError):
 
 
 _BY_NAME = {cls.__name__: cls for cls in (
-    FloyddError, UserError, InvalidName, InvalidSpec, UnsafePath, Unauthorized, Forbidden, NotFound, Conflict,
-    StoreError, IntegrityError, Untrusted, StoreFull, Unavailable, InternalError)}
+    FloyddError, UserError, InvalidName, InvalidSpec, UnsafePath, TooLarge, TooMany, Unauthorized, Forbidden,
+    NotFound, Conflict, StoreError, IntegrityError, Untrusted, StoreFull, Unavailable, InternalError)}
 
 
 def from_payload(payload: dict[str, Any], status: int = 500) -> FloyddError:

@@ -98,6 +98,19 @@ def _op_tar(summary: str, **kw) -> dict:
         "schema": {"type": "string", "format": "binary"}}}}, "default": _ERROR}}
 
 
+def _too_large(op: dict, setting: str) -> dict:
+    """``op`` refusing a tar that would unpack past the box's ``setting`` (sparse files counted
+    at their real size) with 413."""
+    op["responses"]["413"] = {**_ERROR, "description": f"the tar would unpack past {setting}"}
+    return op
+
+
+def _queue_limited(op: dict) -> dict:
+    """``op`` refusing a job past the person's ``max_queued_per_person`` with 429."""
+    op["responses"]["429"] = {**_ERROR, "description": "the person has max_queued_per_person jobs queued"}
+    return op
+
+
 def _body(kind: type) -> dict:
     return {"required": True, "content": {"application/json": {"schema": _schema(kind)}}}
 
@@ -113,10 +126,10 @@ PATHS = {
                             "this node's copy",
                             list[Job], params=_q("project", "state", "stale", "user", limit=_count(1), offset=_count(0),
                                                  since={"type": "number", "minimum": 0, "maximum": 2**53})),
-                 "post": _op("Submit a job", Job, body=SUBMIT, status="201")},
-    "/v1/jobs/check": {"post": _op("Would POST /v1/jobs take this job? The same body, the code not looked at; "
-                                   "refused as the submit would be (ask before sending the code)", JobCheck,
-                                   body=SUBMIT)},
+                 "post": _queue_limited(_op("Submit a job", Job, body=SUBMIT, status="201"))},
+    "/v1/jobs/check": {"post": _queue_limited(_op("Would POST /v1/jobs take this job? The same body, the code not "
+                                                  "looked at; refused as the submit would be (ask before sending the "
+                                                  "code)", JobCheck, body=SUBMIT))},
     "/v1/jobs/{project}/{number}": {"get": _op("One job with metric summary and events", Job, params=_JOB),
                                     "delete": _op("Delete an ended job, its records and output", Job, params=_JOB)},
     "/v1/jobs/{project}/{number}/metrics": {"get": _op("Metric series and system samples", Metrics, params=_JOB)},
@@ -124,8 +137,9 @@ PATHS = {
                                                     params=_JOB + _q(timeout={"type": "number", "minimum": 0,
                                                                               "maximum": MAX_WAIT}))},
     "/v1/jobs/{project}/{number}/stop": {"post": _op("Stop a queued or running job", Job, params=_JOB)},
-    "/v1/jobs/{project}/{number}/restart": {"post": _op("Run the job again with overrides", Job, params=_JOB,
-                                                        body=_body(Restart), status="201")},
+    "/v1/jobs/{project}/{number}/restart": {"post": _queue_limited(_op("Run the job again with overrides", Job,
+                                                                       params=_JOB, body=_body(Restart),
+                                                                       status="201"))},
     "/v1/jobs/{project}/{number}/logs": {"get": {
         **_op("The job log, raw lines '<ts> <o|e> <text>', then the end frame '<token> {\"result\"|\"error\": ...}' "
               "(token: the Floydd-Log-End header); rank: a part of a distributed job (default 0)",
@@ -138,15 +152,17 @@ PATHS = {
                                                        body=_DEST, stream=True)},
     "/v1/jobs/{project}/{number}/code": {"post": _op("Restore the job's code snapshot into dest", params=_JOB,
                                                      body=_DEST, stream=True)},
-    "/v1/code": {"post": _op("Snapshot a project folder sent as a tar (clients on another machine); answers "
-                             "code_upload, a handle for /v1/jobs good on this box for whoever sent it (an hour)",
-                             CodeUpload, body=_TAR, status="201")},
+    "/v1/code": {"post": _too_large(_op("Snapshot a project folder sent as a tar (clients on another machine); "
+                                        "answers code_upload, a handle for /v1/jobs good on this box for whoever "
+                                        "sent it (an hour)", CodeUpload, body=_TAR, status="201"),
+                                    "max_code_mb")},
     "/v1/jobs/{project}/{number}/output.tar": {"get": _op_tar("The job's /output as a tar", params=_JOB)},
     "/v1/jobs/{project}/{number}/code.tar": {"get": _op_tar("The job's code snapshot as a tar", params=_JOB)},
     "/v1/datasets/tar": {
         "get": _op_tar("Dataset version ref=NAME[:N] as a tar", params=_q("ref")),
-        "post": _op("Upload a folder sent as a tar as the next version of ?name=",
-                    params=_q("name", "message", "idem_key", visibility=_VISIBILITY), body=_TAR, stream=True)},
+        "post": _too_large(_op("Upload a folder sent as a tar as the next version of ?name=",
+                               params=_q("name", "message", "idem_key", visibility=_VISIBILITY), body=_TAR,
+                               stream=True), "max_upload_gb")},
     "/v1/compare": {"get": _op("Params and last/best metrics of jobs side by side", Compare, params=_q("jobs"))},
     "/v1/datasets": {"get": _op("Dataset versions the caller may read", list[DatasetVersion], params=_q("name")),
                      "post": _op("Upload a folder on the daemon's machine as a new dataset version (not as "

@@ -8,6 +8,12 @@ trusts nothing in it) for the handler to snapshot, and :func:`send_tree` answers
 tree as a tar (restored into scratch space first, so a download needs the tree's size free
 twice over for as long as it runs). Scratch folders live in ``STATE/uploads`` and are
 removed when the request ends, whatever happens.
+
+Every upload has a size limit, counted on what unpacking would write (sparse members at their
+expanded size: :class:`~floydd.store.tarball.SizeLimit`): a code folder ``max_code_mb``, a
+dataset ``max_upload_gb``. The body itself may be at most about twice the limit (tar headers
+and padding); past either the answer is 413 naming the limit and its setting, and nothing past
+the limit is written.
 """
 
 from __future__ import annotations
@@ -23,11 +29,11 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from floydd.api import keys
-from floydd.errors import InvalidSpec, StoreFull, UserError
+from floydd.errors import InvalidSpec, StoreFull
 from floydd.store import ObjectId
-from floydd.store.tarball import Unpacked, pack, unpack
+from floydd.store.tarball import SizeLimit, Unpacked, pack, unpack
 
-__all__ = ["received_folder", "send_tree", "scratch", "TAR"]
+__all__ = ["received_folder", "send_tree", "scratch", "dataset_limit", "TAR"]
 
 TAR = "application/x-tar"
 _CHUNK = 1 << 20
@@ -53,24 +59,29 @@ async def scratch(request: web.Request, folder: str = "uploads",
 
 
 @contextlib.asynccontextmanager
-async def received_folder(request: web.Request, limit: int | None = None,
+async def received_folder(request: web.Request, limit: int | SizeLimit | None = None,
                           what: str = "the upload") -> AsyncIterator[tuple[Path, Unpacked]]:
-    """The tar body of ``request`` unpacked into a scratch folder: (folder, counts)."""
+    """The tar body of ``request`` unpacked into a scratch folder: (folder, counts).
+
+    ``limit``: what unpacking may write; a number of bytes is a code folder's (``max_code_mb``),
+    None a dataset's (``max_upload_gb`` of the daemon's config, :func:`dataset_limit`)."""
     if request.content_type not in (TAR, "application/octet-stream"):
         raise InvalidSpec(f"send {what} as {TAR}, not {request.content_type}",
                           hint="floyd does this by itself when FLOYD_HOST is set")
-    ceiling = None if limit is None else 2 * limit + (16 << 20)       # tar headers and padding
-    too_big = UserError(f"{what} is over {(limit or 0) / 2**20:.0f} MiB", code="code_too_large",
-                        hint="move data out of the code folder (floyd data upload) or into .floydignore")
+    if limit is None:
+        limit = dataset_limit(request.app[keys.CONFIG].max_upload_gb, what)
+    elif isinstance(limit, int):
+        limit = SizeLimit(limit, what=what)
+    ceiling = None if limit is None else 2 * limit.bytes + (16 << 20)       # tar headers and padding
     if ceiling is not None and (request.content_length or 0) > ceiling:
-        raise too_big
+        raise limit.refusal(f"is sent as {request.content_length:,} bytes of tar")
     async with scratch(request) as work:
         archive = work / "upload.tar"
         with open(archive, "wb") as out:      # the whole body first: unpacking reads a file, not the socket
             async for chunk in request.content.iter_chunked(_CHUNK):
                 await asyncio.to_thread(out.write, chunk)
                 if ceiling is not None and out.tell() > ceiling:
-                    raise too_big
+                    raise limit.refusal(f"is sent as more than {ceiling:,} bytes of tar")
         folder = work / "folder"
         folder.mkdir()
 
@@ -80,6 +91,14 @@ async def received_folder(request: web.Request, limit: int | None = None,
         got = await asyncio.to_thread(unpacked)
         archive.unlink()
         yield folder, got
+
+
+def dataset_limit(gib: float, what: str = "the dataset") -> SizeLimit | None:
+    """The limit of a dataset sent as a tar: ``max_upload_gb`` GiB (0: none)."""
+    if not gib:
+        return None
+    return SizeLimit(int(gib * 2**30), setting="max_upload_gb", what=what, code="upload_too_large",
+                     hint="split it into smaller datasets (a job mounts several: --data A:/a --data B:/b)")
 
 
 async def send_tree(request: web.Request, tree: ObjectId, *, prepare=None) -> web.StreamResponse:

@@ -113,12 +113,18 @@ async def _jobs_ctx(app: web.Application):
         if service is not None:
             service.on_finished(project, number)
 
+    def on_recorded(project: str, number: int) -> None:
+        if service is not None:       # an ended job's log is recorded to its end: its final metrics
+            service.reconciler.summary_caught_up(project, number)
+
     runtime = NodeRuntime(state_dir=config.state_dir, store=app[keys.STORE], records=app[keys.RECORDS],
                           sandbox=config.sandbox, serves_others=serves_others(config),
                           builds=BuildPolicy(network=config.build_network, wheelhouse=config.wheelhouse),
                           env_pass=config.job_env_pass, sample_interval=config.sample_interval,
                           tail_interval=config.tail_interval, stop_grace=config.stop_grace,
-                          on_finished=on_finished, job_user=job_account(config.job_user) if config.system else None)
+                          on_finished=on_finished, job_user=job_account(config.job_user) if config.system else None,
+                          on_recorded=on_recorded, max_metric_points=config.max_metric_points,
+                          max_log_bytes=int(config.max_log_mb * 2**20) or None)
 
     async def fetch(store, tree: str, sources: list[str]):
         return await fetch_tree(store, tree, sources, cluster.transport)

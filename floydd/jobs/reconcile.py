@@ -373,6 +373,19 @@ class Reconciler:
         if part["rank"] in (None, 0):
             await self.checkpoints.superseded(job, fields.get("output_version"))
 
+    def summary_caught_up(self, project: str, number: int) -> None:
+        """The rest of an ended run's log is recorded here (its final state did not wait for it,
+        :mod:`floydd.runtime.watch`): tell the cluster the job's metrics again."""
+        self._spawn(self._report_summary(JobKey(project, number)), f"floydd.jobs.summary {project}/{number}")
+
+    async def _report_summary(self, key: JobKey) -> None:
+        job = self.cluster.state.job(str(key)) if str(key) in self.cluster.state.jobs else None
+        record = await asyncio.to_thread(self.local.record, key)
+        part = part_of(job, self.node_id) if job is not None else None
+        if part is None or record is None or record.get("attempt") != job["attempts"] or part["rank"] not in (None, 0):
+            return                                   # not this box's run (any more), or not its rank 0
+        await self._report(job, summary=await self._summary(job))
+
     async def _summary(self, job: dict) -> dict:
         summary = await asyncio.to_thread(self.local.metric_summary, JobKey.parse(job["id"]))
         return {"metrics": dict(list(summary.items())[:_MAX_SUMMARY_METRICS]), "ran_on": self.cluster.name}

@@ -27,10 +27,11 @@ replicated state: it is listed and handled from this node's records alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import msgpack
 
@@ -39,7 +40,7 @@ from floydd.cluster.access import ReadRules
 from floydd.cluster.authz import check_job_owner
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.service import ClusterService
-from floydd.errors import Conflict, FloyddError, NotFound, StoreFull, Unavailable, UserError
+from floydd.errors import Conflict, FloyddError, NotFound, StoreFull, TooMany, Unavailable, UserError
 from floydd.jobs.codesnap import CodeUploads, snapshot_code
 from floydd.jobs.gang import check_gang_command
 from floydd.jobs.leader import ClusterScheduler
@@ -98,6 +99,7 @@ class JobService:
         """Who reads what a job made through this box (:mod:`floydd.cluster.access`)."""
         cluster.on_apply(self._on_apply)
         self._ended = asyncio.Condition()            # a run of this node ended (history waits)
+        self._submitting: dict[str, int] = {}        # person -> submits checked here and not yet committed
         self._tasks: set[asyncio.Task] = set()
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -150,6 +152,7 @@ class JobService:
             version = await self.datasets.resolve_readable(item.ref, user, "mount")
             mounts.append(Mount(ref=version["ref"], tree=version["tree"], mount=item.mount))
         self._check_placeable(resources)
+        self._check_queue(user, submission.idem_key)
         # what the runtime freed is for recording and cleaning up; look again (one statvfs) so
         # space freed a moment ago counts at once
         if self.runtime.disk.full and await asyncio.to_thread(self.runtime.disk.check):
@@ -173,8 +176,9 @@ class JobService:
                                                     int(self.config.max_code_mb * 1024 * 1024)))
         spec = submission.spec(code_tree=code_tree, data=tuple(mounts)).to_dict()
         try:
-            job = await self.cluster.submit_job(spec, submission.idem_key or uuid.uuid4().hex,
-                                                project=submission.project, user=user)
+            with self._queue_slot(user, submission.idem_key):    # counted with the queue until committed
+                job = await self.cluster.submit_job(spec, submission.idem_key or uuid.uuid4().hex,
+                                                    project=submission.project, user=user)
         except Unavailable as exc:
             raise Unavailable(f"the cluster did not take the job: {exc.message}",
                               hint="a majority of the voting boxes must be up and reachable (floydd members); "
@@ -188,6 +192,39 @@ class JobService:
         if sandboxing.warning:   # floyd run prints it on stderr, every time
             view["warnings"] = [sandboxing.warning]
         return view
+
+    @contextlib.contextmanager
+    def _queue_slot(self, user: str, idem_key: str | None) -> Iterator[None]:
+        """Check ``user``'s queue (:meth:`_check_queue`) and count this submit with it until it is
+        committed or refused, so that many submits at once cannot all pass the same count."""
+        self._check_queue(user, idem_key)
+        self._submitting[user] = self._submitting.get(user, 0) + 1
+        try:
+            yield
+        finally:
+            self._submitting[user] -= 1
+            if not self._submitting[user]:
+                del self._submitting[user]
+
+    def _check_queue(self, user: str, idem_key: str | None) -> None:
+        """Refuse a submit past ``max_queued_per_person``: ``user``'s queued jobs in the replicated
+        state plus those being submitted through this box (issue 20: 200 submits in 4 s were all
+        taken). Checked here, at the edge, not on apply: the limit is this box's setting, not
+        replicated state; each box counts the whole cluster's queue, so a person's flood through
+        boxes at once overshoots by at most what is in flight on the others. A retry of a job
+        already taken (its idempotency key) is never refused."""
+        limit = self.config.max_queued_per_person
+        state = self.cluster.state
+        if not limit or (idem_key and idem_key in state.idem):
+            return
+        queued = sum(1 for job in state.jobs.values() if job["state"] == "queued" and job.get("user", "") == user)
+        queued += self._submitting.get(user, 0)
+        if queued >= limit:
+            who = user or "this caller"
+            raise TooMany(f"{who} has {queued:,} jobs queued, the lab's limit for one person "
+                          f"(max_queued_per_person = {limit:,}); this job was not submitted",
+                          hint="wait for some to start or stop some: floyd stop PROJECT/N "
+                               "(floyd status --all --mine lists them)", code="too_many_queued")
 
     def _check_placeable(self, resources: Resources) -> None:
         """Refuse a job no node could ever hold (not one that only has to wait)."""

@@ -180,20 +180,28 @@ class Records:
 
     def add_metrics(self, project: str, number: int,
                     points: Iterable[tuple[str, float, int | None, float]], *,
-                    log_offset: int | None = None, skipped: int = 0, first_skip: str = "") -> int:
+                    log_offset: int | None = None, skipped: int = 0, first_skip: str = "",
+                    attempt: int | None = None) -> int:
         """Record ``(name, value, step, unix_ts)`` points in one transaction; return the count.
 
         A batch with a non-numeric value or a step that is not a 64-bit whole number raises
         ``InvalidSpec`` and records nothing. ``log_offset``, if given, is stored in the same
         transaction (so the tailer's offset never runs ahead of what it recorded), and so is
         ``skipped``: metric lines the tailer skipped, added to the job's count (its one
-        ``metrics`` event, which names ``first_skip``: why the first was skipped).
+        ``metrics`` event, which names ``first_skip``: why the first was skipped). With
+        ``attempt``, a record of another attempt (the job placed here again since) is
+        ``NotFound`` and nothing is recorded.
         """
         if log_offset is not None:
             _check_offset(log_offset)
         fresh: dict[str, int] = {}
         with self._db.write() as conn:
             job_id = _job_id(conn, project, number)
+            if attempt is not None:
+                (now,) = conn.execute("SELECT attempt FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                if now != attempt:
+                    raise NotFound(f"job {project}/{number} is recorded here for attempt {now}, not {attempt}",
+                                   hint="the job was placed here again")
             count = _series.insert_metrics(conn, job_id, points, self._metric_names, fresh)
             if skipped:
                 _series.count_skipped(conn, job_id, time.time(), skipped, first_skip)
@@ -250,6 +258,28 @@ class Records:
         _check_offset(offset)
         with self._db.write() as conn:
             _set_log_offset(conn, _job_id(conn, project, number), offset)
+
+    def set_log_behind(self, project: str, number: int, behind: bool) -> None:
+        """Mark (or clear) the job as ended with its log not yet recorded to the end (issue 20:
+        its final state does not wait for that); :meth:`logs_behind` finds it after a restart."""
+        with self._db.write() as conn:
+            conn.execute("UPDATE jobs SET log_behind = ? WHERE id = ?", (int(behind), _job_id(conn, project, number)))
+
+    def logs_behind(self) -> list[tuple[str, int]]:
+        """``(project, number)`` of the ended jobs whose log is not recorded to the end yet."""
+        states = sorted(FINAL_STATES)
+        with self._db.read() as conn:
+            rows = conn.execute("SELECT p.name, j.number FROM jobs j JOIN projects p ON p.id = j.project_id "
+                                f"WHERE j.log_behind = 1 AND j.state IN ({', '.join('?' * len(states))}) "
+                                "ORDER BY j.id", states).fetchall()
+        return [(name, number) for name, number in rows]
+
+    def metric_points(self, project: str, number: int) -> int:
+        """How many metric points the job has recorded (from the per-metric counts)."""
+        with self._db.read() as conn:
+            (count,) = conn.execute("SELECT coalesce(sum(count), 0) FROM metric_stats WHERE job_id = ?",
+                                    (_job_id(conn, project, number),)).fetchone()
+        return int(count)
 
     def get_log_offset(self, project: str, number: int) -> int:
         """The offset last set (0 for a new job)."""

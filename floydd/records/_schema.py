@@ -3,7 +3,8 @@
 Tables (one ``records.db`` per node)::
 
     projects      id, name UNIQUE, owner, created, last_number (numbers are never reused)
-    jobs          id, project_id → projects, number, state, ... (see _jobs.COLUMNS), log_offset
+    jobs          id, project_id → projects, number, state, ... (see _jobs.COLUMNS), log_offset,
+                  log_behind (1: ended, its log not yet recorded to the end)
                   UNIQUE (project_id, number)
     metric_names  id, name UNIQUE                 interned once; never deleted
     metrics       job_id → jobs CASCADE, name_id, step, value, ts
@@ -157,6 +158,14 @@ def m003_cluster_attempt(db: Database) -> None:
     was placed here); 0 for this node's history: jobs it ran before it joined its cluster (or
     before a box alone had a control plane), which that cluster does not know."""
     db.execute("ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0")
+
+
+@MIGRATIONS()
+def m004_log_behind(db: Database) -> None:
+    """Whether an ended job's log still holds lines not recorded (issue 20): its final state is
+    set as soon as its process ended, and the rest of its log is recorded behind it; a daemon
+    restarted meanwhile picks that up again from the log offset."""
+    db.execute("ALTER TABLE jobs ADD COLUMN log_behind INTEGER NOT NULL DEFAULT 0")
 
 
 def configure(conn: sqlite3.Connection, *, writer: bool) -> None:

@@ -26,6 +26,9 @@
                lack of space ends the same way
     close      stop watching (and give the disk's reserve back); agents are never killed (they
                outlive the daemon)
+    catch up   a job whose log was not recorded to its end when it ended (a flood of metric
+               lines) is final at once; the rest is recorded behind it (:mod:`.catchup`, also
+               for those marked ``log_behind`` at reattach), then ``on_recorded`` says so
 
 Every job process carries ``FLOYD_BOX``/``FLOYD_JOB``/``FLOYD_ATTEMPT`` (:mod:`.fence`), so the
 box finds its runs by their processes whatever became of their agents: ``scan_runs`` for GPU
@@ -53,6 +56,7 @@ from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
 from floydd.model import FINAL_STATES
 from floydd.runtime import checkpoint, envs, fence, spawn, workspace
+from floydd.runtime.catchup import CatchUps
 from floydd.runtime.sandboxing import Sandboxing, resolve
 from floydd.runtime.disk import CHECK_INTERVAL, Disk, no_space
 from floydd.runtime.watch import JobWatch
@@ -76,7 +80,9 @@ class NodeRuntime:
                  sample_interval: float = 5.0, tail_interval: float = 0.2, stop_grace: float = 10.0,
                  on_finished: Callable[[str, int], None] | None = None,
                  sampler: Callable[[int], dict | None] | None = None,
-                 job_user: tuple[int, int] | None = None) -> None:
+                 job_user: tuple[int, int] | None = None,
+                 on_recorded: Callable[[str, int], None] | None = None,
+                 max_log_bytes: int | None = None, max_metric_points: int = 0) -> None:
         if sandbox not in _SETTINGS:
             raise InvalidSpec(f"sandbox {sandbox!r} is unknown", hint=f"use one of {', '.join(_SETTINGS)}")
         self.state_dir = Path(state_dir).absolute()
@@ -89,6 +95,10 @@ class NodeRuntime:
         self._env_pass = pass_list(env_pass)
         self._sample_interval, self._tail_interval, self._stop_grace = sample_interval, tail_interval, stop_grace
         self._on_finished = on_finished
+        self._max_log_bytes, self._max_metric_points = max_log_bytes, max_metric_points
+        self._catch_ups = CatchUps(spawn=self._spawn, retry=tail_interval, on_recorded=on_recorded)
+        """``on_recorded(project, number)``: an ended job's log is recorded to its end, behind its
+        final state (:mod:`.catchup`; the cluster then gets its final metrics)."""
         self._sampler = sampler or _default_sampler
         self._forget = None if sampler else _default_forget
         self._held: dict[Key, list[int]] = {}
@@ -156,6 +166,7 @@ class NodeRuntime:
         gpus = [int(g) for g in gpus]
         self._hold(key, gpus)  # before any await: a second call for the same job returns above
         try:
+            await self._catch_ups.abandon(key)
             job = await asyncio.to_thread(self._records.get_job, project, number)
             ws = workspace.job_dir(self.state_dir, project, number)
             if job["state"] == "queued":
@@ -218,6 +229,13 @@ class NodeRuntime:
                 await self._adopt(job)
             except Exception:
                 log.runtime.exception("re-adopting job %s failed", job.get("id"))
+        for project, number in await asyncio.to_thread(self._records.logs_behind):
+            try:        # ended with its log not recorded to the end: record the rest behind its end
+                job = await asyncio.to_thread(self._records.get_job, project, number)
+            except FloyddError as exc:
+                log.runtime.warning("job %s/%d: its log is not recorded to the end: %s", project, number, exc)
+                continue
+            self._catch_ups.start(self._watcher(project, number, self._workspace_of(job), None))
         if not self._closed:
             self._spawn(self._watch_disk(), "floydd.runtime.disk")
 
@@ -255,7 +273,8 @@ class NodeRuntime:
                              python_bin=python_bin, mounts=mounts,
                              sandbox=sandboxing.mode, stop_grace=self._stop_grace, state_dir=str(self.state_dir),
                              uid=self._job_user[0] if self._job_user else None,
-                             gid=self._job_user[1] if self._job_user else None)
+                             gid=self._job_user[1] if self._job_user else None,
+                             max_log_bytes=self._max_log_bytes)
             handle = await asyncio.to_thread(spawn.start_agent, ws, spec, env_pass=self._env_pass)
         except _StopRequested:
             await self._end_before_start(key, *self._stop_requests.get(key, ("stopped", "stopped")))
@@ -337,10 +356,7 @@ class NodeRuntime:
         delay = self._tail_interval
         # one watch for every try: what it learnt (a write failed for lack of space; the outcome
         # it settled on while the disk was full) holds when the records can take it
-        watch = JobWatch(project=project, number=number, ws=ws, records=self._records, store=self._store,
-                         sample_interval=self._sample_interval, tail_interval=self._tail_interval,
-                         sampler=self._sampler, forget=self._forget, process=process, disk=self.disk,
-                         asked=lambda: self._stop_requests.get(key))
+        watch = self._watcher(project, number, ws, process)
         try:
             while True:
                 try:
@@ -360,6 +376,20 @@ class NodeRuntime:
             self._watches.pop(key, None)
         log.runtime.info("job %s/%d ended: %s (%s)", project, number, outcome.state, outcome.reason)
         self._release(key)
+        if watch.behind:
+            self._catch_ups.start(watch)
+
+    def _watcher(self, project: str, number: int, ws: Path, process) -> JobWatch:
+        key = (project, number)
+        return JobWatch(project=project, number=number, ws=ws, records=self._records, store=self._store,
+                        sample_interval=self._sample_interval, tail_interval=self._tail_interval,
+                        sampler=self._sampler, forget=self._forget, process=process, disk=self.disk,
+                        asked=lambda: self._stop_requests.get(key), max_log_bytes=self._max_log_bytes,
+                        max_points=self._max_metric_points)
+
+    def _workspace_of(self, job: dict) -> Path:
+        return Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, job["project"],
+                                                                                     job["number"])
 
     async def _watch_disk(self) -> None:
         """Every CHECK_INTERVAL: on a full disk end every job here as failed (whatever writes

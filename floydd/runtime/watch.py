@@ -10,9 +10,18 @@ system sample of the job's process tree.
 
 When the agent says the job exited (or vanished without saying so: ``lost``) the
 watch runs the exited steps, each idempotent so a daemon killed half-way redoes them:
-drain the log → save /output as dataset ``PROJECT/N/output`` (an empty /output makes no version:
-the record's ``output_version`` is ``""``, "saved nothing") → drop the input copies →
-final state (the runtime then releases the GPUs and calls on_finished).
+drain the log for at most :data:`DRAIN_BUDGET` seconds → save /output as dataset
+``PROJECT/N/output`` (an empty /output makes no version: the record's ``output_version`` is
+``""``, "saved nothing") → drop the input copies → final state (the runtime then releases the
+GPUs and calls on_finished). A job whose process ended is final within seconds however much of
+its log is left to record (issue 20: a job that printed 57 M metric lines stayed "running" for
+minutes while they were recorded, and ``floyd stop`` with it): what the drain did not reach is
+recorded behind the final state (:meth:`JobWatch.catch_up`, run by the runtime; the record is
+marked ``log_behind`` first, so a daemon restarted meanwhile carries on), and the runtime then
+says so (``on_recorded``: the cluster gets the job's final metrics).
+
+Floods: the agent caps ``job.log`` (``max_log_mb``) and the watch says so in the job's events;
+metric points past ``max_metric_points`` are thinned (:mod:`.limits`).
 
 Nothing a job does stalls its watch. A metric line is recorded or skipped and counted
 (:mod:`.tail`); a batch the records refuse is skipped and counted too, never retried. An
@@ -36,14 +45,18 @@ from typing import Callable
 
 from floydd import log
 from floydd.agent.status import Status, read_status
-from floydd.errors import Unavailable
+from floydd.errors import NotFound, Unavailable
 from floydd.runtime import outputs, spawn, tail, workspace
 from floydd.runtime.disk import Disk, no_space
+from floydd.runtime.limits import JobLimits
 
 __all__ = ["JobWatch", "Outcome"]
 
 MAX_NAMED = 20
 """The most skipped /output entries named one by one (in the job's log and its events)."""
+DRAIN_BUDGET = 1.0
+"""Seconds the exited steps spend recording what is left of the log before the final state is
+set; the rest is recorded behind it."""
 RECORDER_NICE = 10
 """Niceness of the thread that parses job logs into the records. Recording may lag a
 running job by a moment; it must not slow the job (jobs run at the daemon's priority)."""
@@ -78,7 +91,8 @@ class JobWatch:
     def __init__(self, *, project: str, number: int, ws: Path, records, store, disk: Disk,
                  sample_interval: float, tail_interval: float,
                  sampler: Callable[[int], dict | None], forget: Callable[[int], None] | None = None,
-                 process=None, asked: Callable[[], tuple[str, str] | None] | None = None) -> None:
+                 process=None, asked: Callable[[], tuple[str, str] | None] | None = None,
+                 max_log_bytes: int | None = None, max_points: int = 0) -> None:
         self.project, self.number, self.ws = project, number, Path(ws)
         self.key = f"{project}/{number}"
         self._records, self._store = records, store
@@ -94,11 +108,18 @@ class JobWatch:
         self._asked = asked or (lambda: None)  # (outcome, reason) the runtime asked the agent to end the job as
         self._full_at_end = False  # the disk was full when the end was seen (it may have room by the time
         # the end is recorded: the records wait for space, and someone frees it)
+        self._limits = JobLimits(max_log_bytes=max_log_bytes, max_points=max_points,
+                                 event=self._event, events=lambda: records.events(project, number))
+        self._points = 0  # metric points recorded (read from the records when the watch (re)starts)
+        self.behind = False
+        """Whether the exited steps left part of the log to :meth:`catch_up`."""
+        self._stalled = False  # a batch could not be recorded for lack of space
+        self._attempt: int | None = None  # of the record being filled (read with the log offset)
 
     async def run(self) -> Outcome:
         """Watch until the job ended; then record it. Returns the final outcome. Called again
         after it raised (the records unavailable, the disk full), it picks up from the records."""
-        self._offset = await asyncio.to_thread(self._records.get_log_offset, self.project, self.number)
+        await asyncio.to_thread(self._load)
         exited = asyncio.Event()
         pidfd = await asyncio.to_thread(self._open_pidfd)
         loop = asyncio.get_running_loop()
@@ -121,11 +142,14 @@ class JobWatch:
         next_sample = time.monotonic() + min(1.0, self._sample_interval)
         while True:
             status, is_alive, more = await _record(self._tick)
+            if self._limits.needs_look(status):
+                await asyncio.to_thread(self._limits.seen, status)
             if status is not None and status.exited:
                 return _outcome_of(status)
             if not is_alive:
                 status = await asyncio.to_thread(read_status, self.ws)  # it may have just finished
                 if status is not None and status.exited:
+                    await asyncio.to_thread(self._limits.seen, status)
                     return _outcome_of(status)
                 return await asyncio.to_thread(self._lost, status)
             if time.monotonic() >= next_sample and status is not None and status.job_pid:
@@ -150,27 +174,36 @@ class JobWatch:
             return status, self._process.poll() is None, more
         return status, spawn.alive(status), more
 
+    def _load(self) -> None:
+        """Where recording got to: the log offset and the metric points so far."""
+        self._attempt = self._records.get_job(self.project, self.number).get("attempt", 0)
+        self._offset = self._records.get_log_offset(self.project, self.number)
+        self._points = self._records.metric_points(self.project, self.number) if self._limits.max_points else 0
+
     def _tail_once(self) -> bool:
         """Record the new complete lines' metrics; True when a full chunk was read (more waits)."""
         chunk = tail.read_chunk(self.ws / "job.log", self._offset)
         if chunk.offset == self._offset:
             return False
-        scan = chunk.scan()
+        scan = self._limits.thin(chunk.scan(), self._points)
         try:  # MetricPoint is the (name, value, step, ts) row add_metrics takes
             self._records.add_metrics(self.project, self.number, scan.points, log_offset=chunk.offset,
-                                      skipped=scan.skipped, first_skip=scan.first_skip)
-        except Unavailable:
+                                      skipped=scan.skipped, first_skip=scan.first_skip, attempt=self._attempt)
+        except (Unavailable, NotFound):   # NotFound: the record was deleted or replaced (a new attempt)
             raise
         except Exception as exc:
             if no_space(exc):  # these lines again at the next tick; the job is ended
+                self._stalled = True
                 self._no_space(self._records.path)
                 return False
             # a batch the records refuse must not stall the log: skip it, counted
             log.runtime.warning("job %s: metrics at log offset %d not recorded: %s", self.key, self._offset, exc)
             self._records.add_metrics(self.project, self.number, (), log_offset=chunk.offset,
                                       skipped=scan.skipped + len(scan.points),
-                                      first_skip=scan.first_skip or f"the records refused them: {exc}")
+                                      first_skip=scan.first_skip or f"the records refused them: {exc}",
+                                      attempt=self._attempt)
             scan = tail.Scan([], scan.skipped + len(scan.points), scan.first_skip)
+        self._points += len(scan.points)
         if scan.skipped and not self._warned:
             self._warned = True
             log.runtime.warning("job %s: metric line skipped (%s); skipped lines are counted in its events",
@@ -235,8 +268,7 @@ class JobWatch:
     # -- exited steps ----------------------------------------------------------------------
 
     async def _exited_steps(self, outcome: Outcome) -> Outcome:
-        while await _record(self._tail_once):  # drain: the agent has written everything
-            pass
+        self.behind = not await self._drain()   # the agent has written everything; the rest is caught up later
         job = await asyncio.to_thread(self._records.get_job, self.project, self.number)
         if not job.get("output_version"):
             await asyncio.to_thread(self._save_output)
@@ -246,6 +278,8 @@ class JobWatch:
             log.runtime.exception("job %s: removing its input copies failed", self.key)
         outcome = await asyncio.to_thread(self._settle, outcome, self._asked())
         try:
+            if self.behind:   # marked before the final state: a daemon restarted in between still catches up
+                await asyncio.to_thread(self._mark_behind)
             if job["state"] == "starting" and outcome.state not in ("failed", "stopped", "lost"):
                 await asyncio.to_thread(self._records.set_state, self.project, self.number, "running", "",
                                         started=outcome.started or time.time())
@@ -262,6 +296,39 @@ class JobWatch:
         if self._process is not None:
             await asyncio.to_thread(self._process.wait)
         return outcome
+
+    async def _drain(self) -> bool:
+        """Record what is left of the log, for at most :data:`DRAIN_BUDGET` seconds; True when
+        it got to the end (False too when a batch could not be recorded for lack of space)."""
+        deadline = time.monotonic() + DRAIN_BUDGET
+        self._stalled = False
+        while await _record(self._tail_once):
+            if time.monotonic() >= deadline:
+                return False
+        return not self._stalled
+
+    def _mark_behind(self) -> None:
+        """Mark the record ``log_behind``; on a full disk only said (the final state comes
+        first: the catch-up of this daemon goes on, a restarted one does not know of it)."""
+        try:
+            self._records.set_log_behind(self.project, self.number, True)
+        except Exception as exc:
+            if not no_space(exc):
+                raise
+            log.runtime.warning("job %s: cannot mark its log as not recorded to the end (disk full)", self.key)
+
+    async def catch_up(self) -> bool:
+        """Record the rest of an ended job's log, behind its final state, from where recording
+        got to, and clear its ``log_behind`` mark; False (the mark stays) when the disk is full:
+        the runtime tries again later."""
+        await _record(self._load)
+        self._stalled = False
+        while await _record(self._tail_once):
+            pass
+        if self._stalled:
+            return False
+        await asyncio.to_thread(self._records.set_log_behind, self.project, self.number, False)
+        return True
 
     def _settle(self, outcome: Outcome, asked: tuple[str, str] | None = None) -> Outcome:
         """The outcome to record: ``failed`` with why when a write of this job's failed for lack

@@ -8,9 +8,16 @@ folder. Unpacking trusts nothing in the archive: names are plain relative paths 
 at the start, no ``..``, no NUL) that a tree may hold (at most 4096 bytes, 255 a name, and
 :data:`MAX_DEPTH` folders deep), no name is both a file and a folder, only files and folders
 are made (links, devices and fifos are skipped and counted), modes are reduced to rw/rwx for
-the owner and group-less, and the total size is checked against the limit while reading,
-before anything past it is written. Whatever breaks these rules is refused as
+the owner and group-less. Whatever breaks these rules is refused as
 :class:`~floydd.errors.UnsafePath` naming the member.
+
+Size: what unpacking would *write* is counted against a :class:`SizeLimit` (:class:`_Budget`),
+before each member is written and again while it is: a sparse member counts at its real,
+expanded size (a 10 KB archive holding a 3 GiB sparse file is 3 GiB to write), a compressed
+one at what it decompresses to, and every entry (file, folder, link) counts against a cap of
+``limit / 512`` entries (what their headers alone would take in a plain tar), so an archive of
+millions of empty files is refused too. Past the limit: :class:`~floydd.errors.TooLarge`
+(HTTP 413) naming the limit and the setting that raises it, with nothing past it written.
 """
 
 from __future__ import annotations
@@ -23,17 +30,20 @@ import tarfile
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from floydd.errors import Conflict, InvalidSpec, StoreFull, UnsafePath, UserError
+from floydd.errors import Conflict, InvalidSpec, StoreFull, TooLarge, UnsafePath, UserError
+from floydd.model import format_size
 from floydd.store.ignore import IgnoreRules
 from floydd.store.paths import MAX_COMPONENT, MAX_PATH
 
-__all__ = ["pack", "unpack", "unpack_into", "Unpacked", "MAX_DEPTH"]
+__all__ = ["pack", "unpack", "unpack_into", "Unpacked", "SizeLimit", "MAX_DEPTH", "ENTRY_BYTES"]
 
 _CHUNK = 1 << 20
 MAX_DEPTH = 256
 """How many folders deep a member may lie (deeper trees overflow the recursion of tools that
 walk them, Python's own ``shutil.rmtree`` and ``pathlib.mkdir`` among them)."""
 _HINT = "send a plain tar of one folder"
+ENTRY_BYTES = 512
+"""What one entry of an archive counts for against the limit's entry cap: a tar header block."""
 
 
 def pack(folder: Path, out: IO[bytes], limit: int | None = None, *, ignore: bool = True) -> tuple[int, int]:
@@ -73,9 +83,11 @@ class Unpacked(NamedTuple):
     """Links, devices and fifos left out."""
 
 
-def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
-    """Unpack the tar stream ``src`` into the empty folder ``dest`` (see the module docstring)."""
-    files = total = skipped = 0
+def unpack(src: IO[bytes], dest: Path, limit: int | SizeLimit | None = None) -> Unpacked:
+    """Unpack the tar stream ``src`` into the empty folder ``dest`` (see the module docstring);
+    ``limit``: what it may write (a bare number of bytes is a code folder's, ``max_code_mb``)."""
+    files = skipped = 0
+    budget = _Budget(limit)
     name = ""
     try:
         with tarfile.open(fileobj=src, mode="r|*") as tar:
@@ -83,6 +95,7 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
                 name = _safe_name(member.name)
                 if name is None:
                     continue
+                budget.entry()
                 target = dest / name
                 if member.isdir():
                     _make_folders(dest, name, name.split("/"))
@@ -90,10 +103,7 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
                 if not member.isreg():
                     skipped += 1
                     continue
-                total += member.size
-                if limit is not None and total > limit:
-                    raise UserError(f"the upload holds more than {limit / 2**20:.0f} MiB", code="code_too_large",
-                                    hint="move data out of the code folder (floyd data upload) or into .floydignore")
+                budget.charge(member.size)
                 _make_folders(dest, name, name.split("/")[:-1])
                 if os.path.lexists(target):
                     raise UnsafePath(f"the upload names {_show(name)} twice", hint=_HINT)
@@ -102,6 +112,7 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
                              0o700 if member.mode & 0o100 else 0o600)
                 with os.fdopen(fd, "wb") as out:
                     while chunk := reader.read(_CHUNK):
+                        budget.wrote(len(chunk))
                         out.write(chunk)
                 files += 1
     except tarfile.TarError as exc:
@@ -115,7 +126,55 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
             raise UnsafePath(f"the upload holds a path too long for this box's file system: {_show(name)}",
                              hint=_HINT) from None
         raise
-    return Unpacked(files, total, skipped)
+    return Unpacked(files, budget.charged, skipped)
+
+
+class SizeLimit(NamedTuple):
+    """What an unpack may write at most, and how a refusal names it."""
+
+    bytes: int
+    setting: str = "max_code_mb"
+    """The daemon setting that raises the limit (named in the refusal)."""
+    what: str = "the code folder"
+    code: str = "code_too_large"
+    hint: str = "move data out of the code folder (floyd data upload) or into .floydignore"
+
+    def refusal(self, message: str) -> TooLarge:
+        """:class:`TooLarge`: ``what`` ``message``, then the limit and the setting."""
+        return TooLarge(f"{self.what} {message}, over this box's limit of {format_size(self.bytes)} "
+                        f"({self.setting} in the daemon's config)", code=self.code,
+                        hint=self.hint + f"; or ask the box's operator to raise {self.setting}")
+
+
+class _Budget:
+    """What an unpack writes, counted against its :class:`SizeLimit` before each member (its
+    declared size: a sparse member's real, expanded size, which is what writing it takes) and
+    while it is written (never more than was declared and counted)."""
+
+    def __init__(self, limit: int | SizeLimit | None) -> None:
+        self.limit = SizeLimit(limit) if isinstance(limit, int) else limit
+        self.charged = 0        # bytes of the regular members begun, at their declared sizes
+        self._written = 0
+        self._entries = 0
+
+    def entry(self) -> None:
+        """One more entry (file, folder, link...): at most ``limit / ENTRY_BYTES`` of them."""
+        self._entries += 1
+        if self.limit is not None and self._entries > max(1, self.limit.bytes // ENTRY_BYTES):
+            raise self.limit.refusal(f"holds more than {max(1, self.limit.bytes // ENTRY_BYTES):,} entries")
+
+    def charge(self, size: int) -> None:
+        """A regular member of ``size`` bytes is about to be written: refused if it would pass."""
+        self.charged += size
+        if self.limit is not None and self.charged > self.limit.bytes:
+            raise self.limit.refusal(f"would unpack to at least {format_size(self.charged)} (files at their real "
+                                     "size, sparse ones expanded)")
+
+    def wrote(self, n: int) -> None:
+        """``n`` more bytes are about to be written: never past what was charged."""
+        self._written += n
+        if self._written > self.charged:
+            raise InvalidSpec("the upload yields more bytes than its members declare", hint=_HINT)
 
 
 def _make_folders(dest: Path, name: str, parts: list[str]) -> None:

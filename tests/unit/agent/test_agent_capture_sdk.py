@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from floydd.agent import sdk
 from floydd.agent.capture import MAX_PARTIAL, LogWriter
+from floydd.model import format_size
 from floydd.runtime.tail import parse_lines, parse_metrics, scan_metrics
 
 
@@ -139,3 +140,111 @@ def test_a_write_cut_short_by_a_full_disk_keeps_the_rest_queued_and_drop_forgets
     writer.drop()
     writer.write()
     assert path.read_bytes() == b"1.000"  # what went out stays; nothing more after drop()
+
+
+# -- the cap (max_log_mb, issue 20) ------------------------------------------------------------------
+
+def _capped(tmp_path, cap, before=b""):
+    path = tmp_path / "job.log"
+    path.write_bytes(before)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    return LogWriter(fd, cap), path, fd
+
+
+def test_the_log_stops_at_its_cap_on_a_whole_line_and_says_so_then_counts_what_was_dropped(tmp_path):
+    writer, path, fd = _capped(tmp_path, 1000, before=b"1.000000 e building an environment\n")
+    line = b"x" * 99                                     # 100 bytes with its newline, 118 with its stamp
+    for i in range(100):
+        writer.add(b"o", line + b"\n", 10.0 + i)
+        writer.write()
+    assert writer.capped
+    writer.flush_partial(200.0)
+    writer.finish(200.0)
+    writer.write()
+    os.close(fd)
+    data = path.read_bytes()
+    kept, notes = data.split(b" e floydd: ")[0], data.split(b"\n")
+    logged = [ln for ln in notes if ln.endswith(b" o " + line)]
+    assert len(kept) <= 1000 and len(logged) == (1000 - 36) // 118    # the environment's line counts too
+    assert b"reached its 1000 B cap (max_log_mb); later lines are dropped and counted" in data
+    dropped = 100 - len(logged)
+    assert notes[-2].endswith(f"floydd: {dropped:,} lines ({format_size(dropped * 100)}) dropped: the job's "
+                              "log reached its 1000 B cap (max_log_mb)".encode()), notes[-2]
+    assert (writer.dropped_lines, writer.dropped_bytes) == (dropped, dropped * 100)
+
+
+def test_one_burst_that_crosses_the_cap_keeps_its_lines_that_fit_and_counts_the_rest(tmp_path):
+    writer, path, fd = _capped(tmp_path, 200)
+    writer.add(b"o", b"".join(b"line %03d\n" % i for i in range(50)), 5.0)   # 20 bytes a stamped line
+    writer.finish(6.0)
+    writer.write()
+    os.close(fd)
+    got = [ln.text for ln in parse_lines(path.read_bytes()) if ln.stream == "o"]
+    assert got == [f"line {i:03d}" for i in range(10)]                         # 10 * 20 = 200: the cap
+    assert (writer.dropped_lines, writer.dropped_bytes) == (40, 40 * 9)
+
+
+def test_past_the_cap_the_last_line_of_each_metric_is_kept_and_written_at_the_end(tmp_path):
+    writer, path, fd = _capped(tmp_path, 300)
+    for step in range(2000):
+        burst = b'{"metric": "loss", "value": %d, "step": %d}\n' % (step, step)
+        if step % 100 == 0:
+            burst += b'noise\n{"metric": "acc", "value": %d, "step": %d}\n' % (-step, step)
+        writer.add(b"o", burst, 1000.0 + step)
+        writer.write()
+    writer.add(b"e", b'{"metric": "' + b"n" * 2000 + b'", "value": 1}\n', 4000.0)   # too long to keep
+    writer.finish(5000.0)
+    writer.write()
+    os.close(fd)
+    data = path.read_bytes()
+    assert len(data) < 300 + 1000
+    points = {name: [(p.value, p.step, p.ts) for p in parse_metrics(data) if p.name == name] for name in ("loss", "acc")}
+    assert points["loss"][-1] == (1999.0, 1999, 2999.0) and points["acc"][-1] == (-1900.0, 1900, 2900.0)
+    assert len(points["loss"]) < 10                      # the series stops at the cap: only the last is added
+    assert b"n" * 2000 not in data
+
+
+def test_at_most_keep_metrics_names_are_kept_past_the_cap(tmp_path):
+    from floydd.agent.capture import KEEP_METRICS
+    writer, path, fd = _capped(tmp_path, 10)
+    for i in range(KEEP_METRICS + 50):
+        writer.add(b"o", b'{"metric": "m%d", "value": 1}\n' % i, 1.0)
+    writer.finish(2.0)
+    writer.write()
+    os.close(fd)
+    assert len({p.name for p in parse_metrics(path.read_bytes())}) == KEEP_METRICS
+
+
+def test_an_uncapped_writer_never_drops(tmp_path):
+    writer, path, fd = _capped(tmp_path, None)
+    writer.add(b"o", b"y" * 100 + b"\n", 1.0)
+    writer.finish(2.0)
+    writer.write()
+    os.close(fd)
+    assert path.read_bytes() == b"1.000000 o " + b"y" * 100 + b"\n" and writer.dropped_lines == 0
+
+
+@given(st.lists(st.tuples(st.sampled_from([b"o", b"e"]), st.binary(max_size=300).map(lambda b: b.replace(b"m", b"."))),
+                max_size=20), st.integers(min_value=0, max_value=3000))
+def test_a_capped_log_is_a_prefix_of_the_uncapped_one_and_every_line_is_logged_or_counted(tmp_path_factory, bursts,
+                                                                                          cap):
+    folder = tmp_path_factory.mktemp("cap")
+    logs = {}
+    for name, limit in (("all", None), ("capped", cap)):
+        path = folder / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+        writer = LogWriter(fd, limit)
+        for i, (stream, data) in enumerate(bursts):
+            writer.add(stream, data, 1.0 + i)
+        writer.flush_partial(100.0)
+        writer.finish(100.0)
+        writer.write()
+        os.close(fd)
+        logs[name] = (path.read_bytes(), writer)
+    everything, _ = logs["all"]
+    capped, writer = logs["capped"]
+    body = capped.split(b" e floydd: ")[0]
+    body = body[:body.rfind(b"\n") + 1] if writer.capped else body
+    assert everything.startswith(body) and len(body) <= cap
+    assert len(body.splitlines()) + writer.dropped_lines == len(everything.splitlines())
+    assert writer.capped == (len(everything) > cap)

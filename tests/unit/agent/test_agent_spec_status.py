@@ -167,3 +167,15 @@ def test_process_start_time_matches_psutil_and_tells_reused_pids_apart():
 ])
 def test_outcome_of_an_exit(returncode, ending, expected):
     assert outcome_of(returncode, ending) == expected
+
+
+def test_the_log_cap_travels_in_the_spec_and_what_was_dropped_in_the_status():
+    spec = AgentSpec(job="p/1", command="true", max_log_bytes=256 << 20)
+    assert AgentSpec.from_json(spec.to_json()).max_log_bytes == 256 << 20
+    assert AgentSpec.from_json('{"job": "p/1", "command": "true"}').max_log_bytes is None   # an older daemon's
+    for bad in (0, -1, True):
+        with pytest.raises(InvalidSpec, match="max_log_bytes"):
+            AgentSpec(job="p/1", command="true", max_log_bytes=bad)
+    status = Status(agent_pid=1, agent_start_time=1.0, log_capped=5.0, log_dropped_lines=7, log_dropped_bytes=700)
+    assert Status.from_json(status.to_json()) == status
+    assert Status.from_json('{"agent_pid": 1, "agent_start_time": 1.0}').log_dropped_lines == 0   # an older agent's

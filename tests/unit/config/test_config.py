@@ -68,3 +68,15 @@ def test_the_settings_line_names_what_the_operator_changed_and_nothing_else(tmp_
     assert settings_line(Config(state_dir=tmp_path, node_name="x")) == "defaults"     # where and who: not settings
     line = settings_line(Config(state_dir=tmp_path, sandbox="require", job_cpus=2.0))
     assert line == "job_cpus=2.0 sandbox=require"
+
+
+def test_the_flood_limits_have_defaults_come_from_toml_and_env_and_refuse_negatives(tmp_path):
+    c = load(env={}, file=None, flags={"state_dir": str(tmp_path)})
+    assert (c.max_upload_gb, c.max_log_mb, c.max_metric_points, c.max_queued_per_person) == (100.0, 256.0, 1_000_000,
+                                                                                              1000)
+    (tmp_path / "floydd.toml").write_text("max_log_mb = 16\nmax_queued_per_person = 50\n")
+    c = load(env={"FLOYDD_MAX_UPLOAD_GB": "0", "FLOYDD_MAX_METRIC_POINTS": "500"}, flags={"state_dir": str(tmp_path)})
+    assert (c.max_upload_gb, c.max_log_mb, c.max_metric_points, c.max_queued_per_person) == (0.0, 16.0, 500, 50)
+    with pytest.raises(UserError, match="max_log_mb = -1.0 is negative") as exc:
+        load(env={"FLOYDD_MAX_LOG_MB": "-1"}, flags={"state_dir": str(tmp_path)})
+    assert "0 (no limit)" in exc.value.hint

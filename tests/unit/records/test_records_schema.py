@@ -11,7 +11,7 @@ from floydd.errors import Conflict, Unavailable
 from floydd.records import MIGRATIONS, Records
 from floydd.records._schema import migrate
 
-ALL = ["m001_initial", "m002_metric_stats", "m003_cluster_attempt"]
+ALL = ["m001_initial", "m002_metric_stats", "m003_cluster_attempt", "m004_log_behind"]
 
 
 def applied(path) -> list[str]:

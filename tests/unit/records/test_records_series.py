@@ -169,3 +169,28 @@ def test_concurrent_writers_and_readers_see_whole_batches(records):
     for n in range(1, writers + 1):
         assert records.metric_summary("p", n)["loss"]["count"] == batches * size
         assert len(records.events("p", n)) == batches
+
+
+def test_a_log_left_behind_is_marked_found_for_ended_jobs_only_and_cleared(records):
+    running = records.allocate_job("p", {"command": "a"})
+    ended = records.allocate_job("p", {"command": "b"})
+    for number in (running, ended):
+        records.set_state("p", number, "starting")
+        records.set_state("p", number, "running")
+        records.set_log_behind("p", number, True)
+    records.set_state("p", ended, "success")
+    assert records.logs_behind() == [("p", ended)]          # a running job is the watch's, not the catch-up's
+    records.set_log_behind("p", ended, False)
+    assert records.logs_behind() == []
+
+
+def test_metric_points_count_every_metric_and_a_batch_for_another_attempt_records_nothing(records):
+    from floydd.errors import NotFound
+    number = records.allocate_job("p", {"command": "a", "attempt": 2})
+    assert records.metric_points("p", number) == 0
+    records.add_metrics("p", number, [("loss", 1.0, 1, 1.0), ("loss", 0.5, 2, 2.0), ("acc", 0.1, 1, 1.0)],
+                        log_offset=10, attempt=2)
+    assert records.metric_points("p", number) == 3
+    with pytest.raises(NotFound, match="attempt 2, not 1"):
+        records.add_metrics("p", number, [("loss", 9.0, 3, 3.0)], log_offset=99, attempt=1)
+    assert records.metric_points("p", number) == 3 and records.get_log_offset("p", number) == 10

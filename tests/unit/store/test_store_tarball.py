@@ -8,8 +8,9 @@ import tarfile
 
 import pytest
 
-from floydd.errors import InvalidSpec, UnsafePath, UserError
-from floydd.store.tarball import MAX_DEPTH, pack, unpack
+from floydd.errors import InvalidSpec, TooLarge, UnsafePath, UserError
+from floydd.store.tarball import ENTRY_BYTES, MAX_DEPTH, SizeLimit, pack, unpack
+from tests.floods import empty_files_tar, sparse_tar, zeros_tar_gz
 
 
 def _tar(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:
@@ -163,3 +164,61 @@ def _dir(name: str) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type = tarfile.DIRTYPE
     return info
+
+
+# -- sizes: what unpacking would write (issue 20) ---------------------------------------------------
+
+DATASETS = SizeLimit(1 << 20, setting="max_upload_gb", what="the dataset", code="upload_too_large",
+                     hint="split it")
+
+
+def test_a_sparse_member_counts_at_its_real_size_and_is_refused_before_a_byte_is_written(tmp_path):
+    archive = sparse_tar(3 << 30)                       # 3 GiB of holes in a few KB
+    assert len(archive) < 16 * 1024
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(TooLarge) as exc:
+        unpack(io.BytesIO(archive), dest, DATASETS)
+    assert exc.value.status == 413 and exc.value.code == "upload_too_large"
+    assert "3 GiB" in exc.value.message and "1 MiB" in exc.value.message
+    assert "max_upload_gb" in exc.value.message and "max_upload_gb" in exc.value.hint
+    assert list(dest.iterdir()) == []                  # refused before the file was even made
+
+
+def test_a_sparse_member_within_the_limit_unpacks_to_its_real_size(tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    got = unpack(io.BytesIO(sparse_tar(300_000, tail=b"end!")), dest, DATASETS)
+    data = (dest / "big").read_bytes()
+    assert (got.files, got.bytes) == (1, 300_000) and len(data) == 300_000
+    assert data.endswith(b"end!") and data[:-4] == bytes(299_996)
+
+
+def test_a_code_limit_given_as_bytes_names_max_code_mb(tmp_path):
+    with pytest.raises(TooLarge) as exc:
+        unpack(io.BytesIO(sparse_tar(200 << 20)), tmp_path, 100 << 20)
+    assert exc.value.code == "code_too_large" and "max_code_mb" in exc.value.message
+    assert "the code folder would unpack to at least 200 MiB" in exc.value.message
+
+
+def test_a_compressed_archive_counts_at_what_it_decompresses_to(tmp_path):
+    archive = zeros_tar_gz(50 << 20)
+    assert len(archive) < 200 * 1024
+    with pytest.raises(TooLarge, match="50 MiB"):
+        unpack(io.BytesIO(archive), tmp_path, DATASETS)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_entries_are_capped_too_so_millions_of_empty_files_are_refused(tmp_path):
+    limit = SizeLimit(ENTRY_BYTES * 100)
+    (tmp_path / "ok").mkdir()
+    assert unpack(io.BytesIO(empty_files_tar(100)), tmp_path / "ok", limit).files == 100
+    (tmp_path / "no").mkdir()
+    with pytest.raises(TooLarge, match="more than 100 entries"):
+        unpack(io.BytesIO(empty_files_tar(101)), tmp_path / "no", limit)
+    assert len(list((tmp_path / "no").iterdir())) == 100
+
+
+def test_no_limit_unpacks_whatever_the_size(tmp_path):
+    got = unpack(io.BytesIO(zeros_tar_gz(3 << 20)), tmp_path, None)
+    assert got.bytes == 3 << 20 and (tmp_path / "zeros").stat().st_size == 3 << 20
