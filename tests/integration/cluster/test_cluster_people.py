@@ -47,7 +47,7 @@ async def test_a_private_dataset_is_refused_to_others_on_every_box(cluster):
     await cluster.sign_in("root")
     tree = "ab" * 16
     await lead.service.add_dataset_version("faces", tree, user="alice", visibility="private")
-    with pytest.raises(Forbidden, match="user bob may not add to faces: it is alice's private dataset"):
+    with pytest.raises(Forbidden, match="user bob may not add a version to faces: it is alice's private dataset"):
         await other.service.add_dataset_version("faces", tree, user="bob")
     with pytest.raises(Forbidden, match="may not delete faces"):
         await other.service.delete_dataset("faces", user="bob")

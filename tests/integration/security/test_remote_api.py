@@ -148,7 +148,7 @@ def test_a_token_lets_the_box_act_for_its_person_signed_in_nowhere_until_the_per
     code = tmp_path / "code"
     code.mkdir()
     (code / "data.txt").write_text("x\n")
-    job = remote.submit({"project": "carols", "command": "sleep 30", "code_tree": remote.upload_code(code)["code_tree"],
+    job = remote.submit({"project": "carols", "command": "sleep 30", "code_upload": remote.upload_code(code)["code_upload"],
                          "idem_key": "carol-job-1"})
     assert job["user"] == "carol"
     assert remote.stop(job["id"])["state"] in ("stopped", "failed")
