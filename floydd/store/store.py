@@ -111,18 +111,22 @@ class Store:
 
     # -- snapshots and trees ------------------------------------------------------------
 
-    def snapshot(self, src: Path, *, ignore: Ignore | None = None, progress: Progress | None = None) -> ObjectId:
+    def snapshot(self, src: Path, *, ignore: Ignore | None = None, progress: Progress | None = None,
+                 dir_fd: int | None = None) -> ObjectId:
         """Store the folder ``src``; returns its tree id. The tree is pinned for a day (or
-        until ``catalog.add_version``) so gc keeps it meanwhile."""
-        return self.snapshot_report(src, ignore=ignore, progress=progress).tree
+        until ``catalog.add_version``) so gc keeps it meanwhile. ``dir_fd``: the folder as
+        the caller opened it (a job's /output, not followed if it is a link); ``src`` then
+        only names it."""
+        return self.snapshot_report(src, ignore=ignore, progress=progress, dir_fd=dir_fd).tree
 
     def snapshot_report(self, src: Path, *, ignore: Ignore | None = None,
-                        progress: Progress | None = None) -> SnapshotResult:
+                        progress: Progress | None = None, dir_fd: int | None = None) -> SnapshotResult:
         """``snapshot`` with what it cost: new objects and bytes, cache hits."""
         with self._shared():
             result = _snapshot(self._objects, Path(src), cache_path=self.root / "cache" / "files.db",
                                chunker=Chunker(DEFAULT_PARAMS, seed=self._keys.chunker_seed),
-                               ignore=ignore, progress=progress, exclude=self.root, workers=self.workers)
+                               ignore=ignore, progress=progress, exclude=self.root, workers=self.workers,
+                               dir_fd=dir_fd)
             self.catalog.pin(result.tree, f"upload:{secrets.token_hex(8)}", ttl_s=UPLOAD_LEASE_S)
         return result
 
