@@ -51,7 +51,7 @@ from typing import Callable, Iterator
 from floydd.errors import UnsafePath
 
 __all__ = ["RESOLVE_BENEATH", "RESOLVE_NO_SYMLINKS", "RESOLVE_NO_MAGICLINKS", "openat2_available",
-           "open_root", "open_beneath", "open_dir", "Dirs", "Found", "walk", "remove_tree", "empty_dir",
+           "open_root", "open_beneath", "open_dir", "make_dirs", "Dirs", "Found", "walk", "remove_tree", "empty_dir",
            "chown_tree", "chmod_at", "resolves_inside", "split_rel", "join_rel"]
 
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -105,6 +105,26 @@ def open_beneath(dir_fd: int, rel: bytes | str, flags: int = os.O_RDONLY, mode: 
 def open_dir(dir_fd: int, rel: bytes | str) -> int:
     """A readable descriptor of the folder ``rel`` beneath ``dir_fd`` (:func:`open_beneath`)."""
     return open_beneath(dir_fd, rel, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def make_dirs(dir_fd: int, rel: bytes | str, mode: int = 0o700) -> int:
+    """Make the folders of ``rel`` beneath ``dir_fd`` that are missing (``mode``), never
+    through a link (``ELOOP``; a file in the way: ``ENOTDIR``); a descriptor of the last.
+    An empty ``rel`` gives a new descriptor of ``dir_fd``'s folder."""
+    here = open_dir(dir_fd, b"")
+    try:
+        for part in _parts(rel):
+            try:
+                os.mkdir(part, mode, dir_fd=here)
+            except FileExistsError:
+                pass
+            nxt = open_dir(here, part)
+            os.close(here)
+            here = nxt
+        return here
+    except BaseException:
+        os.close(here)
+        raise
 
 
 def split_rel(rel: bytes) -> tuple[bytes, bytes]:

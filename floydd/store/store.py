@@ -137,16 +137,18 @@ class Store:
         tree = self.snapshot(src, ignore=ignore, progress=progress)
         return self.catalog.add_version(name, tree, message=message)
 
-    def restore(self, tree_id: ObjectId, dest: Path, *, progress: Progress | None = None) -> None:
+    def restore(self, tree_id: ObjectId, dest: Path, *, progress: Progress | None = None,
+                within: Path | None = None) -> None:
         """Write tree ``tree_id`` into ``dest`` (absent or empty), byte-identical. A damaged or
-        missing object is fetched again through :attr:`repairer` first, when there is one."""
+        missing object is fetched again through :attr:`repairer` first, when there is one.
+        ``within``: a folder ``dest`` lies in, below which nothing is followed (a workspace)."""
         def get(oid: ObjectId) -> bytes:
             return self._healing(lambda: self._objects.get(oid), oid, tree_id)
 
         with self._shared():
             try:
                 tree = self._healing(lambda: self.read_tree(tree_id), tree_id, tree_id)
-                _restore(get, tree, Path(dest), progress=progress, workers=self.workers)
+                _restore(get, tree, Path(dest), progress=progress, workers=self.workers, within=within)
             except IntegrityError as e:
                 raise self._explain(e) from None
 

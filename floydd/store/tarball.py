@@ -10,7 +10,9 @@ at the start, no ``..``, no NUL) that a tree may hold (at most 4096 bytes, 255 a
 are made (links, devices and fifos are skipped and counted), modes are reduced to rw/rwx for
 the owner and group-less, and the total size is checked against the limit while reading,
 before anything past it is written. Whatever breaks these rules is refused as
-:class:`~floydd.errors.UnsafePath` naming the member.
+:class:`~floydd.errors.UnsafePath` naming the member. Every folder and file is made relative
+to its parent folder's descriptor, without following a link (:mod:`floydd.security.beneath`):
+nothing in the archive or put next to it meanwhile can send a write outside ``dest``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import IO, NamedTuple
 
 from floydd.errors import Conflict, InvalidSpec, StoreFull, UnsafePath, UserError
+from floydd.security import beneath
 from floydd.store.ignore import IgnoreRules
 from floydd.store.paths import MAX_COMPONENT, MAX_PATH
 
@@ -77,15 +80,18 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
     """Unpack the tar stream ``src`` into the empty folder ``dest`` (see the module docstring)."""
     files = total = skipped = 0
     name = ""
+    root_fd = None
+    folders = None
     try:
         with tarfile.open(fileobj=src, mode="r|*") as tar:
+            root_fd = beneath.open_root(dest)       # after the archive's first header: it is one
+            folders = beneath.Dirs(root_fd)
             for member in tar:
                 name = _safe_name(member.name)
                 if name is None:
                     continue
-                target = dest / name
                 if member.isdir():
-                    _make_folders(dest, name, name.split("/"))
+                    _make_folders(folders, name, name.split("/"))
                     continue
                 if not member.isreg():
                     skipped += 1
@@ -94,12 +100,13 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
                 if limit is not None and total > limit:
                     raise UserError(f"the upload holds more than {limit / 2**20:.0f} MiB", code="code_too_large",
                                     hint="move data out of the code folder (floyd data upload) or into .floydignore")
-                _make_folders(dest, name, name.split("/")[:-1])
-                if os.path.lexists(target):
+                parent_fd = _make_folders(folders, name, name.split("/")[:-1])
+                leaf = name.rpartition("/")[2]
+                if _exists(parent_fd, leaf):
                     raise UnsafePath(f"the upload names {_show(name)} twice", hint=_HINT)
                 reader = tar.extractfile(member)
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                             0o700 if member.mode & 0o100 else 0o600)
+                fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o700 if member.mode & 0o100 else 0o600, dir_fd=parent_fd)
                 with os.fdopen(fd, "wb") as out:
                     while chunk := reader.read(_CHUNK):
                         out.write(chunk)
@@ -115,20 +122,38 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
             raise UnsafePath(f"the upload holds a path too long for this box's file system: {_show(name)}",
                              hint=_HINT) from None
         raise
+    finally:
+        if folders is not None:
+            folders.close()
+        if root_fd is not None:
+            os.close(root_fd)
     return Unpacked(files, total, skipped)
 
 
-def _make_folders(dest: Path, name: str, parts: list[str]) -> None:
-    """Make the folders ``parts`` below ``dest``, one at a time (no recursion), refusing a
-    name the archive also gave a file."""
-    path = os.fspath(dest)
+def _make_folders(folders: beneath.Dirs, name: str, parts: list[str]) -> int:
+    """Make the folders ``parts`` below the destination, one at a time (no recursion),
+    each in its parent's descriptor (nothing is reached by path), refusing a name the
+    archive also gave a file; a descriptor of the last (borrowed from ``folders``)."""
+    rel = b""
+    here = folders.get(rel)
     for part in parts:
-        path = os.path.join(path, part)
+        part_b = os.fsencode(part)
         try:
-            os.mkdir(path, 0o700)
+            os.mkdir(part_b, 0o700, dir_fd=here)
         except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
+            if not stat.S_ISDIR(os.stat(part_b, dir_fd=here, follow_symlinks=False).st_mode):
                 raise UnsafePath(f"the upload names {_show(name)} as a file and as a folder", hint=_HINT) from None
+        rel = beneath.join_rel(rel, part_b)
+        here = folders.get(rel)
+    return here
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def unpack_into(src: IO[bytes], dest: Path) -> Unpacked:
