@@ -29,6 +29,7 @@ without following a link (:mod:`floydd.security.beneath`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -272,14 +273,24 @@ def _open_up(ws_fd: int, rel: str) -> None:
     _chmod(ws_fd, rel, 0o700)
     fd = beneath.open_dir(ws_fd, rel)
     try:
-        for f in beneath.walk(fd):
-            st = f.lstat()
-            if stat.S_ISDIR(st.st_mode):
-                beneath.chmod_at(f.dir_fd, f.name, 0o700)
-            elif stat.S_ISREG(st.st_mode):
-                beneath.chmod_at(f.dir_fd, f.name, stat.S_IMODE(st.st_mode) | 0o600)
+        for f in beneath.walk(fd, on_error=_changed_meanwhile):
+            try:
+                st = f.lstat()
+                if stat.S_ISDIR(st.st_mode):
+                    beneath.chmod_at(f.dir_fd, f.name, 0o700)
+                elif stat.S_ISREG(st.st_mode):
+                    beneath.chmod_at(f.dir_fd, f.name, stat.S_IMODE(st.st_mode) | 0o600)
+            except OSError as exc:
+                _changed_meanwhile(f.rel, exc)
     finally:
         os.close(fd)
+
+
+def _changed_meanwhile(rel: bytes, exc: OSError) -> None:
+    """An entry gone or swapped for a link since it was listed (something of an earlier run
+    still at work): nothing of ours to open up; any other error is raised."""
+    if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+        raise exc
 
 
 def _not_a_folder(rel: bytes, exc: OSError) -> UnsafePath:

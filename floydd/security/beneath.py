@@ -68,6 +68,9 @@ _CHUNK_BYTES = 3000        # ... and bytes (PATH_MAX is 4096)
 _MAX_HOPS = 40             # links followed by resolves_inside's own walk, as the kernel does
 _MAX_ROUNDS = 100          # times one folder is emptied again because something new appeared in it
 
+_SWAPPED = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+"""What opening a folder met says when the entry went or was swapped for a link or a file."""
+
 OnError = Callable[[bytes, OSError], object]
 
 
@@ -303,16 +306,26 @@ def remove_tree(dir_fd: int, name: bytes | str) -> None:
     with Dirs(dir_fd, writable=True, size=2) as opener:
         try:
             fd = os.dup(opener.get(name))
-        except FileNotFoundError:
-            return
-        except NotADirectoryError:           # replaced by a file or a link since: remove that
-            _unlink(dir_fd, name)
+        except OSError as exc:
+            if exc.errno not in _SWAPPED:
+                raise
+            _unlink(dir_fd, name)            # gone, or replaced by a file or a link since: that goes
             return
     try:
-        empty_dir(fd)
+        for _ in range(_MAX_ROUNDS):
+            empty_dir(fd)
+            try:
+                _rmdir(dir_fd, name)
+                return
+            except NotADirectoryError:      # swapped for a link or a file meanwhile: that goes
+                _unlink(dir_fd, name)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        raise OSError(errno.ENOTEMPTY, "something keeps writing into the folder being removed", os.fsdecode(name))
     finally:
         os.close(fd)
-    _rmdir(dir_fd, name)
 
 
 def empty_dir(fd: int) -> None:
@@ -325,7 +338,9 @@ def empty_dir(fd: int) -> None:
             rel = stack[-1]
             try:
                 dfd = dirs.get(rel)
-            except (FileNotFoundError, NotADirectoryError):
+            except OSError as exc:
+                if exc.errno not in _SWAPPED:
+                    raise
                 stack.pop()      # gone, or replaced by a link or a file: its parent, still on
                 continue         # the stack below it, is read again and unlinks what is there
             subdirs = _unlink_all_but_folders(dfd, rel)
@@ -343,9 +358,11 @@ def empty_dir(fd: int) -> None:
                 try:
                     _rmdir(dirs.get(parent), name)
                 except OSError as exc:
-                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                        raise
-                    stack.append(rel)  # something appeared in it meanwhile: empty it again
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                        stack.append(rel)  # something appeared in it meanwhile: empty it again
+                    elif exc.errno != errno.ENOTDIR:
+                        raise              # ENOTDIR: swapped for a link or a file, which the parent,
+                                           # read again next, unlinks
 
 
 def chown_tree(dir_fd: int, name: bytes | str, uid: int, gid: int) -> None:

@@ -118,6 +118,10 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise StoreFull(f"no space left on the disk of {dest} while unpacking",
                             hint="free some space there and try again") from None
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(f"a folder of {dest} was replaced by a link or a file while {_show(name)} was unpacked; "
+                             "nothing is written through a link", hint="unpack into a folder nothing else writes to")\
+                from None
         if exc.errno == errno.ENAMETOOLONG:
             raise UnsafePath(f"the upload holds a path too long for this box's file system: {_show(name)}",
                              hint=_HINT) from None
