@@ -86,10 +86,13 @@ def unpack(src: IO[bytes], dest: Path, limit: int | None = None) -> Unpacked:
         with tarfile.open(fileobj=src, mode="r|*") as tar:
             root_fd = beneath.open_root(dest)       # after the archive's first header: it is one
             folders = beneath.Dirs(root_fd)
+            root_b, path_max = os.fsencode(os.path.abspath(dest)), os.fpathconf(root_fd, "PC_PATH_MAX")
             for member in tar:
                 name = _safe_name(member.name)
                 if name is None:
                     continue
+                if len(root_b) + 1 + len(os.fsencode(name)) >= path_max:   # reachable by path too
+                    raise OSError(errno.ENAMETOOLONG, "File name too long", name)
                 if member.isdir():
                     _make_folders(folders, name, name.split("/"))
                     continue
