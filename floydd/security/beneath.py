@@ -45,7 +45,6 @@ import os
 import platform
 import stat
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from floydd.errors import UnsafePath
@@ -163,6 +162,12 @@ class Dirs:
         if fd is not None:
             self._fds.move_to_end(rel)
             return fd
+        parent, _, name = rel.rpartition(b"/")
+        here = self._fds.get(parent) if parent else self._root
+        if here is not None and name not in (b"", b".", b"..") and b"\0" not in name and not self._writable:
+            fd = os.open(name, _DIR, dir_fd=here)     # the usual case: one name below a folder held
+            self._keep(rel, fd)
+            return fd
         base = rel
         while base:   # the nearest ancestor already open
             base = split_rel(base)[0]
@@ -228,32 +233,32 @@ class Dirs:
             os.close(gone)
 
 
-@dataclass(slots=True, eq=False)
 class Found:
     """One entry met by :func:`walk`: ``rel`` below the root, its ``name`` in the folder
-    open as ``dir_fd`` (valid while the entry is being looked at), and the ``scandir``
-    entry (``stat``/``is_dir`` go through ``dir_fd``, never by path)."""
+    open as ``dir_fd`` (valid while the entry is being looked at), the ``scandir`` entry
+    (``stat`` goes through ``dir_fd``, never by path) and ``is_dir``: a real folder, not a
+    link to one (from the directory entry)."""
 
-    rel: bytes
-    name: bytes
-    dir_fd: int
-    entry: os.DirEntry
-    pruned: bool = field(default=False)
+    __slots__ = ("rel", "name", "dir_fd", "entry", "is_dir", "pruned")
+
+    def __init__(self, rel: bytes, name: bytes, dir_fd: int, entry: os.DirEntry) -> None:
+        self.rel, self.name, self.dir_fd, self.entry = rel, name, dir_fd, entry
+        try:
+            self.is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            self.is_dir = False
+        self.pruned = False
 
     def lstat(self) -> os.stat_result:
         """The entry itself (``AT_SYMLINK_NOFOLLOW``); cached after the first call."""
         return self.entry.stat(follow_symlinks=False)
 
-    def is_dir(self) -> bool:
-        """A real folder (not a link to one), from the directory entry."""
-        try:
-            return self.entry.is_dir(follow_symlinks=False)
-        except OSError:
-            return False
-
     def prune(self) -> None:
         """Do not walk into this folder."""
         self.pruned = True
+
+    def __repr__(self) -> str:
+        return f"Found({self.rel!r})"
 
 
 def walk(root_fd: int, *, on_error: OnError | None = None) -> Iterator[Found]:
@@ -289,7 +294,7 @@ def walk(root_fd: int, *, on_error: OnError | None = None) -> Iterator[Found]:
                 f = Found(join_rel(rel_dir, name), name, fd, entry)
                 yield f
                 found.append(f)
-            stack.extend(reversed([f.rel for f in found if not f.pruned and f.is_dir()]))
+            stack.extend(reversed([f.rel for f in found if f.is_dir and not f.pruned]))
 
 
 def remove_tree(dir_fd: int, name: bytes | str) -> None:

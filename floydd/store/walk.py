@@ -72,8 +72,7 @@ def walk(root_fd: int, root: bytes, ignore: Ignore | None, exclude: Path | None)
 
     for f in beneath.walk(root_fd, on_error=failed):
         rel, shown = f.rel, root + b"/" + f.rel
-        is_dir = f.is_dir()
-        if ignore is not None and ignore(os.fsdecode(rel), is_dir):
+        if ignore is not None and ignore(os.fsdecode(rel), f.is_dir):
             f.prune()
             continue
         try:
@@ -83,7 +82,10 @@ def walk(root_fd: int, root: bytes, ignore: Ignore | None, exclude: Path | None)
         if skip is not None and stat.S_ISDIR(lst.st_mode) and (lst.st_dev, lst.st_ino) == skip:
             f.prune()
             continue
-        check_tree_path(rel, where=f"{os.fsdecode(shown)}: ")
+        try:
+            check_tree_path(rel)
+        except UnsafePath:
+            check_tree_path(rel, where=f"{os.fsdecode(shown)}: ")
         mode = stat.S_IMODE(lst.st_mode) & 0o777
         if stat.S_ISDIR(lst.st_mode):
             items.append(Item(rel, shown, Kind.DIR, mode, fingerprint(lst)))
