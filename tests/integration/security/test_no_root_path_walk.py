@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import tarfile
 import time
 from pathlib import Path
