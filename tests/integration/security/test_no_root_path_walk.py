@@ -27,6 +27,7 @@ from floydd.runtime import checkpoint, outputs, workspace
 from floydd.runtime.disk import Disk
 from floydd.runtime.watch import JobWatch
 from floydd.security import beneath
+from floydd.security.beneath import resolve
 from floydd.store import Store
 from floydd.store.tarball import unpack
 from tests.integration.security._hostile_fs import NAMES, Secret, arm, refill, stored_plaintexts, swapping
@@ -40,7 +41,7 @@ def resolver(request, monkeypatch):
     if request.param == "openat2" and not beneath.openat2_available():
         pytest.skip("this kernel has no openat2")
     if request.param == "fallback":
-        monkeypatch.setattr(beneath, "_use_openat2", False)
+        monkeypatch.setattr(resolve, "_use_openat2", False)
     return request.param
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from floydd.errors import UnsafePath
 from floydd.security import beneath
+from floydd.security.beneath import resolve
 
 
 @pytest.fixture(params=["openat2", "fallback"])
@@ -20,8 +21,8 @@ def mode(request, monkeypatch):
         if not beneath.openat2_available():
             pytest.skip("this kernel has no openat2")
     else:
-        monkeypatch.setattr(beneath, "_use_openat2", False)
-        monkeypatch.setattr(beneath, "_openat2", _no_openat2)
+        monkeypatch.setattr(resolve, "_use_openat2", False)
+        monkeypatch.setattr(resolve, "_openat2", _no_openat2)
     return request.param
 
 
@@ -139,7 +140,7 @@ def test_walk_prunes_and_reports_a_folder_it_cannot_read(tree, mode, monkeypatch
             f.prune()
     assert b"a/b" not in rels and b"top" in rels
     real = os.scandir
-    monkeypatch.setattr(beneath.os, "scandir", lambda d: (_ for _ in ()).throw(PermissionError(13, "denied"))
+    monkeypatch.setattr(os, "scandir", lambda d: (_ for _ in ()).throw(PermissionError(13, "denied"))
                         if os.fstat(d).st_ino == os.stat(tree[0] / "a").st_ino else real(d))
     errors = []
     rels = [f.rel for f in beneath.walk(fd, on_error=lambda rel, exc: errors.append((rel, exc.errno)))]
@@ -215,7 +216,7 @@ def test_chmod_at_changes_the_entry_and_leaves_links_alone(tmp_path, monkeypatch
             if not follow_symlinks:
                 raise NotImplementedError("chmod: follow_symlinks unavailable on this platform")
             return real(path, mode, dir_fd=dir_fd)
-        monkeypatch.setattr(beneath.os, "chmod", no_nofollow)
+        monkeypatch.setattr(os, "chmod", no_nofollow)
         beneath.chmod_at(fd, "f", 0o604)
         beneath.chmod_at(fd, "l", 0o777)
     finally:

@@ -1,40 +1,8 @@
-"""Descriptor-relative, no-symlink paths: how the daemon touches a tree someone else controls.
-
-The daemon (root on a system-mode box) reads, hashes, copies, chowns and deletes inside
-trees that a job or a person can change while it works: a job's ``/output`` (checkpoints,
-the final save), its workspace (clean-up, hand-over to the job user), restores and
-uploads. ``O_NOFOLLOW`` on an absolute path guards only its last component: a job that
-swaps a folder for a symlink (``renameat2(RENAME_EXCHANGE)``) between the daemon's look
-and its open gets a parent followed, and the daemon reads ``/var/lib/floydd/store/key``
-into the job's output. So no operation here ever resolves a path by name from ``/``:
-
-- a tree is entered once, through a directory descriptor (:func:`open_root`; the path up
-  to it is the caller's, e.g. the daemon's own state folder);
-- everything below is opened relative to a descriptor with ``openat2(RESOLVE_BENEATH |
-  RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`` where the kernel has it (Linux 5.6+,
-  called through ``syscall(2)``: Python 3.11 has no ``os.openat2``), else component by
-  component with ``O_NOFOLLOW | O_DIRECTORY`` from the descriptor (:func:`open_beneath`).
-  Either way a symlink met anywhere is refused (``ELOOP``), never followed, and ``..`` or
-  an absolute path is refused before any call;
-- single entries are acted on with the ``*at`` calls and ``AT_SYMLINK_NOFOLLOW`` relative
-  to a verified folder descriptor (stat, readlink, chown, chmod, unlink, rmdir).
-
-What a held folder descriptor reaches after a rename is still a folder the job could
-write (it can move its own folders, never root's, and a move out of a mount fails with
-``EXDEV``), so a swap can change *which* of the job's files are read, never make the
-daemon read a file from outside the tree.
-
-Helpers: :func:`walk` (``scandir`` over descriptors, each folder read once),
-:func:`remove_tree` / :func:`empty_dir`, :func:`chown_tree`, :func:`chmod_at`, and
-:func:`resolves_inside` (whether a link, followed by the kernel, stays beneath the root:
-the snapshot's "link inside the tree" rule without ``realpath``).
-
-Why not ``shutil.rmtree``: on Linux it is descriptor-based below its top (and says so,
-``rmtree.avoids_symlink_attacks``), but it recurses once per folder level (a job's folder
-nested a few thousand deep raises ``RecursionError`` in the daemon), it cannot enter a
-read-only folder as a non-root daemon (a restored tree may hold one), and its top is
-resolved by path unless ``dir_fd`` is given. :func:`remove_tree` is iterative, opens
-folders through :class:`Dirs`, and opens up read-only folders of its own.
+"""Resolving a path beneath a folder descriptor, following no symlink: ``openat2`` where the
+kernel has it, an ``O_NOFOLLOW`` walk one component at a time otherwise (the package
+docstring, :mod:`floydd.security.beneath`, says why). Also the single-entry calls that need
+no path (``chmod`` of an entry itself) and :class:`Dirs`, the folder descriptors a walk or a
+restore keeps open.
 """
 
 from __future__ import annotations
@@ -45,13 +13,12 @@ import os
 import platform
 import stat
 from collections import OrderedDict
-from typing import Callable, Iterator
+from typing import Callable
 
 from floydd.errors import UnsafePath
 
-__all__ = ["RESOLVE_BENEATH", "RESOLVE_NO_SYMLINKS", "RESOLVE_NO_MAGICLINKS", "openat2_available",
-           "open_root", "open_beneath", "open_dir", "make_dirs", "Dirs", "Found", "walk", "remove_tree", "empty_dir",
-           "chown_tree", "chmod_at", "resolves_inside", "split_rel", "join_rel"]
+__all__ = ["RESOLVE_BENEATH", "RESOLVE_NO_SYMLINKS", "RESOLVE_NO_MAGICLINKS", "openat2_available", "open_root",
+           "open_beneath", "open_dir", "make_dirs", "split_rel", "join_rel", "Dirs", "chmod_at", "resolves_inside"]
 
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
@@ -65,12 +32,9 @@ _SYSCALL_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "riscv64": 437,
 _CHUNK_PARTS = 32          # components opened in one go when a folder is reopened from far above
 _CHUNK_BYTES = 3000        # ... and bytes (PATH_MAX is 4096)
 _MAX_HOPS = 40             # links followed by resolves_inside's own walk, as the kernel does
-_MAX_ROUNDS = 100          # times one folder is emptied again because something new appeared in it
 
 _SWAPPED = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 """What opening a folder met says when the entry went or was swapped for a link or a file."""
-
-OnError = Callable[[bytes, OSError], object]
 
 
 def openat2_available() -> bool:
@@ -233,158 +197,6 @@ class Dirs:
             os.close(gone)
 
 
-class Found:
-    """One entry met by :func:`walk`: ``rel`` below the root, its ``name`` in the folder
-    open as ``dir_fd`` (valid while the entry is being looked at), the ``scandir`` entry
-    (``stat`` goes through ``dir_fd``, never by path) and ``is_dir``: a real folder, not a
-    link to one (from the directory entry)."""
-
-    __slots__ = ("rel", "name", "dir_fd", "entry", "is_dir", "pruned")
-
-    def __init__(self, rel: bytes, name: bytes, dir_fd: int, entry: os.DirEntry) -> None:
-        self.rel, self.name, self.dir_fd, self.entry = rel, name, dir_fd, entry
-        try:
-            self.is_dir = entry.is_dir(follow_symlinks=False)
-        except OSError:
-            self.is_dir = False
-        self.pruned = False
-
-    def lstat(self) -> os.stat_result:
-        """The entry itself (``AT_SYMLINK_NOFOLLOW``); cached after the first call."""
-        return self.entry.stat(follow_symlinks=False)
-
-    def prune(self) -> None:
-        """Do not walk into this folder."""
-        self.pruned = True
-
-    def __repr__(self) -> str:
-        return f"Found({self.rel!r})"
-
-
-def walk(root_fd: int, *, on_error: OnError | None = None) -> Iterator[Found]:
-    """Every entry beneath ``root_fd``, folder by folder (names sorted within a folder),
-    through descriptors only. A folder is walked into after all its entries were yielded,
-    unless :meth:`Found.prune` was called on it. A folder that cannot be opened or read
-    (gone, replaced by a link, no permission) or one met twice (moved while walked, which
-    would otherwise let a job keep a walk going forever) goes to ``on_error(rel, error)``
-    and is skipped; without ``on_error`` the error is raised."""
-    top = os.fstat(root_fd)
-    seen = {(top.st_dev, top.st_ino)}
-    with Dirs(root_fd) as dirs:
-        stack: list[bytes] = [b""]
-        while stack:
-            rel_dir = stack.pop()
-            try:
-                fd = dirs.get(rel_dir)
-                if rel_dir:
-                    st = os.fstat(fd)
-                    if (st.st_dev, st.st_ino) in seen:
-                        raise OSError(errno.ELOOP, "the folder was met twice (it was moved while being read)")
-                    seen.add((st.st_dev, st.st_ino))
-                with os.scandir(fd) as it:
-                    entries = sorted(it, key=lambda e: e.name)
-            except OSError as exc:
-                if on_error is None:
-                    raise
-                on_error(rel_dir, exc)
-                continue
-            found = []
-            for entry in entries:
-                name = os.fsencode(entry.name)
-                f = Found(join_rel(rel_dir, name), name, fd, entry)
-                yield f
-                found.append(f)
-            stack.extend(reversed([f.rel for f in found if f.is_dir and not f.pruned]))
-
-
-def remove_tree(dir_fd: int, name: bytes | str) -> None:
-    """Remove the entry ``name`` of the folder ``dir_fd``: a file, a link (not what it points
-    to) or a folder with everything in it, never following a link. Absent: nothing to do."""
-    name = _name(name)
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        _unlink(dir_fd, name)
-        return
-    with Dirs(dir_fd, writable=True, size=2) as opener:
-        try:
-            fd = os.dup(opener.get(name))
-        except OSError as exc:
-            if exc.errno not in _SWAPPED:
-                raise
-            _unlink(dir_fd, name)            # gone, or replaced by a file or a link since: that goes
-            return
-    try:
-        for _ in range(_MAX_ROUNDS):
-            empty_dir(fd)
-            try:
-                _rmdir(dir_fd, name)
-                return
-            except NotADirectoryError:      # swapped for a link or a file meanwhile: that goes
-                _unlink(dir_fd, name)
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-        raise OSError(errno.ENOTEMPTY, "something keeps writing into the folder being removed", os.fsdecode(name))
-    finally:
-        os.close(fd)
-
-
-def empty_dir(fd: int) -> None:
-    """Remove everything inside the folder ``fd`` (not the folder itself), iteratively and
-    through descriptors only; read-only folders of its owner's are opened up first."""
-    rounds: dict[bytes, int] = {}
-    with Dirs(fd, writable=True, size=128) as dirs:
-        stack: list[bytes] = [b""]
-        while stack:
-            rel = stack[-1]
-            try:
-                dfd = dirs.get(rel)
-            except OSError as exc:
-                if exc.errno not in _SWAPPED:
-                    raise
-                stack.pop()      # gone, or replaced by a link or a file: its parent, still on
-                continue         # the stack below it, is read again and unlinks what is there
-            subdirs = _unlink_all_but_folders(dfd, rel)
-            if subdirs:
-                rounds[rel] = rounds.get(rel, 0) + 1
-                if rounds[rel] > _MAX_ROUNDS:
-                    raise OSError(errno.ENOTEMPTY, "something keeps writing into the folder being removed",
-                                  os.fsdecode(rel) or ".")
-                stack.extend(subdirs)
-                continue
-            stack.pop()
-            if rel:
-                parent, name = split_rel(rel)
-                dirs.forget(rel)
-                try:
-                    _rmdir(dirs.get(parent), name)
-                except OSError as exc:
-                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                        stack.append(rel)  # something appeared in it meanwhile: empty it again
-                    elif exc.errno != errno.ENOTDIR:
-                        raise              # ENOTDIR: swapped for a link or a file, which the parent,
-                                           # read again next, unlinks
-
-
-def chown_tree(dir_fd: int, name: bytes | str, uid: int, gid: int) -> None:
-    """``chown`` the entry ``name`` of ``dir_fd`` and, if it is a folder, everything beneath
-    it, each entry itself (a link's owner changes, never its target's)."""
-    name = _name(name)
-    os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
-    if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
-        return
-    fd = open_dir(dir_fd, name)
-    try:
-        for f in walk(fd):
-            os.chown(f.name, uid, gid, dir_fd=f.dir_fd, follow_symlinks=False)
-    finally:
-        os.close(fd)
-
-
 def chmod_at(dir_fd: int, name: bytes | str, mode: int) -> None:
     """``chmod`` the entry ``name`` of ``dir_fd`` itself; a link is left alone (links have no
     mode of their own on Linux). Needs no read access to the entry (a 0000 folder of ours
@@ -530,47 +342,6 @@ def _name(name: bytes | str) -> bytes:
     if len(_parts(name)) != 1:
         raise UnsafePath(f"{_show(name)} is not one name", hint="this is a bug in floydd: report it")
     return name
-
-
-def _unlink_all_but_folders(dfd: int, rel: bytes) -> list[bytes]:
-    """Unlink every non-folder entry of ``dfd``; the folders in it (their paths)."""
-    subdirs = []
-    with os.scandir(dfd) as it:
-        entries = list(it)
-    for entry in entries:
-        name = os.fsencode(entry.name)
-        try:
-            is_dir = entry.is_dir(follow_symlinks=False)
-        except OSError:
-            is_dir = False
-        if is_dir:
-            subdirs.append(join_rel(rel, name))
-            continue
-        try:
-            _unlink(dfd, name)
-        except IsADirectoryError:       # became a folder since it was listed
-            subdirs.append(join_rel(rel, name))
-    return subdirs
-
-
-def _unlink(dir_fd: int, name: bytes) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-    except PermissionError:              # a read-only folder of ours: open it up, once
-        os.fchmod(dir_fd, 0o700)
-        os.unlink(name, dir_fd=dir_fd)
-
-
-def _rmdir(dir_fd: int, name: bytes) -> None:
-    try:
-        os.rmdir(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-    except PermissionError:
-        os.fchmod(dir_fd, 0o700)
-        os.rmdir(name, dir_fd=dir_fd)
 
 
 def _resolves_inside_by_hand(root_fd: int, rel: bytes) -> bool:
