@@ -23,6 +23,7 @@ What appears after the screen and cannot be kept makes the snapshot refuse (``Co
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -133,8 +134,8 @@ def _problem(root_fd: int, f: beneath.Found, links: dict[bytes, bytes]) -> str:
     if stat.S_ISLNK(mode):
         try:
             target = os.readlink(f.name, dir_fd=f.dir_fd)
-        except OSError as exc:
-            return f"it cannot be read ({exc.strerror})"
+        except OSError as exc:          # EINVAL: no longer a link (swapped while being looked at)
+            return "it changed while being read" if exc.errno == errno.EINVAL else f"it cannot be read ({exc.strerror})"
         if target.startswith(b"/") or not beneath.resolves_inside(root_fd, f.rel):
             return f"it is a link pointing outside /output (to {os.fsdecode(target)})"
         links[f.rel] = target

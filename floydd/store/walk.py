@@ -151,7 +151,8 @@ def _unreadable(root: bytes, rel: bytes, exc: OSError) -> Exception:
     if exc.errno == errno.EACCES or exc.errno == errno.EPERM:
         return UserError(f"cannot read folder {shown}: permission denied",
                          hint="fix its permissions or add it to .floydignore")
-    if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EXDEV):
+    if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EXDEV, errno.EINVAL):   # EINVAL: a link
+        # read as one (readlink) was swapped for a folder or a file since it was listed
         return Conflict(f"{shown} changed while being snapshotted (it was removed, moved or replaced by a link); "
                         "links are never followed", hint="run the snapshot again")
     return UserError(f"cannot read {shown}: {exc.strerror or exc}", hint="fix it or add it to .floydignore")
