@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from floydd.agent.spec import AgentSpec
 from floydd.errors import FloyddError, InvalidSpec
+from floydd.security import beneath
 
 __all__ = ["hand_over", "switch_args", "bwrap_caps", "owned_folders"]
 
@@ -47,17 +49,23 @@ def owned_folders(spec: AgentSpec) -> list[str]:
 
 
 def hand_over(ws: Path, spec: AgentSpec) -> None:
-    """Make what the job sees (:func:`owned_folders`) the job user's, never through a link."""
+    """Make what the job sees (:func:`owned_folders`) the job user's, never through a link:
+    each entry is chowned itself, relative to its folder's descriptor (a folder an earlier
+    run of the job swapped for a link is walked as the link it is, not followed)."""
     assert spec.uid is not None and spec.gid is not None
     try:
-        for name in owned_folders(spec):
-            top = Path(ws) / name
-            if not top.is_dir() or top.is_symlink():
-                continue
-            os.chown(top, spec.uid, spec.gid, follow_symlinks=False)
-            for root, dirs, files in os.walk(top):
-                for entry in dirs + files:
-                    os.chown(os.path.join(root, entry), spec.uid, spec.gid, follow_symlinks=False)
+        ws_fd = beneath.open_root(ws)
+        try:
+            for name in owned_folders(spec):
+                try:
+                    st = os.stat(name, dir_fd=ws_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISDIR(st.st_mode):
+                    continue
+                beneath.chown_tree(ws_fd, name, spec.uid, spec.gid)
+        finally:
+            os.close(ws_fd)
     except OSError as exc:
         raise FloyddError(f"cannot give the job's folders to the job user (uid {spec.uid}): {exc}",
                           hint="system mode needs the daemon to run as root") from None

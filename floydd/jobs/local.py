@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from pathlib import Path
 
 from floydd.errors import Conflict, FloyddError, NotFound
 from floydd.model import FINAL_STATES, JobKey
 from floydd.records import Records
-from floydd.runtime import NodeRuntime
+from floydd.runtime import NodeRuntime, workspace
 from floydd.store import ObjectId, Store
 
 __all__ = ["LocalJobs", "code_pin", "output_ref", "LOG_CHUNK"]
@@ -91,7 +90,7 @@ class LocalJobs:
                 pass
         ws = job.get("workspace")
         if ws and Path(ws).is_relative_to(self.jobs_dir):
-            shutil.rmtree(ws, ignore_errors=True)
+            workspace.remove(Path(ws))   # what the job left there: no link followed
 
     # -- reads (history jobs, and what peers ask of jobs run here) --------------------------------
 

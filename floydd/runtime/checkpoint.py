@@ -16,6 +16,7 @@ one), and look there first at start. What a snapshot cannot hold (a FIFO, a link
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,14 +34,24 @@ class Checkpoint:
 
 def save(output: Path, store, previous: str | None = None) -> Checkpoint | None:
     """Snapshot ``output`` into ``store`` (blocking: a thread); None when it is empty, not a
-    folder, or unchanged since the checkpoint whose tree is ``previous``."""
+    folder, or unchanged since the checkpoint whose tree is ``previous``.
+
+    The job runs meanwhile and may swap its folders for links: /output is opened once (not
+    followed if it is a link) and screened and stored through that descriptor only."""
     output = Path(output)
-    if output.is_symlink() or not output.is_dir() or not any(output.iterdir()):
+    fd = outputs.open_output(output)
+    if fd is None:
         return None
-    screened = outputs.screen(output)
-    if screened.everything:
-        return None
-    result = store.snapshot_report(output, ignore=screened.ignore)
+    try:
+        with os.scandir(fd) as entries:
+            if not any(True for _ in entries):
+                return None
+        screened = outputs.screen(output, dir_fd=fd)
+        if screened.everything:
+            return None
+        result = store.snapshot_report(output, ignore=screened.ignore, dir_fd=fd)
+    finally:
+        os.close(fd)
     if str(result.tree) == previous:
         return None
     return Checkpoint(str(result.tree), int(result.size), int(result.files))

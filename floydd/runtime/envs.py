@@ -29,8 +29,8 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
 import site
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -41,6 +41,7 @@ from floydd import log
 from floydd.errors import InvalidSpec
 from floydd.runtime import workspace
 from floydd.runtime.buildbox import BuildPolicy, pip_command
+from floydd.security import beneath
 
 __all__ = ["python_bin_for", "ensure_env", "BuildPolicy", "REQUIREMENTS", "ENVIRONMENTS"]
 
@@ -83,7 +84,7 @@ def ensure_env(envs_dir: Path, requirements: Path, *, log_path: Path | None = No
         try:
             _build(env_dir, requirements, log_path, bwrap, policy or BuildPolicy(), state_dir or envs_dir.parent)
         except BaseException:
-            shutil.rmtree(env_dir, ignore_errors=True)
+            _remove(env_dir)
             raise
         log.runtime.info("built env %s in %.1fs", digest[:12], time.monotonic() - started)
     return env_dir
@@ -91,7 +92,7 @@ def ensure_env(envs_dir: Path, requirements: Path, *, log_path: Path | None = No
 
 def _build(env_dir: Path, requirements: Path, log_path: Path | None, bwrap: str | None, policy: BuildPolicy,
            state_dir: Path) -> None:
-    shutil.rmtree(env_dir, ignore_errors=True)
+    _remove(env_dir)
     venv = [sys.executable, "-m", "venv", "--system-site-packages"]
     has_pip = importlib.util.find_spec("pip") is not None
     if has_pip:
@@ -114,11 +115,7 @@ def _build(env_dir: Path, requirements: Path, log_path: Path | None, bwrap: str 
 def _write_ready(path: Path, data: bytes) -> None:
     """Write the ready marker without following what the build may have left at its name
     (a link to a file of the daemon's would otherwise be overwritten)."""
-    if path.is_symlink() or path.exists():
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+    _remove(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -144,10 +141,33 @@ def _run(argv: list[str], cwd: Path, log_path: Path | None, what: str, env: dict
                           hint=f"see the job's log (floyd logs); fix {REQUIREMENTS} or the pip configuration")
 
 
-def _ready(env_dir: Path) -> bool:
+def _remove(path: Path) -> None:
+    """Remove what a build left at ``path`` (the project's code ran there: links, deep
+    folders), through descriptors and never following a link; what cannot go is logged."""
     try:
-        info = json.loads((env_dir / _READY).read_text())
+        parent = beneath.open_root(path.parent)
+    except OSError:
+        return
+    try:
+        beneath.remove_tree(parent, path.name)
+    except OSError as exc:
+        log.runtime.warning("cannot remove %s: %s", path, exc)
+    finally:
+        os.close(parent)
+
+
+def _ready(env_dir: Path) -> bool:
+    try:   # a marker the build itself left may be a link (to /dev/zero) or a FIFO: only a small regular file counts
+        fd = os.open(env_dir / _READY, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            info = json.loads(os.read(fd, 1 << 16))
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
+        return False
+    if not isinstance(info, dict):
         return False
     return info.get("python") == sys.executable and info.get("version") == sys.version
 

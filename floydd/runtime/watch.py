@@ -45,7 +45,7 @@ from typing import Callable
 
 from floydd import log
 from floydd.agent.status import Status, read_status
-from floydd.errors import NotFound, Unavailable
+from floydd.errors import FloyddError, NotFound, Unavailable
 from floydd.runtime import outputs, spawn, tail, workspace
 from floydd.runtime.disk import Disk, no_space
 from floydd.runtime.limits import JobLimits
@@ -358,25 +358,38 @@ class JobWatch:
         output = self.ws / "output"
         if not output.is_dir() and not output.is_symlink():
             return
-        name = f"{self.project}/{self.number}/output"
-        if self._disk.check() and any(output.iterdir()):  # a snapshot would only eat the reserve
-            self._output_not_saved(self._disk.why())
+        fd = outputs.open_output(output)   # all that follows goes through this descriptor
+        if fd is None:                     # a link: not followed, nothing saved, said why
+            self._name_skipped(outputs.screen(output).skipped)
             return
-        screened = outputs.screen(output)
+        try:
+            self._save_output_from(output, fd)
+        finally:
+            os.close(fd)
+
+    def _save_output_from(self, output: Path, fd: int) -> None:
+        name = f"{self.project}/{self.number}/output"
+        if self._disk.check() and not outputs.empty(output, outputs.Screened(), dir_fd=fd):
+            self._output_not_saved(self._disk.why())       # a snapshot would only eat the reserve
+            return
+        screened = outputs.screen(output, dir_fd=fd)
         self._name_skipped(screened.skipped)
         if screened.everything:
             return
-        if outputs.empty(output, screened):   # nothing to keep: no dataset version, no raft entry
+        if outputs.empty(output, screened, dir_fd=fd):   # nothing to keep: no dataset version, no raft entry
             self._records.update_job(self.project, self.number, output_version="")
             self._event("output", "/output is empty: nothing saved")
             return
         try:
-            tree = self._store.snapshot(output, ignore=screened.ignore)
+            tree = self._store.snapshot(output, ignore=screened.ignore, dir_fd=fd)
             version = self._store.catalog.add_version(name, tree, message=f"output of {self.key}")
         except Exception as exc:  # the job's result stands; say what happened to its output
             if no_space(exc):
                 self._disk.check()
                 self._output_not_saved(self._disk.why(self._store.root))
+            elif isinstance(exc, FloyddError):   # e.g. a folder swapped for a link while being saved
+                log.runtime.warning("job %s: saving /output failed: %s", self.key, exc)
+                self._event("output", f"saving /output failed: {exc}")
             else:
                 log.runtime.exception("job %s: saving /output failed", self.key)
                 self._event("output", f"saving /output failed: {exc}")

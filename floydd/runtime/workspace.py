@@ -18,14 +18,21 @@ previous run's ``stop`` and ``status.json`` (they would stop it, or end it, at o
 its ``/output``. A rerun's ``resume`` (the tree of the last attempt's ``/output``, a
 checkpoint or its final output) is recorded first, then restored into ``output/`` as it
 was, writable: the job resumes from its checkpoints (:mod:`floydd.runtime.checkpoint`).
+
+The workspace folder itself is the daemon's (0700), but what is in ``code/``, ``output/``,
+``home/``, ``tmp/`` and the mounts belongs to the job once it ran (an earlier attempt's
+processes may even outlive it): below the workspace, everything here (clearing, making
+mount folders, restoring, opening up modes, :func:`remove`) goes through descriptors
+without following a link (:mod:`floydd.security.beneath`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
-import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -35,8 +42,9 @@ from floydd.agent.spec import Mount
 from floydd.model import check_mount_target
 from floydd.agent.status import atomic_write
 from floydd.errors import InvalidSpec, UnsafePath
+from floydd.security import beneath
 
-__all__ = ["job_dir", "prepare", "plan_mounts", "release_inputs", "note", "DIRS", "STALE"]
+__all__ = ["job_dir", "prepare", "plan_mounts", "release_inputs", "remove", "note", "DIRS", "STALE"]
 
 DIRS = ("code", "input", "output", "home", "tmp")
 STALE = ("stop", "status.json")
@@ -85,8 +93,21 @@ def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) 
     for folder in (ws.parent.parent, ws.parent, ws):  # STATE/jobs, STATE/jobs/<project>, the workspace
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(ws, 0o700)
-    for name in DIRS:
-        (ws / name).mkdir(mode=0o700, exist_ok=True)
+    ws_fd = beneath.open_root(ws)
+    try:
+        for name in DIRS:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=ws_fd)
+        _prepare_in(ws, ws_fd, job, store, mounts, trees, resume)
+    finally:
+        os.close(ws_fd)
+    (ws / "job.log").touch(mode=0o600)  # floyd logs works from the start
+    log.runtime.debug("workspace %s ready (%d mounts)", ws, len(mounts))
+    return mounts
+
+
+def _prepare_in(ws: Path, ws_fd: int, job: dict[str, Any], store, mounts: tuple[Mount, ...],
+                trees: dict[str, str], resume: str | None) -> None:
     done = _load_steps(ws)
     attempt = str(job.get("attempt") or 0)
     if done.get(_ATTEMPT) != attempt:  # a new run of the job here: an older run's stop and status are not its own
@@ -105,8 +126,8 @@ def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) 
     if done.get("/code") != (code_tree or ""):
         done.pop("/code", None)
         _save_steps(ws, done)
-        _restore(store, code_tree, ws / "code")
-        os.chmod(ws / "code", 0o700)
+        _restore(store, code_tree, ws, ws_fd, "code")
+        beneath.chmod_at(ws_fd, "code", 0o700)
         done["/code"] = code_tree or ""
         _save_steps(ws, done)
 
@@ -114,48 +135,38 @@ def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) 
         tree = trees[mount.target]
         if done.get(mount.target) == tree:
             continue
-        dest = ws / mount.source
         if mount.target in done:  # our own earlier restore (maybe cut short): redo it and what it holds
-            _clear(dest)
+            _clear(ws_fd, mount.source)
         for nested in [t for t in done if t.startswith(mount.target + "/")]:
             done.pop(nested)
-        if dest.exists() and any(dest.iterdir()):
+        if _holds_something(ws_fd, mount.source):
             raise InvalidSpec(f"data mount {mount.target} collides with a folder of another mount",
                               hint="mount the datasets at separate paths, e.g. /input and /data")
         done[mount.target] = "pending:" + tree
         _save_steps(ws, done)
-        dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        store.restore(_tree_id(tree), dest)
-        os.chmod(dest, 0o700)
+        store.restore(_tree_id(tree), ws / mount.source, within=ws)
+        _chmod(ws_fd, mount.source, 0o700)
         done[mount.target] = tree
         _save_steps(ws, done)
 
-    _prepare_output(ws, done, store)
-    (ws / "job.log").touch(mode=0o600)  # floyd logs works from the start
-    log.runtime.debug("workspace %s ready (%d mounts)", ws, len(mounts))
-    return mounts
+    _prepare_output(ws, ws_fd, done, store)
 
 
-def _prepare_output(ws: Path, done: dict[str, str], store) -> None:
+def _prepare_output(ws: Path, ws_fd: int, done: dict[str, str], store) -> None:
     """output/: empty, or the recorded ``resume`` tree restored (once per attempt; a restore
     cut short is redone), every part of it writable by the job."""
-    output, resume = ws / "output", done.get(_RESUME, "")
+    resume = done.get(_RESUME, "")
     if not resume:
-        _clear(output)
-        output.mkdir(mode=0o700)
+        _clear(ws_fd, "output")
+        os.mkdir("output", 0o700, dir_fd=ws_fd)
         return
     if done.get(_OUTPUT) == resume:
         return
     done[_OUTPUT] = "pending:" + resume
     _save_steps(ws, done)
-    _clear(output)
-    store.restore(_tree_id(resume), output)
-    for root, dirs, files in os.walk(output):
-        os.chmod(root, 0o700)
-        for name in files:
-            path = os.path.join(root, name)
-            if not os.path.islink(path):
-                os.chmod(path, os.stat(path).st_mode | 0o600)
+    _clear(ws_fd, "output")
+    store.restore(_tree_id(resume), ws / "output", within=ws)
+    _open_up(ws_fd, "output")
     done[_OUTPUT] = resume
     _save_steps(ws, done)
     log.runtime.info("workspace %s: /output starts from tree %s", ws, resume[:12])
@@ -167,9 +178,29 @@ def release_inputs(ws: Path, mounts: tuple[Mount, ...] | None = None) -> None:
     if mounts is None:
         mounts = tuple(Mount(source=t.lstrip("/"), target=t) for t in _load_steps(ws)
                        if t.startswith("/") and t not in ("/code", _OUTPUT))
-    for mount in mounts:
-        _clear(ws / mount.source)
-    _clear(ws / "tmp")
+    ws_fd = beneath.open_root(ws)
+    try:
+        for mount in mounts:
+            _clear(ws_fd, mount.source)
+        _clear(ws_fd, "tmp")
+    finally:
+        os.close(ws_fd)
+
+
+def remove(ws: Path) -> None:
+    """Delete a job's workspace, whatever the job left in it, never following a link it made;
+    what cannot be removed is logged, not raised (the job's record is gone already)."""
+    ws = Path(ws)
+    try:
+        parent_fd = beneath.open_root(ws.parent)
+    except OSError:
+        return
+    try:
+        beneath.remove_tree(parent_fd, ws.name)
+    except OSError as exc:
+        log.runtime.warning("workspace %s: not all of it could be removed: %s", ws, exc)
+    finally:
+        os.close(parent_fd)
 
 
 def note(log_path: Path, *lines: str, stream: bytes = b"o") -> None:
@@ -180,13 +211,12 @@ def note(log_path: Path, *lines: str, stream: bytes = b"o") -> None:
         f.write(b"".join(stamp + line.encode(errors="replace") + b"\n" for line in lines))
 
 
-def _restore(store, tree: str | None, dest: Path) -> None:
-    if dest.exists():
-        _clear(dest)
+def _restore(store, tree: str | None, ws: Path, ws_fd: int, rel: str) -> None:
+    _clear(ws_fd, rel)
     if not tree:
-        dest.mkdir(mode=0o700)
+        os.mkdir(rel, 0o700, dir_fd=ws_fd)
         return
-    store.restore(_tree_id(tree), dest)
+    store.restore(_tree_id(tree), ws / rel, within=ws)
 
 
 def _tree_id(tree: str):
@@ -197,21 +227,75 @@ def _tree_id(tree: str):
     return ObjectId.from_hex(tree)
 
 
-def _clear(path: Path) -> None:
-    """Remove ``path`` (a folder, possibly with read-only parts), if present."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-        return
-    if not path.exists():
-        return
+def _clear(ws_fd: int, rel: str) -> None:
+    """Remove ``rel`` below the workspace (a folder, possibly with read-only parts, a file or
+    a link), if present; a link on its way is refused, not followed."""
+    parent, name = beneath.split_rel(os.fsencode(rel))
     try:
-        shutil.rmtree(path)
-    except PermissionError:  # read-only folders from a restored tree: open them up, retry
-        os.chmod(path, 0o700)
-        for root, dirs, _ in os.walk(path):  # top-down: each folder is opened before it is read
-            for name in dirs:
-                os.chmod(os.path.join(root, name), 0o700)
-        shutil.rmtree(path)
+        parent_fd = beneath.open_dir(ws_fd, parent)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _not_a_folder(parent, exc) from None
+    try:
+        beneath.remove_tree(parent_fd, name)
+    finally:
+        os.close(parent_fd)
+
+
+def _holds_something(ws_fd: int, rel: str) -> bool:
+    """Whether ``rel`` below the workspace exists and is not an empty folder."""
+    try:
+        fd = beneath.open_dir(ws_fd, rel)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True             # a file or a link where the mount goes
+    try:
+        with os.scandir(fd) as entries:
+            return any(True for _ in entries)
+    finally:
+        os.close(fd)
+
+
+def _chmod(ws_fd: int, rel: str, mode: int) -> None:
+    parent, name = beneath.split_rel(os.fsencode(rel))
+    fd = beneath.open_dir(ws_fd, parent)
+    try:
+        beneath.chmod_at(fd, name, mode)
+    finally:
+        os.close(fd)
+
+
+def _open_up(ws_fd: int, rel: str) -> None:
+    """Every folder of ``rel`` 0700 and every file at least rw for its owner (a restored
+    checkpoint the job goes on writing); links are left as they are."""
+    _chmod(ws_fd, rel, 0o700)
+    fd = beneath.open_dir(ws_fd, rel)
+    try:
+        for f in beneath.walk(fd, on_error=_changed_meanwhile):
+            try:
+                st = f.lstat()
+                if stat.S_ISDIR(st.st_mode):
+                    beneath.chmod_at(f.dir_fd, f.name, 0o700)
+                elif stat.S_ISREG(st.st_mode):
+                    beneath.chmod_at(f.dir_fd, f.name, stat.S_IMODE(st.st_mode) | 0o600)
+            except OSError as exc:
+                _changed_meanwhile(f.rel, exc)
+    finally:
+        os.close(fd)
+
+
+def _changed_meanwhile(rel: bytes, exc: OSError) -> None:
+    """An entry gone or swapped for a link since it was listed (something of an earlier run
+    still at work): nothing of ours to open up; any other error is raised."""
+    if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+        raise exc
+
+
+def _not_a_folder(rel: bytes, exc: OSError) -> UnsafePath:
+    return UnsafePath(f"workspace folder {os.fsdecode(rel)} is not a folder ({exc.strerror}); "
+                      "it is not followed", hint="delete the job and run it again")
 
 
 def _load_steps(ws: Path) -> dict[str, str]:

@@ -2,15 +2,18 @@
 
 The manifest was validated by ``Tree.decode`` (relative safe paths, parents are folders,
 links stay inside). Restore adds defence in depth: everything is created relative to
-an open folder descriptor of the destination, each folder is opened with
-``O_NOFOLLOW | O_DIRECTORY`` and each file created with ``O_CREAT | O_EXCL | O_NOFOLLOW``,
+an open folder descriptor of the destination, each folder is opened beneath it with no
+symlink followed anywhere on its path (:func:`floydd.security.beneath.open_dir`) and each
+file created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` relative to its folder's descriptor,
 and symlinks are created last, after every file and folder, so no write can ever pass
-through a link the manifest made. Folder modes are applied last, deepest first, so a
-read-only folder can still be filled.
+through a link the manifest made (or one something else swapped in meanwhile). Folder
+modes are applied last, deepest first, so a read-only folder can still be filled.
 
 The destination must be absent (restored into a hidden sibling, renamed into place at
-the end, removed on failure) or an empty folder (emptied again on failure). Every chunk
-is verified as it is read; file sizes are checked against the manifest.
+the end, removed on failure) or an empty folder (emptied again on failure). With
+``within`` (a job's workspace), the destination's parents are reached and made beneath that
+folder without following a link, so a job's earlier run cannot point them elsewhere.
+Every chunk is verified as it is read; file sizes are checked against the manifest.
 """
 
 from __future__ import annotations
@@ -18,51 +21,87 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import shutil
 import stat
 import threading
-from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Iterable
 
-from floydd.errors import Conflict, IntegrityError, StoreFull, UserError
+from floydd.errors import Conflict, IntegrityError, StoreFull, UnsafePath, UserError
+from floydd.security import beneath
 from floydd.store.ids import ObjectId
 from floydd.store.tree import Entry, Kind, Tree
 
 __all__ = ["restore"]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def restore(get: Callable[[ObjectId], bytes], tree: Tree, dest: Path, *,
-            progress: Callable[[int, int], object] | None = None, workers: int = 2) -> None:
+            progress: Callable[[int, int], object] | None = None, workers: int = 2,
+            within: Path | None = None) -> None:
     dest = Path(os.path.abspath(dest))
-    fresh = not os.path.lexists(dest)
-    if not fresh:
-        if dest.is_symlink() or not dest.is_dir():
-            raise Conflict(f"{dest} exists and is not a folder", hint="choose an empty or new folder")
-        if any(os.scandir(dest)):
-            raise Conflict(f"{dest} is not empty", hint="choose an empty or new folder")
-        target = dest
-    else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        target = dest.parent / f".{dest.name}.floyd-restore-{secrets.token_hex(4)}"
-        target.mkdir()
     try:
-        root_fd = os.open(target, _DIR_FLAGS)
+        parent_fd = _open_parent(dest, within)
+    except OSError as e:
+        raise _translate(e, dest) from e
+    try:
+        _restore_at(get, tree, dest, parent_fd, os.fsencode(dest.name), progress, workers)
+    finally:
+        os.close(parent_fd)
+
+
+def _open_parent(dest: Path, within: Path | None) -> int:
+    """A descriptor of ``dest``'s folder, made if missing: by path (the caller's own) or,
+    with ``within``, beneath that folder without following a link."""
+    if within is None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        return beneath.open_root(dest.parent, follow=True)
+    within = Path(os.path.abspath(within))
+    if not dest.is_relative_to(within) or dest == within:
+        raise UnsafePath(f"{dest} is not inside {within}", hint="this is a bug in floydd: report it")
+    root_fd = beneath.open_root(within, follow=True)
+    try:
+        rel = dest.parent.relative_to(within)
+        return beneath.make_dirs(root_fd, b"" if rel == Path(".") else os.fsencode(rel.as_posix()))
+    finally:
+        os.close(root_fd)
+
+
+def _restore_at(get, tree: Tree, dest: Path, parent_fd: int, name: bytes, progress, workers: int) -> None:
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    fresh = st is None
+    if fresh:
+        target = b".%s.floyd-restore-%s" % (name, secrets.token_hex(4).encode())
+        os.mkdir(target, 0o700, dir_fd=parent_fd)
+    else:
+        target = name
+        if not stat.S_ISDIR(st.st_mode):
+            raise Conflict(f"{dest} exists and is not a folder", hint="choose an empty or new folder")
+    try:
+        root_fd = beneath.open_dir(parent_fd, target)
         try:
-            _Restorer(root_fd, get, workers).run(tree, progress)
+            if not fresh and any(True for _ in os.scandir(root_fd)):
+                raise Conflict(f"{dest} is not empty", hint="choose an empty or new folder")
+            try:
+                _Restorer(root_fd, get, workers).run(tree, progress)
+            except BaseException:
+                if not fresh:
+                    beneath.empty_dir(root_fd)
+                raise
         finally:
             os.close(root_fd)
         if fresh:
-            os.rename(target, dest)
+            os.rename(target, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
     except BaseException as e:
         if fresh:
-            shutil.rmtree(target, ignore_errors=True)
-        else:
-            _empty(target)
+            try:
+                beneath.remove_tree(parent_fd, target)
+            except OSError:
+                pass
         if isinstance(e, OSError):
             raise _translate(e, dest) from e
         raise
@@ -77,7 +116,7 @@ class _Restorer:
         self._root = root_fd
         self._get = get
         self._workers = max(1, workers)
-        self._fds: OrderedDict[bytes, int] = OrderedDict()
+        self._dirs = beneath.Dirs(root_fd)   # the calling thread's
         self._done = 0
         self._done_lock = threading.Lock()
 
@@ -97,7 +136,7 @@ class _Restorer:
                     os.symlink(os.fsencode(e.target), name, dir_fd=self._dir(parent))
             for e in sorted((e for e in tree.entries if e.kind is Kind.DIR),
                             key=lambda e: e.raw_path.count(b"/"), reverse=True):
-                fd = _open_path(self._root, e.raw_path)
+                fd = beneath.open_dir(self._root, e.raw_path)
                 try:
                     os.fchmod(fd, e.mode & 0o777)
                 finally:
@@ -105,9 +144,7 @@ class _Restorer:
         except FileExistsError as e:
             raise UserError(f"the manifest lists {e.filename!r} twice", hint="do not restore this tree") from None
         finally:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
+            self._dirs.close()
 
     def _write_files(self, jobs: list[list[Entry]], progress, total: int) -> None:
         with ThreadPoolExecutor(self._workers, thread_name_prefix="floydd-restore") as pool:
@@ -131,7 +168,7 @@ class _Restorer:
                 parent, name = _split(e.raw_path)
                 dfd = self._root if not parent else dirs.get(parent)
                 if dfd is None:
-                    dfd = dirs[parent] = _open_path(self._root, parent)
+                    dfd = dirs[parent] = beneath.open_dir(self._root, parent)
                 fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=dfd)
                 try:
                     written = 0
@@ -158,18 +195,7 @@ class _Restorer:
 
     def _dir(self, rel: bytes) -> int:
         """A descriptor of folder ``rel`` (calling thread only), cached."""
-        if not rel:
-            return self._root
-        fd = self._fds.get(rel)
-        if fd is not None:
-            self._fds.move_to_end(rel)
-            return fd
-        fd = _open_path(self._root, rel)
-        self._fds[rel] = fd
-        if len(self._fds) > 64:
-            _, old = self._fds.popitem(last=False)
-            os.close(old)
-        return fd
+        return self._dirs.get(rel)
 
 
 def _jobs(files: Iterable[Entry]) -> list[list[Entry]]:
@@ -189,18 +215,6 @@ def _split(path: bytes) -> tuple[bytes, bytes]:
     return parent, name
 
 
-def _open_path(root_fd: int, rel: bytes) -> int:
-    """Open folder ``rel`` below ``root_fd`` component by component, never following a link."""
-    fd = os.dup(root_fd)
-    for part in rel.split(b"/"):
-        try:
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = nxt
-    return fd
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -213,12 +227,3 @@ def _translate(e: OSError, dest: Path) -> Exception:
                          hint="free disk space there, or restore somewhere else")
     return UserError(f"cannot restore into {dest}: {e.strerror or e}",
                      hint="check that the folder is writable and that nothing else writes into it")
-
-
-def _empty(folder: Path) -> None:
-    for child in list(os.scandir(folder)):
-        if child.is_dir(follow_symlinks=False):
-            os.chmod(child.path, stat.S_IRWXU)
-            shutil.rmtree(child.path, ignore_errors=True)
-        else:
-            os.unlink(child.path)

@@ -15,6 +15,11 @@ and appended to a *pack*, one object of ~1 MiB holding many small files back to 
 
 A file that changes while it is read is read again (twice at most), then refused with
 ``Conflict``: a snapshot never mixes two versions of one file.
+
+Nothing below the root is opened by path: the walk and every read go through directory
+descriptors without following a link (:mod:`floydd.security.beneath`), so a job that swaps
+a folder of its ``/output`` for a link while the daemon reads it gets a ``Conflict`` (the
+checkpoint is tried again later), never a file from outside the folder in its output.
 """
 
 from __future__ import annotations
@@ -26,14 +31,14 @@ from pathlib import Path
 from typing import Callable
 
 from floydd import log
-from floydd.errors import Conflict, UserError
+from floydd.errors import Conflict
 from floydd.store.cache import FileCache, Fingerprint, fingerprint
 from floydd.store.chunker import WHOLE_MAX, Chunker
 from floydd.store.ids import ObjectId
 from floydd.store.ignore import Ignore
 from floydd.store.objects import Objects, Writer, WriteStats
 from floydd.store.tree import Entry, Kind, Tree
-from floydd.store.walk import Item, walk
+from floydd.store.walk import Files, Item, open_source, walk
 
 __all__ = ["snapshot", "SnapshotResult", "Progress"]
 
@@ -62,17 +67,36 @@ class SnapshotResult:
 
 def snapshot(objects: Objects, src: Path, *, cache_path: Path | None, chunker: Chunker,
              ignore: Ignore | None = None, progress: Progress | None = None,
-             exclude: Path | None = None, workers: int = 2) -> SnapshotResult:
-    items = walk(src, ignore, exclude)
+             exclude: Path | None = None, workers: int = 2, dir_fd: int | None = None) -> SnapshotResult:
+    """Store the folder ``src``. With ``dir_fd`` (a descriptor of it the caller opened, e.g.
+    a job's ``/output`` opened without following a link) that folder is what is read and
+    ``src`` only names it; else ``src`` is opened here (a link to a folder is followed: a
+    person names their own folder). Below the root nothing is opened by path."""
+    if dir_fd is None:
+        root_fd, root = open_source(src)
+    else:
+        root_fd, root = os.dup(dir_fd), os.fsencode(os.path.abspath(src))
+    try:
+        return _snapshot(objects, root_fd, root, cache_path=cache_path, chunker=chunker, ignore=ignore,
+                         progress=progress, exclude=exclude, workers=workers)
+    finally:
+        os.close(root_fd)
+
+
+def _snapshot(objects: Objects, root_fd: int, root: bytes, *, cache_path: Path | None, chunker: Chunker,
+              ignore: Ignore | None, progress: Progress | None, exclude: Path | None,
+              workers: int) -> SnapshotResult:
+    items = walk(root_fd, root, ignore, exclude)
     total = sum(it.fp[2] for it in items if it.kind is Kind.FILE)
     if progress:
         progress(0, total)
     cache = FileCache(cache_path, objects.keys) if cache_path is not None else None
     if cache is not None:
         cache.prefetch([it.abs for it in items if it.kind is Kind.FILE and it.fp[2]])
+    files = Files(root_fd)
     try:
         with objects.writer(workers=workers) as writer:
-            ingest = _Ingest(writer, cache, chunker, progress, total, objects.keys.object_id)
+            ingest = _Ingest(writer, cache, chunker, progress, total, objects.keys.object_id, files)
             for it in items:
                 ingest.add(it)
             entries = ingest.finish()
@@ -83,6 +107,7 @@ def snapshot(objects: Objects, src: Path, *, cache_path: Path | None, chunker: C
         if cache is not None:
             cache.save()
     finally:
+        files.close()
         if cache is not None:
             cache.close()
     log.store.info("snapshot %s: %d files, %d bytes, %d new objects (%d bytes), %d cached files",
@@ -95,8 +120,10 @@ class _Ingest:
     """Turns walked items into entries: cache hits, packed small files, chunked large ones."""
 
     def __init__(self, writer: Writer, cache: FileCache | None, chunker: Chunker,
-                 progress: Progress | None, total: int, hash_fn: Callable[[bytes], ObjectId]) -> None:
+                 progress: Progress | None, total: int, hash_fn: Callable[[bytes], ObjectId],
+                 files: Files) -> None:
         self.writer = writer
+        self.files = files
         self.cache = cache
         self.chunker = chunker
         self.progress = progress
@@ -119,11 +146,11 @@ class _Ingest:
         if self._from_cache(it):
             return
         if it.fp[2] < PACK_FILE_MAX:
-            data, fp, mode = _read_small(it)
+            data, fp, mode = _read_small(self.files, it)
             if data is not None:
                 self._add_small(it, data, fp, mode)
                 return
-        chunks, fp, mode = _ingest_large(it, self.writer, self.chunker, self._report_partial)
+        chunks, fp, mode = _ingest_large(self.files, it, self.writer, self.chunker, self._report_partial)
         if self.cache is not None and fp[2]:
             self.cache.record(it.abs, fp, chunks)
         self._file_done(it, mode, fp[2], chunks, None)
@@ -204,26 +231,19 @@ def _cut_pack_after(file_hash: bytes, file_size: int, pack_size: int) -> bool:
 
 # -- reading files ----------------------------------------------------------------------
 
-def _open_checked(it: Item) -> tuple[int, os.stat_result]:
-    name = os.fsdecode(it.abs)
-    try:
-        fd = os.open(it.abs, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise Conflict(f"{name} disappeared during the snapshot", hint="run the snapshot again") from None
-    except OSError as e:
-        raise UserError(f"cannot read {name}: {e.strerror}",
-                         hint="fix its permissions or add it to .floydignore") from None
+def _open_checked(files: Files, it: Item) -> tuple[int, os.stat_result]:
+    fd = files.open(it)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise Conflict(f"{name} was replaced while being snapshotted", hint="run the snapshot again")
+        raise Conflict(f"{os.fsdecode(it.abs)} was replaced while being snapshotted", hint="run the snapshot again")
     return fd, st
 
 
-def _read_small(it: Item) -> tuple[bytes | None, Fingerprint, int]:
+def _read_small(files: Files, it: Item) -> tuple[bytes | None, Fingerprint, int]:
     """The whole content of a small file; ``None`` if it has grown past the pack limit."""
     for _ in range(_READ_TRIES):
-        fd, before = _open_checked(it)
+        fd, before = _open_checked(files, it)
         try:
             if before.st_size >= PACK_FILE_MAX:
                 return None, fingerprint(before), 0
@@ -238,10 +258,10 @@ def _read_small(it: Item) -> tuple[bytes | None, Fingerprint, int]:
     raise _kept_changing(it)
 
 
-def _ingest_large(it: Item, writer: Writer, chunker: Chunker,
+def _ingest_large(files: Files, it: Item, writer: Writer, chunker: Chunker,
                   partial: Callable[[int], object]) -> tuple[tuple[ObjectId, ...], Fingerprint, int]:
     for _ in range(_READ_TRIES):
-        fd, before = _open_checked(it)
+        fd, before = _open_checked(files, it)
         try:
             size = before.st_size
             if size <= WHOLE_MAX:

@@ -111,18 +111,22 @@ class Store:
 
     # -- snapshots and trees ------------------------------------------------------------
 
-    def snapshot(self, src: Path, *, ignore: Ignore | None = None, progress: Progress | None = None) -> ObjectId:
+    def snapshot(self, src: Path, *, ignore: Ignore | None = None, progress: Progress | None = None,
+                 dir_fd: int | None = None) -> ObjectId:
         """Store the folder ``src``; returns its tree id. The tree is pinned for a day (or
-        until ``catalog.add_version``) so gc keeps it meanwhile."""
-        return self.snapshot_report(src, ignore=ignore, progress=progress).tree
+        until ``catalog.add_version``) so gc keeps it meanwhile. ``dir_fd``: the folder as
+        the caller opened it (a job's /output, not followed if it is a link); ``src`` then
+        only names it."""
+        return self.snapshot_report(src, ignore=ignore, progress=progress, dir_fd=dir_fd).tree
 
     def snapshot_report(self, src: Path, *, ignore: Ignore | None = None,
-                        progress: Progress | None = None) -> SnapshotResult:
+                        progress: Progress | None = None, dir_fd: int | None = None) -> SnapshotResult:
         """``snapshot`` with what it cost: new objects and bytes, cache hits."""
         with self._shared():
             result = _snapshot(self._objects, Path(src), cache_path=self.root / "cache" / "files.db",
                                chunker=Chunker(DEFAULT_PARAMS, seed=self._keys.chunker_seed),
-                               ignore=ignore, progress=progress, exclude=self.root, workers=self.workers)
+                               ignore=ignore, progress=progress, exclude=self.root, workers=self.workers,
+                               dir_fd=dir_fd)
             self.catalog.pin(result.tree, f"upload:{secrets.token_hex(8)}", ttl_s=UPLOAD_LEASE_S)
         return result
 
@@ -133,16 +137,18 @@ class Store:
         tree = self.snapshot(src, ignore=ignore, progress=progress)
         return self.catalog.add_version(name, tree, message=message)
 
-    def restore(self, tree_id: ObjectId, dest: Path, *, progress: Progress | None = None) -> None:
+    def restore(self, tree_id: ObjectId, dest: Path, *, progress: Progress | None = None,
+                within: Path | None = None) -> None:
         """Write tree ``tree_id`` into ``dest`` (absent or empty), byte-identical. A damaged or
-        missing object is fetched again through :attr:`repairer` first, when there is one."""
+        missing object is fetched again through :attr:`repairer` first, when there is one.
+        ``within``: a folder ``dest`` lies in, below which nothing is followed (a workspace)."""
         def get(oid: ObjectId) -> bytes:
             return self._healing(lambda: self._objects.get(oid), oid, tree_id)
 
         with self._shared():
             try:
                 tree = self._healing(lambda: self.read_tree(tree_id), tree_id, tree_id)
-                _restore(get, tree, Path(dest), progress=progress, workers=self.workers)
+                _restore(get, tree, Path(dest), progress=progress, workers=self.workers, within=within)
             except IntegrityError as e:
                 raise self._explain(e) from None
 

@@ -9,7 +9,9 @@ at the start, no ``..``, no NUL) that a tree may hold (at most 4096 bytes, 255 a
 :data:`MAX_DEPTH` folders deep), no name is both a file and a folder, only files and folders
 are made (links, devices and fifos are skipped and counted), modes are reduced to rw/rwx for
 the owner and group-less. Whatever breaks these rules is refused as
-:class:`~floydd.errors.UnsafePath` naming the member.
+:class:`~floydd.errors.UnsafePath` naming the member. Every folder and file is made relative
+to its parent folder's descriptor, without following a link (:mod:`floydd.security.beneath`):
+nothing in the archive or put next to it meanwhile can send a write outside ``dest``.
 
 Size: what unpacking would *write* is counted against a :class:`SizeLimit` (:class:`_Budget`),
 before each member is written and again while it is: a sparse member counts at its real,
@@ -32,6 +34,7 @@ from typing import IO, NamedTuple
 
 from floydd.errors import Conflict, InvalidSpec, StoreFull, TooLarge, UnsafePath, UserError
 from floydd.model import format_size
+from floydd.security import beneath
 from floydd.store.ignore import IgnoreRules
 from floydd.store.paths import MAX_COMPONENT, MAX_PATH
 
@@ -89,27 +92,34 @@ def unpack(src: IO[bytes], dest: Path, limit: int | SizeLimit | None = None) -> 
     files = skipped = 0
     budget = _Budget(limit)
     name = ""
+    root_fd = None
+    folders = None
     try:
         with tarfile.open(fileobj=src, mode="r|*") as tar:
+            root_fd = beneath.open_root(dest)       # after the archive's first header: it is one
+            folders = beneath.Dirs(root_fd)
+            root_b, path_max = os.fsencode(os.path.abspath(dest)), os.fpathconf(root_fd, "PC_PATH_MAX")
             for member in tar:
                 name = _safe_name(member.name)
                 if name is None:
                     continue
                 budget.entry()
-                target = dest / name
+                if len(root_b) + 1 + len(os.fsencode(name)) >= path_max:   # reachable by path too
+                    raise OSError(errno.ENAMETOOLONG, "File name too long", name)
                 if member.isdir():
-                    _make_folders(dest, name, name.split("/"))
+                    _make_folders(folders, name, name.split("/"))
                     continue
                 if not member.isreg():
                     skipped += 1
                     continue
                 budget.charge(member.size)
-                _make_folders(dest, name, name.split("/")[:-1])
-                if os.path.lexists(target):
+                parent_fd = _make_folders(folders, name, name.split("/")[:-1])
+                leaf = name.rpartition("/")[2]
+                if _exists(parent_fd, leaf):
                     raise UnsafePath(f"the upload names {_show(name)} twice", hint=_HINT)
                 reader = tar.extractfile(member)
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                             0o700 if member.mode & 0o100 else 0o600)
+                fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o700 if member.mode & 0o100 else 0o600, dir_fd=parent_fd)
                 with os.fdopen(fd, "wb") as out:
                     while chunk := reader.read(_CHUNK):
                         budget.wrote(len(chunk))
@@ -122,10 +132,19 @@ def unpack(src: IO[bytes], dest: Path, limit: int | SizeLimit | None = None) -> 
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise StoreFull(f"no space left on the disk of {dest} while unpacking",
                             hint="free some space there and try again") from None
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(f"a folder of {dest} was replaced by a link or a file while {_show(name)} was unpacked; "
+                             "nothing is written through a link", hint="unpack into a folder nothing else writes to")\
+                from None
         if exc.errno == errno.ENAMETOOLONG:
             raise UnsafePath(f"the upload holds a path too long for this box's file system: {_show(name)}",
                              hint=_HINT) from None
         raise
+    finally:
+        if folders is not None:
+            folders.close()
+        if root_fd is not None:
+            os.close(root_fd)
     return Unpacked(files, budget.charged, skipped)
 
 
@@ -177,17 +196,30 @@ class _Budget:
             raise InvalidSpec("the upload yields more bytes than its members declare", hint=_HINT)
 
 
-def _make_folders(dest: Path, name: str, parts: list[str]) -> None:
-    """Make the folders ``parts`` below ``dest``, one at a time (no recursion), refusing a
-    name the archive also gave a file."""
-    path = os.fspath(dest)
+def _make_folders(folders: beneath.Dirs, name: str, parts: list[str]) -> int:
+    """Make the folders ``parts`` below the destination, one at a time (no recursion),
+    each in its parent's descriptor (nothing is reached by path), refusing a name the
+    archive also gave a file; a descriptor of the last (borrowed from ``folders``)."""
+    rel = b""
+    here = folders.get(rel)
     for part in parts:
-        path = os.path.join(path, part)
+        part_b = os.fsencode(part)
         try:
-            os.mkdir(path, 0o700)
+            os.mkdir(part_b, 0o700, dir_fd=here)
         except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
+            if not stat.S_ISDIR(os.stat(part_b, dir_fd=here, follow_symlinks=False).st_mode):
                 raise UnsafePath(f"the upload names {_show(name)} as a file and as a folder", hint=_HINT) from None
+        rel = beneath.join_rel(rel, part_b)
+        here = folders.get(rel)
+    return here
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def unpack_into(src: IO[bytes], dest: Path) -> Unpacked:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,18 @@ def test_a_requirements_file_of_comments_only_needs_no_env(tmp_path):
     (tmp_path / REQUIREMENTS).write_text("# nothing yet\n\n   # really\n")
     assert python_bin_for(tmp_path / "state", tmp_path) == str(Path(sys.executable).parent)
     assert not (tmp_path / "state").exists()
+
+
+def test_a_ready_marker_the_build_left_as_a_link_or_a_fifo_is_not_read(tmp_path):
+    from floydd.runtime import envs
+    (tmp_path / envs._READY).symlink_to("/dev/zero")       # read by path, it would never end
+    assert envs._ready(tmp_path) is False
+    (tmp_path / envs._READY).unlink()
+    os.mkfifo(tmp_path / envs._READY)                       # read by path, it would block for good
+    assert envs._ready(tmp_path) is False
+    (tmp_path / envs._READY).unlink()
+    (tmp_path / envs._READY).write_text('{"python": "%s", "version": "%s"}' % (sys.executable, "x"))
+    assert envs._ready(tmp_path) is False                  # a marker of another Python
 
 
 def test_an_unknown_environment_is_refused(tmp_path):

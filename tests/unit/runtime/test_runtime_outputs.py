@@ -72,13 +72,15 @@ def test_an_unreadable_file_or_folder_is_skipped(output, monkeypatch):
     (output / "locked").mkdir()
     real_open, real_scandir = os.open, os.scandir
 
+    locked = os.stat(output / "locked").st_ino
+
     def deny_open(path, *args, **kwargs):  # the tests run as root, who reads everything
-        if os.fsdecode(path).endswith("/secret"):
+        if os.fsdecode(path).endswith("secret"):    # opened by name, beneath its folder's descriptor
             raise PermissionError(13, "Permission denied")
         return real_open(path, *args, **kwargs)
 
-    def deny_scandir(path):
-        if os.fsdecode(path).endswith("/locked"):
+    def deny_scandir(path):                          # a folder is read through its descriptor
+        if isinstance(path, int) and os.fstat(path).st_ino == locked:
             raise PermissionError(13, "Permission denied")
         return real_scandir(path)
     monkeypatch.setattr(outputs.os, "open", deny_open)

@@ -39,13 +39,13 @@ class CountingStore:
     def __init__(self, store, fail_at: int | None = None) -> None:
         self.store, self.fail_at, self.restores = store, fail_at, 0
 
-    def restore(self, tree_id, dest: Path) -> None:
+    def restore(self, tree_id, dest: Path, **kw) -> None:
         self.restores += 1
         if self.restores == self.fail_at:
             dest.mkdir(exist_ok=True)
             (dest / "half-written").write_text("x")
             raise KeyboardInterrupt("killed")
-        self.store.restore(tree_id, dest)
+        self.store.restore(tree_id, dest, **kw)
 
 
 def test_job_dir_is_under_state_jobs_and_refuses_odd_names(tmp_path):
