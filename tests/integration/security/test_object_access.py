@@ -16,19 +16,15 @@ client, and refused in one ``error:`` line.
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import io
 import json
 import os
 import pwd
 import re
-import socket
 import ssl
 import sys
 import tarfile
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -40,11 +36,9 @@ from click.testing import CliRunner
 from floydd.cli.floyd import cli as floyd_cli
 from floydd.cli.floydd import cli as floydd_cli
 from floydd.client import Client
-from floydd.config import preset_for_tests
-from floydd.daemon.cluster_files import read_settings, write_settings
-from floydd.daemon.main import serve
 from floydd.security.identity import NodeIdentity
 from tests.conftest import wait_until
+from tests.integration.security.tls_box import tls_box
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 JOB = "/v1/jobs/{project}/{number}"
@@ -52,12 +46,6 @@ KEY = "ab" * 32
 TRAIN = ("import json, os\n"
          "print(json.dumps({'metric': 'loss', 'value': 0.25, 'step': 1}))\n"
          "open(os.path.join(os.environ.get('FLOYD_OUTPUT', '/output'), 'model.txt'), 'w').write('alice weights')\n")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tar(files: dict[str, str]) -> bytes:
@@ -123,47 +111,11 @@ class Box:
     seen: dict = field(default_factory=dict)
 
 
-@contextmanager
-def _running(tmp: Path) -> Iterator[tuple[Client, str, Path]]:
-    state = tmp / "state"
-    peer, api = _free_port(), _free_port()
-    res = CliRunner().invoke(floydd_cli, ["init", "--state-dir", str(state), "--name", "lab", "--listen",
-                                          f"127.0.0.1:{peer}", "--advertise", f"127.0.0.1:{peer}",
-                                          "--api-listen", f"127.0.0.1:{api}"])
-    assert res.exit_code == 0, res.output
-    settings = read_settings(state)
-    settings.discovery = False                 # no mDNS beyond loopback from a test
-    write_settings(state, settings)
-    config = preset_for_tests(state, dev_fake_gpus="1", sandbox="none", job_logs="owner")
-    loop, stop, ready, failed = asyncio.new_event_loop(), None, None, []
-
-    def run() -> None:
-        nonlocal stop, ready
-        asyncio.set_event_loop(loop)
-        stop, ready = asyncio.Event(), asyncio.Event()
-        try:
-            loop.run_until_complete(serve(config, stop, ready))
-        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name="access-floydd", daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: failed or (ready is not None and ready.is_set()), 60, what="the daemon to serve")
-        if failed:
-            raise failed[0]
-        yield Client(config.socket_path, timeout=60), f"127.0.0.1:{api}", state
-    finally:
-        if stop is not None:
-            loop.call_soon_threadsafe(stop.set)
-        thread.join(60)
-
-
 @pytest.fixture(scope="module")
 def box(tmp_path_factory) -> Iterator[Box]:
     """The box, its people, and alice's things (module docstring)."""
     tmp = tmp_path_factory.mktemp("access")
-    with _running(tmp) as (local, address, state):
+    with tls_box(tmp, job_logs="owner") as (local, address, state):
         ca = (state / "tls" / NodeIdentity.CA_FILE).read_bytes()
         local.add_person("alice")
         local.add_person("bob")
@@ -314,7 +266,7 @@ def test_bob_is_refused_on_every_road_to_alices_objects_in_one_line(box: Box) ->
             status, answer, raw = box.bob.call(method, path, **request)
             assert status == 403, (route, path, request.get("query") or request.get("body"), raw[-300:])
             error = answer["error"]
-            assert f"user bob may not " in error["message"] and words in error["message"], (route, error)
+            assert "user bob may not " in error["message"] and words in error["message"], (route, error)
             assert "\n" not in error["message"] and error["hint"], error
     assert not (box.state.parent / "bob-copy").exists()            # nothing was restored anywhere
     status, jobs, _ = box.bob.call("GET", "/v1/jobs")
