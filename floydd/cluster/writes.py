@@ -17,6 +17,7 @@ about another node) skip all that: the driver proposes them fenced by the leader
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Iterable
 
 from floydd.cluster import versions
@@ -119,7 +120,8 @@ class WritesMixin:
 
     async def _propose(self, cmd: dict, *, timeout: float | None = None) -> Any:
         """Through the leader when one is known; else through any member we know of (a node
-        that is not a member yet hears from no leader). A command of a newer level first
+        that is not a member yet hears from no leader), again and again while they know no
+        leader either (an election) until the time is up. A command of a newer level first
         switches that level on, if every box speaks it (else it is refused, saying which do not)."""
         if versions.needs(cmd) > self.state.protocol:
             await self.raise_level(versions.needs(cmd), timeout=timeout)
@@ -128,20 +130,33 @@ class WritesMixin:
         if self.driver.leader_id is not None or not self._contacts():
             return await self.driver.propose(cmd, timeout=timeout)
         timeout = timeout or self.config.propose_timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         last: FloyddError = Unavailable("no member reachable")
-        for address in self._contacts():
-            try:
-                result, _ = await self.transport.forward_propose(cmd, timeout, address=address, forwarded=False)
-                return result
-            except ProposalDropped as exc:  # not the leader: it named the leader, and where it is
-                last = exc
-                if exc.leader is None or self.transport.address_of(exc.leader) is None:
-                    continue
-                try:                        # straight to the leader: a relay would be the proposer
-                    result, _ = await self.transport.forward_propose(cmd, timeout, peer=exc.leader)
+        while True:                         # until a member takes it, or the time is up
+            election = False                # a member knew no leader: ask again once there is one
+            for address in self._contacts():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    result, _ = await self.transport.forward_propose(cmd, remaining, address=address, forwarded=False)
                     return result
-                except Unavailable as again:
-                    last = again
-            except Unavailable as exc:
-                last = exc
-        raise last
+                except ProposalDropped as exc:  # not the leader: it named the leader, and where it is
+                    last = exc
+                    election = election or exc.leader is None
+                    if exc.leader is None or self.transport.address_of(exc.leader) is None:
+                        continue
+                    try:                        # straight to the leader: a relay would be the proposer
+                        result, _ = await self.transport.forward_propose(cmd, remaining, peer=exc.leader)
+                        return result
+                    except Unavailable as again:
+                        last = again
+                except Unavailable as exc:
+                    last = exc
+            remaining = deadline - loop.time()
+            if remaining <= 0 or not election:
+                raise last              # unreachable members, or a refusal: nothing to wait for
+            if self.driver.leader_id is not None:       # the election ended: this box hears the leader
+                return await self.driver.propose(cmd, timeout=remaining)
+            await asyncio.sleep(min(0.1, remaining))    # the members know no leader yet: an election

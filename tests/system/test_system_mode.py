@@ -77,7 +77,8 @@ def test_group_socket_and_jobs_as_the_job_user(lab):
     got = lab.homes[lab.member] / "got" / "mine"
     assert got.read_text() == "hello\n" and os.stat(got).st_uid == pwd.getpwnam(lab.member).pw_uid
     theirs = lab.floyd_as(lab.member2, "output", "probe/1", str(lab.homes[lab.member2] / "got"))
-    assert theirs.returncode != 0 and "only they and admins may fetch it" in theirs.stderr, theirs.stderr
+    assert theirs.returncode != 0 and f"user {lab.member2} may not clone probe/1/output" in theirs.stderr, theirs.stderr
+    assert f"it is the output of {lab.member}'s job probe/1" in theirs.stderr, theirs.stderr
     assert "Traceback" not in theirs.stderr and not (lab.homes[lab.member2] / "got" / "mine").exists()
     # a member cannot make the root daemon read a path of the box for them: the CLI reads the
     # folder itself (as the member), and the API refuses a path from anyone but the daemon's user
