@@ -145,15 +145,9 @@ def _remove(path: Path) -> None:
     """Remove what a build left at ``path`` (the project's code ran there: links, deep
     folders), through descriptors and never following a link; what cannot go is logged."""
     try:
-        parent = beneath.open_root(path.parent)
-    except OSError:
-        return
-    try:
-        beneath.remove_tree(parent, path.name)
+        beneath.remove_path(path)
     except OSError as exc:
         log.runtime.warning("cannot remove %s: %s", path, exc)
-    finally:
-        os.close(parent)
 
 
 def _ready(env_dir: Path) -> bool:

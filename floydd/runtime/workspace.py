@@ -190,17 +190,10 @@ def release_inputs(ws: Path, mounts: tuple[Mount, ...] | None = None) -> None:
 def remove(ws: Path) -> None:
     """Delete a job's workspace, whatever the job left in it, never following a link it made;
     what cannot be removed is logged, not raised (the job's record is gone already)."""
-    ws = Path(ws)
     try:
-        parent_fd = beneath.open_root(ws.parent)
-    except OSError:
-        return
-    try:
-        beneath.remove_tree(parent_fd, ws.name)
+        beneath.remove_path(ws)
     except OSError as exc:
         log.runtime.warning("workspace %s: not all of it could be removed: %s", ws, exc)
-    finally:
-        os.close(parent_fd)
 
 
 def note(log_path: Path, *lines: str, stream: bytes = b"o") -> None:

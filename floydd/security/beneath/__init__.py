@@ -43,8 +43,8 @@ folders through :class:`Dirs`, and opens up read-only folders of its own.
 from floydd.security.beneath.resolve import (RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, Dirs,
                                              chmod_at, join_rel, make_dirs, open_beneath, open_dir, open_root,
                                              openat2_available, resolves_inside, split_rel)
-from floydd.security.beneath.trees import Found, chown_tree, empty_dir, remove_tree, walk
+from floydd.security.beneath.trees import Found, chown_tree, empty_dir, remove_path, remove_tree, walk
 
 __all__ = ["RESOLVE_BENEATH", "RESOLVE_NO_SYMLINKS", "RESOLVE_NO_MAGICLINKS", "openat2_available",
-           "open_root", "open_beneath", "open_dir", "make_dirs", "Dirs", "Found", "walk", "remove_tree", "empty_dir",
+           "open_root", "open_beneath", "open_dir", "make_dirs", "Dirs", "Found", "walk", "remove_tree", "remove_path", "empty_dir",
            "chown_tree", "chmod_at", "resolves_inside", "split_rel", "join_rel"]

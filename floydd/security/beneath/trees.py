@@ -7,11 +7,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 from typing import Callable, Iterator
 
-from floydd.security.beneath.resolve import _SWAPPED, Dirs, _name, join_rel, open_dir, split_rel
+from floydd.security.beneath.resolve import _SWAPPED, Dirs, _name, join_rel, open_dir, open_root, split_rel
 
-__all__ = ["Found", "walk", "remove_tree", "empty_dir", "chown_tree"]
+__all__ = ["Found", "walk", "remove_tree", "remove_path", "empty_dir", "chown_tree"]
 
 _MAX_ROUNDS = 100          # times one folder is emptied again because something new appeared in it
 
@@ -116,6 +117,20 @@ def remove_tree(dir_fd: int, name: bytes | str) -> None:
         raise OSError(errno.ENOTEMPTY, "something keeps writing into the folder being removed", os.fsdecode(name))
     finally:
         os.close(fd)
+
+
+def remove_path(path: Path) -> None:
+    """:func:`remove_tree` of ``path``'s last part, reached from its parent folder (the path to
+    that parent is the daemon's own: a workspace, an environment's folder); absent: nothing to do."""
+    path = Path(path)
+    try:
+        parent = open_root(path.parent)
+    except FileNotFoundError:
+        return
+    try:
+        remove_tree(parent, path.name)
+    finally:
+        os.close(parent)
 
 
 def empty_dir(fd: int) -> None:
