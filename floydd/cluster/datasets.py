@@ -20,6 +20,13 @@ of the heartbeats' ages::
               tree from the holders that count (then any node, silent ones last), mirrors the
               version, then proposes dataset.holders(holds=True)
     dataset.delete -> every node drops its mirror (gc gives the space back later)
+    a copy that fails here for lack of space or a failing disk -> this box's store watch
+       (``store_watch``: :class:`floydd.runtime.disk.StoreWatch`) says so in a heartbeat at
+       once; every node then passes this box over (:mod:`floydd.cluster.storehealth`) and the
+       next one in the order takes the copy
+    the leader, on any of the above, for a version with more than R copies that count
+       -> the extra holders (:func:`~floydd.cluster.replicas.extra_copies`) are dropped
+          (dataset.holders holds=False); a box dropped so drops its mirror (gc frees the space)
 
 A replication task looks at the state again before each step, and a tree already complete
 here is not fetched again, so entries replayed after a restart cost no transfer. A failed
@@ -40,8 +47,11 @@ from floydd.cluster import access
 from floydd.cluster.access import ReadRules
 from floydd.cluster.driver import Applied
 from floydd.cluster.peerstore import fetch_manifest, fetch_tree
-from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
+from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, extra_copies, ranked_sources, \
+    silent
+from floydd.cluster.storehealth import trouble
 from floydd.errors import Conflict, FloyddError, NotFound
+from floydd.model import ACTIVE_STATES
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
 from floydd.store.ids import ObjectId
 from floydd.store.store import Store
@@ -67,8 +77,10 @@ class ClusterDatasets:
                  grace: float = DEFAULT_GRACE, copy_wait: float = DEFAULT_COPY_WAIT,
                  retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
                  import_marker: Path | None = None, clock: Callable[[], float] = time.time,
-                 rules: ReadRules = ReadRules()) -> None:
+                 rules: ReadRules = ReadRules(), store_watch: Any = None) -> None:
         self.cluster = cluster
+        self.store_watch = store_watch
+        """This box's :class:`~floydd.runtime.disk.StoreWatch` (None: its store is not watched)."""
         self.rules = rules
         """Who reads job outputs through this box (its config: :mod:`floydd.cluster.access`)."""
         self._import_marker = import_marker
@@ -83,7 +95,9 @@ class ClusterDatasets:
         self._replicating: dict[tuple[str, int], asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
         self._catalog_lock = asyncio.Lock()     # mirrors and drops of the local catalog, in order
-        self._statuses: dict[str, str] = {}
+        self._statuses: dict[str, tuple[str, str]] = {}
+        self._trimming: set[tuple[str, int]] = set()
+        self._polled = 0.0
         self._closed = False
 
     @property
@@ -278,6 +292,8 @@ class ClusterDatasets:
         elif op == "dataset.holders":
             self._holders_changed.set()
             self._holders_changed = asyncio.Event()
+            if not cmd["holds"] and cmd["node"] == self.node_id:
+                self._trimmed(cmd["name"], cmd["version"])
             self._check(cmd["name"], cmd["version"])
         elif op == "dataset.delete":
             self._dropped(cmd["name"], cmd.get("version"))
@@ -287,15 +303,22 @@ class ClusterDatasets:
             self._scan()
         elif op == "node.upsert":
             self._scan()
-        elif op == "node.health" and self._statuses.get(cmd["id"]) != cmd["status"]:
+        elif op == "node.health" and self._statuses.get(cmd["id"]) != _standing(self.cluster.state.nodes.get(cmd["id"])):
             self._scan()
 
     async def _watch(self) -> None:
         """Scan again whenever a node crosses a window (a holder's grace, a taker's
         freshness) without an entry saying so: a crash is silence, not a command."""
         period = max(0.05, min(1.0, self.grace / 4, self.cluster.config.stale_after / 4))   # O(nodes) a look
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
+            if self.store_watch is not None and loop.time() - self._polled >= 1.0:
+                self._polled = loop.time()
+                if await asyncio.to_thread(self.store_watch.poll):      # full, failing, or well again
+                    _log.info("[%s] this box's store: %s", self.node_id,
+                              self.store_watch.report()["why"] or "takes new data again")
+                    self.cluster.beat_soon()
             live, nodes = self.liveness(), self.cluster.state.nodes
             windows = (frozenset(n for n, node in nodes.items() if live.holds(node)),
                        frozenset(n for n, node in nodes.items() if live.takes(node)))
@@ -310,7 +333,7 @@ class ClusterDatasets:
         """Check every version; ``repair`` also re-mirrors versions this node holds (after a
         restart or a restored snapshot the local catalog may lag behind the state)."""
         state = self.cluster.state
-        self._statuses = {nid: n.get("status", "") for nid, n in state.nodes.items()}
+        self._statuses = {nid: _standing(n) for nid, n in state.nodes.items()}
         for name, dataset in state.datasets.items():
             for version in dataset["versions"].values():
                 if repair and self.node_id in version["holders"]:
@@ -325,6 +348,43 @@ class ClusterDatasets:
         if version is not None and self.node_id in choose_replicas(self.cluster.state.nodes, version,
                                                                    self.replicas, self.liveness()):
             self._replicate_soon(name, number)
+        if version is not None and len(version["holders"]) > self.replicas and self.cluster.is_leader \
+                and (name, number) not in self._trimming and self._extra(version):
+            self._trimming.add((name, number))
+            self._spawn(self._trim(name, number), f"datasets-trim-{name}:{number}")
+
+    def _extra(self, version: dict) -> list[str]:
+        state = self.cluster.state
+        active = (j for j in state.jobs.values() if j.get("state") in ACTIVE_STATES and j.get("spec", {}).get("data"))
+        return extra_copies(state.nodes, version, self.replicas, self.liveness(), jobs=active)
+
+    async def _trim(self, name: str, number: int) -> None:
+        """Drop the copies of ``name:number`` beyond R, one holder at a time, each re-checked."""
+        try:
+            while self.cluster.is_leader:
+                version = self._version(name, number)
+                extra = self._extra(version) if version is not None else []
+                if not extra:
+                    return
+                node = extra[0]
+                await self.cluster.set_dataset_holder(name, number, holds=False, node=node)
+                _log.info("[%s] %s:%d had %d copies (%d kept): dropped the one on %s", self.node_id, name, number,
+                          len(version["holders"]), self.replicas, self.cluster.state.nodes.get(node, {}).get("name")
+                          or node)
+        except FloyddError as exc:          # not the leader any more, or no quorum: the next scan tries again
+            _log.info("[%s] trimming the copies of %s:%d: %s", self.node_id, name, number, exc)
+        finally:
+            self._trimming.discard((name, number))
+
+    def _trimmed(self, name: str, number: int) -> None:
+        """The leader dropped this node's copy of ``name:number`` (one too many): drop the mirror."""
+        version = self._version(name, number)
+        if version is None or self.node_id in version["holders"]:
+            return
+        task = self._replicating.get((name, number))
+        if task is not None:
+            task.cancel()
+        self._spawn(self._drop_local(name, [number]), f"datasets-drop-{name}:{number}")
 
     def _replicate_soon(self, name: str, number: int) -> None:
         key = (name, number)
@@ -352,13 +412,20 @@ class ClusterDatasets:
                     fetched = await self.ensure_local(version["tree"], version["holders"])
                     if not await self._mirror(version):
                         return
+                if self.store_watch is not None and fetched:
+                    self.store_watch.succeeded()
                 if not holder:
                     await self.cluster.set_dataset_holder(name, number, holds=True)
                     _log.info("[%s] now holds %s:%d (%d bytes fetched)", self.node_id, name, number, fetched)
                 return
-            except FloyddError as exc:
-                _log.warning("[%s] keeping a copy of %s:%d failed (attempt %d of %d): %s", self.node_id,
-                             name, number, attempt, self._attempts, exc)
+            except (FloyddError, OSError) as exc:
+                said = self.store_watch is not None and self.store_watch.failed(exc)
+                _log.warning("[%s] keeping a copy of %s:%d failed (attempt %d of %d): %s%s", self.node_id,
+                             name, number, attempt, self._attempts, getattr(exc, "message", None) or exc,
+                             "; this box takes no new copies until its store recovers" if said else "")
+                if said:            # a heartbeat says so now: the next box in the order takes the copy
+                    await asyncio.to_thread(self.store_watch.poll)
+                    self.cluster.beat_soon()
             await asyncio.sleep(delay)
             delay = min(2 * delay, self._retry[1])
 
@@ -455,6 +522,11 @@ class ClusterDatasets:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _standing(node: dict | None) -> tuple[str, str]:
+    """What of a node's heartbeat changes who takes copies: its status and its store's trouble."""
+    return ((node or {}).get("status", ""), trouble(node))
 
 
 def _touch(path: Path) -> None:

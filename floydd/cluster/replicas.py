@@ -12,20 +12,31 @@ holder that comes back counts again from its first heartbeat (its copy is kept: 
 version then has one copy more than R). A holder removed from the table (it left for good)
 never counts.
 
-A node **takes** a missing copy only while it is ``up`` and was heard from within ``fresh``
-seconds (the cluster's ``stale_after``): a crashed box that still reads ``up`` in the table
-is never chosen, and the next node in the order steps in once the chosen one goes stale.
+A node **takes** a missing copy only while it is ``up``, was heard from within ``fresh``
+seconds (the cluster's ``stale_after``) and does not say its store is full or failing
+(:mod:`floydd.cluster.storehealth`): a crashed box that still reads ``up`` in the table is
+never chosen, the next node in the order steps in once the chosen one goes stale, and a box
+whose copy failed for lack of space says so in a heartbeat at once, so the next one steps in.
 The order is sha256(node id + tree), so copies of different versions spread over the nodes
 and every node computes the same list.
+
+**Extra copies** (more than R count: a holder came back after its copy was replaced) are
+trimmed by the leader (:func:`extra_copies`) once the set is healthy: only holders that
+count and are fresh and up are weighed, never fewer than R of them are kept, copies on boxes
+whose store is in trouble go first, then the last in the order; a holder running a job that
+mounts the version keeps its copy, and nothing is trimmed while a job that mounts it is
+starting (it may be fetching from any holder).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
-__all__ = ["Liveness", "choose_replicas", "counted", "silent", "ranked_sources", "copies_note"]
+from floydd.cluster.storehealth import trouble
+
+__all__ = ["Liveness", "choose_replicas", "counted", "silent", "ranked_sources", "copies_note", "extra_copies"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +53,11 @@ class Liveness:
 
     def takes(self, node: dict | None) -> bool:
         """May ``node`` be asked to make a copy?"""
+        return node is not None and node.get("status") == "up" and self._age(node) <= self.fresh \
+            and not trouble(node)
+
+    def fresh_up(self, node: dict | None) -> bool:
+        """Is ``node`` up and heard from lately (whatever its store says)?"""
         return node is not None and node.get("status") == "up" and self._age(node) <= self.fresh
 
     def _age(self, node: dict) -> float:
@@ -65,8 +81,36 @@ def choose_replicas(nodes: dict[str, dict], version: dict, replicas: int, live: 
     if wanted <= 0:
         return []
     candidates = [nid for nid, n in nodes.items() if nid not in version["holders"] and live.takes(n)]
-    candidates.sort(key=lambda nid: hashlib.sha256(f"{nid}{version['tree']}".encode()).digest())
+    candidates.sort(key=lambda nid: _rank(nid, version["tree"]))
     return candidates[:wanted]
+
+
+def extra_copies(nodes: dict[str, dict], version: dict, replicas: int, live: Liveness, *,
+                 jobs: Iterable[Mapping] = ()) -> list[str]:
+    """Holders of ``version`` whose copies the leader may drop: beyond ``replicas`` copies on
+    holders that count and are fresh and up, those on boxes with store trouble first, then the
+    last in the order; never one running a job of ``jobs`` (the active ones) that mounts the
+    version, nothing while such a job is starting, nothing while a holder is silent."""
+    holders = version["holders"]
+    if len(holders) <= replicas or any(not live.holds(nodes.get(h)) for h in holders):
+        return []
+    good = [h for h in holders if live.fresh_up(nodes.get(h))]
+    if len(good) <= replicas:
+        return []
+    keep: set[str] = set()
+    for job in jobs:
+        if not any(isinstance(m, Mapping) and m.get("tree") == version["tree"]
+                   for m in (job.get("spec") or {}).get("data") or ()):
+            continue
+        if job.get("state") == "starting":
+            return []
+        keep.update(p.get("node") for p in job.get("parts") or () if isinstance(p, Mapping))
+        keep.add(job.get("node"))
+    order = sorted(good, key=lambda h: (bool(trouble(nodes.get(h))), _rank(h, version["tree"])))
+    kept = [h for h in order if h in keep]
+    room = max(0, replicas - len(kept))
+    kept += [h for h in order if h not in keep][:room]
+    return [h for h in order if h not in kept]
 
 
 def ranked_sources(nodes: dict[str, dict], likely: Iterable[str], live: Liveness, *, skip: str = "") -> list[str]:
@@ -97,6 +141,10 @@ def copies_note(nodes: dict[str, dict], version: dict, replicas: int, live: Live
     if quiet:
         note += f"; not counted: {_names(nodes, quiet)} (not heard from for over {live.grace:.0f}s)"
     return note
+
+
+def _rank(nid: str, tree: str) -> bytes:
+    return hashlib.sha256(f"{nid}{tree}".encode()).digest()
 
 
 def _names(nodes: dict[str, dict], ids: Iterable[str]) -> str:
