@@ -6,7 +6,12 @@ secret; the full disk is a store whose writes fail with ENOSPC)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from floydd.cluster import storehealth
 from floydd.cluster.replicas import choose_replicas
@@ -15,6 +20,7 @@ from floydd.runtime.disk import StoreWatch
 from tests.integration.cluster.test_cluster_datasets import _holders, data_cluster, src  # noqa: F401
 
 GRACE = 1.5
+BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 
 async def _watched(c, node, **kw):
@@ -93,3 +99,12 @@ async def test_a_returning_holder_makes_one_copy_too_many_and_the_leader_trims_i
     for n in (a, second, third):
         if n.id in kept:
             assert [v.ref for v in c.store(n).catalog.list("mnist")] == ["mnist:1"]
+
+
+@pytest.mark.slow
+def test_copy_placement_bench_smoke():
+    """bench/copy_placement.py stays runnable and within its target (one round, ~6 s)."""
+    out = subprocess.run([sys.executable, str(BENCH / "copy_placement.py"), "--smoke"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "second copy elsewhere < 30 s after the failed write: yes" in out.stdout
