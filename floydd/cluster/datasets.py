@@ -25,8 +25,8 @@ of the heartbeats' ages::
        once; every node then passes this box over (:mod:`floydd.cluster.storehealth`) and the
        next one in the order takes the copy
     the leader, on any of the above, for a version with more than R copies that count
-       -> the extra holders (:func:`~floydd.cluster.replicas.extra_copies`) are dropped
-          (dataset.holders holds=False); a box dropped so drops its mirror (gc frees the space)
+       -> the extra holders are dropped (:mod:`floydd.cluster.trimming`: dataset.holders
+          holds=False); a box dropped so drops its mirror (gc frees the space)
 
 A replication task looks at the state again before each step, and a tree already complete
 here is not fetched again, so entries replayed after a restart cost no transfer. A failed
@@ -47,11 +47,10 @@ from floydd.cluster import access
 from floydd.cluster.access import ReadRules
 from floydd.cluster.driver import Applied
 from floydd.cluster.peerstore import fetch_manifest, fetch_tree
-from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, extra_copies, ranked_sources, \
-    silent
+from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
 from floydd.cluster.storehealth import trouble
+from floydd.cluster.trimming import Trimmer
 from floydd.errors import Conflict, FloyddError, NotFound
-from floydd.model import ACTIVE_STATES
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
 from floydd.store.ids import ObjectId
 from floydd.store.store import Store
@@ -96,7 +95,7 @@ class ClusterDatasets:
         self._tasks: set[asyncio.Task] = set()
         self._catalog_lock = asyncio.Lock()     # mirrors and drops of the local catalog, in order
         self._statuses: dict[str, tuple[str, str]] = {}
-        self._trimming: set[tuple[str, int]] = set()
+        self._trimmer = Trimmer(self)
         self._polled = 0.0
         self._closed = False
 
@@ -348,33 +347,8 @@ class ClusterDatasets:
         if version is not None and self.node_id in choose_replicas(self.cluster.state.nodes, version,
                                                                    self.replicas, self.liveness()):
             self._replicate_soon(name, number)
-        if version is not None and len(version["holders"]) > self.replicas and self.cluster.is_leader \
-                and (name, number) not in self._trimming and self._extra(version):
-            self._trimming.add((name, number))
-            self._spawn(self._trim(name, number), f"datasets-trim-{name}:{number}")
-
-    def _extra(self, version: dict) -> list[str]:
-        state = self.cluster.state
-        active = (j for j in state.jobs.values() if j.get("state") in ACTIVE_STATES and j.get("spec", {}).get("data"))
-        return extra_copies(state.nodes, version, self.replicas, self.liveness(), jobs=active)
-
-    async def _trim(self, name: str, number: int) -> None:
-        """Drop the copies of ``name:number`` beyond R, one holder at a time, each re-checked."""
-        try:
-            while self.cluster.is_leader:
-                version = self._version(name, number)
-                extra = self._extra(version) if version is not None else []
-                if not extra:
-                    return
-                node = extra[0]
-                await self.cluster.set_dataset_holder(name, number, holds=False, node=node)
-                _log.info("[%s] %s:%d had %d copies (%d kept): dropped the one on %s", self.node_id, name, number,
-                          len(version["holders"]), self.replicas, self.cluster.state.nodes.get(node, {}).get("name")
-                          or node)
-        except FloyddError as exc:          # not the leader any more, or no quorum: the next scan tries again
-            _log.info("[%s] trimming the copies of %s:%d: %s", self.node_id, name, number, exc)
-        finally:
-            self._trimming.discard((name, number))
+        if version is not None:
+            self._trimmer.check(version)
 
     def _trimmed(self, name: str, number: int) -> None:
         """The leader dropped this node's copy of ``name:number`` (one too many): drop the mirror."""

@@ -11,7 +11,6 @@ next job goes to it, and it takes copies again.
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
