@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["STATES", "store_of", "trouble", "why", "health_word"]
+__all__ = ["STATES", "WORDS", "store_of", "trouble", "why", "health_word"]
 
 STATES = ("ok", "full", "failing")
+WORDS = {"full": "disk full", "failing": "store failing"}
+"""A store's trouble as a node's health word (``floyd nodes``, ``floydd members``)."""
 
 
 def store_of(node: Mapping | None) -> Mapping:
@@ -34,7 +36,7 @@ def store_of(node: Mapping | None) -> Mapping:
 def trouble(node: Mapping | None) -> str:
     """``"disk full"`` or ``"store failing"`` while ``node`` says so, else ``""``."""
     state = store_of(node).get("state")
-    return {"full": "disk full", "failing": "store failing"}.get(state, "") if isinstance(state, str) else ""
+    return WORDS.get(state, "") if isinstance(state, str) else ""
 
 
 def why(node: Mapping | None) -> str:
