@@ -40,7 +40,7 @@ from floydd.errors import FloyddError
 from floydd.daemon.renewal import TrustKeeper
 from floydd.daemon.trust import Trust
 from floydd.runtime import fence
-from floydd.runtime.disk import StoreWatch
+from floydd.runtime.disk import RESERVE_NAME, StoreWatch
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import api_server_context, server_context
 from floydd.store.crypto import load_or_create_secret
@@ -57,7 +57,8 @@ async def control_ctx(app: web.Application):
     resources = {"cpus": info.cpus, "memory": info.memory_total, "gpus": [g.index for g in info.gpus],
                  "gpu_names": [g.name for g in info.gpus]} if info else {}
 
-    store_watch = StoreWatch([config.store_dir, config.state_dir])   # full or failing: no copies nor jobs here
+    store_watch = StoreWatch([config.store_dir, config.state_dir],    # full or failing: no copies nor jobs here
+                             reserve=config.state_dir / RESERVE_NAME)
     await asyncio.to_thread(store_watch.poll)
 
     def usage() -> dict:  # sent with each heartbeat: what `floyd nodes` shows on every node

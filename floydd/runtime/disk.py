@@ -181,9 +181,12 @@ class StoreWatch:
     new data; thread-safe. :meth:`poll` (blocking: statvfs) every second or so, :meth:`failed`
     when a store write failed, :meth:`succeeded` when one worked; :meth:`report` is cheap."""
 
-    def __init__(self, roots: list[Path], *, clock: Callable[[], float] = time.monotonic,
-                 recheck_after: float = RECHECK_AFTER) -> None:
+    def __init__(self, roots: list[Path], *, reserve: Path | None = None,
+                 clock: Callable[[], float] = time.monotonic, recheck_after: float = RECHECK_AFTER) -> None:
         self.roots = list(dict.fromkeys(Path(r) for r in roots))
+        self.reserve = reserve
+        """The runtime's reserve file (:class:`Disk`): while it is released, its disk counts as
+        that much fuller, so a disk the runtime calls full is full here too."""
         self._clock, self._recheck = clock, recheck_after
         self._lock = threading.Lock()
         self._full: dict[Path, bool] = {}
@@ -223,7 +226,10 @@ class StoreWatch:
                 st = os.statvfs(root)
             except OSError:
                 continue
-            rooms.append((st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize, root))
+            free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+            if self._released(root):
+                free = max(0, free - reserve_size(total))
+            rooms.append((free, total, root))
         with self._lock:
             for free, total, root in rooms:
                 self._full[root] = is_full(free, total, self._full.get(root, False))
@@ -258,6 +264,17 @@ class StoreWatch:
                 return {"state": "failing", "why": f"store failing: {why}", **room}
             self._fault = None
         return {"state": "ok", "why": "", **room}
+
+    def _released(self, root: Path) -> bool:
+        """Whether the runtime's reserve on ``root``'s disk is released (the disk was full)."""
+        if self.reserve is None:
+            return False
+        try:
+            if os.stat(root).st_dev != os.stat(self.reserve.parent).st_dev:
+                return False
+        except OSError:
+            return False
+        return not self.reserve.exists()
 
     def _free_now(self) -> int:
         try:

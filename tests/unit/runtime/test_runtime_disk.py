@@ -174,3 +174,17 @@ def test_a_failing_store_until_a_write_works_and_what_is_not_its_fault(watch):
     assert disk_mod.store_fault(wrapped) == "copy failed"
     assert disk_mod.store_fault(OSError(errno.EIO, "Input/output error")) == "Input/output error"
     assert disk_mod.store_fault(ValueError("x")) == ""
+
+
+def test_a_disk_whose_reserve_the_runtime_released_counts_that_much_fuller(tmp_path, monkeypatch):
+    room = SimpleNamespace(free=3 * MIB)
+    monkeypatch.setattr(disk_mod.os, "statvfs",
+                        lambda path: SimpleNamespace(f_frsize=1, f_blocks=100 * MIB, f_bavail=room.free))
+    reserve = tmp_path / disk_mod.RESERVE_NAME
+    reserve.write_bytes(b"r")
+    w = disk_mod.StoreWatch([tmp_path], reserve=reserve)
+    w.poll()
+    assert w.report()["state"] == "ok"            # 3 MiB free beside a 2 MiB reserve: not full
+    reserve.unlink()                              # the runtime found the disk full and released it
+    room.free = 2 * MIB + 512 * 1024              # what is free now counts the released reserve
+    assert w.poll() is True and w.report()["state"] == "full"
