@@ -24,6 +24,9 @@ of the heartbeats' ages::
        (``store_watch``: :class:`floydd.runtime.disk.StoreWatch`) says so in a heartbeat at
        once; every node then passes this box over (:mod:`floydd.cluster.storehealth`) and the
        next one in the order takes the copy
+    a copy that fails here PASS_AFTER times otherwise (the holders cannot be reached from
+       here, say) -> dataset.holders holds=False failed=why (level 3): every node passes this
+       box over for that version for a while, and the next one in the order takes it
     the leader, on any of the above, for a version with more than R copies that count
        -> the extra holders are dropped (:mod:`floydd.cluster.trimming`: dataset.holders
           holds=False); a box dropped so drops its mirror (gc frees the space)
@@ -47,9 +50,10 @@ from floydd.cluster import access
 from floydd.cluster.access import ReadRules
 from floydd.cluster.driver import Applied
 from floydd.cluster.peerstore import fetch_manifest, fetch_tree
-from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
+from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, refused, silent
 from floydd.cluster.storehealth import trouble
 from floydd.cluster.trimming import Trimmer
+from floydd.cluster.versions import at_least
 from floydd.errors import Conflict, FloyddError, NotFound
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
 from floydd.store.ids import ObjectId
@@ -64,6 +68,8 @@ DEFAULT_GRACE = 300.0
 """Seconds a holder may stay silent before its copies stop counting (``replica_grace``)."""
 DEFAULT_COPY_WAIT = 60.0
 """Seconds an upload waits for R copies before it answers with fewer (``dataset_copy_wait``)."""
+PASS_AFTER = 3
+"""Failed attempts at a copy (not the store's fault) after which a box passes it to the next."""
 _PUBLIC = ("name", "version", "ref", "tree", "created", "size", "files", "message", "holders", "owner", "visibility")
 
 _log = log.cluster.getChild("datasets")
@@ -89,7 +95,7 @@ class ClusterDatasets:
         self.copy_wait = copy_wait
         self._clock = clock
         self._holders_changed = asyncio.Event()
-        self._windows: tuple[frozenset, frozenset] | None = None
+        self._windows: tuple[frozenset, ...] | None = None
         self._retry, self._attempts = retry, attempts
         self._replicating: dict[tuple[str, int], asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -320,7 +326,9 @@ class ClusterDatasets:
                     self.cluster.beat_soon()
             live, nodes = self.liveness(), self.cluster.state.nodes
             windows = (frozenset(n for n, node in nodes.items() if live.holds(node)),
-                       frozenset(n for n, node in nodes.items() if live.takes(node)))
+                       frozenset(n for n, node in nodes.items() if live.takes(node)),
+                       frozenset((name, v["version"], n) for name, d in self.cluster.state.datasets.items()
+                                 for v in d["versions"].values() if "refused" in v for n in refused(v, live)))
             if windows != self._windows:
                 if self._windows is not None:
                     _log.info("[%s] copies counted on %d nodes, %d may take copies: checking every version",
@@ -400,8 +408,24 @@ class ClusterDatasets:
                 if said:            # a heartbeat says so now: the next box in the order takes the copy
                     await asyncio.to_thread(self.store_watch.poll)
                     self.cluster.beat_soon()
+                elif attempt >= PASS_AFTER and not holder and await self._pass(name, number, exc):
+                    return
             await asyncio.sleep(delay)
             delay = min(2 * delay, self._retry[1])
+
+    async def _pass(self, name: str, number: int, exc: BaseException) -> bool:
+        """Say in the version that this box could not keep a copy (level 3), so the next box in
+        the order takes it (:func:`~floydd.cluster.replicas.refused`); whether it was said."""
+        if not at_least(self.cluster.state, 3):
+            return False
+        why = str(getattr(exc, "message", None) or exc)
+        try:
+            await self.cluster.set_dataset_holder(name, number, holds=False, failed=why)
+        except FloyddError as said:
+            _log.info("[%s] saying that %s:%d could not be kept here: %s", self.node_id, name, number, said)
+            return False
+        _log.warning("[%s] passing the copy of %s:%d to the next box: %s", self.node_id, name, number, why)
+        return True
 
     async def _mirror(self, version: dict, *, committed: bool = False) -> bool:
         """Add ``version`` to the local catalog (idempotent); False if the cluster deleted it

@@ -17,6 +17,10 @@ seconds (the cluster's ``stale_after``) and does not say its store is full or fa
 (:mod:`floydd.cluster.storehealth`): a crashed box that still reads ``up`` in the table is
 never chosen, the next node in the order steps in once the chosen one goes stale, and a box
 whose copy failed for lack of space says so in a heartbeat at once, so the next one steps in.
+A box that could not keep a copy of a version for another reason (its fetches failed three
+times: it cannot reach the holders, say) says so in the version (``dataset.holders`` with
+``failed``, level 3: the version's ``refused``) and is passed over for that version for
+:data:`REFUSED_FOR` seconds from then (:func:`refused`), or until it holds it.
 The order is sha256(node id + tree), so copies of different versions spread over the nodes
 and every node computes the same list.
 
@@ -36,7 +40,11 @@ from typing import Iterable, Mapping
 
 from floydd.cluster.storehealth import trouble
 
-__all__ = ["Liveness", "choose_replicas", "counted", "silent", "ranked_sources", "copies_note", "extra_copies"]
+__all__ = ["Liveness", "choose_replicas", "counted", "silent", "ranked_sources", "copies_note", "extra_copies",
+           "refused", "REFUSED_FOR"]
+
+REFUSED_FOR = 600.0
+"""Seconds a box that said it could not keep a copy of a version is passed over for it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,9 +88,21 @@ def choose_replicas(nodes: dict[str, dict], version: dict, replicas: int, live: 
     wanted = replicas - len(counted(nodes, version["holders"], live))
     if wanted <= 0:
         return []
-    candidates = [nid for nid, n in nodes.items() if nid not in version["holders"] and live.takes(n)]
+    passed = refused(version, live)
+    candidates = [nid for nid, n in nodes.items() if nid not in version["holders"] and nid not in passed
+                  and live.takes(n)]
     candidates.sort(key=lambda nid: _rank(nid, version["tree"]))
     return candidates[:wanted]
+
+
+def refused(version: dict, live: Liveness) -> dict[str, str]:
+    """Node id -> why, for the boxes that said lately (within :data:`REFUSED_FOR`) they could
+    not keep a copy of ``version``."""
+    out = {}
+    for nid, said in (version.get("refused") or {}).items():
+        if isinstance(said, dict) and live.now - said.get("ts", 0.0) < REFUSED_FOR:
+            out[nid] = str(said.get("why", ""))
+    return out
 
 
 def extra_copies(nodes: dict[str, dict], version: dict, replicas: int, live: Liveness, *,
@@ -135,11 +155,14 @@ def copies_note(nodes: dict[str, dict], version: dict, replicas: int, live: Live
         f"stored on {len(good)} boxes ({replicas} kept)"
     missing = replicas - len(good)
     if missing > 0:
-        takers = [n for n, node in nodes.items() if n not in holders and live.takes(node)]
+        passed = refused(version, live)
+        takers = [n for n, node in nodes.items() if n not in holders and n not in passed and live.takes(node)]
         what = f"the {_ORDINAL.get(len(good) + 1, 'next')} copy" if missing == 1 else f"{missing} more copies"
         note += f"; {what} follows" if takers else f"; no other box is up to take {what}"
     if quiet:
         note += f"; not counted: {_names(nodes, quiet)} (not heard from for over {live.grace:.0f}s)"
+    for nid, why in list(refused(version, live).items())[:2] if missing > 0 else ():
+        note += f"; {_names(nodes, [nid])} could not keep a copy ({why[:120]})"
     return note
 
 

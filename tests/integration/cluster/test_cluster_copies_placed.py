@@ -16,7 +16,7 @@ import pytest
 
 from floydd.cluster import storehealth
 from floydd.cluster.replicas import choose_replicas
-from floydd.errors import StoreFull
+from floydd.errors import StoreFull, Unavailable
 from floydd.runtime.disk import StoreWatch
 from tests.integration.cluster.test_cluster_datasets import _holders, data_cluster, src  # noqa: F401
 
@@ -67,6 +67,30 @@ async def test_a_copy_that_fails_for_space_goes_to_the_next_box_at_once(data_clu
     described = c.datasets[other.name].describe(c.datasets[other.name]._version("mnist", 1))
     assert described["copies"] == 2
     print(f"second copy placed elsewhere {took:.2f}s after the upload whose copy failed for space")
+
+
+async def test_a_box_that_cannot_fetch_a_copy_passes_it_to_the_next_box(data_cluster, src):
+    c = data_cluster
+    c.config = replace(c.config, stale_after=60.0)
+    nodes = await c.start(3)
+    for n in nodes:
+        await _watched(c, n)
+    a = nodes[0]
+    snap = await asyncio.to_thread(c.store(a).snapshot_report, src)
+    tree = str(snap.tree)
+    chosen = next(n for n in nodes if n.id in choose_replicas(a.service.state.nodes, {"holders": [a.id], "tree": tree},
+                                                              2, c.datasets[a.name].liveness()))
+    other = next(n for n in nodes if n not in (a, chosen))
+
+    async def cut_off(*_args, **_kw):                  # it cannot reach the holders; its store is fine
+        raise Unavailable(f"no node could send tree {tree[:12]} (nodes tried: {a.id})")
+    c.datasets[chosen.name].ensure_local = cut_off
+    await c.datasets[a.name].register("mnist", tree, size=snap.size, files=snap.files, idem_key="u1")
+    await c.wait_for(lambda: sorted(_holders(a, "mnist")) == sorted([a.id, other.id]), timeout=20,
+                     what="the copy passed to the box that can fetch it")
+    version = a.service.state.datasets["mnist"]["versions"]["1"]
+    assert list(version["refused"]) == [chosen.id] and "no node could send" in version["refused"][chosen.id]["why"]
+    assert not storehealth.trouble(a.service.state.nodes[chosen.id])      # not its store: it takes other copies
 
 
 async def test_a_returning_holder_makes_one_copy_too_many_and_the_leader_trims_it(data_cluster, src):
