@@ -158,7 +158,10 @@ def copies_note(nodes: dict[str, dict], version: dict, replicas: int, live: Live
         passed = refused(version, live)
         takers = [n for n, node in nodes.items() if n not in holders and n not in passed and live.takes(node)]
         what = f"the {_ORDINAL.get(len(good) + 1, 'next')} copy" if missing == 1 else f"{missing} more copies"
-        note += f"; {what} follows" if takers else f"; no other box is up to take {what}"
+        kept_out = [f"{_names(nodes, [n])}: {trouble(node)}" for n, node in nodes.items()
+                    if n not in holders and live.fresh_up(node) and trouble(node)]
+        note += f"; {what} follows" if takers else f"; no other box is up to take {what}" + (
+            f" ({', '.join(kept_out[:3])})" if kept_out else "")
     if quiet:
         note += f"; not counted: {_names(nodes, quiet)} (not heard from for over {live.grace:.0f}s)"
     for nid, why in list(refused(version, live).items())[:2] if missing > 0 else ():

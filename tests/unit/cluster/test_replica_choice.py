@@ -120,7 +120,8 @@ def test_a_box_whose_store_is_full_or_failing_takes_no_copy_and_the_next_in_the_
 
 def test_the_note_says_no_box_can_take_the_copy_while_the_only_other_box_is_full():
     n = full(nodes(a="up", b="up"), "b")
-    assert copies_note(n, version("a"), 2, LIVE) == "stored on 1 of 2 boxes; no other box is up to take the second copy"
+    assert copies_note(n, version("a"), 2, LIVE) == \
+        "stored on 1 of 2 boxes; no other box is up to take the second copy (box-b: disk full)"
 
 
 def job(tree: str, state: str, node: str, parts: tuple[str, ...] = ()) -> dict:
