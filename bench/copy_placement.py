@@ -143,7 +143,7 @@ async def one(c: Boxes, a, name: str, mb: float, watches: dict, full: bool) -> d
 
 async def run(args) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="floydd-bench-copies-") as tmp:
-        disk = int(24 + 2 * args.mb * args.rounds)
+        disk = int(24 + 1.3 * args.mb * args.rounds)
         c = Boxes(Path(tmp), args.heartbeat, disk)
         c.bench_dir = Path(tmp)
         try:
