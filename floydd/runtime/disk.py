@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from floydd import log
-from floydd.errors import IntegrityError, StoreError, StoreFull
+from floydd.errors import StoreError, StoreFull
 
 __all__ = ["Disk", "StoreWatch", "no_space", "store_fault", "is_full", "reserve_size", "RESERVE_NAME",
            "CHECK_INTERVAL", "RECHECK_AFTER"]
@@ -49,6 +49,7 @@ RECHECK_AFTER = 600.0
 says it recovered (it is asked again; a write that fails again keeps it out as long)."""
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _FAULTS = (errno.EIO, errno.EROFS, errno.EUCLEAN, errno.ENXIO, errno.ENODEV, errno.EBADMSG)
+_SQLITE_FAULTS = (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
 def no_space(exc: BaseException | None) -> bool:
@@ -66,14 +67,14 @@ def no_space(exc: BaseException | None) -> bool:
 
 
 def store_fault(exc: BaseException | None) -> str:
-    """Why ``exc`` (or what caused it) is this box's store failing rather than a peer's or the
-    network's fault: an I/O error, a read-only disk, a store write refused; "" when it is not."""
-    seen = 0
+    """Why ``exc`` is this box's store failing (an I/O error, a read-only or corrupt disk, under
+    whatever the store wrapped it in) rather than a peer's, the network's or a passing state's
+    (a re-key under way, a lock): its message, or "" when it is not."""
+    top, seen = exc, 0
     while exc is not None and seen < 8:
-        if isinstance(exc, OSError) and exc.errno in _FAULTS:
-            return exc.strerror or str(exc)
-        if isinstance(exc, StoreError) and not isinstance(exc, IntegrityError):
-            return exc.message
+        if isinstance(exc, OSError) and exc.errno in _FAULTS or \
+                isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in _SQLITE_FAULTS:
+            return _message(top) if isinstance(top, StoreError) else (getattr(exc, "strerror", None) or str(exc))
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return ""
 

@@ -164,7 +164,10 @@ def test_a_failing_store_until_a_write_works_and_what_is_not_its_fault(watch):
                        NotFound("gone"), OSError(errno.ECONNRESET, "reset")):
         assert watch.failed(peer_fault) is False
     assert watch.poll() is False and watch.report()["state"] == "ok"
-    assert watch.failed(StoreError("could not write object ab to /s: Input/output error")) is True
+    assert watch.failed(StoreError("the store /s is being re-sealed under a new secret")) is False   # passing
+    written = StoreError("could not write object ab to /s: Input/output error")
+    written.__cause__ = OSError(errno.EIO, "Input/output error")
+    assert watch.failed(written) is True
     watch.poll()
     assert watch.report()["state"] == "failing" and "Input/output error" in watch.report()["why"]
     watch.succeeded()
@@ -174,6 +177,14 @@ def test_a_failing_store_until_a_write_works_and_what_is_not_its_fault(watch):
     assert disk_mod.store_fault(wrapped) == "copy failed"
     assert disk_mod.store_fault(OSError(errno.EIO, "Input/output error")) == "Input/output error"
     assert disk_mod.store_fault(ValueError("x")) == ""
+    catalog = StoreError("the dataset catalog failed: disk I/O error")
+    catalog.__cause__ = sqlite3.OperationalError("disk I/O error")
+    catalog.__cause__.sqlite_errorcode = sqlite3.SQLITE_IOERR_WRITE
+    assert disk_mod.store_fault(catalog) == "the dataset catalog failed: disk I/O error"
+    locked = StoreError("the dataset catalog failed: database is locked")
+    locked.__cause__ = sqlite3.OperationalError("database is locked")
+    locked.__cause__.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    assert disk_mod.store_fault(locked) == ""
 
 
 def test_a_disk_whose_reserve_the_runtime_released_counts_that_much_fuller(tmp_path, monkeypatch):
