@@ -117,7 +117,8 @@ async def one(c: Boxes, a, name: str, mb: float, watches: dict, full: bool) -> d
         if store.root.parent in c.mounts:
             total = os.statvfs(store.root).f_blocks * os.statvfs(store.root).f_frsize
             leave = int(3.5 * reserve_size(total))          # not "full" by the reserve's measure
-            assert mb * MB > 2 * leave, f"a {mb:g} MB version fits in the {leave} bytes left: use --mb {2 * leave // MB + 1}"
+            assert mb * MB > 2 * leave, \
+                f"a {mb:g} MB version fits in the {leave} bytes left: use --mb {2 * leave // MB + 1}"
             filler = fill(store.root.parent, leave)
             undo = filler.unlink
         else:

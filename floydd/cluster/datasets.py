@@ -297,7 +297,7 @@ class ClusterDatasets:
         elif op == "dataset.holders":
             self._holders_changed.set()
             self._holders_changed = asyncio.Event()
-            if not cmd["holds"] and cmd["node"] == self.node_id:
+            if not cmd["holds"] and cmd["node"] == self.node_id and "failed" not in cmd:
                 self._trimmed(cmd["name"], cmd["version"])
             self._check(cmd["name"], cmd["version"])
         elif op == "dataset.delete":
@@ -308,7 +308,8 @@ class ClusterDatasets:
             self._scan()
         elif op == "node.upsert":
             self._scan()
-        elif op == "node.health" and self._statuses.get(cmd["id"]) != _standing(self.cluster.state.nodes.get(cmd["id"])):
+        elif op == "node.health" and \
+                self._statuses.get(cmd["id"]) != _standing(self.cluster.state.nodes.get(cmd["id"])):
             self._scan()
 
     async def _watch(self) -> None:
