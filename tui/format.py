@@ -98,8 +98,8 @@ def state_style(state: str | None) -> str:
 
 def health_style(health: str | None) -> str:
     """The daemon's node health (:data:`floydd.api.schemas.Health`): healthy green; stale (its
-    heartbeats stopped coming), suspect (the leader lost touch) or draining yellow; off, down or
-    unknown red."""
+    heartbeats stopped coming), suspect (the leader lost touch) or draining yellow; off, down,
+    unknown, disk full or store failing red."""
     if health == "healthy":
         return "green"
     if health in ("stale", "suspect", "draining"):

@@ -8,6 +8,7 @@ import time
 from aiohttp import web
 
 from floydd.api.request import reply
+from floydd.cluster import storehealth
 from floydd.cluster.service import node_health_word
 
 import floydd
@@ -54,7 +55,8 @@ async def nodes(request: web.Request) -> web.Response:
         mine = node["id"] == service.node_id
         entry = info.to_dict() if mine else _remote(node)
         entry.update(id=node["id"], name=node.get("name") or node["id"], role=roles.get(node["id"], "none"),
-                     health=node_health_word(node.get("health", node.get("status"))),
+                     health=storehealth.health_word(node_health_word(node.get("health", node.get("status"))), node),
+                     store_why=storehealth.why(node),
                      address=node.get("address") or (str(config.socket_path) if mine else ""))
         held = service.state.held_gpus(node["id"])   # placements of the whole cluster
         for gpu in entry["gpus"]:
@@ -69,6 +71,7 @@ async def nodes(request: web.Request) -> web.Response:
 def _remote(node: dict) -> dict:
     """What the cluster knows of another node: its last heartbeat's inventory."""
     usage = dict(node.get("usage") or {})
+    usage.pop("store", None)                # said as health and store_why
     resources = node.get("resources") or {}
     usage.setdefault("cpus", resources.get("cpus", 0))
     usage.setdefault("cpu_percent", 0.0)

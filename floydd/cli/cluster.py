@@ -240,6 +240,9 @@ def members(state_dir, as_json) -> None:
         click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['health']:<8} "
                    f"{m.get('version') or '-':<7} {expires}{here}")
     for m in data["members"]:
+        if m.get("store_why"):
+            click.echo(f"  {m['name'] or m['id']}: {m['store_why']}; no new copies or jobs go there until it recovers")
+    for m in data["members"]:
         if m.get("audit_differs"):
             click.echo(f"warning: {m['name'] or m['id']}'s audit chain differs from this box's: {m['audit_differs']}",
                        err=True)

@@ -23,6 +23,8 @@ def nodes(as_json: bool, stale: bool) -> None:
         click.echo(f"{n['name']}  {n['role']}  {n['health']}  {n['cpus']} CPUs ({n['cpu_percent']:.0f}% busy)  "
                    f"RAM {human_bytes(n['memory_total'] - n['memory_available'])}/{human_bytes(n['memory_total'])}  "
                    f"disk free {human_bytes(n['disk_free'])}/{human_bytes(n['disk_total'])}")
+        if n.get("store_why"):
+            click.echo(f"  {n['store_why']}: no new copies or jobs go here until it recovers")
         if not n["gpus"]:
             click.echo(f"  no GPUs ({n['gpu_source']})")
         for g in n["gpus"]:

@@ -41,7 +41,9 @@ turn it into the bytes of a raft entry. Nothing is pickled.
                           idem_key?, user?, visibility? (lab|private: set
                           by the dataset's first version, or its owner)
     dataset.delete        name, version? (None: every version), user?       NotFound on retry
-    dataset.holders       name, version, node, holds                        being a set
+    dataset.holders       name, version, node, holds, failed? (level 3: a   being a set
+                          box could not keep a copy, why: passed over for
+                          it a while, floydd.cluster.replicas)
     token.create          id, secret_sha256, expires, made_by?, made_on?,   Conflict on retry
                           sign_in? (level 3: whom it signs in on the box)
     token.use             id, secret_sha256, node, serial, not_after        used once (join)
@@ -143,7 +145,7 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
                             "idem_key": (_STR, False), "user": (_STR, False), "visibility": (_STR, False)},
     "dataset.delete": {"name": (_STR, True), "version": (_OPT_INT, False), "user": (_STR, False)},
     "dataset.holders": {"name": (_STR, True), "version": (_INT, True), "node": (_STR, True),
-                        "holds": (_BOOL, True)},
+                        "holds": (_BOOL, True), "failed": (_STR, False)},
     "token.create": {"id": (_STR, True), "secret_sha256": (_STR, True), "expires": (_NUM, True),
                      "made_by": (_STR, False), "made_on": (_STR, False)},
     "token.use": {"id": (_STR, True), "secret_sha256": (_STR, True), "node": (_STR, True),
@@ -235,6 +237,8 @@ def check(command: object) -> dict[str, Any]:
     if op == "dataset.add_version" and command.get("visibility", "lab") not in ("lab", "private"):
         raise InvalidSpec(f"dataset.add_version: {command['visibility']!r:.40} is not a visibility",
                           hint="a dataset is lab (the default) or private")
+    if op == "dataset.holders" and "failed" in command and (command["holds"] or len(command["failed"]) > 300):
+        raise InvalidSpec("dataset.holders: failed says why a box holds no copy (holds false, 300 characters at most)")
     if "auth" in command and (set(command["auth"]) != {"token", "sig"}
                               or not all(isinstance(v, str) and len(v) <= 256 for v in command["auth"].values())):
         raise InvalidSpec(f"{op}: auth is {{token: id, sig: hex}} (a personal token's signature)")

@@ -20,6 +20,16 @@ of the heartbeats' ages::
               tree from the holders that count (then any node, silent ones last), mirrors the
               version, then proposes dataset.holders(holds=True)
     dataset.delete -> every node drops its mirror (gc gives the space back later)
+    a copy that fails here for lack of space or a failing disk -> this box's store watch
+       (``store_watch``: :class:`floydd.runtime.disk.StoreWatch`) says so in a heartbeat at
+       once; every node then passes this box over (:mod:`floydd.cluster.storehealth`) and the
+       next one in the order takes the copy
+    a copy that fails here PASS_AFTER times otherwise (the holders cannot be reached from
+       here, say) -> dataset.holders holds=False failed=why (level 3): every node passes this
+       box over for that version for a while, and the next one in the order takes it
+    the leader, on any of the above, for a version with more than R copies that count
+       -> the extra holders are dropped (:mod:`floydd.cluster.trimming`: dataset.holders
+          holds=False); a box dropped so drops its mirror (gc frees the space)
 
 A replication task looks at the state again before each step, and a tree already complete
 here is not fetched again, so entries replayed after a restart cost no transfer. A failed
@@ -40,7 +50,10 @@ from floydd.cluster import access
 from floydd.cluster.access import ReadRules
 from floydd.cluster.driver import Applied
 from floydd.cluster.peerstore import fetch_manifest, fetch_tree
-from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
+from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, refused, silent
+from floydd.cluster.storehealth import trouble
+from floydd.cluster.trimming import Trimmer
+from floydd.cluster.versions import at_least
 from floydd.errors import Conflict, FloyddError, NotFound
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
 from floydd.store.ids import ObjectId
@@ -55,6 +68,8 @@ DEFAULT_GRACE = 300.0
 """Seconds a holder may stay silent before its copies stop counting (``replica_grace``)."""
 DEFAULT_COPY_WAIT = 60.0
 """Seconds an upload waits for R copies before it answers with fewer (``dataset_copy_wait``)."""
+PASS_AFTER = 3
+"""Failed attempts at a copy (not the store's fault) after which a box passes it to the next."""
 _PUBLIC = ("name", "version", "ref", "tree", "created", "size", "files", "message", "holders", "owner", "visibility")
 
 _log = log.cluster.getChild("datasets")
@@ -67,8 +82,10 @@ class ClusterDatasets:
                  grace: float = DEFAULT_GRACE, copy_wait: float = DEFAULT_COPY_WAIT,
                  retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
                  import_marker: Path | None = None, clock: Callable[[], float] = time.time,
-                 rules: ReadRules = ReadRules()) -> None:
+                 rules: ReadRules = ReadRules(), store_watch: Any = None) -> None:
         self.cluster = cluster
+        self.store_watch = store_watch
+        """This box's :class:`~floydd.runtime.disk.StoreWatch` (None: its store is not watched)."""
         self.rules = rules
         """Who reads job outputs through this box (its config: :mod:`floydd.cluster.access`)."""
         self._import_marker = import_marker
@@ -78,12 +95,14 @@ class ClusterDatasets:
         self.copy_wait = copy_wait
         self._clock = clock
         self._holders_changed = asyncio.Event()
-        self._windows: tuple[frozenset, frozenset] | None = None
+        self._windows: tuple[frozenset, ...] | None = None
         self._retry, self._attempts = retry, attempts
         self._replicating: dict[tuple[str, int], asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
         self._catalog_lock = asyncio.Lock()     # mirrors and drops of the local catalog, in order
-        self._statuses: dict[str, str] = {}
+        self._statuses: dict[str, tuple[str, str]] = {}
+        self._trimmer = Trimmer(self)
+        self._polled = 0.0
         self._closed = False
 
     @property
@@ -278,6 +297,8 @@ class ClusterDatasets:
         elif op == "dataset.holders":
             self._holders_changed.set()
             self._holders_changed = asyncio.Event()
+            if not cmd["holds"] and cmd["node"] == self.node_id and "failed" not in cmd:
+                self._trimmed(cmd["name"], cmd["version"])
             self._check(cmd["name"], cmd["version"])
         elif op == "dataset.delete":
             self._dropped(cmd["name"], cmd.get("version"))
@@ -287,18 +308,28 @@ class ClusterDatasets:
             self._scan()
         elif op == "node.upsert":
             self._scan()
-        elif op == "node.health" and self._statuses.get(cmd["id"]) != cmd["status"]:
+        elif op == "node.health" and \
+                self._statuses.get(cmd["id"]) != _standing(self.cluster.state.nodes.get(cmd["id"])):
             self._scan()
 
     async def _watch(self) -> None:
         """Scan again whenever a node crosses a window (a holder's grace, a taker's
         freshness) without an entry saying so: a crash is silence, not a command."""
         period = max(0.05, min(1.0, self.grace / 4, self.cluster.config.stale_after / 4))   # O(nodes) a look
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
+            if self.store_watch is not None and loop.time() - self._polled >= 1.0:
+                self._polled = loop.time()
+                if await asyncio.to_thread(self.store_watch.poll):      # full, failing, or well again
+                    _log.info("[%s] this box's store: %s", self.node_id,
+                              self.store_watch.report()["why"] or "takes new data again")
+                    self.cluster.beat_soon()
             live, nodes = self.liveness(), self.cluster.state.nodes
             windows = (frozenset(n for n, node in nodes.items() if live.holds(node)),
-                       frozenset(n for n, node in nodes.items() if live.takes(node)))
+                       frozenset(n for n, node in nodes.items() if live.takes(node)),
+                       frozenset((name, v["version"], n) for name, d in self.cluster.state.datasets.items()
+                                 for v in d["versions"].values() if "refused" in v for n in refused(v, live)))
             if windows != self._windows:
                 if self._windows is not None:
                     _log.info("[%s] copies counted on %d nodes, %d may take copies: checking every version",
@@ -310,7 +341,7 @@ class ClusterDatasets:
         """Check every version; ``repair`` also re-mirrors versions this node holds (after a
         restart or a restored snapshot the local catalog may lag behind the state)."""
         state = self.cluster.state
-        self._statuses = {nid: n.get("status", "") for nid, n in state.nodes.items()}
+        self._statuses = {nid: _standing(n) for nid, n in state.nodes.items()}
         for name, dataset in state.datasets.items():
             for version in dataset["versions"].values():
                 if repair and self.node_id in version["holders"]:
@@ -325,6 +356,18 @@ class ClusterDatasets:
         if version is not None and self.node_id in choose_replicas(self.cluster.state.nodes, version,
                                                                    self.replicas, self.liveness()):
             self._replicate_soon(name, number)
+        if version is not None:
+            self._trimmer.check(version)
+
+    def _trimmed(self, name: str, number: int) -> None:
+        """The leader dropped this node's copy of ``name:number`` (one too many): drop the mirror."""
+        version = self._version(name, number)
+        if version is None or self.node_id in version["holders"]:
+            return
+        task = self._replicating.get((name, number))
+        if task is not None:
+            task.cancel()
+        self._spawn(self._drop_local(name, [number]), f"datasets-drop-{name}:{number}")
 
     def _replicate_soon(self, name: str, number: int) -> None:
         key = (name, number)
@@ -352,15 +395,38 @@ class ClusterDatasets:
                     fetched = await self.ensure_local(version["tree"], version["holders"])
                     if not await self._mirror(version):
                         return
+                if self.store_watch is not None and fetched:
+                    self.store_watch.succeeded()
                 if not holder:
                     await self.cluster.set_dataset_holder(name, number, holds=True)
                     _log.info("[%s] now holds %s:%d (%d bytes fetched)", self.node_id, name, number, fetched)
                 return
-            except FloyddError as exc:
-                _log.warning("[%s] keeping a copy of %s:%d failed (attempt %d of %d): %s", self.node_id,
-                             name, number, attempt, self._attempts, exc)
+            except (FloyddError, OSError) as exc:
+                said = self.store_watch is not None and self.store_watch.failed(exc)
+                _log.warning("[%s] keeping a copy of %s:%d failed (attempt %d of %d): %s%s", self.node_id,
+                             name, number, attempt, self._attempts, getattr(exc, "message", None) or exc,
+                             "; this box takes no new copies until its store recovers" if said else "")
+                if said:            # a heartbeat says so now: the next box in the order takes the copy
+                    await asyncio.to_thread(self.store_watch.poll)
+                    self.cluster.beat_soon()
+                elif attempt >= PASS_AFTER and not holder and await self._pass(name, number, exc):
+                    return
             await asyncio.sleep(delay)
             delay = min(2 * delay, self._retry[1])
+
+    async def _pass(self, name: str, number: int, exc: BaseException) -> bool:
+        """Say in the version that this box could not keep a copy (level 3), so the next box in
+        the order takes it (:func:`~floydd.cluster.replicas.refused`); whether it was said."""
+        if not at_least(self.cluster.state, 3):
+            return False
+        why = str(getattr(exc, "message", None) or exc)
+        try:
+            await self.cluster.set_dataset_holder(name, number, holds=False, failed=why)
+        except FloyddError as said:
+            _log.info("[%s] saying that %s:%d could not be kept here: %s", self.node_id, name, number, said)
+            return False
+        _log.warning("[%s] passing the copy of %s:%d to the next box: %s", self.node_id, name, number, why)
+        return True
 
     async def _mirror(self, version: dict, *, committed: bool = False) -> bool:
         """Add ``version`` to the local catalog (idempotent); False if the cluster deleted it
@@ -455,6 +521,11 @@ class ClusterDatasets:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _standing(node: dict | None) -> tuple[str, str]:
+    """What of a node's heartbeat changes who takes copies: its status and its store's trouble."""
+    return ((node or {}).get("status", ""), trouble(node))
 
 
 def _touch(path: Path) -> None:

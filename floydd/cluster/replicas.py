@@ -12,20 +12,39 @@ holder that comes back counts again from its first heartbeat (its copy is kept: 
 version then has one copy more than R). A holder removed from the table (it left for good)
 never counts.
 
-A node **takes** a missing copy only while it is ``up`` and was heard from within ``fresh``
-seconds (the cluster's ``stale_after``): a crashed box that still reads ``up`` in the table
-is never chosen, and the next node in the order steps in once the chosen one goes stale.
+A node **takes** a missing copy only while it is ``up``, was heard from within ``fresh``
+seconds (the cluster's ``stale_after``) and does not say its store is full or failing
+(:mod:`floydd.cluster.storehealth`): a crashed box that still reads ``up`` in the table is
+never chosen, the next node in the order steps in once the chosen one goes stale, and a box
+whose copy failed for lack of space says so in a heartbeat at once, so the next one steps in.
+A box that could not keep a copy of a version for another reason (its fetches failed three
+times: it cannot reach the holders, say) says so in the version (``dataset.holders`` with
+``failed``, level 3: the version's ``refused``) and is passed over for that version for
+:data:`REFUSED_FOR` seconds from then (:func:`refused`), or until it holds it.
 The order is sha256(node id + tree), so copies of different versions spread over the nodes
 and every node computes the same list.
+
+**Extra copies** (more than R count: a holder came back after its copy was replaced) are
+trimmed by the leader (:func:`extra_copies`) once the set is healthy: only holders that
+count and are fresh and up are weighed, never fewer than R of them are kept, copies on boxes
+whose store is in trouble go first, then the last in the order; a holder running a job that
+mounts the version keeps its copy, and nothing is trimmed while a job that mounts it is
+starting (it may be fetching from any holder).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
-__all__ = ["Liveness", "choose_replicas", "counted", "silent", "ranked_sources", "copies_note"]
+from floydd.cluster.storehealth import trouble
+
+__all__ = ["Liveness", "choose_replicas", "counted", "silent", "ranked_sources", "copies_note", "extra_copies",
+           "refused", "REFUSED_FOR"]
+
+REFUSED_FOR = 600.0
+"""Seconds a box that said it could not keep a copy of a version is passed over for it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +61,11 @@ class Liveness:
 
     def takes(self, node: dict | None) -> bool:
         """May ``node`` be asked to make a copy?"""
+        return node is not None and node.get("status") == "up" and self._age(node) <= self.fresh \
+            and not trouble(node)
+
+    def fresh_up(self, node: dict | None) -> bool:
+        """Is ``node`` up and heard from lately (whatever its store says)?"""
         return node is not None and node.get("status") == "up" and self._age(node) <= self.fresh
 
     def _age(self, node: dict) -> float:
@@ -64,9 +88,49 @@ def choose_replicas(nodes: dict[str, dict], version: dict, replicas: int, live: 
     wanted = replicas - len(counted(nodes, version["holders"], live))
     if wanted <= 0:
         return []
-    candidates = [nid for nid, n in nodes.items() if nid not in version["holders"] and live.takes(n)]
-    candidates.sort(key=lambda nid: hashlib.sha256(f"{nid}{version['tree']}".encode()).digest())
+    passed = refused(version, live)
+    candidates = [nid for nid, n in nodes.items() if nid not in version["holders"] and nid not in passed
+                  and live.takes(n)]
+    candidates.sort(key=lambda nid: _rank(nid, version["tree"]))
     return candidates[:wanted]
+
+
+def refused(version: dict, live: Liveness) -> dict[str, str]:
+    """Node id -> why, for the boxes that said lately (within :data:`REFUSED_FOR`) they could
+    not keep a copy of ``version``."""
+    out = {}
+    for nid, said in (version.get("refused") or {}).items():
+        if isinstance(said, dict) and live.now - said.get("ts", 0.0) < REFUSED_FOR:
+            out[nid] = str(said.get("why", ""))
+    return out
+
+
+def extra_copies(nodes: dict[str, dict], version: dict, replicas: int, live: Liveness, *,
+                 jobs: Iterable[Mapping] = ()) -> list[str]:
+    """Holders of ``version`` whose copies the leader may drop: beyond ``replicas`` copies on
+    holders that count and are fresh and up, those on boxes with store trouble first, then the
+    last in the order; never one running a job of ``jobs`` (the active ones) that mounts the
+    version, nothing while such a job is starting, nothing while a holder is silent."""
+    holders = version["holders"]
+    if len(holders) <= replicas or any(not live.holds(nodes.get(h)) for h in holders):
+        return []
+    good = [h for h in holders if live.fresh_up(nodes.get(h))]
+    if len(good) <= replicas:
+        return []
+    keep: set[str] = set()
+    for job in jobs:
+        if not any(isinstance(m, Mapping) and m.get("tree") == version["tree"]
+                   for m in (job.get("spec") or {}).get("data") or ()):
+            continue
+        if job.get("state") == "starting":
+            return []
+        keep.update(p.get("node") for p in job.get("parts") or () if isinstance(p, Mapping))
+        keep.add(job.get("node"))
+    order = sorted(good, key=lambda h: (bool(trouble(nodes.get(h))), _rank(h, version["tree"])))
+    kept = [h for h in order if h in keep]
+    room = max(0, replicas - len(kept))
+    kept += [h for h in order if h not in keep][:room]
+    return [h for h in order if h not in kept]
 
 
 def ranked_sources(nodes: dict[str, dict], likely: Iterable[str], live: Liveness, *, skip: str = "") -> list[str]:
@@ -91,12 +155,22 @@ def copies_note(nodes: dict[str, dict], version: dict, replicas: int, live: Live
         f"stored on {len(good)} boxes ({replicas} kept)"
     missing = replicas - len(good)
     if missing > 0:
-        takers = [n for n, node in nodes.items() if n not in holders and live.takes(node)]
+        passed = refused(version, live)
+        takers = [n for n, node in nodes.items() if n not in holders and n not in passed and live.takes(node)]
         what = f"the {_ORDINAL.get(len(good) + 1, 'next')} copy" if missing == 1 else f"{missing} more copies"
-        note += f"; {what} follows" if takers else f"; no other box is up to take {what}"
+        kept_out = [f"{_names(nodes, [n])}: {trouble(node)}" for n, node in nodes.items()
+                    if n not in holders and live.fresh_up(node) and trouble(node)]
+        note += f"; {what} follows" if takers else f"; no other box is up to take {what}" + (
+            f" ({', '.join(kept_out[:3])})" if kept_out else "")
     if quiet:
         note += f"; not counted: {_names(nodes, quiet)} (not heard from for over {live.grace:.0f}s)"
+    for nid, why in list(refused(version, live).items())[:2] if missing > 0 else ():
+        note += f"; {_names(nodes, [nid])} could not keep a copy ({why[:120]})"
     return note
+
+
+def _rank(nid: str, tree: str) -> bytes:
+    return hashlib.sha256(f"{nid}{tree}".encode()).digest()
 
 
 def _names(nodes: dict[str, dict], ids: Iterable[str]) -> str:

@@ -50,7 +50,7 @@ from typing import Callable, Iterable, Mapping
 from aiohttp import web
 
 from floydd import log
-from floydd.cluster import versions
+from floydd.cluster import storehealth, versions
 from floydd.cluster.addressbook import AddressBookMixin, join_host_port
 from floydd.cluster.archive_db import SqliteArchive
 from floydd.cluster.audit_db import SqliteAudit
@@ -322,7 +322,8 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
                                                                           if node_id == self.node_id else None),
                         "role": "voter" if node_id in st.voters else "learner" if node_id in st.learners else "none",
                         "leader": node_id == st.leader, "status": record.get("status"),
-                        "health": node_health_word(health.get(node_id)), "match": pr.match if pr else None,
+                        "health": storehealth.health_word(node_health_word(health.get(node_id)), record),
+                        "store_why": storehealth.why(record), "match": pr.match if pr else None,
                         "cert_expires": (self.state.trust.certs.get(node_id) or {}).get("not_after"),
                         "version": (record.get("labels") or {}).get(versions.VERSION_LABEL, "0.1.x") if record else None,
                         "protocol": versions.node_protocol(record) if record else None,

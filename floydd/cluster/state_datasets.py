@@ -80,6 +80,12 @@ class DatasetCommands:
         holders = set(version["holders"])
         (holders.add if cmd["holds"] else holders.discard)(cmd["node"])
         version["holders"] = sorted(holders)
+        if "failed" in cmd:                 # level 3: passed over for this copy a while (replicas)
+            version.setdefault("refused", {})[cmd["node"]] = {"why": cmd["failed"], "ts": cmd["ts"]}
+        elif cmd["holds"] and cmd["node"] in version.get("refused", {}):
+            del version["refused"][cmd["node"]]
+            if not version["refused"]:
+                del version["refused"]
         return copy_of(version)
 
 

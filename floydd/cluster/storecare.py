@@ -125,6 +125,9 @@ class StoreCare:
             await self.repair(oids)
         except FloyddError as exc:          # a full disk, say: said in the log, tried again by the next read
             _log.error("[%s] repairing %s failed: %s", self.datasets.node_id, ", ".join(o.short for o in oids), exc)
+            watch = getattr(self.datasets, "store_watch", None)
+            if watch is not None and watch.failed(exc):     # full or failing: said in a heartbeat now
+                self.datasets.cluster.beat_soon()
 
     async def _scrubbing(self) -> None:
         """Check ``rate`` bytes a second (a second's worth per step), repair what is damaged."""

@@ -67,6 +67,7 @@ _NEW_FIELDS: Mapping[int, Mapping[str, tuple[str, ...]]] = {
         "dataset.add_version": ("auth",), "dataset.delete": ("auth",), "token.revoke": ("auth",),
         "person.role": ("auth",), "person.remove": ("auth",), "person.map": ("auth",),
         "apitoken.revoke": ("auth",),
+        "dataset.holders": ("failed",),                   # a box could not keep a copy (issue 21: replicas)
     },
 }
 """Fields each level added to older ops."""

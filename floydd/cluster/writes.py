@@ -97,11 +97,13 @@ class WritesMixin:
                             timeout=timeout)
 
     async def set_dataset_holder(self, name: str, version: int, *, holds: bool, node: str | None = None,
-                                 timeout: float | None = None) -> dict:
+                                 timeout: float | None = None, failed: str | None = None) -> dict:
         """Record that ``node`` (this one by default) holds a version's data, or no longer does;
         about another node only the leader says so (fenced by its term)."""
         cmd = {"op": "dataset.holders", "name": name, "version": version, "node": node or self.node_id,
                "holds": holds}
+        if failed is not None:              # level 3: this box could not keep a copy, and why
+            cmd["failed"] = failed[:300]
         if cmd["node"] != self.node_id:
             return await self.driver.propose({**cmd, "ts": self._clock()}, timeout=timeout, fenced=True)
         return await self._propose(cmd, timeout=timeout)

@@ -40,6 +40,7 @@ from floydd.errors import FloyddError
 from floydd.daemon.renewal import TrustKeeper
 from floydd.daemon.trust import Trust
 from floydd.runtime import fence
+from floydd.runtime.disk import RESERVE_NAME, StoreWatch
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import api_server_context, server_context
 from floydd.store.crypto import load_or_create_secret
@@ -56,8 +57,12 @@ async def control_ctx(app: web.Application):
     resources = {"cpus": info.cpus, "memory": info.memory_total, "gpus": [g.index for g in info.gpus],
                  "gpu_names": [g.name for g in info.gpus]} if info else {}
 
+    store_watch = StoreWatch([config.store_dir, config.state_dir],    # full or failing: no copies nor jobs here
+                             reserve=config.state_dir / RESERVE_NAME)
+    await asyncio.to_thread(store_watch.poll)
+
     def usage() -> dict:  # sent with each heartbeat: what `floyd nodes` shows on every node
-        return inventory.latest.to_dict() if inventory.latest else {}
+        return {**(inventory.latest.to_dict() if inventory.latest else {}), "store": store_watch.report()}
     timing = replace(DEFAULT_CLUSTER_CONFIG, heartbeat_interval=config.cluster_heartbeat,
                      stale_after=4 * config.cluster_heartbeat, suspect_after=config.node_suspect_after,
                      archive_after=config.archive_after, archive_keep=config.archive_keep,
@@ -87,7 +92,8 @@ async def control_ctx(app: web.Application):
     datasets = ClusterDatasets(service, app[keys.STORE], grace=config.replica_grace,
                                copy_wait=config.dataset_copy_wait,
                                import_marker=config.state_dir / "cluster" / "imported-datasets",
-                               rules=ReadRules.of(config))          # who reads job outputs through this box
+                               rules=ReadRules.of(config),          # who reads job outputs through this box
+                               store_watch=store_watch)
     datasets.start()
     care = StoreCare(datasets, scrub_rate=config.store_scrub_rate * 1e6, scrub_every=config.store_scrub_every)
     care.start()

@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable
 
 from floydd import log
+from floydd.cluster.storehealth import trouble
 from floydd.errors import Conflict, FloyddError
 from floydd.jobs import outages
 from floydd.model import asked_per_box
@@ -71,7 +72,8 @@ class ClusterScheduler:
         return node_snapshots(state.nodes, held={nid: state.held_gpus(nid) for nid in state.nodes},
                               load={nid: state.node_load(nid) for nid in state.nodes},
                               health=state.node_health(now, self.cluster.config.stale_after),
-                              set_aside={nid: state.set_aside(nid) for nid in state.nodes})
+                              set_aside={nid: state.set_aside(nid) for nid in state.nodes},
+                              trouble={nid: trouble(n) for nid, n in state.nodes.items() if trouble(n)})
 
     async def lead_once(self) -> None:
         """One round: judge silent nodes, then place what is queued and keep why the rest

@@ -53,6 +53,9 @@ class NodeSnapshot:
     draining: bool = False
     """Taking no new jobs for now (``floydd drain``): not placed on, but a job that would fit
     it waits for it rather than being refused."""
+    trouble: str = ""
+    """Why the node takes no new job although it is up (``disk full``, ``store failing``: what
+    its heartbeat says of its store); "" when none. Such a node is not healthy."""
     load: int = 0
     """Jobs active on the node (CPU jobs go where the fewest run)."""
     cpu_milli: int | None = None
@@ -106,7 +109,7 @@ def unplaceable(nodes: list[NodeSnapshot], gpus: int, count: int = 1, cpu_milli:
     """Why a job wanting ``gpus`` GPUs, ``cpu_milli`` thousandths of a core and ``memory``
     bytes on each of ``count`` nodes can never run on these nodes (whatever runs there now),
     or None if it can."""
-    if gpus <= 0 and count == 1 and not any(n.healthy or n.draining for n in nodes):
+    if gpus <= 0 and count == 1 and not any(n.healthy or n.draining or n.trouble for n in nodes):
         return "no healthy node"
     if gpus <= 0 and count > 1 and len(nodes) < count:
         # a gang may wait for a box that is down for now; only too few boxes is hopeless
@@ -137,7 +140,7 @@ def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
             chosen = best_fit.take(job.gpus, count, job, fits)
         elif len(load.jobs) < count:
             waiting[job.key] = ("waiting for a healthy node" if count == 1 else
-                                f"waiting for {count} healthy nodes ({len(load.jobs)} now)")
+                                f"waiting for {count} healthy nodes ({len(load.jobs)} now)") + _troubled(nodes)
             continue
         else:
             chosen = load.least(count, job, fits)
@@ -178,3 +181,9 @@ class _Room:
             self.cpu[name] -= job.cpu_milli
         if job.memory and name in self.memory:
             self.memory[name] -= job.memory
+
+
+def _troubled(nodes: list[NodeSnapshot]) -> str:
+    """`` (box2: disk full)``: the nodes kept out by their store, for a reason; "" if none."""
+    named = [f"{n.name}: {n.trouble}" for n in nodes if n.trouble and not n.draining][:3]
+    return f" ({'; '.join(named)})" if named else ""

@@ -73,10 +73,13 @@ def why_waiting(job: PendingJob, nodes: list[NodeSnapshot], free: dict[str, list
         if lack is None:
             room += 1
         else:
-            short["draining" if lack == "unhealthy" and n.draining else lack] += 1
+            what = "draining" if lack == "unhealthy" and n.draining else \
+                n.trouble if lack == "unhealthy" and n.trouble else lack
+            short[what] = short.get(what, 0) + 1
     lacking = [(what, short[what]) for what in ("GPUs", "CPUs", "memory") if short[what]]
     counted = [f"{k} {'short of' if i == 0 else 'of'} {what}" for i, (what, k) in enumerate(lacking)]
-    counted += [f"{short[what]} {what}" for what in ("too small", "draining", "unhealthy") if short[what]]
+    counted += [f"{short[what]} {what}" for what in ("too small", "draining", *_troubles(nodes), "unhealthy")
+                if short.get(what)]
     lead = "no node has room" if not room else f"only {room} {'has' if room == 1 else 'have'} room"
     return _short(f"{head}: {lead}" + (f" ({', '.join(counted)})" if counted else ""))
 
@@ -116,6 +119,8 @@ def _node_now(node: NodeSnapshot, job: PendingJob, said: _Needs, free: dict[str,
     the kinds of the job's ask worth naming)."""
     lack = _lacks(node, job, free, cpu, memory)
     if lack == "unhealthy":
+        if node.trouble and not node.draining:
+            return f"{node.name} takes no new jobs ({node.trouble})"
         return f"{node.name} is {'draining' if node.draining else 'unhealthy'}"
     if lack is None:
         return f"{node.name} has room"
@@ -165,6 +170,11 @@ def _capacity(node: NodeSnapshot, gpus: int, cpu_milli: int, memory: int) -> str
 
 def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _troubles(nodes: list[NodeSnapshot]) -> list[str]:
+    """The troubles some of ``nodes`` have (``disk full``), each once, in a stable order."""
+    return sorted({n.trouble for n in nodes if n.trouble and not n.draining})
 
 
 def _short(text: str) -> str:

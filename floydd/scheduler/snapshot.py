@@ -25,7 +25,8 @@ __all__ = ["node_snapshots"]
 
 def node_snapshots(nodes: Mapping[str, Mapping], *, held: Mapping[str, Mapping[int, str]] | None = None,
                    load: Mapping[str, int] | None = None, health: Mapping[str, str] | None = None,
-                   set_aside: Mapping[str, tuple[int, int]] | None = None) -> dict[str, NodeSnapshot]:
+                   set_aside: Mapping[str, tuple[int, int]] | None = None,
+                   trouble: Mapping[str, str] | None = None) -> dict[str, NodeSnapshot]:
     """Node id -> its snapshot, in the order of ``nodes``.
 
     ``nodes``: id -> a node record, ``{"name": ..., "resources": {"gpus": [...], "cpus": N,
@@ -33,9 +34,11 @@ def node_snapshots(nodes: Mapping[str, Mapping], *, held: Mapping[str, Mapping[i
     not a number: not known, never short); ``held``: id -> GPU index -> key of the job
     holding it; ``load``: id -> active jobs on the node; ``health``: id -> status, the node
     healthy when ``up``; ``set_aside``: id -> (thousandths of a core, bytes) its active jobs
-    asked for. A node missing from ``held``, ``load``, ``health`` or ``set_aside`` holds
-    nothing, runs nothing and is up."""
+    asked for; ``trouble``: id -> why an up node takes no new job (its store: ``disk full``),
+    the node then not healthy. A node missing from ``held``, ``load``, ``health``,
+    ``set_aside`` or ``trouble`` holds nothing, runs nothing and is up and well."""
     held, load, health, set_aside = held or {}, load or {}, health or {}, set_aside or {}
+    trouble = trouble or {}
     shared = {name for name, n in Counter(node["name"] for node in nodes.values()).items() if n > 1}
     out = {}
     for nid, node in nodes.items():
@@ -44,7 +47,8 @@ def node_snapshots(nodes: Mapping[str, Mapping], *, held: Mapping[str, Mapping[i
         gpus = tuple(g["index"] if isinstance(g, dict) else g for g in resources.get("gpus") or ())
         cpu_held, memory_held = set_aside.get(nid, (0, 0))
         out[nid] = NodeSnapshot(name=name, gpus=gpus, held=dict(held.get(nid) or {}),
-                                healthy=health.get(nid, "up") == "up", draining=health.get(nid) == "draining",
+                                healthy=health.get(nid, "up") == "up" and not trouble.get(nid),
+                                draining=health.get(nid) == "draining", trouble=trouble.get(nid, ""),
                                 load=load.get(nid, 0),
                                 cpu_milli=known_count(resources.get("cpus"), 1000), cpu_held=cpu_held,
                                 memory=known_count(resources.get("memory"), 1), memory_held=memory_held)

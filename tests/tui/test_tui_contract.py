@@ -29,6 +29,7 @@ from aiohttp import web
 from floydd.api import schemas
 from floydd.api.openapi import spec
 from floydd.client import Client
+from floydd.cluster import storehealth
 from floydd.cluster.commands import NODE_STATUSES
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
@@ -145,7 +146,8 @@ def test_a_renamed_or_missing_required_field_fails(daemon_answers) -> None:
 
 def test_the_closed_sets_are_the_daemons() -> None:
     assert schemas.JobState.__args__ == STATES
-    assert set(schemas.Health.__args__) == {"healthy", "stale", "unknown"} | set(NODE_STATUSES) - {"up"}
+    assert set(schemas.Health.__args__) == {"healthy", "stale", "unknown"} | set(NODE_STATUSES) - {"up"} \
+        | set(storehealth.WORDS.values())
 
 
 def test_deleting_a_history_job_answers_a_job(daemon_answers) -> None:

@@ -33,6 +33,8 @@ class Member:
     """The head of its audit chain its last heartbeat said (``SEQ:HASH``; null: none said yet)."""
     audit_differs: str | None = None
     """How that head differs from the answering box's chain at the same seq (null: it agrees)."""
+    store_why: str = ""
+    """Why its health is ``disk full`` or ``store failing``, in its own words ("" when well)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,10 +7,12 @@ from typing import Literal
 
 JobState = Literal["queued", "starting", "running", "unknown", "success", "failed", "stopped", "timeout", "lost"]
 """Every job state (:data:`floydd.model.STATES`)."""
-Health = Literal["healthy", "suspect", "stale", "draining", "off", "down", "unknown"]
+Health = Literal["healthy", "suspect", "stale", "draining", "off", "down", "unknown", "disk full", "store failing"]
 """A node's health: ``healthy`` (up), ``suspect`` (the leader lost touch with it: nothing new goes
 there, its jobs are ``unknown``), ``stale`` (up but its heartbeats stopped coming), the status it
-reported otherwise (``draining``, ``off``, ``down``), ``unknown`` before its first report.
+reported otherwise (``draining``, ``off``, ``down``), ``unknown`` before its first report;
+``disk full`` or ``store failing``: up, but its store takes no new data, so no copy and no job
+is placed there until it recovers (:mod:`floydd.cluster.storehealth`).
 ``floyd nodes`` and ``floydd members`` show the same word."""
 NodeRole = Literal["leader", "voter", "learner", "none"]
 MemberRole = Literal["voter", "learner", "none"]

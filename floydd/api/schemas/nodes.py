@@ -72,5 +72,7 @@ class Node:
     gpu_source: str
     gpus: tuple[Gpu, ...]
     address: str | None = None
+    store_why: str = ""
+    """Why its health is ``disk full`` or ``store failing``, in its own words ("" when well)."""
     hostname: str = ""
     disk_path: str = ""

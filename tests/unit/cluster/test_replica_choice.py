@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
+from floydd.cluster.replicas import (Liveness, choose_replicas, copies_note, counted, extra_copies, ranked_sources,
+                                     silent)
+from floydd.cluster.storehealth import health_word, trouble, why
 
 NOW = 10_000.0
 LIVE = Liveness(now=NOW, grace=300.0, fresh=20.0)
@@ -90,3 +92,90 @@ def test_the_note_says_how_many_copies_and_what_follows():
                     "(not heard from for over 300s)")
     assert copies_note(nodes(a="up", b="up", c="up"), version("a", "b", "c"), 2, LIVE) == \
         "stored on 3 boxes (2 kept)"
+
+
+# -- copies go where they can live (issue 21) ---------------------------------------------------
+
+def full(n: dict[str, dict], *ids: str, state: str = "full") -> dict[str, dict]:
+    """``n`` with the stores of ``ids`` saying ``state`` in their last heartbeat."""
+    for nid in ids:
+        n[nid]["usage"] = {"store": {"state": state, "why": f"disk full at /x/{nid} (12.0 KiB free)"}}
+    return n
+
+
+def test_a_box_whose_store_is_full_or_failing_takes_no_copy_and_the_next_in_the_order_does():
+    tree = "ef" * 32
+    order = sorted("bcd", key=lambda nid: hashlib.sha256(f"{nid}{tree}".encode()).digest())
+    first, second = order[0], order[1]
+    assert choose_replicas(nodes(a="up", b="up", c="up", d="up"), version("a", tree=tree), 2, LIVE) == [first]
+    for state in ("full", "failing"):
+        n = full(nodes(a="up", b="up", c="up", d="up"), first, state=state)
+        assert choose_replicas(n, version("a", tree=tree), 2, LIVE) == [second]
+        assert not LIVE.takes(n[first]) and LIVE.fresh_up(n[first])
+    ok = full(nodes(a="up", b="up", c="up", d="up"), first, state="ok")      # recovered: takes again
+    assert choose_replicas(ok, version("a", tree=tree), 2, LIVE) == [first]
+    # its copies still count (a full disk still reads): nothing more is made for them
+    assert choose_replicas(full(nodes(a="up", b="up", c="up"), "b"), version("a", "b"), 2, LIVE) == []
+
+
+def test_the_note_says_no_box_can_take_the_copy_while_the_only_other_box_is_full():
+    n = full(nodes(a="up", b="up"), "b")
+    assert copies_note(n, version("a"), 2, LIVE) == \
+        "stored on 1 of 2 boxes; no other box is up to take the second copy (box-b: disk full)"
+
+
+def job(tree: str, state: str, node: str, parts: tuple[str, ...] = ()) -> dict:
+    return {"state": state, "node": node, "parts": [{"node": p} for p in parts],
+            "spec": {"data": [{"ref": "mnist:1", "tree": tree, "mount": "/input"}]}}
+
+
+def test_extra_copies_beyond_r_go_last_in_the_order_never_below_r():
+    tree = "12" * 32
+    v = version("a", "b", "c", tree=tree)
+    n = nodes(a="up", b="up", c="up")
+    extra = extra_copies(n, v, 2, LIVE)
+    ranked = sorted("abc", key=lambda nid: hashlib.sha256(f"{nid}{tree}".encode()).digest())
+    assert extra == [ranked[-1]]
+    assert extra_copies(n, version("a", "b", tree=tree), 2, LIVE) == []
+    assert extra_copies(n, v, 3, LIVE) == []
+    five = nodes(a="up", b="up", c="up", d="up", e="up")
+    assert len(extra_copies(five, version(*"abcde", tree=tree), 2, LIVE)) == 3
+
+
+def test_extra_copies_wait_until_the_set_is_healthy():
+    v = version("a", "b", "c")
+    # a holder silent (within or past the grace), suspect or stale: nothing is trimmed yet
+    for c in [("up", 30.0), ("up", 400.0), "suspect", ("off", 10.0)]:
+        assert extra_copies(nodes(a="up", b="up", c=c), v, 2, LIVE) == [], c
+
+
+def test_a_copy_on_a_box_with_store_trouble_goes_first():
+    tree = "34" * 32
+    ranked = sorted("abc", key=lambda nid: hashlib.sha256(f"{nid}{tree}".encode()).digest())
+    n = full(nodes(a="up", b="up", c="up"), ranked[0])
+    assert extra_copies(n, version("a", "b", "c", tree=tree), 2, LIVE) == [ranked[0]]
+
+
+def test_a_copy_a_job_uses_is_kept_and_nothing_goes_while_a_job_of_it_starts():
+    tree = "56" * 32
+    v = version("a", "b", "c", tree=tree)
+    n = nodes(a="up", b="up", c="up")
+    last = extra_copies(n, v, 2, LIVE)[0]
+    kept = extra_copies(n, v, 2, LIVE, jobs=[job(tree, "running", last)])
+    assert last not in kept and len(kept) == 1
+    gang = extra_copies(n, v, 2, LIVE, jobs=[job(tree, "running", "a", parts=("a", last))])
+    assert last not in gang and len(gang) == 1
+    assert extra_copies(n, v, 2, LIVE, jobs=[job(tree, "starting", "d")]) == []     # may fetch from any
+    assert extra_copies(n, v, 2, LIVE, jobs=[job("78" * 32, "starting", "d")]) == [last]   # another tree
+
+
+def test_store_health_words():
+    n = full(nodes(a="up", b="up", c="up"), "b")
+    full(n, "c", state="failing")
+    assert [trouble(n[x]) for x in "abc"] == ["", "disk full", "store failing"]
+    assert why(n["a"]) == "" and why(n["b"]) == "disk full at /x/b (12.0 KiB free)"
+    assert health_word("healthy", n["b"]) == "disk full"
+    assert health_word("stale", n["b"]) == "stale"              # stale says more: it is not heard from
+    assert health_word("healthy", n["a"]) == "healthy"
+    for odd in ({"usage": None}, {"usage": {"store": "full"}}, {"usage": {"store": {"state": 3}}}, None):
+        assert trouble(odd) == "" and why(odd) == ""

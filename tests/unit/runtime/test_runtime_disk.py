@@ -100,3 +100,102 @@ def test_a_reserve_that_cannot_be_allocated_is_tried_again_only_after_the_disk_w
     fake.free = 50 * MIB
     fake.disk.check()
     assert len(calls) == 2
+
+
+# -- the store watch: what a heartbeat says of the store (issue 21) -----------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def watch(tmp_path, monkeypatch):
+    room = SimpleNamespace(free=50 * MIB)
+    monkeypatch.setattr(disk_mod.os, "statvfs",
+                        lambda path: SimpleNamespace(f_frsize=1, f_blocks=100 * MIB, f_bavail=room.free))
+    clock = Clock()
+    w = disk_mod.StoreWatch([tmp_path / "store", tmp_path], clock=clock, recheck_after=600.0)
+    w.room, w.clock = room, clock
+    assert w.poll() is True and w.report()["state"] == "ok"
+    return w
+
+
+def test_a_full_disk_is_reported_and_room_again_with_the_reserves_margin(watch):
+    watch.room.free = 512 * 1024                       # under half of the 2 MiB reserve
+    assert watch.poll() is True
+    said = watch.report()
+    assert said["state"] == "full" and said["free"] == 512 * 1024 and "disk full at" in said["why"]
+    watch.room.free = 4 * MIB                          # not yet 3 reserves
+    assert watch.poll() is False and watch.report()["state"] == "full"
+    watch.room.free = 7 * MIB
+    assert watch.poll() is True and watch.report() == {"state": "ok", "why": "", "free": 7 * MIB,
+                                                       "total": 100 * MIB}
+
+
+def test_a_copy_that_failed_for_space_keeps_the_box_out_until_space_came_back(watch):
+    watch.room.free = 10 * MIB                         # not full by the reserve's measure: the copy was bigger
+    assert watch.failed(StoreFull("no space left on the device of /s while writing object ab")) is True
+    watch.poll()
+    said = watch.report()
+    assert said["state"] == "full" and "no space left for new data" in said["why"] and "object ab" in said["why"]
+    watch.room.free = 20 * MIB                         # a little freed: not enough
+    assert watch.poll() is False and watch.report()["state"] == "full"
+    watch.room.free = 30 * MIB                         # 2 x 10 MiB + the reserve
+    assert watch.poll() is True and watch.report()["state"] == "ok"
+
+
+def test_a_space_failure_is_forgotten_after_the_recheck_time(watch):
+    watch.failed(OSError(errno.ENOSPC, "No space left on device"))
+    watch.poll()
+    assert watch.report()["state"] == "full"
+    watch.clock.now += 599
+    assert watch.poll() is False
+    watch.clock.now += 2
+    assert watch.poll() is True and watch.report()["state"] == "ok"
+
+
+def test_a_failing_store_until_a_write_works_and_what_is_not_its_fault(watch):
+    from floydd.errors import IntegrityError, NotFound, Unavailable
+    for peer_fault in (Unavailable("no node could send tree ab"), IntegrityError("node b sent bad bytes"),
+                       NotFound("gone"), OSError(errno.ECONNRESET, "reset")):
+        assert watch.failed(peer_fault) is False
+    assert watch.poll() is False and watch.report()["state"] == "ok"
+    assert watch.failed(StoreError("the store /s is being re-sealed under a new secret")) is False   # passing
+    written = StoreError("could not write object ab to /s: Input/output error")
+    written.__cause__ = OSError(errno.EIO, "Input/output error")
+    assert watch.failed(written) is True
+    watch.poll()
+    assert watch.report()["state"] == "failing" and "Input/output error" in watch.report()["why"]
+    watch.succeeded()
+    assert watch.poll() is True and watch.report()["state"] == "ok"
+    wrapped = StoreError("copy failed")
+    wrapped.__cause__ = OSError(errno.EROFS, "Read-only file system")
+    assert disk_mod.store_fault(wrapped) == "copy failed"
+    assert disk_mod.store_fault(OSError(errno.EIO, "Input/output error")) == "Input/output error"
+    assert disk_mod.store_fault(ValueError("x")) == ""
+    catalog = StoreError("the dataset catalog failed: disk I/O error")
+    catalog.__cause__ = sqlite3.OperationalError("disk I/O error")
+    catalog.__cause__.sqlite_errorcode = sqlite3.SQLITE_IOERR_WRITE
+    assert disk_mod.store_fault(catalog) == "the dataset catalog failed: disk I/O error"
+    locked = StoreError("the dataset catalog failed: database is locked")
+    locked.__cause__ = sqlite3.OperationalError("database is locked")
+    locked.__cause__.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    assert disk_mod.store_fault(locked) == ""
+
+
+def test_a_disk_whose_reserve_the_runtime_released_counts_that_much_fuller(tmp_path, monkeypatch):
+    room = SimpleNamespace(free=3 * MIB)
+    monkeypatch.setattr(disk_mod.os, "statvfs",
+                        lambda path: SimpleNamespace(f_frsize=1, f_blocks=100 * MIB, f_bavail=room.free))
+    reserve = tmp_path / disk_mod.RESERVE_NAME
+    reserve.write_bytes(b"r")
+    w = disk_mod.StoreWatch([tmp_path], reserve=reserve)
+    w.poll()
+    assert w.report()["state"] == "ok"            # 3 MiB free beside a 2 MiB reserve: not full
+    reserve.unlink()                              # the runtime found the disk full and released it
+    room.free = 2 * MIB + 512 * 1024              # what is free now counts the released reserve
+    assert w.poll() is True and w.report()["state"] == "full"

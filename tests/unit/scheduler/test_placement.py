@@ -116,3 +116,24 @@ def test_a_draining_box_takes_no_job_but_one_that_fits_it_waits_saying_so():
     assert unplaceable([NodeSnapshot(name="box3", healthy=False)], gpus=0) == "no healthy node"
     plan = place([drained], [PendingJob(key="p/1", gpus=1)])
     assert plan.placements == () and "box2 is draining" in plan.waiting["p/1"]
+
+
+def test_a_box_whose_disk_is_full_gets_no_job_and_a_waiting_job_says_why():
+    full = NodeSnapshot(name="box2", gpus=(0,), healthy=False, trouble="disk full")
+    # the least loaded box would take a CPU job, and the only GPU is there: neither goes to it
+    plan = place([full, NodeSnapshot(name="box1", load=3)], [PendingJob(key="p/1", gpus=0),
+                                                             PendingJob(key="p/2", gpus=1)])
+    assert [(p.key, p.node) for p in plan.placements] == [("p/1", "box1")]
+    assert "box2 takes no new jobs (disk full)" in plan.waiting["p/2"]
+    alone = place([full], [PendingJob(key="p/3", gpus=0)])
+    assert alone.placements == () and alone.waiting["p/3"] == "waiting for a healthy node (box2: disk full)"
+    # it waits for the box to recover rather than being refused as hopeless
+    assert unplaceable([full], 0) is None and unplaceable([full], 1) is None
+
+
+def test_boxes_with_store_trouble_are_counted_by_it_on_a_big_cluster():
+    nodes = [NodeSnapshot(name=f"n{i}", gpus=(0,), held={0: "p/0"}) for i in range(4)]
+    nodes += [NodeSnapshot(name="f1", gpus=(0,), healthy=False, trouble="disk full"),
+              NodeSnapshot(name="f2", gpus=(0,), healthy=False, trouble="store failing")]
+    plan = place(nodes, [PendingJob(key="p/1", gpus=1)])
+    assert plan.waiting["p/1"] == "waiting for 1 GPU: no node has room (4 short of GPUs, 1 disk full, 1 store failing)"

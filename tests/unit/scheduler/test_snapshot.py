@@ -66,3 +66,10 @@ def test_the_scheduler_loads_no_io_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     loaded = set(json.loads(out.stdout))
     assert not loaded & {"asyncio", "aiohttp", "sqlite3", "msgpack", "textual", "floydd.cluster", "floydd.jobs"}
+
+
+def test_a_node_with_store_trouble_is_not_healthy_and_says_why():
+    nodes = {"a": {"name": "a", "resources": {"gpus": [0]}}, "b": {"name": "b", "resources": {}}}
+    snaps = node_snapshots(nodes, trouble={"a": "disk full"})
+    assert (snaps["a"].healthy, snaps["a"].trouble) == (False, "disk full")
+    assert (snaps["b"].healthy, snaps["b"].trouble) == (True, "")
