@@ -59,6 +59,7 @@ from floydd.cluster.archiver import Archiver
 from floydd.cluster.authz import standing
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.driver import Applied, DriverStatus, RaftDriver
+from floydd.cluster.heard import Heard
 from floydd.cluster.recover import recover as recover_log
 from floydd.cluster.state import ClusterState
 from floydd.cluster.transport import Transport, protocol_middleware
@@ -106,6 +107,10 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         self.driver = RaftDriver(self.node_id, self.state_dir / "raft.db", transport=self.transport,
                                  state=self.state, config=config, rng=rng)
         self.driver.on_apply(self._learn_addresses)
+        self.heard = Heard()
+        """When this box last heard from each node, on its monotonic clock (liveness is never
+        read from another box's wall clock: :mod:`floydd.cluster.heard`)."""
+        self.driver.on_apply(self.heard.on_apply)
         self.audit_guard = AuditGuard(node_id=self.node_id, driver=self.driver, state=self.state,
                                       propose=self._propose, folder=self.state_dir, clock=clock,
                                       retry=config.heartbeat_interval)    # the chain's evidence
@@ -269,10 +274,16 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
 
     async def nodes(self, *, stale: bool = False) -> list[dict]:
         now = self._clock()
-        return await self.driver.read(lambda s: _with_health(s, now, self.config.stale_after), stale=stale)
+        return await self.driver.read(lambda s: _with_health(s, now, self.config.stale_after,
+                                                             self.heard_ages()), stale=stale)
 
     async def datasets(self, *, stale: bool = False) -> list[dict]:
         return await self.driver.read(lambda s: s.list_datasets(), stale=stale)
+
+    def heard_ages(self) -> dict[str, float]:
+        """Node id -> seconds since this box last heard from it (its own entry applied here),
+        on this box's monotonic clock, for every node in the table (:mod:`floydd.cluster.heard`)."""
+        return self.heard.ages(self.state.nodes)
 
     def silence(self) -> dict[str, float]:
         """Leader only: node id -> seconds since this leader last heard from that member over
@@ -312,7 +323,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         """Raft membership as this node sees it, with each member's name, address and health
         (the same as ``floyd nodes`` shows: :meth:`ClusterState.node_health`)."""
         st = self.driver.status()
-        health = self.state.node_health(self._clock(), self.config.stale_after)
+        health = self.state.node_health(self._clock(), self.config.stale_after, self.heard_ages())
         out = []
         for node_id in sorted(set(st.voters) | set(st.learners) | set(self.state.nodes)):
             record = self.state.nodes.get(node_id, {})
@@ -347,8 +358,8 @@ class _Conf:
         return isinstance(node_id, str) and self._driver.in_conf(node_id)
 
 
-def _with_health(state: ClusterState, now: float, stale_after: float) -> list[dict]:
-    health = state.node_health(now, stale_after)
+def _with_health(state: ClusterState, now: float, stale_after: float, ages: Mapping[str, float]) -> list[dict]:
+    health = state.node_health(now, stale_after, ages)
     return [{**n, "health": health[n["id"]]} for n in state.list_nodes()]
 
 
