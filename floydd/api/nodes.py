@@ -55,7 +55,8 @@ async def nodes(request: web.Request) -> web.Response:
         entry = info.to_dict() if mine else _remote(node)
         entry.update(id=node["id"], name=node.get("name") or node["id"], role=roles.get(node["id"], "none"),
                      health=node_health_word(node.get("health", node.get("status"))),
-                     address=node.get("address") or (str(config.socket_path) if mine else ""))
+                     address=node.get("address") or (str(config.socket_path) if mine else ""),
+                     **service.clocks.view(node["id"]))     # its clock against the leader's (issue 21)
         held = service.state.held_gpus(node["id"])   # placements of the whole cluster
         for gpu in entry["gpus"]:
             gpu["job"] = held.get(gpu["index"])
