@@ -12,20 +12,25 @@ quiet and one running behind look gone (issue 21). Each round (:meth:`ClusterSch
     a box up (or draining) quiet for suspect_after (node_suspect_after, default 3 s)
         -> node.health suspect: nothing is placed there until the box's own next heartbeat,
            which reports its live processes (GPU fencing), makes it up again
-    a job with a part on a box that is suspect, cleanly off, or no longer in the node table,
-    and quiet for suspect_after
+    a job with a part on a box that is suspect, or no longer in the node table, and quiet
+    for suspect_after
         not started yet              -> queued again, placed elsewhere within seconds
         started                      -> unknown: it may well run on; its GPUs stay held
         unknown, and the box quiet for its lost_after
                                      -> lost (``--lost-after``, else the cluster's
                                         ``job_lost_after``); its restart policy may rerun it
+    a job on a box cleanly off (``floydd stop``)
+        the box off for less than its lost_after
+                                     -> kept as it is: its agents run on, and a box that
+                                        starts again (a restart, an upgrade) re-adopts them
+        off for its lost_after       -> lost (not started: queued again), as above
     a box that came back             -> it reports what became of its runs (the reconciler):
                                         running again, or how they ended
 
-A box stopped cleanly (``off``) is judged like one that crashed: stopped for maintenance and
-never back (the machine died), its jobs would otherwise stay ``running`` for ever. A box
-back within the window re-adopts its runs (its agents ran on); one that should stay away
-longer is drained first (``floydd drain --wait``: its jobs are done before it stops).
+So a box stopped for maintenance that never comes back (the machine died) ends in a
+decision too; its jobs no longer stay ``running`` for ever. One that should stay away longer
+than its jobs' windows is drained first (``floydd drain --wait``: its jobs are done before
+it stops).
 
 Only a leader that has led for ``suspect_after`` judges: a new leader has not heard from
 anyone yet, and counts a box's quiet from when it took over (raft) or from when it started
@@ -102,19 +107,24 @@ def judge(jobs: Iterable[dict], nodes: Mapping[str, dict], troubled: Mapping[str
         # the run is unknown (its other parts run on, or fail when their peers vanish)
         started = job["state"] in ("running", "unknown") or any(p["state"] != "starting" for p in parts)
         fields: dict = {"attempt": job["attempts"], "silent": silent}
-        off = all((nodes.get(nid) or {}).get("status") == "off" for nid in silent)
-        if not started:
-            fields.update(state="queued", reason=f"box {name} went {'off' if off else 'silent'} before the job started")
-        elif job["state"] != "unknown":
-            fields.update(state="unknown", reason=f"box {name} is {'stopped (off)' if off else 'out of touch'}; "
-                                                  f"the job may still run there")
-        else:
-            window, for_s = _window(job, lost_after), max(troubled[nid] for nid in silent)
+        window, for_s = _window(job, lost_after), max(troubled[nid] for nid in silent)
+        took = "" if for_s == _NEVER else f" for {_seconds(for_s)}"
+        if all((nodes.get(nid) or {}).get("status") == "off" for nid in silent):
+            # stopped cleanly: its agents run on and it re-adopts them when it starts again (a
+            # restart, an upgrade), so its jobs stay as they are until the window has passed
             if for_s < window:
                 continue
-            how = "stopped (off) and not back" if off else "out of touch"
-            took = "" if for_s == _NEVER else f" for {_seconds(for_s)}"
-            fields.update(state="lost", reason=f"box {name} was {how}{took} "
+            fields.update(state="lost" if started else "queued",
+                          reason=f"box {name} was stopped (off) and not back{took} "
+                                 f"(the job's lost-after window is {_seconds(window)})")
+        elif not started:
+            fields.update(state="queued", reason=f"box {name} went silent before the job started")
+        elif job["state"] != "unknown":
+            fields.update(state="unknown", reason=f"box {name} is out of touch; the job may still run there")
+        else:
+            if for_s < window:
+                continue
+            fields.update(state="lost", reason=f"box {name} was out of touch{took} "
                                                f"(the job's lost-after window is {_seconds(window)})")
         out.append((job["id"], fields))
     return out

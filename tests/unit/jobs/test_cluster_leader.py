@@ -187,7 +187,8 @@ async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_unkn
 
 async def test_a_box_stopped_cleanly_keeps_its_jobs_within_their_window_and_loses_them_past_it():
     """Stopped for maintenance and never back (issue 21): its jobs are not ``running`` for
-    ever; the window runs from the box's ``off`` as the leader heard it."""
+    ever; the window runs from the box's ``off`` as the leader heard it. Within it they are
+    left as they are (a restart or an upgrade re-adopts them)."""
     cluster = FakeCluster()
     cluster.node("n1", "box-a")
     cluster.node("n2", "box-b", gpus=[0])
@@ -200,12 +201,10 @@ async def test_a_box_stopped_cleanly_keeps_its_jobs_within_their_window_and_lose
     cluster.now += 2                                        # within suspect_after: left alone
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     assert cluster.state.jobs[key]["state"] == "running"
-    cluster.now += 57                                       # off for 59 s: unknown, its GPU held
+    cluster.now += 57                                       # off for 59 s: kept (a restart re-adopts it)
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
-    job = cluster.state.jobs[key]
-    assert (job["state"], cluster.state.held_gpus("n2")) == ("unknown", {0: key})
-    assert "box-b is stopped (off)" in job["reason"]
+    assert (cluster.state.jobs[key]["state"], cluster.state.held_gpus("n2")) == ("running", {0: key})
     cluster.now += 2                                        # off for 61 s: lost, rerun by its policy
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     job = cluster.state.jobs[key]
@@ -255,3 +254,21 @@ async def test_a_box_settles_its_part_of_a_gang_that_ended_before_the_part_start
         assert cluster.state.jobs[key]["reason"] == "rank 0 on box-b failed: exit code 1"
     finally:
         records.close()
+
+
+def test_judging_an_off_box_keeps_every_job_until_its_window_then_requeues_or_loses_it():
+    from floydd.jobs import outages
+    nodes = {"n2": {"id": "n2", "name": "box-b", "status": "off"}, "n3": {"id": "n3", "name": "box-c",
+                                                                          "status": "suspect"}}
+    spec = {"restart": {"policy": "on-lost", "lost_after": 20}}
+    jobs = [{"id": "p/1", "state": "running", "attempts": 1, "node": "n2", "spec": spec},
+            {"id": "p/2", "state": "starting", "attempts": 1, "node": "n2", "spec": spec},
+            {"id": "p/3", "state": "running", "attempts": 1, "node": "n3", "spec": spec}]
+    assert outages.troubled(nodes, ["n2", "n3"], {"n2": 2.0, "n3": 2.0}, 3.0) == {}       # not quiet long enough
+    early = dict(outages.judge(jobs, nodes, {"n2": 19.0, "n3": 19.0}, 300.0))
+    assert set(early) == {"p/3"} and early["p/3"]["state"] == "unknown"   # the suspect box's job only
+    late = dict(outages.judge(jobs, nodes, {"n2": 21.0}, 300.0))
+    assert (late["p/1"]["state"], late["p/2"]["state"]) == ("lost", "queued")
+    assert late["p/1"]["reason"] == "box box-b was stopped (off) and not back for 21s (the job's lost-after " \
+                                    "window is 20s)"
+    assert outages.judge(jobs[:1], {}, {"n2": float("inf")}, 300.0)[0][1]["state"] == "unknown"   # removed box
