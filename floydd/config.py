@@ -150,11 +150,16 @@ class Config:
     """Seconds a job's box may be out of touch (the job ``unknown``) before the leader
     declares the run lost and the job's restart policy decides (``floyd run --lost-after``
     overrides it per job). An outage shorter than this is not a failure: a box that comes back
-    with the job still running simply carries on. A box that shut down cleanly keeps its jobs."""
+    with the job still running simply carries on. A box stopped cleanly (``off``) is judged
+    the same way from when it stopped (drain it first: ``floydd drain --wait``)."""
     node_suspect_after: float = 3.0
     """Seconds the leader may go without hearing from a box before it marks it ``suspect``:
     nothing new is placed there, its jobs not yet started are placed elsewhere, its running
     ones become ``unknown``."""
+    max_clock_skew: float = 30.0
+    """Seconds this box's wall clock may be from the cluster leader's before ``floyd nodes``,
+    ``floydd members`` and ``floydd status`` flag it and it is logged at WARNING (once per
+    episode). Liveness and ``--lost-after`` never read wall clocks; people and TLS do."""
     checkpoint_interval: float = 60.0
     """Seconds between snapshots of a running job's ``/output``, published as versions of its
     output so that a rerun (after its box was lost for good) starts from them; 0 turns them

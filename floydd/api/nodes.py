@@ -57,7 +57,8 @@ async def nodes(request: web.Request) -> web.Response:
         entry.update(id=node["id"], name=node.get("name") or node["id"], role=roles.get(node["id"], "none"),
                      health=storehealth.health_word(node_health_word(node.get("health", node.get("status"))), node),
                      store_why=storehealth.why(node),
-                     address=node.get("address") or (str(config.socket_path) if mine else ""))
+                     address=node.get("address") or (str(config.socket_path) if mine else ""),
+                     **service.clocks.view(node["id"]))     # its clock against the leader's (issue 21)
         held = service.state.held_gpus(node["id"])   # placements of the whole cluster
         for gpu in entry["gpus"]:
             gpu["job"] = held.get(gpu["index"])

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from floydd.cli.common import echo_json, fail, handle_errors
+from floydd.cli.clocks import clock_column, skew_warnings
 from floydd.client import Client
 from floydd.config import load
 from floydd.errors import Conflict, InvalidSpec, UserError
@@ -238,7 +239,9 @@ def members(state_dir, as_json) -> None:
         here = "  (this node)" if m["id"] == data["node_id"] else ""
         expires = f"cert until {_when(m['cert_expires'], '%Y-%m-%d %H:%M:%S')}" if m.get("cert_expires") else "cert -"
         click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['health']:<8} "
-                   f"{m.get('version') or '-':<7} {expires}{here}")
+                   f"{m.get('version') or '-':<7} {expires}  {clock_column(m)}{here}")
+    for line in skew_warnings(data["members"]):
+        click.echo(line, err=True)
     for m in data["members"]:
         if m.get("store_why"):
             click.echo(f"  {m['name'] or m['id']}: {m['store_why']}; no new copies or jobs go there until it recovers")

@@ -13,6 +13,7 @@ import click
 import floydd
 from floydd.cli import cluster
 from floydd.cli.audit import make_audit
+from floydd.cli.clocks import clock_column, skew_warnings
 from floydd.cli.people import make_user
 from floydd.cli.common import echo_json, handle_errors, human_duration
 from floydd.client import Client
@@ -88,7 +89,9 @@ def status(state_dir, config_file, system, as_json) -> None:
         click.echo(f"warning: {line}", err=True)
     for n in nodes:
         click.echo(f"node {n['name']}  {n['role']}  {n['health']}  {n['cpus']} CPUs  {len(n['gpus'])} GPUs "
-                   f"({n['gpu_source']})  running jobs: {info['running']}")
+                   f"({n['gpu_source']})  running jobs: {info['running']}  {clock_column(n)}")
+    for line in skew_warnings(nodes):
+        click.echo(line, err=True)
 
 
 @cli.command()

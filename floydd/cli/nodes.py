@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from floydd.cli.clocks import clock_column, skew_warnings
 from floydd.cli.common import STALE, connect, echo_json, handle_errors, human_bytes
 
 __all__ = ["nodes"]
@@ -22,7 +23,7 @@ def nodes(as_json: bool, stale: bool) -> None:
     for n in listing:
         click.echo(f"{n['name']}  {n['role']}  {n['health']}  {n['cpus']} CPUs ({n['cpu_percent']:.0f}% busy)  "
                    f"RAM {human_bytes(n['memory_total'] - n['memory_available'])}/{human_bytes(n['memory_total'])}  "
-                   f"disk free {human_bytes(n['disk_free'])}/{human_bytes(n['disk_total'])}")
+                   f"disk free {human_bytes(n['disk_free'])}/{human_bytes(n['disk_total'])}  {clock_column(n)}")
         if n.get("store_why"):
             click.echo(f"  {n['store_why']}: no new copies or jobs go here until it recovers")
         if not n["gpus"]:
@@ -34,6 +35,8 @@ def nodes(as_json: bool, stale: bool) -> None:
             click.echo(f"  GPU {g['index']}  {g['name']}  mem {human_bytes(g['memory_used'])}/"
                        f"{human_bytes(g['memory_total'])}  util {util}  {temp}  {power}  "
                        f"{_holder(g)}")
+    for line in skew_warnings(listing):
+        click.echo(line, err=True)
 
 
 def _holder(gpu: dict) -> str:

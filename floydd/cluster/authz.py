@@ -28,7 +28,7 @@ What it reads of a command::
     node.upsert, .cert   the node itself (from level 3, not one whose recorded certificate is
                          revoked: a cancelled join or a removed box, until a new join)
     node.health          the node itself; the leader: suspect (it lost touch with the box);
-                         audit_head: the node itself only
+                         audit_head, clock: the node itself only
     node.remove          an admin's command (floydd remove, with user); else the node itself
                          (floydd leave) or the leader
     job.submit           any member, as the job's origin box
@@ -214,6 +214,9 @@ def _node_health(state, cmd, proposer, leader) -> None:
     if "audit_head" in cmd and cmd["id"] != proposer:
         raise Forbidden(f"{_box(state, proposer)} may not say {_box(state, cmd['id'])}'s audit chain head",
                         code="not_its_own", hint="a box says only its own chain's head")
+    if "clock" in cmd and cmd["id"] != proposer:
+        raise Forbidden(f"{_box(state, proposer)} may not say how {_box(state, cmd['id'])}'s clock stands",
+                        code="not_its_own", hint="a box measures only its own clock")
 
 
 def _node_remove(state, cmd, proposer, leader) -> None:

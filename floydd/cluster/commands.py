@@ -16,7 +16,9 @@ turn it into the bytes of a raft entry. Nothing is pickled.
                           procs? (its live runs: [{job, attempt, gpus}]);
                           or the leader's status suspect (lost touch);
                           audit_head? ({seq, hash}: its audit chain's newest
-                          entry, level 3: floydd.cluster.audit_evidence)
+                          entry, level 3: floydd.cluster.audit_evidence);
+                          clock? ({offset, rtt}: its clock against the
+                          leader's, level 3: floydd.cluster.clockskew)
     node.remove           id, user? (an operator's floydd remove)           tombstone
     job.submit            idem_key, project, spec, origin?, user?, number?  idem_key
                           (number: a box's queued job from before it had a
@@ -120,7 +122,7 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
                     "resources": (_DICT, False), "labels": (_DICT, False), "rejoin": (_BOOL, False),
                     "procs": (_LIST, False), "config": (_STR, False)},
     "node.health": {"id": (_STR, True), "status": (_STR, True), "usage": (_DICT, False), "procs": (_LIST, False),
-                    "audit_head": (_DICT, False)},
+                    "audit_head": (_DICT, False), "clock": (_DICT, False)},
     "node.remove": {"id": (_STR, True), "user": (_STR, False)},
     "job.submit": {"idem_key": (_STR, True), "project": (_STR, True), "spec": (_DICT, True),
                    "origin": (_STR, False), "user": (_STR, False), "number": (_INT, False)},
@@ -255,6 +257,10 @@ def check(command: object) -> dict[str, Any]:
     if head is not None and (set(head) != {"seq", "hash"} or type(head["seq"]) is not int or head["seq"] < 0
                              or not isinstance(head["hash"], str) or not _HEX64.fullmatch(head["hash"])):
         raise InvalidSpec("node.health: audit_head is {seq: n >= 0, hash: 64 hex digits}")
+    clock = command.get("clock") if op == "node.health" else None
+    if clock is not None and (set(clock) != {"offset", "rtt"} or not all(
+            type(v) in (int, float) and abs(v) < 1e10 for v in clock.values()) or clock["rtt"] < 0):
+        raise InvalidSpec("node.health: clock is {offset: seconds, rtt: seconds >= 0}")
     return command
 
 

@@ -63,6 +63,11 @@ class ClusterConfig:
     not yet started are placed elsewhere and its running ones become ``unknown``
     (:mod:`floydd.jobs.outages`)."""
 
+    max_clock_skew: float = 30.0
+    """Seconds a box's wall clock may be from the leader's before it is flagged (``floyd
+    nodes``, ``floydd members``, ``floydd status``) and logged at WARNING once
+    (:mod:`floydd.cluster.clockskew`). No decision reads it: liveness is monotonic."""
+
     rejoin_interval: float = 2.0
     """Seconds without a leader after which a node asks its peers to add it back as a learner
     (after a restart that followed a clean leave, or a removal by autopilot)."""

@@ -150,7 +150,8 @@ class ClusterDatasets:
 
     def liveness(self) -> Liveness:
         """This node's judgement of holders and takers, now (:mod:`floydd.cluster.replicas`)."""
-        return Liveness(now=self._clock(), grace=self.grace, fresh=self.cluster.config.stale_after)
+        return Liveness(now=self._clock(), grace=self.grace, fresh=self.cluster.config.stale_after,
+                        ages=self.cluster.heard_ages())     # this box's monotonic clock (issue 21)
 
     async def resolve(self, ref: str) -> dict:
         """``NAME``, ``NAME:N`` or ``NAME:latest`` -> the version (name, version, ref, tree,

@@ -1,9 +1,9 @@
 """Which copies of a dataset version count, and which nodes make the missing ones (DESIGN §5b).
 
-Pure (STYLE 2): the committed node table, a version's holders and a clock reading in; lists
-and words out. Every node judges from the same committed state (a heartbeat is a
-``node.health`` entry stamped by its sender) and its own clock, as the leader judges silent
-nodes for jobs, so clocks are assumed to agree within a few seconds.
+Pure (STYLE 2): the committed node table, a version's holders and each node's age in; lists
+and words out. Every node judges from the same committed state and how long ago it heard
+from each node on its own monotonic clock (:attr:`Liveness.ages`), as the leader judges
+silent nodes for jobs: no box's wall clock is compared with another's.
 
 A holder **counts** while it is in the node table, not marked ``down``, and was heard from
 within ``grace`` seconds (:attr:`Liveness.grace`, the daemon's ``replica_grace``): a crash, a
@@ -54,6 +54,11 @@ class Liveness:
     now: float
     grace: float
     fresh: float
+    ages: Mapping[str, float] | None = None
+    """Node id -> seconds since this box heard from it, on its own monotonic clock
+    (:mod:`floydd.cluster.heard`); None: ``now`` minus the node's last heartbeat ``ts``,
+    which only agrees across boxes whose clocks do (issue 21: a box 10 minutes behind
+    looked silent to all and got third copies of everything it held)."""
 
     def holds(self, node: dict | None) -> bool:
         """Does a copy on ``node`` count?"""
@@ -69,6 +74,8 @@ class Liveness:
         return node is not None and node.get("status") == "up" and self._age(node) <= self.fresh
 
     def _age(self, node: dict) -> float:
+        if self.ages is not None and node.get("id") in self.ages:
+            return self.ages[node["id"]]
         return self.now - node.get("last_heartbeat", 0.0)
 
 

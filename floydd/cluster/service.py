@@ -57,8 +57,10 @@ from floydd.cluster.audit_db import SqliteAudit
 from floydd.cluster.audit_guard import AuditGuard
 from floydd.cluster.archiver import Archiver
 from floydd.cluster.authz import standing
+from floydd.cluster.clockwatch import ClockWatch
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.driver import Applied, DriverStatus, RaftDriver
+from floydd.cluster.heard import Heard
 from floydd.cluster.recover import recover as recover_log
 from floydd.cluster.state import ClusterState
 from floydd.cluster.transport import Transport, protocol_middleware
@@ -106,6 +108,13 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         self.driver = RaftDriver(self.node_id, self.state_dir / "raft.db", transport=self.transport,
                                  state=self.state, config=config, rng=rng)
         self.driver.on_apply(self._learn_addresses)
+        self.heard = Heard()
+        """When this box last heard from each node, on its monotonic clock (liveness is never
+        read from another box's wall clock: :mod:`floydd.cluster.heard`)."""
+        self.driver.on_apply(self.heard.on_apply)
+        self.clocks = ClockWatch(node_id=self.node_id, driver=self.driver, state=self.state,
+                                 limit=config.max_clock_skew, timeout=min(2.0, config.heartbeat_interval),
+                                 clock=clock)     # this box's clock against the leader's (issue 21)
         self.audit_guard = AuditGuard(node_id=self.node_id, driver=self.driver, state=self.state,
                                       propose=self._propose, folder=self.state_dir, clock=clock,
                                       retry=config.heartbeat_interval)    # the chain's evidence
@@ -118,6 +127,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         self._tasks: set[asyncio.Task] = set()
         self._runner: web.AppRunner | None = None
         self._announced = False
+        self._said_off = False
 
     # -- the node-to-node listener --------------------------------------------------------------
 
@@ -196,16 +206,28 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         self._spawn(self.audit_guard.check_at_start(), f"cluster-audit-check-{self.node_id[:6]}")
         self._spawn(Archiver(self, clock=self._clock).run(), f"cluster-archiver-{self.node_id[:6]}")
 
+    async def say_off(self, timeout: float | None = None) -> bool:
+        """Tell the cluster this box is stopping cleanly (``off``: its jobs are judged from now
+        on, :mod:`floydd.jobs.outages`), once; the daemon says it first thing on a clean stop,
+        before its other parts close (they can hold the loop up for longer than the leader's
+        ``suspect_after``). True once said."""
+        if self._said_off or not self.driver.running:
+            return self._said_off
+        await self._cancel_tasks()      # no heartbeat saying "up" after it
+        try:
+            await self._propose({"op": "node.health", "id": self.node_id, "status": "off"},
+                                timeout=timeout or min(3.0, self.config.leave_timeout))
+            self._said_off = True
+        except FloyddError as exc:
+            _log.info("[%s] could not mark this node off: %s", self.node_id, exc)
+        return self._said_off
+
     async def close(self, *, leave: bool = True) -> None:
-        """Stop. With ``leave`` (a clean shutdown) first hand over leadership and leave the
-        voters, so the rest keep their quorum."""
+        """Stop. With ``leave`` (a clean shutdown) first say ``off`` (unless said already) and
+        hand over leadership and leave the voters, so the rest keep their quorum."""
         await self._cancel_tasks()      # no re-joining as a learner while leaving
         if leave and self.driver.running:
-            try:
-                await self._propose({"op": "node.health", "id": self.node_id, "status": "off"},
-                                    timeout=min(1.0, self.config.leave_timeout))
-            except FloyddError as exc:
-                _log.info("[%s] could not mark this node off: %s", self.node_id, exc)
+            await self.say_off()
             try:
                 await self.driver.transfer_leadership_and_leave()
             except FloyddError as exc:
@@ -269,10 +291,16 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
 
     async def nodes(self, *, stale: bool = False) -> list[dict]:
         now = self._clock()
-        return await self.driver.read(lambda s: _with_health(s, now, self.config.stale_after), stale=stale)
+        return await self.driver.read(lambda s: _with_health(s, now, self.config.stale_after,
+                                                             self.heard_ages()), stale=stale)
 
     async def datasets(self, *, stale: bool = False) -> list[dict]:
         return await self.driver.read(lambda s: s.list_datasets(), stale=stale)
+
+    def heard_ages(self) -> dict[str, float]:
+        """Node id -> seconds since this box last heard from it (its own entry applied here),
+        on this box's monotonic clock, for every node in the table (:mod:`floydd.cluster.heard`)."""
+        return self.heard.ages(self.state.nodes)
 
     def silence(self) -> dict[str, float]:
         """Leader only: node id -> seconds since this leader last heard from that member over
@@ -312,7 +340,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         """Raft membership as this node sees it, with each member's name, address and health
         (the same as ``floyd nodes`` shows: :meth:`ClusterState.node_health`)."""
         st = self.driver.status()
-        health = self.state.node_health(self._clock(), self.config.stale_after)
+        health = self.state.node_health(self._clock(), self.config.stale_after, self.heard_ages())
         out = []
         for node_id in sorted(set(st.voters) | set(st.learners) | set(self.state.nodes)):
             record = self.state.nodes.get(node_id, {})
@@ -327,6 +355,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
                         "cert_expires": (self.state.trust.certs.get(node_id) or {}).get("not_after"),
                         "version": (record.get("labels") or {}).get(versions.VERSION_LABEL, "0.1.x") if record else None,
                         "protocol": versions.node_protocol(record) if record else None,
+                        **self.clocks.view(node_id),
                         **self.audit_guard.view(node_id)})
         return out
 
@@ -348,8 +377,8 @@ class _Conf:
         return isinstance(node_id, str) and self._driver.in_conf(node_id)
 
 
-def _with_health(state: ClusterState, now: float, stale_after: float) -> list[dict]:
-    health = state.node_health(now, stale_after)
+def _with_health(state: ClusterState, now: float, stale_after: float, ages: Mapping[str, float]) -> list[dict]:
+    health = state.node_health(now, stale_after, ages)
     return [{**n, "health": health[n["id"]]} for n in state.list_nodes()]
 
 

@@ -56,6 +56,8 @@ class NodeCommands:
             node["procs"] = cmd["procs"]
         if "audit_head" in cmd:              # compared with each box's own chain (audit_guard)
             node["audit_head"] = cmd["audit_head"]
+        if "clock" in cmd:                   # its clock against the leader's (only shown: clockskew)
+            node["clock"] = cmd["clock"]
 
     def _node_remove(self, cmd: dict, term: int) -> None:
         """Tombstone the node and revoke the certificates recorded for it (its current and

@@ -11,7 +11,7 @@ Mixed into :class:`~floydd.cluster.state.ClusterState`; pure, like the rest of i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import msgpack
 
@@ -47,10 +47,14 @@ class Queries:
     def list_datasets(self) -> list[dict]:
         return copy_of([v for d in self.datasets.values() for v in d["versions"].values()])
 
-    def node_health(self, now: float, stale_after: float) -> dict[str, str]:
+    def node_health(self, now: float, stale_after: float, ages: Mapping[str, float] | None = None) -> dict[str, str]:
         """Each node's status (``suspect``: the leader lost touch with it), ``stale`` when it
-        says it is up but its last heartbeat is older than ``stale_after``."""
-        return {nid: ("stale" if n["status"] == "up" and now - n["last_heartbeat"] > stale_after
+        says it is up but was last heard from over ``stale_after`` seconds ago: by ``ages``
+        (node id -> seconds, this box's monotonic clock: :class:`floydd.cluster.heard.Heard`)
+        when given, else by its last heartbeat's ``ts`` against ``now`` (same clock only)."""
+        def age(nid: str, n: dict) -> float:
+            return ages[nid] if ages is not None and nid in ages else now - n["last_heartbeat"]
+        return {nid: ("stale" if n["status"] == "up" and age(nid, n) > stale_after
                       else n["status"]) for nid, n in self.nodes.items()}
 
     def query(self, name: str, args: dict | None = None) -> Any:

@@ -50,7 +50,7 @@ from floydd.errors import (Conflict, FloyddError, InternalError, InvalidSpec, No
                            UserError, from_payload)
 from floydd.security.identity import NodeIdentity
 from floydd.cluster.snapshot_stream import SNAPSHOT_PATH, SnapshotSink, SnapshotStreamMixin
-from floydd.security.tls import PEER_STANDING, client_context, peer_node_id
+from floydd.security.tls import PEER_STANDING, client_context, peer_node_id, time_trouble
 
 __all__ = ["Transport", "Receiver", "RAFT_PATH", "PROPOSE_PATH", "READ_PATH", "SNAPSHOT_PATH", "MSGPACK",
            "error_response"]
@@ -87,6 +87,8 @@ class Transport(SnapshotStreamMixin):
         self.on_peer: Callable[[str, str], None] | None = None
         """Called with (node id, address) whenever a peer's address is learnt or changes."""
         self._identity = identity
+        self._time_warned: set[str] = set()
+        """Peers a TLS failure due to certificate dates was logged for (until a send succeeds)."""
         self._ssl: dict[bool, ssl.SSLContext] = {}
         self._queue_size, self._max_batch = queue_size, max_batch
         self._backoff, self._timeout = backoff, request_timeout
@@ -189,11 +191,13 @@ class Transport(SnapshotStreamMixin):
                 raise
             except Exception as exc:
                 _log.debug("[%s] sending %d messages to %s failed: %s", self.node_id, len(batch), peer, exc)
+                self._time_trouble(peer, exc)
                 self._lost(peer, batch)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._backoff[1])
                 continue
             delay = self._backoff[0]
+            self._time_warned.discard(peer)
             self.sent_batches += 1
             if self._receiver is not None:
                 for m in batch:
@@ -213,6 +217,14 @@ class Transport(SnapshotStreamMixin):
                                        timeout=aiohttp.ClientTimeout(total=self._timeout)) as resp:
             if resp.status != 204:
                 raise Unavailable(f"{peer} answered HTTP {resp.status}: {(await resp.text())[:200]}")
+
+    def _time_trouble(self, peer: str, exc: BaseException) -> None:
+        """A TLS failure caused by a certificate's dates (clocks apart): WARNING, once per peer
+        until a send to it succeeds again (issue 21: it was an INFO line among many)."""
+        why = time_trouble(exc)
+        if why is not None and peer not in self._time_warned:
+            self._time_warned.add(peer)
+            _log.warning("[%s] TLS with %s failed: %s", self.node_id, peer, why)
 
     def _lost(self, peer: str, batch: list[Message]) -> None:
         receiver = self._receiver
@@ -257,6 +269,7 @@ class Transport(SnapshotStreamMixin):
                 raw = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            self._time_trouble(peer or address, exc)
             raise Unavailable(f"{peer or address} did not answer: {type(exc).__name__}: {exc}",
                               hint="retry; the request is idempotent") from exc
         try:

@@ -11,7 +11,9 @@ One task per node (:meth:`_keep_membership`) wakes every half of the shorter of
     heartbeat due, marked suspect, or beat_soon               -> node.health (up | draining,
                                                                  usage, live runs: ``procs``,
                                                                  from level 3 its audit chain's
-                                                                 head: ``audit_head``)
+                                                                 head: ``audit_head``, and its
+                                                                 clock against the leader's,
+                                                                 measured just before: ``clock``)
 
 A refusal that says this node was removed ends the task; any other failure is logged and
 tried again on the next round. The cluster's level (:mod:`floydd.cluster.versions`) is
@@ -82,6 +84,9 @@ class UpkeepMixin:
                     head = self.state.audit.head() if versions.at_least(self.state, 3) else None
                     if head is not None:                     # compared by each box (floydd.cluster.audit_guard)
                         beat["audit_head"] = head.wire()
+                    clock = await self.clocks.measure() if versions.at_least(self.state, 3) else None
+                    if clock is not None:                    # shown, never decided on (floydd.cluster.clockskew)
+                        beat["clock"] = clock.wire()
                     await self._propose(beat, timeout=self.config.heartbeat_interval)
             except Conflict as exc:
                 _log.error("[%s] %s (%s)", self.node_id, exc, exc.hint)

@@ -58,7 +58,8 @@ needs no level: it is proposed only once every box speaks the one it names (its 
 _NEW_FIELDS: Mapping[int, Mapping[str, tuple[str, ...]]] = {
     2: {"node.upsert": ("config",), "dataset.add_version": ("visibility",)},
     3: {
-        "node.health": ("audit_head",),                   # its audit chain's head (audit_evidence)
+        "node.health": ("audit_head",                     # its audit chain's head (audit_evidence)
+                        "clock"),                         # its clock against the leader's (clockskew, issue 21)
         # sign-in (issue 20): where a login name acts, whom a join token signs in, a token's key,
         # and the personal token's signature (auth) on every op made for a person
         "person.add": ("boxes", "every_box", "auth"), "token.create": ("sign_in", "auth"),

@@ -65,6 +65,7 @@ async def control_ctx(app: web.Application):
         return {**(inventory.latest.to_dict() if inventory.latest else {}), "store": store_watch.report()}
     timing = replace(DEFAULT_CLUSTER_CONFIG, heartbeat_interval=config.cluster_heartbeat,
                      stale_after=4 * config.cluster_heartbeat, suspect_after=config.node_suspect_after,
+                     max_clock_skew=config.max_clock_skew,
                      archive_after=config.archive_after, archive_keep=config.archive_keep,
                      snapshot_every=config.raft_snapshot_every,
                      archive_interval=min(10.0, max(0.5, config.archive_after / 4)))
@@ -116,6 +117,7 @@ async def control_ctx(app: web.Application):
     app[keys.CLUSTER] = service
     app[keys.DATASETS] = datasets
     yield
+    await service.say_off()         # first: the leader judges this box's jobs from its clean stop
     if keeper is not None:
         await keeper.close()
     if discovery is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from floydd import log
 from floydd.cluster.storehealth import trouble
@@ -35,10 +35,15 @@ REPORT_TIMEOUT = 5.0
 
 
 class ClusterScheduler:
-    def __init__(self, cluster, *, lost_after: float = 60.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cluster, *, lost_after: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 ages: Callable[[], Mapping[str, float]] | None = None) -> None:
         self.cluster = cluster
         self.lost_after = lost_after
         self._clock = clock
+        self._ages = ages
+        """Node id -> seconds since this box last heard from it, on its monotonic clock
+        (:meth:`ClusterService.heard_ages <floydd.cluster.service.ClusterService.heard_ages>`);
+        None (tests, benchmarks over a bare state): from the heartbeats' ``ts`` and ``clock``."""
         self.wake_event = asyncio.Event()
         self.leading_since: float | None = None
         """When this node became leader as this loop saw it (None: it does not lead)."""
@@ -71,7 +76,7 @@ class ClusterScheduler:
         state = self.cluster.state
         return node_snapshots(state.nodes, held={nid: state.held_gpus(nid) for nid in state.nodes},
                               load={nid: state.node_load(nid) for nid in state.nodes},
-                              health=state.node_health(now, self.cluster.config.stale_after),
+                              health=state.node_health(now, self.cluster.config.stale_after, self.ages(now)),
                               set_aside={nid: state.set_aside(nid) for nid in state.nodes},
                               trouble={nid: trouble(n) for nid, n in state.nodes.items() if trouble(n)})
 
@@ -103,25 +108,34 @@ class ClusterScheduler:
                 _log.info("placing %s on %s refused: %s", key, ", ".join(p.node for p in parts), exc)
                 self.wake()
 
+    def ages(self, now: float) -> Mapping[str, float]:
+        """Node id -> seconds since this box last heard from the node (see ``ages``)."""
+        if self._ages is not None:
+            return self._ages()
+        return {nid: now - n.get("last_heartbeat", 0.0) for nid, n in self.cluster.state.nodes.items()}
+
     async def give_up_on_silent_nodes(self, now: float) -> None:
         """Judge the boxes this leader lost touch with (:mod:`floydd.jobs.outages`): mark them
-        suspect; their jobs not yet started go back to the queue, their started ones become
-        ``unknown``, and ``lost`` once silent past the job's window. Only a leader that has
-        led for ``suspect_after`` judges: a new leader has not heard from anyone yet."""
+        suspect; the jobs on boxes suspect, cleanly off or removed that were not started yet
+        go back to the queue, their started ones become ``unknown``, and ``lost`` once the box
+        has been quiet past the job's window, all on this leader's monotonic clock. Only a
+        leader that has led for ``suspect_after`` judges: a new leader has not heard from
+        anyone yet."""
         suspect_after = self.cluster.config.suspect_after
         if self.leading_since is None or now - self.leading_since < suspect_after:
             return
-        state, silence = self.cluster.state, self.cluster.silence()
-        for nid in outages.suspects(state.nodes, silence, suspect_after, now):
+        state = self.cluster.state
+        quiet = outages.quiet(state.nodes, self.cluster.silence(), self.ages(now))
+        for nid in outages.suspects(state.nodes, quiet, suspect_after):
             try:
                 await self.cluster.suspect(nid, timeout=REPORT_TIMEOUT)
                 _log.warning("box %s is out of touch: suspect", state.nodes[nid]["name"])
             except FloyddError as exc:
                 _log.info("marking %s suspect: %s", nid, exc)
-        troubled = outages.troubled(state.nodes, state.busy_nodes(), silence, suspect_after)
+        troubled = outages.troubled(state.nodes, state.busy_nodes(), quiet, suspect_after)
         if not troubled:
             return                                  # the usual round: no look at the jobs
-        for key, fields in outages.judge(list(state.jobs.values()), state.nodes, troubled, now, self.lost_after):
+        for key, fields in outages.judge(list(state.jobs.values()), state.nodes, troubled, self.lost_after):
             try:
                 await self.cluster.leader_update_job(key, timeout=REPORT_TIMEOUT, **fields)   # fenced
                 _log.warning("job %s: %s", key, fields["reason"])

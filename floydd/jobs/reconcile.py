@@ -311,7 +311,8 @@ class Reconciler:
         if await asyncio.to_thread(self.local.has_tree, ObjectId.from_hex(tree)):
             return
         fresh = self.cluster.config.stale_after
-        nodes = ranked_sources(self.cluster.state.nodes, likely, Liveness(now=time.time(), grace=fresh, fresh=fresh),
+        nodes = ranked_sources(self.cluster.state.nodes, likely, Liveness(now=time.time(), grace=fresh, fresh=fresh,
+                                                                           ages=self.cluster.heard_ages()),
                                skip=self.node_id)
         await self._fetch_tree(self.store, tree, nodes)
 

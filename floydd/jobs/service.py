@@ -91,7 +91,7 @@ class JobService:
         self.reconciler = Reconciler(cluster=cluster, local=self.local, runtime=runtime, store=store,
                                      fetch_tree=fetch_tree, node_name=config.node_name,
                                      checkpoint_interval=config.checkpoint_interval)
-        self.scheduler = ClusterScheduler(cluster, lost_after=lost_after, clock=clock)
+        self.scheduler = ClusterScheduler(cluster, lost_after=lost_after, ages=cluster.heard_ages)   # monotonic
         self.waiting = WaitingReasons(cluster, self.scheduler)
         self.uploads = CodeUploads()
         """Code folders people sent to this box (``POST /v1/code``), by handle."""

@@ -43,8 +43,11 @@ log = logging.getLogger("floydd.security")
 
 CA_VALIDITY = dt.timedelta(days=3650)
 NODE_VALIDITY = dt.timedelta(days=365)
-CLOCK_SKEW = dt.timedelta(minutes=5)
-"""Certificates start this long before they are made, so a peer whose clock lags still accepts them."""
+CLOCK_SKEW = dt.timedelta(hours=1)
+"""Certificates start this long before they are made, so a peer whose clock lags the issuer's
+(or an issuer whose clock runs ahead) still accepts them: boxes whose clocks differ by up to
+an hour still shake hands (issue 21; ``floydd members`` shows each box's offset and flags one
+past ``max_clock_skew``). Expiry has no such leeway: certificates are renewed long before."""
 MAX_ADDRESSES = 32
 
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address

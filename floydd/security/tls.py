@@ -29,8 +29,8 @@ from floydd.security._x509 import fingerprint_of_der, node_id_of_cert
 from floydd.security.identity import NodeIdentity
 
 __all__ = ["server_context", "api_server_context", "client_context", "peer_node_id", "peer_certificate", "check_peer",
-           "require_peer_cert", "fingerprint_of_der", "CLUSTER_PREFIX", "OPEN_ROUTES", "JOINING_ROUTES",
-           "PEER_STANDING"]
+           "require_peer_cert", "fingerprint_of_der", "time_trouble", "CLUSTER_PREFIX", "OPEN_ROUTES",
+           "JOINING_ROUTES", "PEER_STANDING"]
 
 log = logging.getLogger("floydd.security")
 
@@ -175,6 +175,34 @@ def require_peer_cert(prefix: str = CLUSTER_PREFIX, exempt: Iterable[str] = OPEN
         return await handler(request)
 
     return peer_cert_middleware
+
+
+def time_trouble(exc: BaseException) -> str | None:
+    """If ``exc`` (from a TLS connection, as aiohttp or ssl raise it) failed because a
+    certificate was not valid *yet or any more* by someone's clock, say so in words (the
+    caller logs it at WARNING: a skewed clock looks like a broken trust otherwise); else None.
+    Certificates start an hour before they are made (:data:`floydd.security.ca.CLOCK_SKEW`),
+    so this means clocks more than that apart, or a certificate that was not renewed."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, ssl.SSLCertVerificationError) and err.verify_code in _TIME_CODES:
+            return (f"the peer's certificate {_TIME_CODES[err.verify_code]} by this box's clock: compare the boxes' "
+                    "clocks (floydd members shows each box's offset from the leader's)")
+        if isinstance(err, ssl.SSLError) and "CERTIFICATE_EXPIRED" in str(err).upper().replace(" ", "_"):
+            return ("the peer refused this box's certificate as expired or not yet valid by its clock: compare the "
+                    "boxes' clocks (floydd members shows each box's offset from the leader's)")
+        todo += [err.__cause__, err.__context__, getattr(err, "certificate_error", None),
+                 getattr(err, "os_error", None)]
+    return None
+
+
+_TIME_CODES = {9: "is not valid yet", 10: "has expired"}
+"""OpenSSL's X509_V_ERR_CERT_NOT_YET_VALID and X509_V_ERR_CERT_HAS_EXPIRED."""
 
 
 def _base(protocol: int, identity: NodeIdentity) -> ssl.SSLContext:

@@ -76,3 +76,10 @@ class Node:
     """Why its health is ``disk full`` or ``store failing``, in its own words ("" when well)."""
     hostname: str = ""
     disk_path: str = ""
+    clock_offset: float | None = None
+    """Seconds its wall clock is ahead of the leader's (negative: behind), measured NTP-like
+    before its heartbeats (:mod:`floydd.cluster.clockskew`); null: not measured yet."""
+    clock: str = ""
+    """The same in words (``10.0 min ahead of the leader``); empty: not measured yet."""
+    clock_skewed: bool = False
+    """More than ``max_clock_skew`` (default 30 s) from the leader's clock."""

@@ -44,6 +44,10 @@ class FakeCluster:
         """Seconds since each node was heard from: here, since its last heartbeat."""
         return {nid: self.now - n["last_heartbeat"] for nid, n in self.state.nodes.items()}
 
+    def heard_ages(self) -> dict:
+        """Seconds since each node's own entry was applied: here, since its last heartbeat."""
+        return self.silence()
+
     def beat_soon(self) -> None:
         pass
 
@@ -116,7 +120,7 @@ async def test_a_silent_node_is_suspect_its_running_jobs_unknown_then_lost_and_i
     assert cluster.state.held_gpus("n2") == {0: running}            # an unknown run keeps its GPU
     assert cluster.state.jobs[starting]["state"] == "starting"      # n1 beat recently
 
-    cluster.now += 59                                    # within the window: still unknown
+    cluster.now += 49                                    # box-b quiet for 59 s: within the window
     cluster.apply({"op": "node.health", "id": "n1", "status": "up"})
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     assert cluster.state.jobs[running]["state"] == "unknown"
@@ -161,7 +165,7 @@ async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_unkn
     await cluster.update_job(second, rank=0, node="n3", attempt=1, state="running")
     service = _service(cluster)
     service.scheduler.leading_since = cluster.now - 1000
-    cluster.now += 100
+    cluster.now += 10
     for nid in ("n1", "n3"):                                 # n2 (in both gangs) is silent
         cluster.apply({"op": "node.health", "id": nid, "status": "up"})
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
@@ -173,7 +177,7 @@ async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_unkn
     # rank 0 fails when its peer vanishes: the job waits for the silent box's part
     await cluster.update_job(second, rank=0, node="n3", attempt=1, state="failed", reason="peer gone")
     assert cluster.state.jobs[second]["state"] == "unknown"
-    cluster.now += 61
+    cluster.now += 51                                        # box-b quiet for 61 s
     cluster.apply({"op": "node.health", "id": "n3", "status": "up"})
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     job = cluster.state.jobs[second]                                  # lost, naming the silent box
@@ -181,7 +185,10 @@ async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_unkn
     assert "box box-b was out of touch" in job["reason"] and "box-c" not in job["reason"]
 
 
-async def test_a_node_that_shut_down_cleanly_keeps_its_jobs():
+async def test_a_box_stopped_cleanly_keeps_its_jobs_within_their_window_and_loses_them_past_it():
+    """Stopped for maintenance and never back (issue 21): its jobs are not ``running`` for
+    ever; the window runs from the box's ``off`` as the leader heard it. Within it they are
+    left as they are (a restart or an upgrade re-adopts them)."""
     cluster = FakeCluster()
     cluster.node("n1", "box-a")
     cluster.node("n2", "box-b", gpus=[0])
@@ -189,11 +196,21 @@ async def test_a_node_that_shut_down_cleanly_keeps_its_jobs():
     await cluster.place(key, "n2", [0])
     await cluster.update_job(key, state="running", attempt=1, node="n2")
     cluster.apply({"op": "node.health", "id": "n2", "status": "off"})
-    service = _service(cluster)
+    service = _service(cluster, lost_after=60.0)
     service.scheduler.leading_since = cluster.now - 1000
-    cluster.now += 1000
+    cluster.now += 2                                        # within suspect_after: left alone
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     assert cluster.state.jobs[key]["state"] == "running"
+    cluster.now += 57                                       # off for 59 s: kept (a restart re-adopts it)
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
+    assert (cluster.state.jobs[key]["state"], cluster.state.held_gpus("n2")) == ("running", {0: key})
+    cluster.now += 2                                        # off for 61 s: lost, rerun by its policy
+    await service.scheduler.give_up_on_silent_nodes(cluster.now)
+    job = cluster.state.jobs[key]
+    assert (job["state"], job["reruns"]) == ("queued", 1)
+    assert "box box-b was stopped (off) and not back for 61s (the job's lost-after window is 60s)" in job["reason"]
+    assert cluster.state.nodes["n2"]["status"] == "off"     # never made suspect: it said it stopped
 
 
 async def test_a_job_that_ran_and_ended_between_two_looks_is_reported_running_then_final(tmp_path):
@@ -237,3 +254,21 @@ async def test_a_box_settles_its_part_of_a_gang_that_ended_before_the_part_start
         assert cluster.state.jobs[key]["reason"] == "rank 0 on box-b failed: exit code 1"
     finally:
         records.close()
+
+
+def test_judging_an_off_box_keeps_every_job_until_its_window_then_requeues_or_loses_it():
+    from floydd.jobs import outages
+    nodes = {"n2": {"id": "n2", "name": "box-b", "status": "off"}, "n3": {"id": "n3", "name": "box-c",
+                                                                          "status": "suspect"}}
+    spec = {"restart": {"policy": "on-lost", "lost_after": 20}}
+    jobs = [{"id": "p/1", "state": "running", "attempts": 1, "node": "n2", "spec": spec},
+            {"id": "p/2", "state": "starting", "attempts": 1, "node": "n2", "spec": spec},
+            {"id": "p/3", "state": "running", "attempts": 1, "node": "n3", "spec": spec}]
+    assert outages.troubled(nodes, ["n2", "n3"], {"n2": 2.0, "n3": 2.0}, 3.0) == {}       # not quiet long enough
+    early = dict(outages.judge(jobs, nodes, {"n2": 19.0, "n3": 19.0}, 300.0))
+    assert set(early) == {"p/3"} and early["p/3"]["state"] == "unknown"   # the suspect box's job only
+    late = dict(outages.judge(jobs, nodes, {"n2": 21.0}, 300.0))
+    assert (late["p/1"]["state"], late["p/2"]["state"]) == ("lost", "queued")
+    assert late["p/1"]["reason"] == "box box-b was stopped (off) and not back for 21s (the job's lost-after " \
+                                    "window is 20s)"
+    assert outages.judge(jobs[:1], {}, {"n2": float("inf")}, 300.0)[0][1]["state"] == "unknown"   # removed box
