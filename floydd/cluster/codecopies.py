@@ -88,11 +88,16 @@ class CodeCopies:
         return self._has_tree(ObjectId.from_hex(tree))
 
     async def wait_for_copies(self, tree: str, timeout: float | None = None) -> str:
-        """Wait until R copies of ``tree`` count, no other box can take one, or ``timeout``
-        (default ``copy_wait``) has passed; "" then, or what a submit's answer warns of when
-        fewer copies count than the cluster could keep (a tree the table does not list: "")."""
+        """Wait until R copies of ``tree`` (the code of a job just committed) count, no other
+        box can take one, or ``timeout`` (default ``copy_wait``) has passed; "" then, or what a
+        submit's answer warns of when fewer copies count than the cluster could keep. A tree
+        the table does not list (a cluster below level 3) waits for nothing."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.copy_wait if timeout is None else timeout)
+        try:                        # committed through the leader: applied here too, first
+            await self.cluster.driver.read_index(timeout=max(0.1, min(5.0, deadline - loop.time())))
+        except FloyddError:
+            return ""
         while True:
             changed = self._changed
             entry = self.cluster.state.code.get(tree)
@@ -122,12 +127,12 @@ class CodeCopies:
             return
         op = cmd["op"]
         if op == "job.submit":
+            self._wake()
             tree = (event.result or {}).get("spec", {}).get("code_tree")
             if tree:
                 self._check(tree)
         elif op == "code.holders":
-            self._changed.set()
-            self._changed = asyncio.Event()
+            self._wake()
             self._check(cmd["tree"])
         elif op == "node.remove":
             if self.cluster.is_leader:      # its copies are gone with it: say so
@@ -135,6 +140,11 @@ class CodeCopies:
             self._scan()
         elif op == "node.upsert" or (op == "node.health" and self._statuses.get(cmd["id"]) != cmd["status"]):
             self._scan()
+
+    def _wake(self) -> None:
+        """Wake the submits waiting for copies (:meth:`wait_for_copies`)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def _watch(self) -> None:
         """Scan again whenever a node crosses a window (a holder's grace, a taker's freshness)
