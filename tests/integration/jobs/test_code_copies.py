@@ -85,11 +85,6 @@ async def test_the_code_goes_with_its_last_job(boxes):
     assert ObjectId.from_hex(tree) not in named_trees(b.service.state, b.service.node_id, [])
 
 
+
 async def _has(box, tree: str) -> bool:
-    import asyncio
     return await asyncio.to_thread(box.jobs.local.has_tree, ObjectId.from_hex(tree))
-
-
-def Restart():
-    from floydd.model import Restart
-    return Restart()
