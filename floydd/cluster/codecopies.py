@@ -8,7 +8,8 @@ R, grace and freshness: a holder counts while it was heard from within ``grace``
 that was destroyed (or is off past the grace) is replaced, and the box chosen next by
 sha256(node id + tree) fetches the tree from the holders that count, then any box::
 
-    job.submit (code_held: the origin's copy) / code.holders / node.upsert / node.remove /
+    job.submit (code_held: the origin's copy) / job.import (the importing box's copy) /
+    code.holders / node.upsert / node.remove /
     a node's status change / a node crossing its window (the watch) / a restored snapshot / start
         -> for each tree touched: counted holders < R?
            -> this node among the takers: fetch the tree, then propose code.holders(holds=True)
@@ -126,7 +127,7 @@ class CodeCopies:
         if cmd is None or event.error is not None:
             return
         op = cmd["op"]
-        if op == "job.submit":
+        if op in ("job.submit", "job.import"):
             self._wake()
             tree = (event.result or {}).get("spec", {}).get("code_tree")
             if tree:

@@ -12,6 +12,8 @@ keyed by tree, because reruns, restarts and unchanged resubmissions share one tr
   first job; with ``code_held`` its origin (the box that snapshotted the code, or took its
   upload, and checked the tree is complete there) is a holder from the same entry: the first
   copy costs no second commit and no other box races to make it;
+- ``job.import`` (from level 3) does the same for an imported job, its importing box a holder
+  (the import stored the tree before it committed the job);
 - ``code.holders`` (tree, node, holds): a box says it now holds a copy (or no longer does);
   about another box only the leader says so (:mod:`floydd.cluster.authz`, as ``dataset.holders``);
 - ``job.delete`` (of a hot or an archived job) takes the job out; the entry goes with its

@@ -12,6 +12,7 @@ from floydd.cluster.storecare import named_trees
 from floydd.errors import Conflict, Forbidden, NotFound
 from floydd.store.ids import ObjectId
 from tests.unit.cluster.test_state import Log, node, place, submit, update
+from tests.unit.cluster.test_state_imports import KEY, allocate, imported
 
 TREE, OTHER = "ab" * 32, "cd" * 32
 
@@ -100,3 +101,9 @@ def test_the_copies_are_chosen_as_a_dataset_versions_are(log):
     assert len(takers) == 1 and takers[0] in ("n2", "n3")
     log.state.nodes["n1"]["last_heartbeat"] = 50.0          # the origin silent past the grace: two more
     assert sorted(choose_replicas(log.state.nodes, log.state.code[TREE], 2, live)) == ["n2", "n3"]
+
+
+def test_an_imported_job_lists_its_code_held_by_the_box_that_imported_it(log):
+    number = log(allocate([KEY]))[KEY]
+    log(imported(number, user="", node_id="n2", proposer="n2"))
+    assert log.state.code == {TREE: {"tree": TREE, "holders": ["n2"], "jobs": [f"mnist/{number}"]}}
