@@ -1,11 +1,16 @@
 """The code table of the replicated state (issue 21, level 3): which boxes hold each job's code
-tree, which jobs use it, and what each level accepts (pure: no loop, no disk)."""
+tree, which jobs use it, and what each level accepts (pure: no loop, no disk); and what a
+submit says of its code's copies (CodeCopies over a fake cluster)."""
 
 from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
 
 import pytest
 
 from floydd.cluster import versions
+from floydd.cluster.codecopies import CodeCopies
 from floydd.cluster.replicas import Liveness, choose_replicas
 from floydd.cluster.state import ClusterState
 from floydd.cluster.storecare import named_trees
@@ -107,3 +112,38 @@ def test_an_imported_job_lists_its_code_held_by_the_box_that_imported_it(log):
     number = log(allocate([KEY]))[KEY]
     log(imported(number, user="", node_id="n2", proposer="n2"))
     assert log.state.code == {TREE: {"tree": TREE, "holders": ["n2"], "jobs": [f"mnist/{number}"]}}
+
+
+class _Cluster:
+    """What :class:`CodeCopies` reads of the cluster service, for its answers to a submit."""
+
+    def __init__(self, nodes: dict, code: dict) -> None:
+        self.node_id = "n1"
+        self.state = SimpleNamespace(nodes=nodes, code=code, jobs={})
+        self.config = SimpleNamespace(stale_after=5.0)
+        self.driver = SimpleNamespace(read_index=self._read_index)
+
+    async def _read_index(self, timeout: float) -> int:
+        return 1
+
+
+def _up(*ids: str) -> dict:
+    return {nid: {"name": f"box-{nid}", "status": "up", "last_heartbeat": 100.0} for nid in ids}
+
+
+async def test_a_submit_says_how_many_copies_its_code_has_when_the_second_did_not_come_in_time():
+    entry = {TREE: {"tree": TREE, "holders": ["n1"], "jobs": ["mnist/1"]}}
+    copies = CodeCopies(_Cluster(_up("n1", "n2"), entry), store=None, replicas=2, grace=30.0, clock=lambda: 101.0)
+    said = await copies.wait_for_copies(TREE, timeout=0.05)
+    assert said == "the job's code is stored on 1 of 2 boxes; the second copy follows"
+    entry[TREE]["holders"].append("n2")
+    assert await copies.wait_for_copies(TREE, timeout=5.0) == ""           # two copies: said nothing
+    alone = CodeCopies(_Cluster(_up("n1"), {TREE: {"tree": TREE, "holders": ["n1"], "jobs": []}}), store=None,
+                       replicas=2, grace=30.0, clock=lambda: 101.0)
+    assert await alone.wait_for_copies(TREE, timeout=5.0) == ""            # a box alone keeps one copy
+    stale = _up("n1", "n2")
+    stale["n2"]["last_heartbeat"] = 0.0                                        # nobody to take a copy: at once
+    lonely = CodeCopies(_Cluster(stale, {TREE: {"tree": TREE, "holders": ["n1"], "jobs": []}}), store=None,
+                        replicas=2, grace=30.0, clock=lambda: 101.0)
+    said = await asyncio.wait_for(lonely.wait_for_copies(TREE, timeout=30.0), 5.0)
+    assert said.startswith("the job's code is stored on 1 of 2 boxes; no other box is up"), said
