@@ -22,6 +22,12 @@ every node lists and compares every job; the details (log, metric series, events
 the node that ran it (:class:`~floydd.jobs.local.LocalJobs`) and are read from there over
 mTLS. A node's history (jobs it ran before it joined its cluster) is not in the
 replicated state: it is listed and handled from this node's records alone.
+
+A submit is answered once the job is committed *and* its code is on R boxes (this one and
+one more by default, as a dataset version is kept: :mod:`floydd.cluster.codecopies`), or,
+after ``code_copy_wait``, with a warning that says how many copies it has. A job's code is
+small, so the wait is one fetch; in exchange the job can run or rerun on any box even after
+the box it was submitted from is gone.
 """
 
 from __future__ import annotations
