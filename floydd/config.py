@@ -172,6 +172,9 @@ class Config:
     dataset_copy_wait: float = 60.0
     """Seconds ``floyd data upload`` waits for every copy (2) to be stored before it answers
     with fewer, saying so ("stored on 1 of 2 boxes; the second copy follows")."""
+    code_copy_wait: float = 20.0
+    """Seconds a submit waits for every copy (as many as a dataset version's) of the job's code
+    before it answers with fewer, saying so in its warnings (issue 21: floydd.cluster.codecopies)."""
     store_scrub_rate: float = 2.0
     """MB a second the background scrub re-reads and checks (0 turns it off): at 2, a pass
     over 1 TB takes about 6 days. What it finds damaged is repaired from another box."""

@@ -43,7 +43,7 @@ __all__ = ["GENESIS", "ROUTINE", "MemoryAudit", "AuditRules", "make_entry", "ent
 
 GENESIS = "0" * 64
 ROUTINE = frozenset({"node.health", "job.place", "job.archive", "project.reserve", "dataset.holders",
-                     "node.cert"})
+                     "node.cert", "code.holders"})
 """Ops that are never a person's or an operator's change (``job.update`` and ``node.upsert``:
 see :func:`audited`)."""
 _SECRET = frozenset({"secret_sha256", "secret", "token", "token_sha256", "password"})

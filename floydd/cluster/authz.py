@@ -47,6 +47,7 @@ What it reads of a command::
     dataset.delete       an admin, or the user who added every version deleted; from level
                          3, the dataset's owner or an admin (floydd.cluster.access)
     dataset.holders      a box about itself; the leader about any box
+    code.holders         a box about itself; the leader about any box
     token.create/.revoke an admin (``made_by``/``by``; ``imported``: a box's old tokens.db
                          carried over on upgrade, below level 3 only), made on a voter
     token.use            any member (redeemed through a voter)
@@ -388,7 +389,7 @@ _RULES = {
     "job.submit": _job_submit, "job.place": _leader_only, "job.archive": _leader_only, "job.update": _job_update,
     "job.delete": _job_delete, "project.reserve": _any_member, "dataset.add_version": _dataset_add,
     "project.allocate": _any_member, "job.import": _job_import,
-    "dataset.delete": _dataset_delete, "dataset.holders": _dataset_holders,
+    "dataset.delete": _dataset_delete, "dataset.holders": _dataset_holders, "code.holders": _dataset_holders,
     "token.create": _join_token, "token.use": _any_member, "token.revoke": _join_token,
     "admin.grant": _admin_grant, "cluster.protocol": _cluster_level,
     "person.add": _people_admin, "person.role": _people_admin,

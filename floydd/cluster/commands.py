@@ -46,6 +46,8 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     dataset.holders       name, version, node, holds, failed? (level 3: a   being a set
                           box could not keep a copy, why: passed over for
                           it a while, floydd.cluster.replicas)
+    code.holders          tree, node, holds (a job's code tree: level 3,    being a set
+                          floydd.cluster.state_code)
     token.create          id, secret_sha256, expires, made_by?, made_on?,   Conflict on retry
                           sign_in? (level 3: whom it signs in on the box)
     token.use             id, secret_sha256, node, serial, not_after        used once (join)
@@ -148,6 +150,7 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "dataset.delete": {"name": (_STR, True), "version": (_OPT_INT, False), "user": (_STR, False)},
     "dataset.holders": {"name": (_STR, True), "version": (_INT, True), "node": (_STR, True),
                         "holds": (_BOOL, True), "failed": (_STR, False)},
+    "code.holders": {"tree": (_STR, True), "node": (_STR, True), "holds": (_BOOL, True)},   # issue 21
     "token.create": {"id": (_STR, True), "secret_sha256": (_STR, True), "expires": (_NUM, True),
                      "made_by": (_STR, False), "made_on": (_STR, False)},
     "token.use": {"id": (_STR, True), "secret_sha256": (_STR, True), "node": (_STR, True),
@@ -172,6 +175,8 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
 _SCHEMAS["person.add"].update({"boxes": (_LIST, False), "every_box": (_BOOL, False)})
 _SCHEMAS["token.create"].update({"sign_in": (_LIST, False)})
 _SCHEMAS["apitoken.create"].update({"public_key": (_STR, False)})
+# issue 21 (level 3): the submitting box holds the job's whole code tree (floydd.cluster.state_code)
+_SCHEMAS["job.submit"].update({"code_held": (_BOOL, False)})
 PERSON_OPS = frozenset(op for op, fields in _SCHEMAS.items()
                        if {"user", "made_by", "by"} & set(fields) and op != "admin.grant")
 """Ops made for a person (floydd.cluster.signin): they may carry ``auth``."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from floydd.cluster import state_code, versions
 from floydd.errors import Conflict, InvalidSpec
 from floydd.model import FINAL_STATES, check_project
 
@@ -85,6 +86,8 @@ def import_job(state: Any, cmd: dict) -> dict:
     state.jobs[job_id] = job
     state.idem[key] = ["job", job_id]
     state.counters[project] = max(state.counters.get(project, 0), number)
+    if versions.at_least(state, 3):     # its code, stored by the importing box, kept on R boxes (issue 21)
+        state_code.submitted(state, job, held=True)
     return state.job(job_id)
 
 

@@ -17,6 +17,7 @@ What it holds::
     jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, reruns, summary
     counters   project -> last job number (numbers are never reused; project.reserve raises it)
     datasets   name -> versions (tree id, size, holders); version numbers never reused
+    code       code tree -> holders, jobs (level 3: :mod:`floydd.cluster.state_code`)
     idem       idempotency key -> the job or dataset version it made (an imported job's key: its
                number, then the job; :mod:`floydd.cluster.imported`)
     archive    finished jobs moved out by ``job.archive`` (:mod:`floydd.cluster.archive`: SQLite
@@ -38,6 +39,7 @@ called with it::
                      project.reserve: the jobs' states and their moves
     state_gangs      a gang job's parts (job.update with rank)
     state_datasets   dataset.add_version, dataset.delete, dataset.holders
+    state_code       code.holders, and the code table's side of job.submit and job.delete
     state_index      the derived index of active jobs (held_gpus, set_aside, node_load, ...)
     state_queries    the reads (copies): job, list_jobs, list_nodes, node_health, query, ...
     imported         project.allocate, job.import
@@ -55,7 +57,7 @@ from typing import Any, Callable
 
 import msgpack
 
-from floydd.cluster import imported, people, signin, versions
+from floydd.cluster import imported, people, signin, state_code, versions
 from floydd.cluster.archive import MemoryArchive
 from floydd.cluster.audit import MemoryAudit
 from floydd.cluster.apitokens import ApiTokens
@@ -98,6 +100,7 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
         self.jobs: dict[str, dict] = {}
         self.counters: dict[str, int] = {}
         self.datasets: dict[str, dict] = {}
+        self.code: dict[str, dict] = {}      # code tree -> holders, jobs (level 3: floydd.cluster.state_code)
         self.idem: dict[str, list] = {}
         self.trust = TrustState()           # join tokens, members' certificates (floydd.cluster.trust)
         self.apitokens = ApiTokens()        # personal API tokens (floydd.cluster.apitokens)
@@ -120,6 +123,7 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
             "job.import": lambda cmd, term: imported.import_job(self, cmd),
             "dataset.add_version": self._dataset_add,
             "dataset.delete": self._dataset_delete, "dataset.holders": self._dataset_holders,
+            "code.holders": lambda cmd, term: state_code.set_holder(self, cmd),    # level 3: copies of job code
             "token.create": lambda cmd, term: signin.token_create(self, cmd),     # level 3: whom it signs in
             "token.use": lambda cmd, term: signin.token_use(self, cmd),
             "token.revoke": lambda cmd, term: signin.token_revoke(self, cmd),     # level 3: cancels a join
@@ -156,7 +160,7 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
                               "datasets": self.datasets, "idem": self.idem, **self.trust.snapshot(),
                               **self.apitokens.snapshot(), "revoked": self.revoked, "people": self.people,
                               "admins": self.admins,     # what an 0.1 box reads of people
-                              "protocol": self.protocol},
+                              "protocol": self.protocol, "code": self.code},
                              use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
@@ -174,6 +178,7 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
         self.apitokens.restore(raw)
         self.revoked, self.people = dict(raw.get("revoked") or {}), people.migrate(raw)
         self.protocol = int(raw.get("protocol") or 1)        # an 0.1 box's snapshot says none
+        self.code = dict(raw.get("code") or {})              # an 0.2 box's says none
         self._active, self._held, self._load, self._cpu, self._memory = {}, {}, {}, {}, {}
         for job in self.jobs.values():
             if job["state"] in ACTIVE_STATES:

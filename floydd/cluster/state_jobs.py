@@ -31,6 +31,7 @@ Mixed into :class:`~floydd.cluster.state.ClusterState`, which calls these on app
 
 from __future__ import annotations
 
+from floydd.cluster import state_code, versions
 from floydd.cluster.archive import archived_form
 from floydd.cluster.state_nodes import gpu_indices
 from floydd.cluster.state_queries import copy_of
@@ -71,6 +72,8 @@ class JobCommands:
         self.counters[project] = max(self.counters.get(project, 0), number)
         self.jobs[key] = job
         self.idem[cmd["idem_key"]] = ["job", key]
+        if versions.at_least(self, 3):            # its code is kept like a dataset version's (issue 21)
+            state_code.submitted(self, job, held=bool(cmd.get(state_code.HELD_FIELD)))
         return copy_of(job)
 
     def _job_place(self, cmd: dict, term: int) -> dict:
@@ -211,14 +214,20 @@ class JobCommands:
 
     def _job_delete(self, cmd: dict, term: int) -> None:
         key = cmd["job"]
-        if key not in self.jobs and self.archive.drop(key, self._index) is not None:
-            return                                # an archived job: its row goes
+        if key not in self.jobs:
+            archived = self.archive.drop(key, self._index)
+            if archived is not None:              # an archived job: its row goes
+                if versions.at_least(self, 3):
+                    state_code.job_gone(self, archived)
+                return
         job = self._job(key)
         if job["state"] in ACTIVE_STATES:
             raise Conflict(f"job {key} is {job['state']}", code="job_active",
                            hint=f"stop it first: floyd stop {key}")
         del self.jobs[key]
         self.idem.pop(job["idem_key"], None)
+        if versions.at_least(self, 3):            # its code goes with its last job (issue 21)
+            state_code.job_gone(self, job)
 
     def _job_archive(self, cmd: dict, term: int) -> dict:
         """Move finished jobs (every part final) to the archive; any other named job stays

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
 from floydd import log
+from floydd.cluster.codecopies import likely_sources
 from floydd.cluster.peerstore import fetch_objects
 from floydd.cluster.replicas import ranked_sources
 from floydd.errors import FloyddError, InvalidSpec
@@ -165,9 +166,8 @@ def sources(datasets: Any, *, trees: Iterable[str] = (), versions: Iterable[str]
         for number, version in dataset["versions"].items():
             if version["tree"] in trees or f"{name}:{number}" in refs:
                 likely += version["holders"]
-    for job in state.jobs.values() if trees else ():
-        if job.get("spec", {}).get("code_tree") in trees:
-            likely += [job.get("origin") or "", job.get("node") or ""]
+    for tree in trees:                  # a job's code: its copies' holders, then who sent and ran it
+        likely += likely_sources(state, tree)
     return ranked_sources(state.nodes, likely, datasets.liveness(), skip=datasets.node_id)
 
 
@@ -190,11 +190,13 @@ async def repair_damaged(report: VerifyReport, datasets: Any) -> dict:
 
 def named_trees(state: Any, node_id: str, jobs: Iterable[dict]) -> set[ObjectId]:
     """Trees gc must keep although the local catalog may not name them: the cluster's versions
-    held by ``node_id`` (job outputs among them), the code of every job in the cluster's state,
-    and the code of this node's job records (``jobs``)."""
+    held by ``node_id`` (job outputs among them), the code trees it holds a copy of for the
+    cluster (their jobs' archived summaries included: :mod:`floydd.cluster.state_code`), the
+    code of every job in the cluster's state, and the code of this node's job records (``jobs``)."""
     trees: set[str] = set()
     for dataset in state.datasets.values():
         trees.update(v["tree"] for v in dataset["versions"].values() if node_id in v.get("holders", ()))
+    trees.update(tree for tree, entry in getattr(state, "code", {}).items() if node_id in entry["holders"])
     trees.update(job.get("spec", {}).get("code_tree") or "" for job in state.jobs.values())
     trees.update(job.get("code_tree") or "" for job in jobs)
     out = set()

@@ -51,6 +51,7 @@ _NEW_OPS: Mapping[int, frozenset[str]] = {
     3: frozenset({
         "audit.tamper",                                   # a box's stored audit chain was edited (audit_guard)
         "person.boxes",                                   # where a person's login name signs them in
+        "code.holders",                                   # who holds a job's code tree (state_code, issue 21)
     }),
 }
 """Ops each level brought (2: people, personal tokens, imports). ``cluster.protocol`` itself
@@ -63,7 +64,8 @@ _NEW_FIELDS: Mapping[int, Mapping[str, tuple[str, ...]]] = {
         # sign-in (issue 20): where a login name acts, whom a join token signs in, a token's key,
         # and the personal token's signature (auth) on every op made for a person
         "person.add": ("boxes", "every_box", "auth"), "token.create": ("sign_in", "auth"),
-        "apitoken.create": ("public_key", "auth"), "node.remove": ("auth",), "job.submit": ("auth",),
+        "apitoken.create": ("public_key", "auth"), "node.remove": ("auth",),
+        "job.submit": ("auth", "code_held"),              # code_held: issue 21 (state_code)
         "job.update": ("auth",), "job.delete": ("auth",), "job.import": ("auth",),
         "dataset.add_version": ("auth",), "dataset.delete": ("auth",), "token.revoke": ("auth",),
         "person.role": ("auth",), "person.remove": ("auth",), "person.map": ("auth",),

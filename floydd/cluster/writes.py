@@ -32,14 +32,17 @@ class WritesMixin:
     """Methods of ClusterService that commit commands."""
 
     async def submit_job(self, spec: dict, idem_key: str, *, project: str | None = None, user: str = "",
-                         number: int | None = None, timeout: float | None = None) -> dict:
+                         number: int | None = None, timeout: float | None = None, code_held: bool = False) -> dict:
         """Commit a new job (numbered in its project, or ``number``: a job this node queued
         before it had a control plane); the same ``idem_key`` always gives the same job, so a
-        client may retry after a timeout."""
+        client may retry after a timeout. ``code_held``: this node holds the whole code tree
+        (its first copy, from level 3: :mod:`floydd.cluster.state_code`)."""
         spec = dict(spec)
         project = project or spec.pop("project", None)
         cmd = {"op": "job.submit", "idem_key": idem_key, "project": project, "spec": spec,
                "origin": self.node_id, "user": user}
+        if code_held and versions.at_least(self.state, 3):
+            cmd["code_held"] = True
         if number is not None:
             cmd["number"] = number
         return await self._propose(cmd, timeout=timeout)
@@ -104,6 +107,15 @@ class WritesMixin:
                "holds": holds}
         if failed is not None:              # level 3: this box could not keep a copy, and why
             cmd["failed"] = failed[:300]
+        if cmd["node"] != self.node_id:
+            return await self.driver.propose({**cmd, "ts": self._clock()}, timeout=timeout, fenced=True)
+        return await self._propose(cmd, timeout=timeout)
+
+    async def set_code_holder(self, tree: str, *, holds: bool, node: str | None = None,
+                              timeout: float | None = None) -> dict:
+        """Record that ``node`` (this one by default) holds job code tree ``tree``, or no longer
+        does (level 3: :mod:`floydd.cluster.state_code`); about another node only the leader."""
+        cmd = {"op": "code.holders", "tree": tree, "node": node or self.node_id, "holds": holds}
         if cmd["node"] != self.node_id:
             return await self.driver.propose({**cmd, "ts": self._clock()}, timeout=timeout, fenced=True)
         return await self._propose(cmd, timeout=timeout)

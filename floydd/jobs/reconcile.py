@@ -40,6 +40,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from floydd import log
+from floydd.cluster.codecopies import likely_sources
 from floydd.cluster.driver import Applied
 from floydd.cluster.replicas import Liveness, ranked_sources
 from floydd.cluster.service import ClusterService
@@ -295,8 +296,7 @@ class Reconciler:
         spec = job["spec"]
         tree = spec["code_tree"]
         state = self.cluster.state
-        jobs = [j for j in state.jobs.values() if j["spec"].get("code_tree") == tree]
-        await self.ensure_tree(tree, [j["origin"] for j in jobs] + [j["node"] for j in jobs])
+        await self.ensure_tree(tree, likely_sources(state, tree))   # its copies' holders first (issue 21)
         await asyncio.to_thread(self.store.catalog.pin, ObjectId.from_hex(tree), code_pin(JobKey.parse(job["id"])))
         for mount in spec.get("data") or ():
             name, _, number = mount["ref"].rpartition(":")

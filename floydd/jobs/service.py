@@ -22,6 +22,12 @@ every node lists and compares every job; the details (log, metric series, events
 the node that ran it (:class:`~floydd.jobs.local.LocalJobs`) and are read from there over
 mTLS. A node's history (jobs it ran before it joined its cluster) is not in the
 replicated state: it is listed and handled from this node's records alone.
+
+A submit is answered once the job is committed *and* its code is on R boxes (this one and
+one more by default, as a dataset version is kept: :mod:`floydd.cluster.codecopies`), or,
+after ``code_copy_wait``, with a warning that says how many copies it has. A job's code is
+small, so the wait is one fetch; in exchange the job can run or rerun on any box even after
+the box it was submitted from is gone.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import msgpack
 from floydd import log
 from floydd.cluster.access import ReadRules
 from floydd.cluster.authz import check_job_owner
+from floydd.cluster.codecopies import CodeCopies, likely_sources
 from floydd.cluster.datasets import ClusterDatasets
 from floydd.cluster.service import ClusterService
 from floydd.errors import Conflict, FloyddError, NotFound, StoreFull, TooMany, Unavailable, UserError
@@ -93,6 +100,9 @@ class JobService:
                                      checkpoint_interval=config.checkpoint_interval)
         self.scheduler = ClusterScheduler(cluster, lost_after=lost_after, ages=cluster.heard_ages)   # monotonic
         self.waiting = WaitingReasons(cluster, self.scheduler)
+        self.code = CodeCopies(cluster, store, replicas=datasets.replicas, grace=datasets.grace,
+                               copy_wait=config.code_copy_wait, has_tree=self.local.has_tree)
+        """Every job's code kept on R boxes like a dataset version (issue 21)."""
         self.uploads = CodeUploads()
         """Code folders people sent to this box (``POST /v1/code``), by handle."""
         self.rules = ReadRules.of(config)
@@ -112,6 +122,7 @@ class JobService:
     async def start(self) -> None:
         await self.runtime.reattach()
         await self._adopt_queued_history()
+        self.code.start()
         self.reconciler.start()
         for name, loop in (("lead", self.scheduler.run), ("reserve", self._reserve_history_numbers)):
             task = asyncio.create_task(loop(), name=f"floydd.jobs.{name}")
@@ -120,6 +131,7 @@ class JobService:
 
     async def close(self) -> None:
         await self.reconciler.close()
+        await self.code.close()
         await cancel_and_wait(self._tasks)
 
     def on_finished(self, project: str, number: int) -> None:
@@ -175,10 +187,11 @@ class JobService:
             code_tree = str(await asyncio.to_thread(snapshot_code, self.store, Path(submission.code_path),
                                                     int(self.config.max_code_mb * 1024 * 1024)))
         spec = submission.spec(code_tree=code_tree, data=tuple(mounts)).to_dict()
+        held = await asyncio.to_thread(self.code.has_tree, code_tree)   # its first copy, listed with the job
         try:
             with self._queue_slot(user, submission.idem_key):    # counted with the queue until committed
                 job = await self.cluster.submit_job(spec, submission.idem_key or uuid.uuid4().hex,
-                                                    project=submission.project, user=user)
+                                                    project=submission.project, user=user, code_held=held)
         except Unavailable as exc:
             raise Unavailable(f"the cluster did not take the job: {exc.message}",
                               hint="a majority of the voting boxes must be up and reachable (floydd members); "
@@ -188,9 +201,13 @@ class JobService:
             await asyncio.to_thread(self.store.catalog.pin, tree, code_pin(JobKey.parse(job["id"])))
         _log.info("submitted %s: %s", job["id"], submission.command)
         self.scheduler.wake()
+        # answered once its code is as durable as an uploaded version (R copies, or as many as
+        # there are boxes to take them), or saying how many copies it has (issue 21)
+        copies = await self.code.wait_for_copies(code_tree)
         view = self._view(job)
-        if sandboxing.warning:   # floyd run prints it on stderr, every time
-            view["warnings"] = [sandboxing.warning]
+        warnings = [w for w in (sandboxing.warning, copies) if w]
+        if warnings:             # floyd run prints them on stderr, every time
+            view["warnings"] = warnings
         return view
 
     @contextlib.contextmanager
@@ -397,7 +414,8 @@ class JobService:
             return ObjectId.from_hex(job["code_tree"]) if which == "code" else await self.local.output_tree(job)
         if which == "code":
             tree = job["code_tree"]
-            await self.reconciler.ensure_tree(tree, [job["origin"], job["node_id"]])
+            await self.reconciler.ensure_tree(tree, [*likely_sources(self.cluster.state, tree), job["origin"],
+                                                     job["node_id"]])
             return ObjectId.from_hex(tree)
         version = await self.datasets.resolve(output_ref(job))
         await self.datasets.ensure_local(version["tree"], version.get("holders") or [])

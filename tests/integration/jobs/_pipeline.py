@@ -139,11 +139,14 @@ class Box:
     runtime: FakeRuntime | None = None
     jobs: JobService | None = None
     project: Path = field(default=None)  # type: ignore[assignment]
+    replica_grace: float | None = None
+    """Seconds a silent holder's copies still count (None: the daemon's default)."""
 
     async def attach(self) -> None:
         """Start the dataset catalog and the job service over ``service`` (started)."""
+        grace = {} if self.replica_grace is None else {"grace": self.replica_grace}
         self.datasets = ClusterDatasets(self.service, self.store, retry=(0.05, 0.2),
-                                        import_marker=self.folder / "cluster" / "imported-datasets")
+                                        import_marker=self.folder / "cluster" / "imported-datasets", **grace)
         self.datasets.start()
         config = preset_for_tests(self.folder, node_name=self.name, checkpoint_interval=0.3)
         self.runtime = FakeRuntime(self.records, self.store, config.jobs_dir)
@@ -233,9 +236,10 @@ class Lone(_Boxes):
 class Boxes(_Boxes, Cluster):
     """N nodes of the cluster harness (mTLS on loopback), each with a whole job pipeline."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, replica_grace: float | None = None) -> None:
         Cluster.__init__(self, root)
         self.by_node: dict[str, Box] = {}
+        self.replica_grace = replica_grace
 
     @property
     def boxes(self) -> list[Box]:
@@ -252,7 +256,8 @@ class Boxes(_Boxes, Cluster):
                 store_dir.mkdir(mode=0o700, parents=True)
                 shutil.copy(next(iter(self.by_node.values())).store.root / "key", store_dir / "key")
             self.by_node[node.name] = Box(name=node.name, folder=folder, service=node.service,
-                                          records=Records(folder / "records.db"), store=Store.open(store_dir))
+                                          records=Records(folder / "records.db"), store=Store.open(store_dir),
+                                          replica_grace=self.replica_grace)
         box = self.by_node[node.name]
         box.service = node.service
         return box
