@@ -87,6 +87,13 @@ class ClusterConfig:
         """The shortest election timeout, in seconds."""
         return self.raft.election_ticks * self.raft.tick_interval_ms / 1000
 
+    @property
+    def leader_lost_after(self) -> float:
+        """Seconds without a word from a leader (and from a majority of the voters) after which
+        a write on this box is refused at once (:mod:`floydd.cluster.leader_contact`): four
+        shortest election timeouts, so an election among the boxes it reaches has time to end."""
+        return 4 * self.election_timeout
+
 
 DEFAULT_CLUSTER_CONFIG = ClusterConfig()
 

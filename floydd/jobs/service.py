@@ -147,6 +147,8 @@ class JobService:
         resources = submission.resources
         if resources.nodes > 1:
             check_gang_command(submission.command)
+        if (cut_off := self.cluster.driver.leader_unreachable()) is not None:
+            raise cut_off   # issue 21: said first; a cut-off box's stale view of the others says "no healthy node"
         mounts = []
         for item in submission.mounts:         # floydd.cluster.access: someone else's private data or output refused
             version = await self.datasets.resolve_readable(item.ref, user, "mount")
