@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from floydd.cluster.leader_contact import LeaderUnreachable
+from floydd.errors import Unavailable
 
 SPEC = {"project": "cut", "command": "python train.py"}
 
@@ -60,3 +61,13 @@ async def test_a_follower_whose_leader_dies_waits_for_the_election_instead_of_re
     taken = await follower.service.submit_job(SPEC, "after-the-leader-died", timeout=10)
     assert taken["idem_key"] == "after-the-leader-died"
     assert follower.driver.leader_unreachable() is None
+
+
+async def test_a_box_that_is_down_is_named_and_its_failure_said_in_words(cluster):
+    nodes = await cluster.start(2)
+    gone = nodes[1]
+    await cluster.kill(gone)
+    with pytest.raises(Unavailable) as refused:
+        await nodes[0].service.transport.fetch(gone.id, "/cluster/v1/objects/" + "0" * 64, timeout=5)
+    assert refused.value.message == (f"cannot reach {gone.name} at {gone.address}: connection refused "
+                                     "(nothing listens on that port, or floydd is not running)")
