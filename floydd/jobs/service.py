@@ -370,7 +370,8 @@ class JobService:
         raw, _ = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{what}")
         return msgpack.unpackb(raw, raw=False)
 
-    async def read_log(self, key: str, offset: int, *, rank: int | None = None) -> tuple[bytes, bool]:
+    async def read_log(self, key: str, offset: int, *, rank: int | None = None,
+                       attempt: int | None = None) -> tuple[bytes, bool]:
         """Up to 4 MiB of the log from ``offset`` and whether the job has ended; ``rank``: a part
         of a distributed job (read from the box that runs it)."""
         job = await self.get(key, stale=True)         # polled while following: this node's copy
@@ -385,11 +386,14 @@ class JobService:
             raise NotFound(f"job {key} runs on one box: it has no rank {rank}", code="no_such_part",
                            hint="leave out --rank")
         if node == self.node_id:
-            return await self.local.read_log(JobKey.parse(key), offset)
+            return await self.local.read_log(JobKey.parse(key), offset, attempt)
         if not node or job["state"] == "queued":
+            if attempt is not None:     # an earlier attempt's log is on the box that ran the latest, if anywhere
+                raise NotFound(f"job {key} is queued: the log of attempt {attempt} is not reachable now",
+                               code="no_such_attempt", hint=f"floyd logs {key} --attempt {attempt} once it runs")
             return b"", job["state"] in FINAL_STATES
-        raw, headers = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{key}/log",
-                                                          params={"offset": str(offset)})
+        params = {"offset": str(offset), **({"attempt": str(attempt)} if attempt is not None else {})}
+        raw, headers = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{key}/log", params=params)
         return raw, headers.get("X-Floydd-Final") == "1"
 
     async def tree_for(self, key: str, which: str) -> ObjectId:
