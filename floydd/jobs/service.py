@@ -36,6 +36,7 @@ from typing import Callable, Iterator
 import msgpack
 
 from floydd import log
+from floydd.cluster import versions
 from floydd.cluster.access import ReadRules
 from floydd.cluster.authz import check_job_owner
 from floydd.cluster.datasets import ClusterDatasets
@@ -392,6 +393,9 @@ class JobService:
                 raise NotFound(f"job {key} is queued: the log of attempt {attempt} is not reachable now",
                                code="no_such_attempt", hint=f"floyd logs {key} --attempt {attempt} once it runs")
             return b"", job["state"] in FINAL_STATES
+        if attempt is not None and not versions.at_least(self.cluster.state, 3):
+            raise UserError(f"the box that ran {key} may be of an older floydd, which keeps no earlier attempt's log",
+                            hint="once every box runs 0.3 (floydd members), floyd logs --attempt reads it there")
         params = {"offset": str(offset), **({"attempt": str(attempt)} if attempt is not None else {})}
         raw, headers = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{key}/log", params=params)
         return raw, headers.get("X-Floydd-Final") == "1"
