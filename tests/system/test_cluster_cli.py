@@ -102,3 +102,25 @@ def test_a_busy_port_at_start_is_one_line_naming_the_port_and_its_setting(tmp_pa
         assert "internal error" not in res.stderr and "Traceback" not in res.stderr, res.stderr
         assert f"set {setting} to another HOST:PORT ({a / 'cluster.json'})" in res.stderr, res.stderr
     assert not Client(socket_path_for(a)).ping()
+
+
+def test_offline_tools_refuse_a_damaged_database_like_the_daemon(tmp_path):
+    a = tmp_path / "a"
+    port, api = free_ports(2)
+    _floydd("init", "--state-dir", a, "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
+            "--api-listen", f"127.0.0.1:{api}")
+    (a / "cluster").mkdir(parents=True, exist_ok=True)
+    (a / "cluster" / "raft.db").write_bytes(b"")            # emptied: never read as a new, empty log
+    res = _floydd("recover", "--state-dir", a, "--yes-i-know", check=False)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "floydd will not recover:" in res.stderr and "raft.db" in res.stderr and "floydd repair" in res.stderr
+    assert json.loads((a / "cluster.json").read_text())["pending"] != "recover"
+
+    b = tmp_path / "b"
+    b.mkdir(mode=0o700)
+    (b / "records.db").write_bytes(b"")
+    token = "FLD1." + "0" * 64 + "." + "1" * 16 + "." + "2" * 32
+    res = _floydd("join", "--state-dir", b, token, "127.0.0.1:9", check=False)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "floydd will not join:" in res.stderr and "records.db" in res.stderr, res.stderr
+    assert (b / "records.db").stat().st_size == 0 and not (b / "cluster.json").exists()
