@@ -28,6 +28,7 @@ from aiohttp import web
 
 from floydd import log
 from floydd.api import keys
+from floydd.api.badhttp import ApiRunner
 from floydd.daemon import logs
 from floydd.daemon.app import create_app
 from floydd.daemon.ports import start_site
@@ -107,7 +108,7 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
         else:
             ensure_group_dir(sock_path.parent, gid, hint=hint)
     app = create_app(config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = ApiRunner(app, handle_signals=False, access_log=None)      # malformed HTTP answered in JSON too
     bound = False
     try:
         await runner.setup()            # a refusal here (a busy --listen port) still cleans up
