@@ -121,6 +121,8 @@ class ProposalsMixin:
         """Await ``awaitable``, giving up with :meth:`leader_unreachable`'s refusal as soon as
         this box finds itself cut off (a forward to a leader behind a cut otherwise waits out
         its whole timeout). What was sent may still be committed: the refusal says a retry is safe."""
+        if self.is_leader and self._node.status().conf.voters <= {self.node_id}:
+            return await awaitable          # a box alone: nobody to be cut off from
         task = asyncio.ensure_future(awaitable)
         try:
             while True:
