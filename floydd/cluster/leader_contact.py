@@ -26,7 +26,13 @@ from typing import Iterable, Mapping
 
 from floydd.errors import Unavailable
 
-__all__ = ["LeaderUnreachable", "silent_for", "refusal"]
+__all__ = ["LeaderUnreachable", "UPKEEP_OPS", "silent_for", "refusal", "watched"]
+
+UPKEEP_OPS = frozenset({"raft.conf", "node.upsert"})
+"""What a box proposes to get back in: its seat (``raft.conf`` add_learner) and its record. A
+member the leader dropped while it was cut off hears from no leader ever again and looks cut
+off here; it asks the members it reaches for its seat (:mod:`floydd.cluster.upkeep`), so
+these are never refused or given up on for being cut off."""
 
 
 class LeaderUnreachable(Unavailable):
@@ -54,6 +60,11 @@ def silent_for(*, me: str, now: float, leader: bool, voters: Iterable[str], memb
     if 2 * reached > len(voters):
         return None                 # an election among boxes it reaches: wait for its leader
     return silent
+
+
+def watched(cmd: dict) -> bool:
+    """Whether a write of ``cmd`` is refused, or given up on, while this box is cut off."""
+    return cmd.get("op") not in UPKEEP_OPS
 
 
 def refusal(silent: float, *, ever: bool) -> LeaderUnreachable:

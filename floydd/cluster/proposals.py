@@ -74,7 +74,9 @@ class ProposalsMixin:
             except asyncio.TimeoutError:
                 raise Unavailable(f"{cmd['op']} was not committed within {timeout:.1f}s",
                                   hint="its outcome is unknown: read the state before deciding again") from None
-        self._refuse_if_cut_off()
+        watch = leader_contact.watched(cmd)    # a box's own way back in is never cut short
+        if watch:
+            self._refuse_if_cut_off()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         pause, why = 0.005, "no leader"
@@ -84,13 +86,15 @@ class ProposalsMixin:
                 raise Unavailable(f"{cmd.get('op')} was not committed within {timeout:.1f}s ({why})",
                                   hint="retry; a retry with the same idempotency key never makes a second job")
             self._check_running()
-            self._refuse_if_cut_off()
+            if watch:
+                self._refuse_if_cut_off()
             lead = self._node.lead
             try:
                 if lead == self.node_id:
-                    return await self.unless_cut_off(self._propose_here(cmd, False, remaining))
+                    return await self.unless_cut_off(self._propose_here(cmd, False, remaining), watch=watch)
                 if lead is not None:
-                    result, _ = await self.unless_cut_off(self.transport.forward_propose(cmd, remaining, peer=lead))
+                    result, _ = await self.unless_cut_off(self.transport.forward_propose(cmd, remaining, peer=lead),
+                                                          watch=watch)
                     return result
                 await self._leader_change(min(remaining, 0.2))
                 continue
@@ -117,11 +121,12 @@ class ProposalsMixin:
             leader_heard=self._leader_heard, started=self._started, after=self.config.leader_lost_after)
         return None if silent is None else leader_contact.refusal(silent, ever=self._leader_heard is not None)
 
-    async def unless_cut_off(self, awaitable: Any) -> Any:
+    async def unless_cut_off(self, awaitable: Any, *, watch: bool = True) -> Any:
         """Await ``awaitable``, giving up with :meth:`leader_unreachable`'s refusal as soon as
         this box finds itself cut off (a forward to a leader behind a cut otherwise waits out
-        its whole timeout). What was sent may still be committed: the refusal says a retry is safe."""
-        if self.is_leader and self._node.status().conf.voters <= {self.node_id}:
+        its whole timeout). What was sent may still be committed: the refusal says a retry is
+        safe. ``watch=False``: just await it (:data:`leader_contact.UPKEEP_OPS`)."""
+        if not watch or self.is_leader and self._node.status().conf.voters <= {self.node_id}:
             return await awaitable          # a box alone: nobody to be cut off from
         task = asyncio.ensure_future(awaitable)
         try:

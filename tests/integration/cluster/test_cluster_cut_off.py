@@ -21,9 +21,10 @@ async def test_a_cut_off_follower_refuses_a_write_within_seconds_naming_the_lead
     loop = asyncio.get_running_loop()
     hung = asyncio.Event()
 
-    async def blackholed(*_a, **_kw):       # a forward over a link that is down hangs, as TCP does
-        hung.set()
-        await asyncio.sleep(3600)
+    async def blackholed(cmd, timeout, **_kw):     # a forward over a link that is down hangs, as TCP does,
+        hung.set()                                  # until the request's own time-out
+        await asyncio.sleep(timeout + 1.0)
+        raise Unavailable("no answer in time")
     real_forward = cut.service.transport.forward_propose
     cut.service.transport.forward_propose = blackholed
     cluster.isolate(cut)
@@ -46,7 +47,7 @@ async def test_a_cut_off_follower_refuses_a_write_within_seconds_naming_the_lead
 
     cut.service.transport.forward_propose = real_forward
     cluster.heal()
-    await cluster.wait_for(lambda: cut.driver.leader_unreachable() is None, what="the cut box back in touch")
+    await cluster.wait_for(lambda: cut.driver.leader_unreachable() is None, timeout=20, what="the cut box back in touch")
     taken = await cut.service.submit_job(SPEC, "while-cut", timeout=10)
     assert taken["idem_key"] == "while-cut"
     await cluster.wait_for(lambda: len(lead.service.state.list_jobs()) == 3, what="the job applied on the leader")

@@ -27,7 +27,7 @@ class _Driver:
     def leader_unreachable(self):       # a member cut off from the leader: tests/integration/cluster/test_cluster_cut_off
         return None
 
-    async def unless_cut_off(self, awaitable):
+    async def unless_cut_off(self, awaitable, *, watch=True):
         return await awaitable
 
 
