@@ -159,11 +159,14 @@ class Client(Connection):
     def delete(self, job: str) -> dict:
         return self._call("DELETE", f"/v1/jobs/{_job_path(job)}")
 
-    def logs(self, job: str, *, follow: bool = False, offset: int = 0, rank: int | None = None) -> Iterator[bytes]:
+    def logs(self, job: str, *, follow: bool = False, offset: int = 0, rank: int | None = None,
+             attempt: int | None = None) -> Iterator[bytes]:
         """Raw log lines (``b"<ts> <o|e> <text>\\n"``), following until the job ends; ``rank``:
-        a part of a distributed job. Raises when the log stopped before its end frame
-        (:mod:`floydd.logframe`): why the daemon said, or :data:`GONE`."""
-        query = {"follow": int(follow), "offset": offset, **({"rank": rank} if rank is not None else {})}
+        a part of a distributed job; ``attempt``: an earlier attempt's log (default: the latest).
+        Raises when the log stopped before its end frame (:mod:`floydd.logframe`): why the
+        daemon said, or :data:`GONE`."""
+        query = {"follow": int(follow), "offset": offset, **({"rank": rank} if rank is not None else {}),
+                 **({"attempt": attempt} if attempt is not None else {})}
         conn, resp = self._open("GET", f"/v1/jobs/{_job_path(job)}/logs", query=query, timeout=None)
         try:
             token = resp.getheader(logframe.HEADER)

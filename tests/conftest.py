@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from typing import Callable
 
@@ -38,6 +39,20 @@ async def wait_until_async(cond: Callable[[], object], timeout: float = 10.0, in
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f"; {details()}" if details else ""))
         await asyncio.sleep(interval)
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports free on ``host`` now (all held open while picked, so no two are the
+    same). A test that starts a box binds every port it picks: ``--listen`` and ``--api-listen``
+    both (the API's default is 7655 whatever ``--listen`` says, so two boxes would collide)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -71,7 +71,7 @@ class Poller:
         self._last_ok: float | None = None
         self._history: dict[tuple[str, int], collections.deque[int]] = {}
         self._finished_metrics: collections.OrderedDict[str, Mapping[str, Points]] = collections.OrderedDict()
-        self._log_key: str | None = None
+        self._log_key: tuple[str, Any] | None = None
         self._log_offset = 0
         self._log_total = 0
         self._log: collections.deque[LogLine] = collections.deque(maxlen=log_tail)
@@ -177,15 +177,16 @@ class Poller:
         return {key: tuple(ring) for key, ring in self._history.items()}
 
     def _detail(self, key: str) -> Detail:
-        if key != self._log_key:
-            self._log_key, self._log_offset, self._log_total = key, 0, 0
-            self._log.clear()
         try:
             job = self.client.job(key)
         except Unavailable:
             raise
         except FloyddError as exc:
             return Detail(key=key, error=exc.message)
+        log_id = (key, job.get("attempts"))   # a rerun writes a new log (the latest attempt's): from its start
+        if log_id != self._log_key:
+            self._log_key, self._log_offset, self._log_total = log_id, 0, 0
+            self._log.clear()
         try:
             series, system = self._metrics(key, job.get("state"))
         except Forbidden:           # a box whose job_logs is owner: the job, not its numbers (its log says why)

@@ -31,7 +31,7 @@ from floydd.api.request import acting_person, acting_user, body, check_dest, ndj
 from floydd.api.tarstream import received_folder, send_tree
 from floydd.cluster.access import check_admin
 from floydd.cluster.storecare import named_trees, repair_damaged
-from floydd.errors import UserError
+from floydd.errors import Conflict, NotFound, UserError
 from floydd.model import DatasetRef, check_abs_path, check_upload_name
 from floydd.store.ids import ObjectId
 
@@ -187,7 +187,7 @@ async def verify(request: web.Request) -> web.StreamResponse:
     if not isinstance(repair, bool):
         raise UserError("repair must be true or false", hint="floyd data verify --repair")
     if name is not None:
-        await asyncio.to_thread(store.catalog.resolve, name)
+        await _held_here(request, name)
 
     async def finish(report) -> dict:
         if repair and report.damaged:
@@ -204,6 +204,29 @@ async def gc(request: web.Request) -> web.Response:
     jobs = await asyncio.to_thread(request.app[keys.RECORDS].list_jobs)
     report = await asyncio.to_thread(store.gc, keep=named_trees(cluster.state, cluster.node_id, jobs))
     return reply(report.to_dict())
+
+
+async def _held_here(request: web.Request, name: str) -> None:
+    """Refuse to verify ``name`` on a box that holds no copy of it, naming the boxes that do
+    (issue 21: it said the dataset did not exist); a name no box knows is not found."""
+    try:
+        await asyncio.to_thread(request.app[keys.STORE].catalog.resolve, name)
+        return
+    except NotFound as missing:
+        unknown = missing
+    versions = await _catalog(request).list(name.partition(":")[0], everything=True)
+    if not versions:
+        raise unknown
+    held = sorted({holder for v in versions for holder in v["held_by"]})
+    here = request.app[keys.CLUSTER].state.nodes.get(request.app[keys.CLUSTER].node_id, {}).get("name", "this box")
+    if not held:
+        raise Conflict(f"{here} holds no copy of {name}, and no box does (floyd data ls {name} shows its copies)",
+                       code="not_held_here", hint="upload it again if you still have it")
+    boxes = held[0] if len(held) == 1 else ", ".join(held[:-1]) + " and " + held[-1]
+    raise Conflict(f"{here} holds no copy of {name}; {boxes} {'does' if len(held) == 1 else 'do'}",
+                   code="not_held_here",
+                   hint=f"verify it where it is kept: run floyd data verify {name} on {held[0]}, or leave the name "
+                        "out to check every object this box holds")
 
 
 def _catalog(request: web.Request):

@@ -179,8 +179,10 @@ async def logs(request: web.Request) -> web.StreamResponse:
     offset = query_int(request.query, "offset", 0, minimum=0, maximum=2**63 - 1, hint="offset=0 reads from the start")
     rank = query_int(request.query, "rank", None, minimum=0, maximum=MAX_NODES - 1,
                      hint="rank=1 reads the second part's log")
-    # an unknown job or rank, or its box away: an error answer, not a stream
-    chunk, final = await service.read_log(key, offset, rank=rank)
+    attempt = query_int(request.query, "attempt", None, minimum=1, maximum=2**31 - 1,
+                        hint="attempt=1 reads the first attempt's log; leave it out for the latest")
+    # an unknown job, rank or attempt, or its box away: an error answer, not a stream
+    chunk, final = await service.read_log(key, offset, rank=rank, attempt=attempt)
     token = logframe.new_token()
     resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8", logframe.HEADER: token})
     await resp.prepare(request)
@@ -195,7 +197,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
                 break
             else:
                 await asyncio.sleep(config.tail_interval)
-            chunk, final = await service.read_log(key, offset, rank=rank)
+            chunk, final = await service.read_log(key, offset, rank=rank, attempt=attempt)
         last = {"result": {"offset": offset}}
     except ConnectionError:
         raise                       # the client went away: nobody to tell

@@ -87,7 +87,8 @@ def _count(minimum: int) -> dict:
 
 
 _LOG_QUERY = _q("follow", offset={"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
-                rank={"type": "integer", "minimum": 0, "maximum": MAX_NODES - 1})
+                rank={"type": "integer", "minimum": 0, "maximum": MAX_NODES - 1},
+                attempt={"type": "integer", "minimum": 1, "maximum": 2**31 - 1})
 
 
 _TAR = {"required": True, "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}
@@ -142,7 +143,8 @@ PATHS = {
                                                                        status="201"))},
     "/v1/jobs/{project}/{number}/logs": {"get": {
         **_op("The job log, raw lines '<ts> <o|e> <text>', then the end frame '<token> {\"result\"|\"error\": ...}' "
-              "(token: the Floydd-Log-End header); rank: a part of a distributed job (default 0)",
+              "(token: the Floydd-Log-End header); rank: a part of a distributed job (default 0); attempt: an "
+              "earlier attempt's log, kept on the box that ran it (default: the latest)",
               params=_JOB + _LOG_QUERY),
         "responses": {"200": {"description": "log", "content": {"text/plain": {"schema": {"type": "string"}}},
                               "headers": {"Floydd-Log-End": {"schema": {"type": "string"},

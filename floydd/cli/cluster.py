@@ -194,6 +194,7 @@ def join(state_dir, join_token, address, listen, advertise, seeds, api_listen) -
     """
     from floydd.daemon.cluster_files import ClusterSettings, check_can_join, guess_address, leave_own_cluster, \
         split_address, write_settings
+    from floydd.daemon.integrity import check_state
     from floydd.security.identity import NodeIdentity
     from floydd.security.join import join as do_join
     from floydd.security.tokens import parse_token
@@ -211,6 +212,7 @@ def join(state_dir, join_token, address, listen, advertise, seeds, api_listen) -
     advertise = advertise or f"{guess_address()}:{port}"
     adv_host, _ = split_address(advertise)
     claim_state_dir(config.state_dir)      # ours, 0700; one another user made first is refused
+    check_state(config, doing="join")      # a damaged raft.db/records.db is not read as an empty one
     check_can_join(config.state_dir)
     identity = NodeIdentity.load_or_create(config.state_dir / "tls")
     result = asyncio.run(do_join(join_token, target, identity.node_id, identity.key, addresses=[adv_host]))
@@ -353,6 +355,8 @@ def recover(state_dir, yes_i_know) -> None:
     if not yes_i_know:
         raise UserError("recover makes this node a NEW single-node cluster; the other nodes must join it again",
                         hint="run again with --yes-i-know if the other voters are gone for good")
+    from floydd.daemon.integrity import check_state
+    check_state(config, doing="recover")        # its log is what the new cluster is made from
     settings.pending = "recover"
     write_settings(config.state_dir, settings)
     click.echo("WARNING: on its next start this node forms a new single-node cluster from its own log; "

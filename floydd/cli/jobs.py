@@ -228,11 +228,12 @@ def _resources_text(resources: dict) -> str:
     return f"{nodes} nodes under torchrun, {text} each" if nodes > 1 else text
 
 
-def follow_logs(client: Client, key: str, *, timestamps: bool, follow: bool = True, rank: int | None = None) -> None:
+def follow_logs(client: Client, key: str, *, timestamps: bool, follow: bool = True, rank: int | None = None,
+                attempt: int | None = None) -> None:
     """Print the job's output (the text of each log line); a log that stops before its end
     raises (the daemon went away, or said why)."""
     out = sys.stdout
-    for raw in client.logs(key, follow=follow, rank=rank):
+    for raw in client.logs(key, follow=follow, rank=rank, attempt=attempt):
         line = raw.decode(errors="replace")
         ts, _, rest = line.partition(" ")
         _stream, _, text = rest.partition(" ")
@@ -283,10 +284,12 @@ def _print_final(job: dict) -> None:
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
 @click.option("--rank", type=click.IntRange(min=0), default=None, metavar="R",
               help="A distributed job's part R (default 0; floyd info lists the parts).")
+@click.option("--attempt", type=click.IntRange(min=1), default=None, metavar="K",
+              help="An earlier attempt's log, kept on the box that ran it (default: the latest attempt).")
 @handle_errors
-def logs(job, follow, timestamps, rank) -> None:
-    """Print the output of JOB (stdout and stderr)."""
-    follow_logs(connect(), job_key(job), timestamps=timestamps, follow=follow, rank=rank)
+def logs(job, follow, timestamps, rank, attempt) -> None:
+    """Print the output of JOB (stdout and stderr) of its latest attempt, or of attempt K."""
+    follow_logs(connect(), job_key(job), timestamps=timestamps, follow=follow, rank=rank, attempt=attempt)
 
 
 @click.command()

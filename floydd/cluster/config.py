@@ -92,6 +92,14 @@ class ClusterConfig:
         """The shortest election timeout, in seconds."""
         return self.raft.election_ticks * self.raft.tick_interval_ms / 1000
 
+    @property
+    def leader_lost_after(self) -> float:
+        """Seconds without a word from a leader (and from a majority of the voters) after which
+        a write on this box is refused at once (:mod:`floydd.cluster.leader_contact`): four
+        shortest election timeouts, so an election among the boxes it reaches has time to end,
+        and at least 2 s, so a loop stalled for a moment (a loaded test machine) is no cut."""
+        return max(4 * self.election_timeout, 2.0)
+
 
 DEFAULT_CLUSTER_CONFIG = ClusterConfig()
 

@@ -119,6 +119,9 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
         self._leader_changed = asyncio.Event()
         self._leader_since = 0.0
         self._contact: dict[str, tuple[float, float]] = {}
+        self._leader_heard: float | None = None     # loop time of the last word from a leader
+        self._started = 0.0
+        self._led = False
         self._on_apply: list[Callable[[Applied], None]] = []
         self._on_leader: list[Callable[[str | None, int], None]] = []
         self._failed: BaseException | None = None
@@ -145,6 +148,7 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
         self._replay_until = durable.hard_state.commit
         self._durable_vote = (durable.hard_state.term, durable.hard_state.vote)
         self._running = True
+        self._started = asyncio.get_running_loop().time()
         conf = self._node.status().conf
         if conf.voters == {self.node_id}:
             self._submit(self._node.campaign)      # a cluster of one leads at once
@@ -179,6 +183,8 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
     def on_raft(self, peer: str, messages: list) -> None:
         self._heard(peer)
         node = self._node
+        if node is not None and peer == node.lead:      # floydd.cluster.leader_contact
+            self._leader_heard = asyncio.get_running_loop().time()
         if node is not None:
             self._submit(lambda: [node.step(m) for m in messages])
 
@@ -286,6 +292,9 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
             seen.add(lead)
             if len(seen) > 1:
                 _log.critical("[%s] two leaders in term %d: %s", self.node_id, term, sorted(seen))
+        if lead is not None or role == Role.LEADER or self._led:
+            self._leader_heard = asyncio.get_running_loop().time()     # news of a leader, or this one's step-down
+        self._led = role == Role.LEADER
         if role == Role.LEADER:
             self._leader_since = asyncio.get_running_loop().time()
             _log.info("[%s] leader in term %d", self.node_id, term)

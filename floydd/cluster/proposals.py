@@ -12,6 +12,11 @@ A command made for a person is first signed by the personal token presented for 
 being served, if any, and refused at once if this box may not act for that person
 (:func:`floydd.cluster.presented.signed`; every box checks again on apply).
 
+A box cut off from the leader (:mod:`floydd.cluster.leader_contact`: no word from a leader,
+nor from a majority of the voters, for a few election timeouts) refuses a write at once, and
+gives up on one already waiting as soon as it finds itself cut off, saying so instead of
+waiting out the timeout.
+
 A *fenced* proposal (a leader action such as ``job.place``) is stamped with the leader's
 term at the instant it enters the log, is never forwarded or retried, and the state
 machine refuses it unless that term is its entry's term.
@@ -24,6 +29,7 @@ from typing import Any
 
 from floydd import log
 from floydd.cluster import commands, versions
+from floydd.cluster import leader_contact
 from floydd.cluster._futures import settle
 from floydd.cluster.authz import authorize_conf, joining_may_propose
 from floydd.cluster.membership import check_conf
@@ -32,6 +38,9 @@ from floydd.cluster.raft import Entry, ProposalDropped
 from floydd.errors import FloyddError, Forbidden, InternalError, InvalidSpec, Unavailable
 
 __all__ = ["ProposalsMixin"]
+
+_WATCH = 0.1
+"""Seconds between looks at the leader's contact while a write waits."""
 
 _log = log.cluster.getChild("driver")
 
@@ -65,6 +74,9 @@ class ProposalsMixin:
             except asyncio.TimeoutError:
                 raise Unavailable(f"{cmd['op']} was not committed within {timeout:.1f}s",
                                   hint="its outcome is unknown: read the state before deciding again") from None
+        watch = leader_contact.watched(cmd)    # a box's own way back in is never cut short
+        if watch:
+            self._refuse_if_cut_off()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         pause, why = 0.005, "no leader"
@@ -74,21 +86,66 @@ class ProposalsMixin:
                 raise Unavailable(f"{cmd.get('op')} was not committed within {timeout:.1f}s ({why})",
                                   hint="retry; a retry with the same idempotency key never makes a second job")
             self._check_running()
+            if watch:
+                self._refuse_if_cut_off()
             lead = self._node.lead
             try:
                 if lead == self.node_id:
-                    return await self._propose_here(cmd, False, remaining)
+                    return await self.unless_cut_off(self._propose_here(cmd, False, remaining), watch=watch)
                 if lead is not None:
-                    result, _ = await self.transport.forward_propose(cmd, remaining, peer=lead)
+                    result, _ = await self.unless_cut_off(self.transport.forward_propose(cmd, remaining, peer=lead),
+                                                          watch=watch)
                     return result
                 await self._leader_change(min(remaining, 0.2))
                 continue
+            except leader_contact.LeaderUnreachable:
+                raise
             except Unavailable as exc:      # dropped, the leader unreachable, or no answer in time
                 why = str(exc)
             except asyncio.TimeoutError:
                 why = "timed out waiting for the commit"
             await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
             pause = min(pause * 2, 0.1)
+
+    def leader_unreachable(self) -> Unavailable | None:
+        """The refusal for a write while this box is cut off from the cluster's leader
+        (:mod:`floydd.cluster.leader_contact`), or None."""
+        node = self._node
+        if node is None or not self._running:
+            return None
+        conf = node.status().conf
+        now = asyncio.get_running_loop().time()
+        silent = leader_contact.silent_for(
+            me=self.node_id, now=now, leader=self.is_leader, voters=conf.voters, members=conf.members,
+            heard={peer: last for peer, (last, _since) in self._contact.items()},
+            leader_heard=self._leader_heard, started=self._started, after=self.config.leader_lost_after)
+        return None if silent is None else leader_contact.refusal(silent, ever=self._leader_heard is not None)
+
+    async def unless_cut_off(self, awaitable: Any, *, watch: bool = True) -> Any:
+        """Await ``awaitable``, giving up with :meth:`leader_unreachable`'s refusal as soon as
+        this box finds itself cut off (a forward to a leader behind a cut otherwise waits out
+        its whole timeout). What was sent may still be committed: the refusal says a retry is
+        safe. ``watch=False``: just await it (:data:`leader_contact.UPKEEP_OPS`)."""
+        if not watch or self.is_leader and self._node.status().conf.voters <= {self.node_id}:
+            return await awaitable          # a box alone: nobody to be cut off from
+        task = asyncio.ensure_future(awaitable)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=_WATCH)
+                if done:
+                    return task.result()
+                refusal = self.leader_unreachable()
+                if refusal is not None:
+                    raise refusal
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    def _refuse_if_cut_off(self) -> None:
+        refusal = self.leader_unreachable()
+        if refusal is not None:
+            raise refusal
 
     async def on_propose(self, cmd: Any, timeout: float, forwarded: bool = True, *, peer: str | None = None,
                          joining: bool = False) -> Any:

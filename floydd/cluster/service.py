@@ -119,6 +119,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
                                       propose=self._propose, folder=self.state_dir, clock=clock,
                                       retry=config.heartbeat_interval)    # the chain's evidence
         self.transport.on_peer = self._peer_learnt
+        self.transport.name_of = lambda peer: (self.state.nodes.get(peer) or {}).get("name")   # in its errors
         self._peers_file = self.state_dir / "peers.json"
         self._peers_dirty = False
         self._peers_lock = asyncio.Lock()   # one writer of peers.json at a time (they share a temp file)

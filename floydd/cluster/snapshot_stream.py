@@ -32,6 +32,7 @@ from aiohttp import web
 from floydd import log
 from floydd.cluster.raft import InstallSnapshot, decode_message, encode_message
 from floydd.cluster.raft.errors import CodecError
+from floydd.unreachable import why
 from floydd.errors import FloyddError, InternalError, InvalidSpec, Unauthorized, Unavailable
 
 __all__ = ["SnapshotStreamMixin", "SnapshotSink", "SNAPSHOT_PATH", "MAX_FRAME"]
@@ -71,7 +72,8 @@ class SnapshotStreamMixin:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            _log.info("[%s] streaming the snapshot at %d to %s failed: %s", self.node_id, m.snapshot.index, peer, exc)
+            _log.info("[%s] streaming the snapshot at %d to %s failed: %s", self.node_id, m.snapshot.index, peer,
+                      why(exc))
         if self._receiver is not None:
             if not ok:
                 self._receiver.report_unreachable(peer)

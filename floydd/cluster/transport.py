@@ -48,6 +48,7 @@ from floydd.cluster.raft import InstallSnapshot, Message, ProposalDropped, decod
 from floydd.cluster.raft.errors import CodecError
 from floydd.errors import (Conflict, FloyddError, InternalError, InvalidSpec, NotFound, Unauthorized, Unavailable,
                            UserError, from_payload)
+from floydd.unreachable import cannot_reach
 from floydd.security.identity import NodeIdentity
 from floydd.cluster.snapshot_stream import SNAPSHOT_PATH, SnapshotSink, SnapshotStreamMixin
 from floydd.security.tls import PEER_STANDING, client_context, peer_node_id, time_trouble
@@ -86,6 +87,8 @@ class Transport(SnapshotStreamMixin):
         self.drop: Callable[[str, str], bool] | None = None
         self.on_peer: Callable[[str, str], None] | None = None
         """Called with (node id, address) whenever a peer's address is learnt or changes."""
+        self.name_of: Callable[[str], str | None] = lambda _peer: None
+        """A node's name for messages ("cannot reach box2 at ..."), from the replicated state."""
         self._identity = identity
         self._time_warned: set[str] = set()
         """Peers a TLS failure due to certificate dates was logged for (until a send succeeds)."""
@@ -270,7 +273,7 @@ class Transport(SnapshotStreamMixin):
                 status = resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             self._time_trouble(peer or address, exc)
-            raise Unavailable(f"{peer or address} did not answer: {type(exc).__name__}: {exc}",
+            raise Unavailable(cannot_reach(self._called(peer) if peer else "a member", address, exc),
                               hint="retry; the request is idempotent") from exc
         try:
             payload = msgpack.unpackb(raw, raw=False)
@@ -302,7 +305,7 @@ class Transport(SnapshotStreamMixin):
                 raw = await resp.read()
                 status, headers = resp.status, dict(resp.headers)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise Unavailable(f"node {peer} did not answer: {type(exc).__name__}: {exc}",
+            raise Unavailable(cannot_reach(self._called(peer), address, exc),
                               hint="check that it is up (floyd nodes)") from exc
         if status >= 400:
             try:
@@ -406,6 +409,14 @@ class Transport(SnapshotStreamMixin):
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                                   headers={versions.HEADER: str(versions.PROTOCOL)})
         return self._session
+
+    def _called(self, peer: str) -> str:
+        """How a message names ``peer``: its name, else "node ID"."""
+        try:
+            name = self.name_of(peer)
+        except Exception:
+            name = None
+        return name or f"node {peer}"
 
     def _dropped(self, frm: str, to: str) -> bool:
         return self.drop is not None and self.drop(frm, to)

@@ -21,6 +21,8 @@ import asyncio
 from typing import Any, Iterable
 
 from floydd.cluster import versions
+from floydd.cluster import leader_contact
+from floydd.cluster.leader_contact import LeaderUnreachable
 from floydd.cluster.presented import signed
 from floydd.cluster.raft import ProposalDropped
 from floydd.errors import FloyddError, Unavailable
@@ -143,6 +145,9 @@ class WritesMixin:
         cmd = signed(self.state, cmd, self.node_id)     # level 3: signed by a presented token; sign-in checked
         if self.driver.leader_id is not None or not self._contacts():
             return await self.driver.propose(cmd, timeout=timeout)
+        watch = leader_contact.watched(cmd)     # not a box's own way back in (its seat, its record)
+        if watch and (cut_off := self.driver.leader_unreachable()) is not None:
+            raise cut_off               # a member on the wrong side of a cut: say so now (leader_contact)
         timeout = timeout or self.config.propose_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -154,16 +159,22 @@ class WritesMixin:
                 if remaining <= 0:
                     break
                 try:
-                    result, _ = await self.transport.forward_propose(cmd, remaining, address=address, forwarded=False)
+                    result, _ = await self.driver.unless_cut_off(
+                        self.transport.forward_propose(cmd, remaining, address=address, forwarded=False), watch=watch)
                     return result
+                except LeaderUnreachable:
+                    raise
                 except ProposalDropped as exc:  # not the leader: it named the leader, and where it is
                     last = exc
                     election = election or exc.leader is None
                     if exc.leader is None or self.transport.address_of(exc.leader) is None:
                         continue
                     try:                        # straight to the leader: a relay would be the proposer
-                        result, _ = await self.transport.forward_propose(cmd, remaining, peer=exc.leader)
+                        result, _ = await self.driver.unless_cut_off(
+                            self.transport.forward_propose(cmd, remaining, peer=exc.leader), watch=watch)
                         return result
+                    except LeaderUnreachable:
+                        raise
                     except Unavailable as again:
                         last = again
                 except Unavailable as exc:

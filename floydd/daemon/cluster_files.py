@@ -51,7 +51,8 @@ class ClusterSettings:
     """Who ran ``floydd init``: recorded as the cluster's first admin when it is made."""
     api_listen: str = ""
     """Where the ``/v1`` API is served over TLS for people elsewhere (``floyd login``): empty,
-    the host of ``listen`` and the port after it (7655); ``off``: not served."""
+    the host of ``listen`` and port 7655 (whatever port ``listen`` has: a box given the port
+    after another's must not collide with it); ``off``: not served."""
 
 
 def api_address(settings: ClusterSettings) -> tuple[str, int] | None:
@@ -60,8 +61,8 @@ def api_address(settings: ClusterSettings) -> tuple[str, int] | None:
         return None
     if settings.api_listen:
         return split_address(settings.api_listen, DEFAULT_API_PORT)
-    host, port = split_address(settings.listen)
-    return host, port + 1
+    host, _port = split_address(settings.listen)
+    return host, DEFAULT_API_PORT
 
 
 def read_settings(state_dir: Path) -> ClusterSettings | None:

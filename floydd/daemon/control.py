@@ -36,7 +36,8 @@ from floydd.config import settings_line
 from floydd.daemon.cluster_files import (ClusterSettings, api_address, guess_address, read_settings, split_address,
                                          write_settings)
 from floydd.daemon.peers import peer_app
-from floydd.errors import FloyddError
+from floydd.daemon.ports import start_site
+from floydd.errors import FloyddError, UserError
 from floydd.daemon.renewal import TrustKeeper
 from floydd.daemon.trust import Trust
 from floydd.runtime import fence
@@ -138,7 +139,13 @@ async def _listen(app: web.Application, service: ClusterService, identity: NodeI
     mtls = peer_app(service, store=app[keys.STORE], jobs=lambda: app.get(keys.JOBS), trust=trust)
     runner = web.AppRunner(mtls, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=server_context(identity)).start()
+    try:
+        await start_site(web.TCPSite(runner, host, port, ssl_context=server_context(identity)),
+                         setting="listen", host=host, port=port,
+                         set_in=str(app[keys.CONFIG].state_dir / "cluster.json"))
+    except UserError:
+        await runner.cleanup()
+        raise
     log.cluster.info("cluster %s: node %s listening on %s:%d, advertised as %s", settings.name,
                      identity.node_id, host, port, service.transport.advertise)
     return runner

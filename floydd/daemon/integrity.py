@@ -7,7 +7,9 @@ empty database, and floydd would carry on as if nothing had ever been there: gc 
 call every object garbage, job numbers would start again at 1 over the old ones, the cluster
 would forget its jobs and datasets. :func:`check_state` runs before any of them is opened and
 raises :class:`~floydd.errors.Untrusted` naming each file, what is wrong with it and what
-to do (restore it from a backup, or ``floydd repair``: :mod:`floydd.daemon.repair`).
+to do (restore it from a backup, or ``floydd repair``: :mod:`floydd.daemon.repair`). The
+offline tools that open them with the daemon stopped (``floydd join``, ``floydd recover``) run
+the same check first.
 
 A fresh box legitimately has none of these files. A file "cannot be trusted" when:
 
@@ -88,13 +90,15 @@ def findings(config: Config, *, deep: bool = False) -> list[Finding]:
     return found
 
 
-def check_state(config: Config) -> None:
-    """Raise :class:`Untrusted` naming every file that cannot be trusted; the daemon's first step."""
+def check_state(config: Config, *, doing: str = "start") -> None:
+    """Raise :class:`Untrusted` naming every file that cannot be trusted; the daemon's first
+    step, and the offline tools' (``floydd join``, ``floydd recover``: ``doing``), which would
+    otherwise open a 0-byte or damaged database as a new, empty one."""
     found = findings(config)
     if not found:
         return
     command = f"floydd repair --state-dir {config.state_dir}"
-    raise Untrusted(f"floydd will not start: {'; '.join(map(str, found))} (never taken as \"no data\")",
+    raise Untrusted(f"floydd will not {doing}: {'; '.join(map(str, found))} (never taken as \"no data\")",
                     hint=f"stop here and restore {'these files' if len(found) > 1 else 'that file'} from a "
                          f"backup, or run `{command}` to rebuild what it can (add --dry-run to see what it "
                          "would do first)")

@@ -28,8 +28,10 @@ from aiohttp import web
 
 from floydd import log
 from floydd.api import keys
+from floydd.api.badhttp import ApiRunner
 from floydd.daemon import logs
 from floydd.daemon.app import create_app
+from floydd.daemon.ports import start_site
 from floydd.config import Config
 from floydd.errors import Conflict, UserError
 from floydd.security.owned_dirs import (claim_state_dir, ensure_group_dir, ensure_owned_dir, is_shared_socket,
@@ -106,10 +108,10 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
         else:
             ensure_group_dir(sock_path.parent, gid, hint=hint)
     app = create_app(config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
-    await runner.setup()
+    runner = ApiRunner(app, handle_signals=False, access_log=None)      # malformed HTTP answered in JSON too
     bound = False
     try:
+        await runner.setup()            # a refusal here (a busy --listen port) still cleans up
         sock_path.unlink(missing_ok=True)  # stale: we hold the lock
         old_umask = os.umask(0o177)
         try:
@@ -125,12 +127,13 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
         if config.dev_tcp:
             host, port = _tcp_address(config)
             app[keys.TCP_TOKEN] = api_token(config)
-            await web.TCPSite(runner, host, port).start()
+            await start_site(web.TCPSite(runner, host, port), setting="--dev-tcp", host=host, port=port)
             log.daemon.info("dev API also on http://%s:%d (token in %s)", host, port, config.state_dir / "api-token")
         remote = app.get(keys.REMOTE_API)
         if remote is not None:          # a box of a cluster: people elsewhere, with personal tokens
             host, port, ctx = remote
-            await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+            await start_site(web.TCPSite(runner, host, port, ssl_context=ctx), setting="api_listen",
+                             host=host, port=port, set_in=str(config.state_dir / "cluster.json"))
             log.daemon.info("API for people elsewhere on https://%s:%d (floyd login)", host, port)
         log.daemon.info("floydd %s serving on %s (state %s)", config.node_name, sock_path, config.state_dir)
         if ready is not None:

@@ -73,9 +73,11 @@ def _job_detail(jobs: Callable[[], Any]):
             what = request.match_info["what"]
             if what == "log":
                 raw = request.query.get("offset", "0")
-                if not raw.isascii() or not raw.isdigit():
-                    raise UserError("offset must be a whole number")
-                chunk, final = await service.local.read_log(key, int(raw))
+                attempt = request.query.get("attempt")     # an earlier attempt's (issue 21); absent: the latest
+                if not raw.isascii() or not raw.isdigit() or not (attempt is None or attempt.isascii()
+                                                                   and attempt.isdigit() and len(attempt) < 10):
+                    raise UserError("offset and attempt must be whole numbers")
+                chunk, final = await service.local.read_log(key, int(raw), None if attempt is None else int(attempt))
                 return web.Response(body=chunk, headers={"X-Floydd-Final": "1" if final else "0"},
                                     content_type="application/octet-stream")
             if what == "metrics":

@@ -33,6 +33,7 @@ from cryptography import x509
 
 from floydd import log
 from floydd.cluster import versions
+from floydd.unreachable import cannot_reach
 from floydd.errors import FloyddError, Unavailable, from_payload
 from floydd.security.ca import CLOCK_SKEW
 from floydd.security.identity import NodeIdentity
@@ -170,7 +171,7 @@ class TrustKeeper:
                                           timeout=aiohttp.ClientTimeout(total=15)) as resp:
                 raw, status = await resp.read(), resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise Unavailable(f"voter {peer} did not answer: {type(exc).__name__}: {exc}") from exc
+            raise Unavailable(cannot_reach(f"voter {peer}", address, exc)) from exc
         try:
             payload = json.loads(raw)
         except ValueError:

@@ -23,9 +23,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
-from floydd.errors import Forbidden, NotFound, UserError
+from floydd.errors import Forbidden, NotFound, UnsafePath, UserError
 from floydd.model import CODE_UPLOAD_PATTERN
 from floydd.store.ignore import IgnoreRules
+from floydd.store.tarball import MAX_DEPTH
 
 __all__ = ["snapshot_code", "code_size", "CodeUploads", "UPLOAD_TTL"]
 
@@ -36,22 +37,39 @@ _MAX_HANDLES = 10_000
 
 
 def code_size(folder: Path, rules: IgnoreRules, limit: int) -> int:
-    """Bytes the snapshot would hold; stops counting once past ``limit``."""
+    """Bytes the snapshot would hold; stops counting once past ``limit``. A folder deeper than
+    an upload may be (:data:`~floydd.store.tarball.MAX_DEPTH`) is refused (issue 21: a code
+    folder ~1,000 levels deep overflowed the recursion of ``os.walk``: a 500)."""
     total = 0
-    for dirpath, dirnames, filenames in os.walk(folder):
-        rel = os.path.relpath(dirpath, folder)
-        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-        dirnames[:] = [d for d in dirnames if not rules(prefix + d, True)]
-        for name in filenames:
-            if rules(prefix + name, False):
-                continue
+    todo: list[tuple[str, str, int]] = [(str(folder), "", 0)]     # (folder, its tree path + "/", depth)
+    while todo:
+        path, prefix, depth = todo.pop()
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            continue                    # the snapshot itself says what cannot be read
+        for entry in entries:
             try:
-                st = os.lstat(os.path.join(dirpath, name))
+                is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 continue
-            total += st.st_size
+            if rules(prefix + entry.name, is_dir):
+                continue
+            if is_dir:
+                if depth + 1 >= MAX_DEPTH:
+                    raise UnsafePath(f"the code folder {folder} holds folders more than {MAX_DEPTH} levels deep "
+                                     f"({(prefix + entry.name)[:120]}...)",
+                                     hint=f"code is at most {MAX_DEPTH} folders deep: list the deep folder in "
+                                          ".floydignore, or upload it as data (floyd data upload)")
+                todo.append((entry.path, prefix + entry.name + "/", depth + 1))
+                continue
+            try:
+                total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
             if total > limit:
                 return total
+    return total
     return total
 
 

@@ -140,14 +140,26 @@ class LocalJobs:
                     "system": self.records.system_samples(key.project, key.number)}
         return await asyncio.to_thread(read)
 
-    async def read_log(self, key: JobKey, offset: int) -> tuple[bytes, bool]:
+    async def read_log(self, key: JobKey, offset: int, attempt: int | None = None) -> tuple[bytes, bool]:
         """Up to :data:`LOG_CHUNK` bytes of the log from ``offset``, and whether the job has
         ended (what was read then is all there will be). Placed here but without a record
-        yet: nothing so far."""
+        yet: nothing so far. ``attempt``: an earlier attempt's log, kept here if it ran here
+        (:func:`floydd.runtime.workspace.attempt_log`); None, the latest."""
         record = await asyncio.to_thread(self.record, key)
         if record is None:
+            if attempt is not None:
+                raise NotFound(f"job {key} has not run on this box", code="no_such_attempt",
+                               hint=f"leave out --attempt to read the latest attempt's log: floyd logs {key}")
             return b"", False
         final = record["state"] in FINAL_STATES
+        latest = int(record.get("attempt") or 0)
+        if attempt is not None and attempt != latest and latest != 0:
+            path = workspace.attempt_log(Path(record["workspace"]), attempt) if record.get("workspace") else None
+            if path is None or attempt > latest or not await asyncio.to_thread(path.exists):
+                raise NotFound(f"the log of attempt {attempt} of {key} is not on this box (the latest is attempt "
+                               f"{latest}; an attempt's log stays on the box that ran it)", code="no_such_attempt",
+                               hint=f"floyd logs {key} reads the latest attempt; floyd info {key} lists its attempts")
+            return await asyncio.to_thread(_read_from, path, offset), True
         if not record.get("workspace"):
             return b"", final
         return await asyncio.to_thread(_read_from, Path(record["workspace"]) / "job.log", offset), final

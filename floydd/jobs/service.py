@@ -42,6 +42,7 @@ from typing import Callable, Iterator
 import msgpack
 
 from floydd import log
+from floydd.cluster import versions
 from floydd.cluster.access import ReadRules
 from floydd.cluster.authz import check_job_owner
 from floydd.cluster.codecopies import CodeCopies, likely_sources
@@ -159,6 +160,8 @@ class JobService:
         resources = submission.resources
         if resources.nodes > 1:
             check_gang_command(submission.command)
+        if (cut_off := self.cluster.driver.leader_unreachable()) is not None:
+            raise cut_off   # issue 21: said first; a cut-off box's stale view of the others says "no healthy node"
         mounts = []
         for item in submission.mounts:         # floydd.cluster.access: someone else's private data or output refused
             version = await self.datasets.resolve_readable(item.ref, user, "mount")
@@ -385,7 +388,8 @@ class JobService:
         raw, _ = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{what}")
         return msgpack.unpackb(raw, raw=False)
 
-    async def read_log(self, key: str, offset: int, *, rank: int | None = None) -> tuple[bytes, bool]:
+    async def read_log(self, key: str, offset: int, *, rank: int | None = None,
+                       attempt: int | None = None) -> tuple[bytes, bool]:
         """Up to 4 MiB of the log from ``offset`` and whether the job has ended; ``rank``: a part
         of a distributed job (read from the box that runs it)."""
         job = await self.get(key, stale=True)         # polled while following: this node's copy
@@ -400,11 +404,17 @@ class JobService:
             raise NotFound(f"job {key} runs on one box: it has no rank {rank}", code="no_such_part",
                            hint="leave out --rank")
         if node == self.node_id:
-            return await self.local.read_log(JobKey.parse(key), offset)
+            return await self.local.read_log(JobKey.parse(key), offset, attempt)
         if not node or job["state"] == "queued":
+            if attempt is not None:     # an earlier attempt's log is on the box that ran the latest, if anywhere
+                raise NotFound(f"job {key} is queued: the log of attempt {attempt} is not reachable now",
+                               code="no_such_attempt", hint=f"floyd logs {key} --attempt {attempt} once it runs")
             return b"", job["state"] in FINAL_STATES
-        raw, headers = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{key}/log",
-                                                          params={"offset": str(offset)})
+        if attempt is not None and not versions.at_least(self.cluster.state, 3):
+            raise UserError(f"the box that ran {key} may be of an older floydd, which keeps no earlier attempt's log",
+                            hint="once every box runs 0.3 (floydd members), floyd logs --attempt reads it there")
+        params = {"offset": str(offset), **({"attempt": str(attempt)} if attempt is not None else {})}
+        raw, headers = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{key}/log", params=params)
         return raw, headers.get("X-Floydd-Final") == "1"
 
     async def tree_for(self, key: str, which: str) -> ObjectId:

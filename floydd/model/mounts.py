@@ -37,7 +37,7 @@ def check_mount_target(target: object) -> str:
             raise UnsafePath(f"mount point {target:.80} is inside {top}, which the job needs as it is",
                              hint=_MOUNT_HINT)
     head = target[1:].split("/")[0]
-    if head.startswith("lib") or head in WORKSPACE_NAMES:
+    if head.startswith(("lib", "job.log.")) or head in WORKSPACE_NAMES:    # job.log.K: an earlier attempt's
         raise UnsafePath(f"mount point {target:.80} is reserved", hint=_MOUNT_HINT)
     return target
 

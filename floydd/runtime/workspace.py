@@ -44,7 +44,7 @@ from floydd.agent.status import atomic_write
 from floydd.errors import InvalidSpec, UnsafePath
 from floydd.security import beneath
 
-__all__ = ["job_dir", "prepare", "plan_mounts", "release_inputs", "remove", "note", "DIRS", "STALE"]
+__all__ = ["job_dir", "prepare", "plan_mounts", "release_inputs", "remove", "note", "attempt_log", "DIRS", "STALE"]
 
 DIRS = ("code", "input", "output", "home", "tmp")
 STALE = ("stop", "status.json")
@@ -106,6 +106,23 @@ def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) 
     return mounts
 
 
+def attempt_log(ws: Path, attempt: int) -> Path:
+    """Where an earlier attempt's log is kept in the workspace once a later one runs here
+    (``job.log`` is always the latest attempt's)."""
+    return Path(ws) / f"job.log.{int(attempt)}"
+
+
+def _keep_attempt_log(ws_fd: int, earlier: str | None) -> None:
+    """A rerun here writes a new ``job.log``: the earlier attempt's moves to ``job.log.K``
+    (issue 21: the rerun appended to it, and its metrics were read again as the rerun's). An
+    agent of that attempt still writing keeps writing to the file it opened, the kept one."""
+    if not earlier or not earlier.isdigit() or earlier == "0":
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if os.stat("job.log", dir_fd=ws_fd, follow_symlinks=False).st_size:
+            os.rename("job.log", attempt_log(Path("."), int(earlier)).name, src_dir_fd=ws_fd, dst_dir_fd=ws_fd)
+
+
 def _prepare_in(ws: Path, ws_fd: int, job: dict[str, Any], store, mounts: tuple[Mount, ...],
                 trees: dict[str, str], resume: str | None) -> None:
     done = _load_steps(ws)
@@ -114,6 +131,7 @@ def _prepare_in(ws: Path, ws_fd: int, job: dict[str, Any], store, mounts: tuple[
         for name in STALE:
             with contextlib.suppress(FileNotFoundError):
                 (ws / name).unlink()
+        _keep_attempt_log(ws_fd, done.get(_ATTEMPT))
         done.pop(_OUTPUT, None)
         done.pop(_RESUME, None)
         done[_ATTEMPT] = attempt

@@ -41,6 +41,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
 from floydd.cluster.versions import HEADER, PROTOCOL
+from floydd.unreachable import cannot_reach
 from floydd.errors import (Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, Unavailable, UserError,
                            from_payload)
 from floydd.security._x509 import check_node_id, fingerprint_of_der, node_id_of_cert
@@ -406,5 +407,5 @@ def _mismatch(address: str) -> Unauthorized:
 
 
 def _unreachable(address: str, exc: BaseException) -> Unavailable:
-    return Unavailable(f"cannot reach a floydd node at {address}: {str(exc)[:160] or type(exc).__name__}",
+    return Unavailable(cannot_reach("a floydd node", address, exc),
                        hint="check the address and port, and that floydd runs there with a cluster initialised")

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
 
-from tests.conftest import wait_until
+from tests.conftest import free_ports, wait_until
 from tests.system.conftest import Daemon, _kill_agents
 
-__all__ = ["pair", "port", "box", "form", "stop", "status", "final"]
+__all__ = ["pair", "box", "form", "stop", "status", "final"]
 
 
 def pair(tmp_path: Path, files: dict[str, str]) -> Iterator[tuple[Daemon, Daemon]]:
@@ -31,12 +30,6 @@ def pair(tmp_path: Path, files: dict[str, str]) -> Iterator[tuple[Daemon, Daemon
         yield a, b
     finally:
         stop(a, b)
-
-
-def port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def floydd(env: dict, *args) -> str:
@@ -58,11 +51,13 @@ def box(tmp_path: Path, name: str) -> Daemon:
 
 def form(a: Daemon, b: Daemon) -> None:
     """box-a founds the cluster (no GPU), box-b joins it (one fake GPU)."""
-    pa, pb = port(), port()
-    floydd(a.env, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}")
+    pa, pb, api_a, api_b = free_ports(4)
+    floydd(a.env, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}",
+           "--api-listen", f"127.0.0.1:{api_a}")
     a.start("--dev-fake-gpus", "0")
     token = floydd(a.env, "token", "create").strip()
-    floydd(b.env, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}")
+    floydd(b.env, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}",
+           "--api-listen", f"127.0.0.1:{api_b}")
     b.start("--dev-fake-gpus", "1")
 
 

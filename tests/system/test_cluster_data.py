@@ -7,8 +7,8 @@ import os
 import signal
 import subprocess
 
-from tests.conftest import wait_until
-from tests.system.test_cluster_cli import _floydd, _port, _start
+from tests.conftest import free_ports, wait_until
+from tests.system.test_cluster_cli import _floydd, _start
 
 
 def _events(stream) -> dict:
@@ -21,7 +21,7 @@ def _events(stream) -> dict:
 
 def test_a_dataset_uploaded_on_one_box_is_kept_on_both_and_cloned_on_the_other(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    pa, pb = _port(), _port()
+    pa, pb, api_a, api_b = free_ports(4)
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
     (src / "weights.bin").write_bytes(os.urandom(3 << 20))
@@ -29,10 +29,11 @@ def test_a_dataset_uploaded_on_one_box_is_kept_on_both_and_cloned_on_the_other(t
     procs: list[subprocess.Popen] = []
     try:
         _floydd("init", "--state-dir", a, "--name", "lab", "--listen", f"127.0.0.1:{pa}",
-                "--advertise", f"127.0.0.1:{pa}")
+                "--advertise", f"127.0.0.1:{pa}", "--api-listen", f"127.0.0.1:{api_a}")
         ca = _start(a, "box-a", procs)
         token = _floydd("token", "create", "--state-dir", a, "--ttl", "10m").stdout.strip()
-        _floydd("join", "--state-dir", b, token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}")
+        _floydd("join", "--state-dir", b, token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}",
+                "--api-listen", f"127.0.0.1:{api_b}")
         cb = _start(b, "box-b", procs)
         wait_until(lambda: len(cb.nodes()) == 2, timeout=30, what="box-b to see both nodes")
 

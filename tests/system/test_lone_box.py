@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import free_ports, wait_until
 from tests.system.conftest import Daemon, _kill_agents
 
 PREVIOUS_RELEASE = "26a4a85"
@@ -25,12 +24,6 @@ PREVIOUS_RELEASE = "26a4a85"
 records and a catalog but no control-plane log)."""
 
 FINAL = {"success", "failed", "stopped", "timeout", "lost"}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _box(tmp_path: Path, name: str, **env) -> Daemon:
@@ -105,8 +98,9 @@ def test_a_box_alone_is_one_voter_and_init_keeps_its_jobs_and_datasets(tmp_path,
     box.floyd("data", "upload", str(src), "--name", "digits")
     _stop(box)
 
-    port = _port()
-    _floydd(box, "init", "--name", "lab", "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}")
+    port, api = free_ports(2)
+    _floydd(box, "init", "--name", "lab", "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
+            "--api-listen", f"127.0.0.1:{api}")
     box.start()
     members = json.loads(_floydd(box, "members", "--json").stdout)
     assert members["initialised"] is True
@@ -176,8 +170,9 @@ def test_a_state_folder_of_the_previous_release_keeps_its_jobs_datasets_queue_an
 @pytest.mark.slow
 def test_a_used_box_joins_a_cluster_keeping_its_jobs_and_datasets_across_a_crash_while_resealing(tmp_path, boxes):
     lab = _box(tmp_path, "lab")
-    pa, pb = _port(), _port()
-    _floydd(lab, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}")
+    pa, pb, api_a, api_b = free_ports(4)
+    _floydd(lab, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}",
+            "--api-listen", f"127.0.0.1:{api_a}")
     boxes.append(lab)
     lab.start()
     lab.floyd("init", "proj")
@@ -193,7 +188,8 @@ def test_a_used_box_joins_a_cluster_keeping_its_jobs_and_datasets_across_a_crash
     _stop(used)
 
     token = _floydd(lab, "token", "create", "--ttl", "10m").stdout.strip()
-    _floydd(used, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}")
+    _floydd(used, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}",
+            "--api-listen", f"127.0.0.1:{api_b}")
     assert (used.state / "store" / "key.next").exists()
     log = open(used.state.parent / "daemon.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir", str(used.state)],

@@ -171,3 +171,30 @@ def test_a_check_answers_what_the_submit_would_pin_and_commits_nothing(api):
     assert answer["ok"] and [(m["ref"], m["mount"]) for m in answer["data"]] == [("mnist:1", "/input")]
     assert len(answer["data"][0]["tree"]) == 64 and answer["cpus"] == 0.5
     assert api.call("GET", "/v1/jobs")[1] == before
+
+
+def test_a_code_folder_a_thousand_levels_deep_is_refused_plainly(api: Api) -> None:
+    import os
+    root = api.root / "deep-code"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(1000):         # by descriptor: the path itself is past PATH_MAX
+            os.mkdir("d", dir_fd=fd)
+            fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+            os.close(old)
+    finally:
+        os.close(fd)
+    try:
+        status, answer, text = api.call("POST", "/v1/jobs", json={**JOB, "code_path": str(root)})
+    finally:
+        while (root / "d").exists():  # undone level by level (a recursive removal overflows too)
+            if (root / "d" / "d").exists():
+                os.rename(root / "d" / "d", root / "up")
+                os.rmdir(root / "d")
+                os.rename(root / "up", root / "d")
+            else:
+                os.rmdir(root / "d")
+    assert status == 400, text[:500]
+    assert answer["error"]["code"] == "unsafe_path" and "more than 256 levels deep" in answer["error"]["message"]
+    assert ".floydignore" in answer["error"]["hint"]

@@ -55,7 +55,8 @@ def test_mount_targets_that_are_fine(target):
 @pytest.mark.parametrize("target", ["", "input", "/", "/code", "/code/x", "/output", "/output/ckpt",
                                     "/proc/x", "/dev", "/sys/fs", "/usr/lib", "/bin", "/lib64", "/lib/x",
                                     "/etc", "/tmp/x", "/home/me", "/root", "/run/x", "/var/lib",
-                                    "/input/", "/input/../etc", "/a//b", "/./input", "/job.log", "/stop"])
+                                    "/input/", "/input/../etc", "/a//b", "/./input", "/job.log", "/stop",
+                                    "/job.log.2", "/job.log.1/x"])
 def test_mount_targets_that_are_refused(target):
     with pytest.raises(UnsafePath):
         check_mount_target(target)

@@ -24,6 +24,12 @@ class _Driver:
     async def propose(self, cmd, *, timeout=None, fenced=False):
         return {"through": "driver", **cmd}
 
+    def leader_unreachable(self):       # a member cut off from the leader: tests/integration/cluster/test_cluster_cut_off
+        return None
+
+    async def unless_cut_off(self, awaitable, *, watch=True):
+        return await awaitable
+
 
 class _Transport:
     """Answers each forward with the next of ``answers`` (an exception is raised)."""

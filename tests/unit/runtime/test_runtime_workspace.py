@@ -13,7 +13,7 @@ from floydd.agent.status import Status, process_start_time
 from floydd.agent.stop import read_stop
 from floydd.errors import InvalidSpec, UnsafePath
 from floydd.runtime import spawn
-from floydd.runtime.workspace import job_dir, plan_mounts, prepare, release_inputs
+from floydd.runtime.workspace import attempt_log, job_dir, plan_mounts, prepare, release_inputs
 from floydd.store import Store
 from tests.conftest import wait_until
 
@@ -91,6 +91,24 @@ def test_prepare_again_redoes_nothing_finished_but_empties_output(store, tmp_pat
     (ws / "output" / "stale").write_text("from an earlier attempt")
     prepare(ws, job, counting)
     assert counting.restores == 2 and list((ws / "output").iterdir()) == []
+
+
+def test_a_rerun_here_writes_a_new_log_and_keeps_the_earlier_attempts(store, tmp_path):
+    job = {"code_tree": tree(store, tmp_path, {"t.py": ""}), "attempt": 1}
+    ws = job_dir(tmp_path / "state", "p", 1)
+    prepare(ws, job, store)
+    (ws / "job.log").write_bytes(b"1.0 o first attempt\n")
+    prepare(ws, job, store)                         # the same attempt again (a daemon restart): the same log
+    assert (ws / "job.log").read_bytes() == b"1.0 o first attempt\n"
+    prepare(ws, {**job, "attempt": 2}, store)
+    assert (ws / "job.log").read_bytes() == b""
+    assert attempt_log(ws, 1).read_bytes() == b"1.0 o first attempt\n" and attempt_log(ws, 1).name == "job.log.1"
+    (ws / "job.log").write_bytes(b"2.0 o second\n")
+    prepare(ws, {**job, "attempt": 3}, store)
+    assert attempt_log(ws, 2).read_bytes() == b"2.0 o second\n"
+    assert attempt_log(ws, 1).read_bytes() == b"1.0 o first attempt\n"
+    prepare(ws, {**job, "attempt": 4}, store)       # attempt 3 wrote nothing: no empty file kept for it
+    assert not attempt_log(ws, 3).exists()
 
 
 def test_a_restore_cut_short_is_redone_from_scratch(store, tmp_path):
