@@ -4,6 +4,7 @@ Layout of a store folder (created on first use, mode 0700)::
 
     key          the store secret (0600); without it objects are noise and names unknown
     key.next     only while a re-key is pending: the secret the store moves to (rekey.py)
+    keys/        the secrets of the key epochs after the first (epochs.py): seal keys only
     rekey.db     only during a re-key, and until its tree map is taken (rekey.py)
     objects/     sealed objects, objects/ab/ab12… (see local.py)
     catalog.db   dataset versions and gc pins (SQLite, WAL, synchronous=FULL)
@@ -33,7 +34,7 @@ from typing import Iterable, Iterator, Protocol
 
 from floydd import log
 from floydd.errors import IntegrityError, NotFound, StoreError
-from floydd.store import maintenance, rekey, trust
+from floydd.store import epochs, maintenance, rekey, trust
 from floydd.store.backend import Backend
 from floydd.store.catalog import UPLOAD_LEASE_S, Catalog, DatasetVersion
 from floydd.store.chunker import DEFAULT_PARAMS, Chunker
@@ -86,7 +87,7 @@ class Store:
         (root / "cache").mkdir(mode=0o700, exist_ok=True)
         rekey.refuse_if_pending(root)
         trust.check_store(root)
-        keys = Keys(load_or_create_secret(root / "key"))
+        keys = Keys(load_or_create_secret(root / "key"), epochs.load_epochs(root))
         if backend is None:
             backend = LocalBackend(root / "objects")
         store = cls(root, keys, backend, workers=workers)
@@ -259,6 +260,40 @@ class Store:
         self._check_key()
         return maintenance.verify(self._objects, self.catalog, self._lock, name=name, progress=progress,
                                   workers=self.workers)
+
+    # -- key epochs (floydd.store.epochs) ------------------------------------------------
+
+    @property
+    def seal_epoch(self) -> int:
+        """The key epoch new objects are sealed under here."""
+        return self._keys.seal_epoch
+
+    def key_epochs(self) -> list[int]:
+        return self._keys.epochs()
+
+    def add_epoch(self, n: int, secret: bytes, fingerprint: str) -> bool:
+        """Keep the secret of epoch ``n`` (checked against the cluster's ``fingerprint``) and
+        seal new objects under it if it is the newest; False if it was held already."""
+        added = epochs.install_epoch(self.root, n, secret, fingerprint)
+        self._keys.add_epoch(n, secret)
+        return added
+
+    def resealer(self) -> epochs.Resealer:
+        """The background re-seal of this store (call its ``step`` through :meth:`reseal_step`)."""
+        if not isinstance(self.backend, LocalBackend):
+            raise StoreError("only a local store is re-sealed in place")
+        return epochs.Resealer(self.backend, self._keys)
+
+    def reseal_step(self, resealer: epochs.Resealer, budget: int) -> epochs.ResealPass:
+        """One slice of the background re-seal, under the shared lock (gc waits one slice)."""
+        with self._shared():
+            return resealer.step(budget)
+
+    def epoch_counts(self) -> dict[int, int]:
+        """Objects sealed under each key epoch here (one 5-byte read per object)."""
+        if not isinstance(self.backend, LocalBackend):
+            return {}
+        return epochs.epoch_counts(self.backend)
 
     # -- helpers ------------------------------------------------------------------------
 
