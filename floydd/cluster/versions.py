@@ -51,6 +51,7 @@ _NEW_OPS: Mapping[int, frozenset[str]] = {
     3: frozenset({
         "audit.tamper",                                   # a box's stored audit chain was edited (audit_guard)
         "person.boxes",                                   # where a person's login name signs them in
+        "store.epoch",                                    # a new store key epoch (floydd.cluster.keyepochs)
     }),
 }
 """Ops each level brought (2: people, personal tokens, imports). ``cluster.protocol`` itself
