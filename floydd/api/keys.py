@@ -19,5 +19,7 @@ CLUSTER = web.AppKey("cluster", object)
 """This node's :class:`~floydd.cluster.service.ClusterService` (a box alone: a cluster of one)."""
 DATASETS = web.AppKey("datasets", object)
 """The cluster's dataset catalog, :class:`~floydd.cluster.datasets.ClusterDatasets`."""
+EPOCHS = web.AppKey("epochs", object)
+"""Store key epochs and the background re-seal, :class:`~floydd.daemon.epochs.StoreEpochs`."""
 TOKENS = web.AppKey("tokens", object)
 """Join tokens (``create(ttl) -> str``) where this node holds the cluster CA; else None."""

@@ -42,7 +42,9 @@ from floydd.daemon.trust import Trust
 from floydd.runtime import fence
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import api_server_context, server_context
+from floydd.daemon.epochs import StoreEpochs
 from floydd.store.crypto import load_or_create_secret
+from floydd.store.epochs import epoch_secret
 
 __all__ = ["control_ctx"]
 
@@ -75,7 +77,8 @@ async def control_ctx(app: web.Application):
     if settings is not None:      # a member of a cluster of boxes: joins, the CA key, renewals
         secret = config.store_dir / "key"
         trust = Trust(service, identity, config.state_dir, store_secret=lambda: load_or_create_secret(secret),
-                      validity=config.cert_validity, joins_per_minute=config.join_attempts_per_minute)
+                      validity=config.cert_validity, joins_per_minute=config.join_attempts_per_minute,
+                      epoch_secret=partial(epoch_secret, app[keys.STORE].root))
         listener = await _listen(app, service, identity, settings, trust)
         remote = api_address(settings)
         if remote is not None:    # the daemon's main serves /v1 there too, once it is set up
@@ -95,6 +98,10 @@ async def control_ctx(app: web.Application):
     if trust is not None:
         keeper = TrustKeeper(trust, renew_before=config.cert_renew_before)
         keeper.start()
+    epochs = StoreEpochs(service, app[keys.STORE], app[keys.STORE].root, rate=config.store_reseal_rate * 1e6,
+                         check_every=config.store_epoch_check, ask=keeper.ask if keeper is not None else None)
+    epochs.start()                  # store key epochs: keys from members, the background re-seal
+    app[keys.EPOCHS] = epochs
     if pending == "bootstrap" and settings is not None and settings.admin:
         try:                    # who ran floydd init: the first admin (floydd.cluster.authz)
             await service.grant_admin(settings.admin)
@@ -110,6 +117,7 @@ async def control_ctx(app: web.Application):
     app[keys.CLUSTER] = service
     app[keys.DATASETS] = datasets
     yield
+    await epochs.close()
     if keeper is not None:
         await keeper.close()
     if discovery is not None:

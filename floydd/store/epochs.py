@@ -42,7 +42,7 @@ from floydd.store.ids import ObjectId
 from floydd.store.local import LocalBackend, fsync_dir
 
 __all__ = ["load_epochs", "install_epoch", "write_pending", "take_pending", "epoch_secret", "Resealer",
-           "ResealPass", "epoch_counts", "KEYS_DIR"]
+           "ResealPass", "epoch_counts", "stored_epoch", "KEYS_DIR"]
 
 KEYS_DIR = "keys"
 _EPOCH = re.compile(r"epoch-([1-9][0-9]{0,9})")
@@ -194,11 +194,7 @@ class Resealer:
         return oid
 
     def _epoch(self, oid: ObjectId) -> int | None:
-        try:
-            with open(self.backend.path(oid), "rb") as f:
-                return epoch_of(f.read(HEADER_PEEK))
-        except FileNotFoundError:       # gc removed it meanwhile
-            return None
+        return stored_epoch(self.backend, oid)
 
     def _reseal(self, batch, oid: ObjectId, target: int) -> int:
         try:
@@ -214,15 +210,20 @@ class Resealer:
         return len(sealed)
 
 
+def stored_epoch(backend: LocalBackend, oid: ObjectId) -> int | None:
+    """The key epoch object ``oid`` is sealed under here (None: gone, or not an object)."""
+    try:
+        with open(backend.path(oid), "rb") as f:
+            return epoch_of(f.read(HEADER_PEEK))
+    except FileNotFoundError:       # gc removed it meanwhile
+        return None
+
+
 def epoch_counts(backend: LocalBackend) -> dict[int, int]:
     """How many objects are sealed under each epoch (one 5-byte read per object)."""
     out: dict[int, int] = {}
     for oid in backend.list():
-        try:
-            with open(backend.path(oid), "rb") as f:
-                epoch = epoch_of(f.read(HEADER_PEEK))
-        except FileNotFoundError:
-            continue
+        epoch = stored_epoch(backend, oid)
         if epoch is not None:
             out[epoch] = out.get(epoch, 0) + 1
     return out

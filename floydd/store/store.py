@@ -38,6 +38,7 @@ from floydd.store import epochs, maintenance, rekey, trust
 from floydd.store.backend import Backend
 from floydd.store.catalog import UPLOAD_LEASE_S, Catalog, DatasetVersion
 from floydd.store.chunker import DEFAULT_PARAMS, Chunker
+from floydd.store import crypto
 from floydd.store.crypto import Keys, load_or_create_secret
 from floydd.store.ids import ObjectId
 from floydd.store.ignore import Ignore
@@ -200,6 +201,8 @@ class Store:
         then saved as a snapshot saves: write, read back, check, fsync, name, commit. A copy
         stored here that is damaged is replaced (``verify --repair`` fetches good ones)."""
         plain = self._keys.open(oid, sealed)
+        if (crypto.epoch_of(sealed[:crypto.HEADER_PEEK]) or 0) < self._keys.seal_epoch:
+            sealed = self._keys.seal(oid, plain)    # a peer not yet re-sealed: keep it under the newest epoch
         if not self._objects.intact(oid):       # missing, or damaged here: the good copy replaces it
             with self._shared(), self.backend.batch() as batch:
                 batch.save(oid, sealed, lambda stored: self._keys.check(oid, stored, bytearray(len(plain))))
@@ -288,6 +291,18 @@ class Store:
         """One slice of the background re-seal, under the shared lock (gc waits one slice)."""
         with self._shared():
             return resealer.step(budget)
+
+    def epochs_of(self, tree_id: ObjectId) -> dict[int, int] | None:
+        """The objects of tree ``tree_id`` here by the key epoch they are sealed under (one
+        5-byte read each); None when this store holds no copy of the tree."""
+        if not isinstance(self.backend, LocalBackend) or not self.backend.has(tree_id):
+            return None
+        out: dict[int, int] = {}
+        for oid in {tree_id, *self.read_tree(tree_id).chunk_ids()}:
+            epoch = epochs.stored_epoch(self.backend, oid)
+            if epoch is not None:
+                out[epoch] = out.get(epoch, 0) + 1
+        return out
 
     def epoch_counts(self) -> dict[int, int]:
         """Objects sealed under each key epoch here (one 5-byte read per object)."""
