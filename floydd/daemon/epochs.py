@@ -161,7 +161,9 @@ class StoreEpochs:
         return secret
 
     def _restart_reseal(self) -> None:
+        """A new epoch here: the re-seal toward it starts (its counts too)."""
         self.started_at, self.settled_in = self._clock(), None
+        self._resealer.objects_done = self._resealer.bytes_done = 0
         self._wake.set()
 
     # -- rotating --------------------------------------------------------------------------------
