@@ -37,6 +37,7 @@ from floydd.errors import Conflict, FloyddError, StoreError
 from floydd.store import Store
 from floydd.store import epochs as store_epochs
 from floydd.store.crypto import SECRET_SIZE
+from floydd.store.rekey import rekey_pending
 
 __all__ = ["StoreEpochs", "SLICE_S"]
 
@@ -105,6 +106,9 @@ class StoreEpochs:
         target = self.store.seal_epoch
         if self.rate <= 0 or target == 0 or self._resealer.settled_at == target:
             return False
+        if await asyncio.to_thread(rekey_pending, self.store_dir):
+            return False        # a joining box's re-seal under the cluster's secret comes first
+
         if self.started_at is None:
             self.started_at = self._clock()
         t0 = time.monotonic()

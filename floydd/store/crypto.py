@@ -167,6 +167,14 @@ class Keys:
                                 "(a member receives each epoch's key from another; a removed box never does)")
         return epoch, HEADER_PEEK, aead
 
+    def intact(self, oid: ObjectId, sealed: bytes | memoryview) -> bool:
+        """Whether ``sealed`` opens and re-hashes as ``oid`` under these keys."""
+        try:
+            self.open(oid, sealed)
+        except IntegrityError:
+            return False
+        return True
+
     def open(self, oid: ObjectId, sealed: bytes | memoryview) -> bytes:
         """Authenticate, decrypt and re-hash; ``IntegrityError`` names the object."""
         view = memoryview(sealed)
