@@ -58,13 +58,12 @@ async def info(request: web.Request) -> web.Response:
     catalog = _catalog(request)
     version = await catalog.resolve_readable(ref, acting_person(request, required=False), "read")
     described = _describe(catalog.describe(version), await catalog.manifest(version))
-    store = request.app[keys.STORE]
     try:                            # its objects here by store key epoch (floydd.store.epochs)
-        epochs = await asyncio.to_thread(store.epochs_of, ObjectId.from_hex(described["tree"]))
+        epochs = await asyncio.to_thread(catalog.store.epochs_of, ObjectId.from_hex(described["tree"]))
     except FloyddError:
         epochs = None
     return reply({**described, "key_epochs": None if epochs is None else {str(k): v for k, v in sorted(epochs.items())},
-                  "cluster_key_epoch": keyepochs.current(request.app[keys.CLUSTER].state)})
+                  "cluster_key_epoch": keyepochs.current(catalog.cluster.state)})
 
 
 @routes.post("/v1/datasets")
