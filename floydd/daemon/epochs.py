@@ -191,9 +191,8 @@ class StoreEpochs:
                 if exc.code == "epoch_taken":
                     continue            # another rotation came first: take the next number
                 raise
-            except BaseException:
-                # not known whether it was committed: keep the pending key (fetch_missing finds it)
-                raise
+            # (any other error: not known whether it was committed; the pending key stays, and
+            # fetch_missing installs it from there if the epoch was recorded)
             await asyncio.to_thread(self.store.add_epoch, rec["epoch"], secret, fp)
             self._restart_reseal()
             _log.warning("store key rotated by %s (%s): epoch %d, made here; new objects are sealed under it, "

@@ -88,7 +88,7 @@ from floydd import log
 from floydd.errors import Conflict, IntegrityError, NotFound, StoreError, StoreFull
 from floydd.store import maintenance
 from floydd.store.catalog import Catalog
-from floydd.store.crypto import Keys, read_secret, write_secret
+from floydd.store.crypto import Keys, load_or_create_secret, read_secret, write_secret
 from floydd.store.ids import ObjectId
 from floydd.store.locks import StoreLock
 from floydd.store.local import LocalBackend, fsync_dir
@@ -183,7 +183,7 @@ def cluster_secret(store_dir: Path) -> bytes:
     try:
         return read_secret(root / NEXT_KEY)
     except FileNotFoundError:
-        return read_secret(root / "key")
+        return load_or_create_secret(root / "key")
 
 
 def finish_rekey(store_dir: Path, *, timeout: float = 5.0) -> None:
