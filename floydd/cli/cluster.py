@@ -317,8 +317,8 @@ def remove(state_dir, node_id, yes) -> None:
     if answer.get("cancelled_join"):
         click.echo(f"the join of node {answer['removed']} is cancelled: its certificate is refused by every box and "
                    "it can never become a member with it")
-        return
-    click.echo(f"node {answer['removed']} removed; its certificate is refused by every box")
+    else:
+        click.echo(f"node {answer['removed']} removed; its certificate is refused by every box")
     if answer.get("store_epoch") is not None:
         click.echo(f"store key rotated: epoch {answer['store_epoch']}, which {answer['removed']} never receives; "
                    "new data is sealed under it and older data is re-sealed in the background "
