@@ -132,19 +132,26 @@ class StoreEpochs:
             return 0
         held = set(self.store.key_epochs())
         got = 0
-        for rec in list(state.store_epochs):
+        failed: FloyddError | None = None
+        for rec in reversed(list(state.store_epochs)):     # the newest first: it is what new data needs
             n, fp = rec["epoch"], rec["fingerprint"]
             if n in held:
                 continue
-            secret = await asyncio.to_thread(store_epochs.epoch_secret, self.store_dir, n, fp)
-            if secret is None:
-                secret = await self._fetch(rec)
-            await asyncio.to_thread(self.store.add_epoch, n, secret, fp)
+            try:
+                secret = await asyncio.to_thread(store_epochs.epoch_secret, self.store_dir, n, fp)
+                if secret is None:
+                    secret = await self._fetch(rec)
+                await asyncio.to_thread(self.store.add_epoch, n, secret, fp)
+            except FloyddError as exc:      # one epoch's key held nowhere must not keep the others away
+                failed = failed or exc
+                continue
             _log.info("this box now holds store key epoch %d (made on %s); new objects are sealed under epoch %d",
                       n, rec["made_on"], self.store.seal_epoch)
             got += 1
         if got:
             self._restart_reseal()
+        if failed is not None:
+            raise failed
         return got
 
     async def _fetch(self, rec: dict) -> bytes:
