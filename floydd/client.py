@@ -68,6 +68,14 @@ class Client(Connection):
     def remove_node(self, node_id: str) -> dict:
         return self._call("POST", "/v1/cluster/remove", {"node": node_id}, timeout=None)
 
+    def rotate_store_key(self) -> dict:
+        """A new store key epoch, made on this box (an admin's)."""
+        return self._call("POST", "/v1/cluster/store-key", {}, timeout=None)
+
+    def store_key(self) -> dict:
+        """The cluster's store key epochs and this box's background re-seal."""
+        return self._call("GET", "/v1/cluster/store-key")
+
     def people(self, *, stale: bool = False) -> list[dict]:
         """The lab's people (floydd.cluster.people): name, role, uids per box id."""
         return self._call("GET", "/v1/people", query={"stale": "1" if stale else None})

@@ -180,6 +180,13 @@ class Config:
     over 1 TB takes about 6 days. What it finds damaged is repaired from another box."""
     store_scrub_every: float = 7 * 86400.0
     """Seconds between the starts of two scrub passes: a pass that ends sooner waits."""
+    # -- store key epochs (issue 21): floydd.store.epochs, floydd.daemon.epochs --
+    store_reseal_rate: float = 100.0
+    """MB a second the background re-seal rewrites after a new store key epoch
+    (``floydd rotate-store-key``, ``floydd remove``): at 100, 1 TB takes about 3 hours,
+    while the daemon serves. 0 turns it off (objects stay under the older epoch)."""
+    store_epoch_check: float = 5.0
+    """Seconds between two looks for a key epoch this box lacks (asked from a member)."""
     # -- state that stays small (issue 12): floydd.cluster.archiver, floydd.cluster.archive --
     archive_after: float = 7 * 86400.0
     """Seconds after it ended that a finished job leaves the hot replicated state (kept in

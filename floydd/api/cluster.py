@@ -10,7 +10,8 @@ from floydd.api import keys
 from floydd.api.request import acting_user, api_address, body, reply
 from floydd.cluster.trust import MAX_TTL_S, token_state
 from floydd.cluster.authz import is_admin
-from floydd.errors import Conflict, Forbidden, UserError
+from floydd.cluster.versions import at_least
+from floydd.errors import Conflict, FloyddError, Forbidden, UserError
 
 routes = web.RouteTableDef()
 
@@ -83,7 +84,40 @@ async def remove(request: web.Request) -> web.Response:
     node = _node_named(service.state, node)
     joining = node not in service.state.nodes and node in service.state.trust.certs
     await service.remove_node(node, user=acting_user(request))
-    return reply({"removed": node, **({"cancelled_join": node} if joining else {})})
+    return reply({"removed": node, **({"cancelled_join": node} if joining else {}),
+                  **await _rotate_after_removal(request, node)})
+
+
+async def _rotate_after_removal(request: web.Request, node: str) -> dict:
+    """A removed box keeps the store keys it had: start a new epoch it never receives (level 3).
+    The removal stands whatever happens here; a failed rotation is said, with what to do."""
+    epochs = request.app.get(keys.EPOCHS)
+    if epochs is None or not at_least(request.app[keys.CLUSTER].state, 3):
+        return {}
+    try:
+        rec = await epochs.rotate(user=acting_user(request), reason=f"remove {node}")
+    except FloyddError as exc:
+        return {"store_key": f"not rotated: {exc.message}; run floydd rotate-store-key"}
+    return {"store_epoch": rec["epoch"]}
+
+
+@routes.post("/v1/cluster/store-key")
+async def rotate_store_key(request: web.Request) -> web.Response:
+    """``floydd rotate-store-key``: a new store key epoch, made on this box (an admin's): new
+    data is sealed under it, older data is re-sealed under it in the background on every box."""
+    who = acting_user(request)
+    if not is_admin(request.app[keys.CLUSTER].state, who):
+        raise Forbidden(f"user {who} may not rotate the store key: not an admin", code="not_an_admin",
+                        hint="an admin runs floydd rotate-store-key (floydd user list shows the admins)")
+    epochs = request.app[keys.EPOCHS]
+    rec = await epochs.rotate(user=acting_user(request), reason="rotate")
+    return reply({**rec, "here": epochs.report()}, status=201)
+
+
+@routes.get("/v1/cluster/store-key")
+async def store_key(request: web.Request) -> web.Response:
+    """The cluster's store key epochs and where this box's re-seal stands."""
+    return reply(request.app[keys.EPOCHS].report())
 
 
 def _node_named(state, text: str) -> str:

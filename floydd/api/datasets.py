@@ -29,9 +29,10 @@ from floydd.api import keys
 from floydd.api.params import text_field
 from floydd.api.request import acting_person, acting_user, body, check_dest, ndjson, reply, restore_into, same_user_only
 from floydd.api.tarstream import received_folder, send_tree
+from floydd.cluster import keyepochs
 from floydd.cluster.access import check_admin
 from floydd.cluster.storecare import named_trees, repair_damaged
-from floydd.errors import Conflict, NotFound, UserError
+from floydd.errors import Conflict, FloyddError, NotFound, UserError
 from floydd.model import DatasetRef, check_abs_path, check_upload_name
 from floydd.store.ids import ObjectId
 
@@ -56,7 +57,13 @@ async def info(request: web.Request) -> web.Response:
         raise UserError("name a dataset", hint="floyd data info NAME[:VERSION]")
     catalog = _catalog(request)
     version = await catalog.resolve_readable(ref, acting_person(request, required=False), "read")
-    return reply(_describe(catalog.describe(version), await catalog.manifest(version)))
+    described = _describe(catalog.describe(version), await catalog.manifest(version))
+    try:                            # its objects here by store key epoch (floydd.store.epochs)
+        epochs = await asyncio.to_thread(catalog.store.epochs_of, ObjectId.from_hex(described["tree"]))
+    except FloyddError:
+        epochs = None
+    return reply({**described, "key_epochs": None if epochs is None else {str(k): v for k, v in sorted(epochs.items())},
+                  "cluster_key_epoch": keyepochs.current(catalog.cluster.state)})
 
 
 @routes.post("/v1/datasets")

@@ -15,7 +15,7 @@ from floydd.api.request import reply
 from floydd.api.schemas import (ApiToken, AuditCheck, AuditEntry, Cluster, CodeUpload, Compare, DatasetDeleted,
                                 DatasetInfo, DatasetVersion, Drained, Error, GcReport, ImportResult, Info, Job, JobCheck,
                                 JoinToken, Left, Metrics, Node, Person, PersonRemoved, Removed, TokenRecord, WhoAmI)
-from floydd.api.schemas import AuditHead, CaInfo
+from floydd.api.schemas import AuditHead, CaInfo, StoreKeyReport, StoreKeyRotated
 from floydd.api.cluster import MAX_TTL
 from floydd.api.jobs import MAX_LIST, MAX_WAIT
 from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
@@ -26,7 +26,7 @@ _TYPES = (Submission, Restart, Error, Info, list[Node], Job, list[Job], Metrics,
           list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Drained, Removed,
           list[TokenRecord],
           TokenRecord, list[AuditEntry], AuditCheck, list[Person], Person, PersonRemoved,
-          list[ApiToken], ApiToken, WhoAmI, ImportResult, CaInfo, AuditHead)
+          list[ApiToken], ApiToken, WhoAmI, ImportResult, CaInfo, AuditHead, StoreKeyReport, StoreKeyRotated)
 _REFS, COMPONENTS = msgspec.json.schema_components(_TYPES, ref_template="#/components/schemas/{name}")
 """One components table: the request bodies are the job model's types (:mod:`floydd.model`), which
 the API decodes with msgspec; the answers are :mod:`floydd.api.schemas`, which the contract test
@@ -196,6 +196,11 @@ PATHS = {
     "/v1/cluster/remove": {"post": _op("Take another node (id or name) out for good and revoke its certificate, or "
                                        "cancel a join redeemed but not started (admins)", Removed,
                                        body=_json(node={"type": "string", "minLength": 1}))},
+    "/v1/cluster/store-key": {"post": _op("Start a new store key epoch, made on this box (admins): new data is "
+                                          "sealed under it, older data re-sealed in the background on every box; "
+                                          "only current members receive it", StoreKeyRotated, status="201"),
+                              "get": _op("The cluster's store key epochs and this box's background re-seal",
+                                         StoreKeyReport)},
     "/v1/tokens": {"post": _op("Make a personal API token for the caller (an admin: for person); the secret "
                                "is in this answer only", ApiToken, status="201",
                                body=_json(label=_TEXT, person=_TEXT, ttl={"type": "number", "exclusiveMinimum": 0})),

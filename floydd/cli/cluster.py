@@ -325,9 +325,48 @@ def remove(state_dir, node_id, yes) -> None:
     if answer.get("cancelled_join"):
         click.echo(f"the join of node {answer['removed']} is cancelled: its certificate is refused by every box and "
                    "it can never become a member with it")
+    else:
+        click.echo(f"node {answer['removed']} removed; its certificate is refused by every box")
+    if answer.get("store_epoch") is not None:
+        click.echo(f"store key rotated: epoch {answer['store_epoch']}, which {answer['removed']} never receives; "
+                   "new data is sealed under it and older data is re-sealed in the background "
+                   "(floydd rotate-store-key --show follows it)")
+    elif answer.get("store_key"):
+        click.echo(f"store key {answer['store_key']}", err=True)
+    click.echo("to protect data it could read before, see docs/operations.md: a stolen box")
+
+
+@click.command(name="rotate-store-key")
+@_state_option
+@click.option("--show", is_flag=True, help="Only show the epochs and this box's re-seal.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def rotate_store_key(state_dir, show, as_json) -> None:
+    """Start a new store key epoch: new data is sealed under a new key that only the boxes that
+    are members now receive, and older data is re-sealed under it in the background on every box
+    (store_reseal_rate MB/s) while the daemons serve. floydd remove does it too. Object ids
+    stay: a removed box can still recognise content it had, not open what is sealed anew.
+    Admins only."""
+    client = _client(_config(state_dir))
+    answer = client.store_key() if show else client.rotate_store_key()
+    if as_json:
+        echo_json(answer)
         return
-    click.echo(f"node {answer['removed']} removed; its certificate is refused by every box "
-               "(to protect data it could read, see docs/operations.md: a stolen box)")
+    here = answer if show else answer["here"]
+    if not show:
+        click.echo(f"store key epoch {answer['epoch']} started on {answer['made_on']} (fingerprint "
+                   f"{answer['fingerprint']}): new data is sealed under it; each member fetches it and re-seals "
+                   "its older objects in the background")
+    click.echo(f"cluster epoch {here['cluster_epoch']}; this box seals under epoch {here['seal_epoch']}, holds "
+               f"{', '.join(map(str, here['held_epochs']))}")
+    if here["cluster_epoch"] > here["seal_epoch"]:
+        state = "waiting for the newest epoch's key from a member"
+    elif here["resealed"]:
+        took = f" in {here['reseal_seconds']:.1f} s" if here.get("reseal_seconds") is not None else ""
+        state = f"every object here is under epoch {here['seal_epoch']}{took}"
+    else:
+        state = f"re-sealing: {here['resealed_objects']} objects ({here['resealed_bytes'] / 1e6:,.1f} MB) so far"
+    click.echo(f"re-seal  {state}")
 
 
 def _me() -> str:

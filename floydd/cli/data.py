@@ -98,6 +98,7 @@ def info(ref: str, as_json: bool) -> None:
     click.echo(f"owner    {v.get('owner') or 'unknown'} ({_visibility(v)})")
     where = ", ".join(v["held_by"]) or "no box"
     click.echo(f"copies   {v['copies']} of {v['replicas']} on {where}: {v['copies_note']}")
+    click.echo(f"sealed   {_sealed(v)}")
     if v["message"]:
         click.echo(f"message  {v['message']}")
     for e in v["entries"][:50]:
@@ -105,6 +106,18 @@ def info(ref: str, as_json: bool) -> None:
     more = len(v["entries"]) - 50 + (1000 if v.get("truncated") else 0)
     if more > 0:
         click.echo(f"  ... and {more}{'+' if v.get('truncated') else ''} more (floyd data clone to see all)")
+
+
+def _sealed(v: dict) -> str:
+    """The store key epochs of the version's objects on the box that answered."""
+    epochs = v.get("key_epochs")
+    if epochs is None:
+        return "no copy on this box to look at"
+    newest = v.get("cluster_key_epoch", 0)
+    if set(epochs) <= {str(newest)}:
+        return f"under key epoch {newest}, the cluster's newest ({sum(epochs.values())} objects here)"
+    parts = ", ".join(f"{n} under epoch {e}" for e, n in sorted(epochs.items(), key=lambda kv: int(kv[0])))
+    return f"{parts} here; the cluster's newest is epoch {newest} (the rest is re-sealed in the background)"
 
 
 def _visibility(v: dict) -> str:

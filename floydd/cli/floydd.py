@@ -163,7 +163,7 @@ def repair(state_dir, config_file, system, dry_run) -> None:
 cli.add_command(make_audit(_config_options, _client))
 cli.add_command(make_user(_config_options, _client))
 for _command in (cluster.init, cluster.token, cluster.join, cluster.members, cluster.drain, cluster.leave,
-                 cluster.remove, cluster.recover):
+                 cluster.remove, cluster.recover, cluster.rotate_store_key):
     cli.add_command(_command)
 
 

@@ -57,6 +57,7 @@ What it reads of a command::
     cluster.protocol     any member, for a level every box speaks (floydd.cluster.versions)
     person.add/.role/.remove/.map/.boxes   an admin (floydd user ...); in a lab of one, its user
     audit.tamper         the box itself, about its own stored chain (box = proposer)
+    store.epoch          an admin (floydd rotate-store-key, floydd remove), made on the proposer
 
 Admins are the people with role ``admin`` (:mod:`floydd.cluster.people`; ``admin.grant``
 records the user who ran ``floydd init``, the first). A cluster with no people (a lab of one:
@@ -375,6 +376,16 @@ def _audit_tamper(state, cmd, proposer, leader) -> None:
                         code="not_its_own", hint="a box reports only its own stored copy")
 
 
+def _store_epoch(state, cmd, proposer, leader) -> None:
+    """A new store key epoch: an admin's, made on the box that holds its secret."""
+    if cmd["made_on"] != proposer:
+        raise Forbidden(f"{_box(state, proposer)} may not start a key epoch made on {_box(state, cmd['made_on'])}",
+                        code="not_its_own", hint="the box that made the epoch's secret records it")
+    if not is_admin(state, cmd.get("user")):
+        raise Forbidden(f"{_who(cmd.get('user'))} may not rotate the store key: not an admin", code="not_an_admin",
+                        hint="an admin runs floydd rotate-store-key")
+
+
 def _people_admin(state, cmd, proposer, leader) -> None:
     user = cmd.get("user")
     if not is_admin(state, user):
@@ -396,6 +407,7 @@ _RULES = {
     "person.remove": _people_admin, "person.map": _people_admin, "person.boxes": _people_admin,
     "apitoken.create": _apitoken_create, "apitoken.revoke": _apitoken_revoke,
     "audit.tamper": _audit_tamper,
+    "store.epoch": _store_epoch,
 }
 
 

@@ -72,6 +72,8 @@ turn it into the bytes of a raft entry. Nothing is pickled.
     (floydd.cluster.apitokens: personal API tokens, checked by every box)
     audit.tamper          box, first_seq, what (a box found its stored        an entry each
                           audit chain edited at start: floydd.cluster.audit_guard)
+    store.epoch           epoch, fingerprint, made_on, reason?, user? (a     Conflict on retry
+                          new store key epoch: floydd.cluster.keyepochs)
 
 Every command the leader appends also carries ``proposer``: the node id of the box that
 proposed it, taken from its verified certificate when the leader accepted it (never from
@@ -169,6 +171,8 @@ _SCHEMAS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
                         "expires": ((int, float, type(None)), False), "label": (_STR, False), "user": (_STR, False)},
     "apitoken.revoke": {"id": (_STR, True), "user": (_STR, False)},
     "audit.tamper": {"box": (_STR, True), "first_seq": (_INT, True), "what": (_STR, True)},
+    "store.epoch": {"epoch": (_INT, True), "fingerprint": (_STR, True), "made_on": (_STR, True),
+                    "reason": (_STR, False), "user": (_STR, False)},
 }
 # issue 20 (sign-in, level 3): new fields of older ops, and the signature a command made for a
 # person carries when that person's personal token was presented to the proposing box

@@ -49,6 +49,7 @@ called with it::
     apitokens        apitoken.create, apitoken.revoke
     versions         cluster.protocol
     audit_guard      audit.tamper (changes nothing but the chain: its entry is the record)
+    keyepochs        store.epoch (a new store key epoch: its number and fingerprint)
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from typing import Any, Callable
 
 import msgpack
 
-from floydd.cluster import imported, people, signin, state_code, versions
+from floydd.cluster import imported, keyepochs, people, signin, state_code, versions
 from floydd.cluster.archive import MemoryArchive
 from floydd.cluster.audit import MemoryAudit
 from floydd.cluster.apitokens import ApiTokens
@@ -106,6 +107,7 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
         self.apitokens = ApiTokens()        # personal API tokens (floydd.cluster.apitokens)
         self.revoked: dict[str, dict] = {}  # certificate serial (hex) -> {node, ts}: removed nodes' (authz)
         self.people: dict[str, dict] = {}   # the lab's people (floydd.cluster.people; authz reads roles)
+        self.store_epochs: list[dict] = []  # store key epochs after the first (floydd.cluster.keyepochs)
         # derived, never serialised (rebuilt by restore): ids of the jobs in ACTIVE_STATES, and
         # per node id the GPUs they hold (index -> job id) and how many of them have a part there
         self._active: dict[str, None] = {}
@@ -138,6 +140,7 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
             "apitoken.create": lambda cmd, term: self.apitokens.create(cmd),
             "apitoken.revoke": lambda cmd, term: self.apitokens.revoke(cmd),
             "audit.tamper": lambda cmd, term: {"box": cmd["box"], "first_seq": cmd["first_seq"]},  # its entry says it
+            keyepochs.OP: lambda cmd, term: keyepochs.apply_epoch(self, cmd),
         }
 
     # -- the state machine ---------------------------------------------------------------
@@ -160,7 +163,9 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
                               "datasets": self.datasets, "idem": self.idem, **self.trust.snapshot(),
                               **self.apitokens.snapshot(), "revoked": self.revoked, "people": self.people,
                               "admins": self.admins,     # what an 0.1 box reads of people
-                              "protocol": self.protocol, "code": self.code},
+                              "protocol": self.protocol,
+                              **({"code": self.code} if self.code else {}),
+                              **({"store_epochs": self.store_epochs} if self.store_epochs else {})},
                              use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
@@ -177,6 +182,7 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
         self.trust.restore(raw)
         self.apitokens.restore(raw)
         self.revoked, self.people = dict(raw.get("revoked") or {}), people.migrate(raw)
+        self.store_epochs = list(raw.get("store_epochs") or [])
         self.protocol = int(raw.get("protocol") or 1)        # an 0.1 box's snapshot says none
         self.code = dict(raw.get("code") or {})              # an 0.2 box's says none
         self._active, self._held, self._load, self._cpu, self._memory = {}, {}, {}, {}, {}

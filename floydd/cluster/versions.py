@@ -52,6 +52,7 @@ _NEW_OPS: Mapping[int, frozenset[str]] = {
         "audit.tamper",                                   # a box's stored audit chain was edited (audit_guard)
         "person.boxes",                                   # where a person's login name signs them in
         "code.holders",                                   # who holds a job's code tree (state_code, issue 21)
+        "store.epoch",                                    # a new store key epoch (floydd.cluster.keyepochs)
     }),
 }
 """Ops each level brought (2: people, personal tokens, imports). ``cluster.protocol`` itself

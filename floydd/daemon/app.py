@@ -20,6 +20,7 @@ The routes themselves live in :mod:`floydd.api` (``/v1``) and :mod:`floydd.daemo
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from aiohttp import web
@@ -42,7 +43,8 @@ from floydd.runtime.buildbox import BuildPolicy
 from floydd.runtime.sandboxing import serves_others
 from floydd.system import job_account
 from floydd.store import Store
-from floydd.store.rekey import finish_rekey, rekey, rekey_pending
+from floydd.errors import FloyddError
+from floydd.store.rekey import Stopped, finish_rekey, plan_rekey, rekey, rekey_pending
 
 __all__ = ["create_app"]
 
@@ -70,28 +72,58 @@ async def _records_ctx(app: web.Application):
 
 async def _store_ctx(app: web.Application):
     config = app[keys.CONFIG]
-    if await asyncio.to_thread(rekey_pending, config.store_dir):
-        await _reseal(config, app[keys.RECORDS])
-    app[keys.STORE] = store = await asyncio.to_thread(Store.open, config.store_dir)
+    app[keys.STORE_READY] = ready = asyncio.Event()
+    pending = await asyncio.to_thread(rekey_pending, config.store_dir)
+    if pending:                 # planned before the store opens: it reads the root trees only
+        pending = await asyncio.to_thread(plan_rekey, config.store_dir)
+    app[keys.STORE] = store = await asyncio.to_thread(Store.open, config.store_dir, during_rekey=pending)
+    stop = threading.Event()
+    task = None
+    if pending:
+        task = asyncio.create_task(_reseal(config, app[keys.RECORDS], store, ready, stop), name="floydd.reseal")
+    else:
+        ready.set()
     yield
+    stop.set()
+    if task is not None:
+        await asyncio.gather(task, return_exceptions=True)      # ends between two batches
     await asyncio.to_thread(store.close)
 
 
-async def _reseal(config: Config, records: Records) -> None:
-    """This box joined a cluster: re-seal its store under the cluster's secret (or finish doing
-    so after a crash), then rename the trees its job records name."""
-    log.daemon.warning("re-sealing the store %s under the cluster's secret (it resumes where it was if "
-                       "stopped); the daemon answers once it is done", config.store_dir)
+async def _reseal(config: Config, records: Records, store: Store, ready: asyncio.Event,
+                  stop: threading.Event, *, retry: float = 60.0) -> None:
+    """This box joined a cluster: re-seal its old objects under the cluster's secret in the
+    background while it serves (or go on after a stop or a crash), then rename the trees its
+    job records name; ``ready`` once done (its datasets then enter the cluster's catalog). A
+    damaged object or a full disk leaves it pending, said in the log, tried again each
+    ``retry`` seconds and at each start."""
+    log.daemon.warning("re-sealing the store %s under the cluster's secret in the background (new data is "
+                       "sealed under it already; this box's older datasets join the cluster's catalog once it "
+                       "is done; a stop or a crash resumes where it was)", config.store_dir)
     last = [0.0]
 
     def progress(p) -> None:
         if time.monotonic() - last[0] > 10:
             last[0] = time.monotonic()
             log.daemon.info("re-sealing (%s): %d of %d objects", p.phase, p.objects_done, p.objects_total)
-    trees = await asyncio.to_thread(rekey, config.store_dir, progress=progress)
-    changed = await asyncio.to_thread(records.remap_trees, trees)
-    await asyncio.to_thread(finish_rekey, config.store_dir)
-    log.daemon.warning("store re-sealed: %d trees renamed, %d job records updated", len(trees), changed)
+    while not stop.is_set():
+        try:
+            trees = await asyncio.to_thread(rekey, config.store_dir, progress=progress, online=True,
+                                            should_stop=stop.is_set, timeout=600.0)
+            changed = await asyncio.to_thread(records.remap_trees, trees)
+            await asyncio.to_thread(finish_rekey, config.store_dir)
+        except Stopped:
+            log.daemon.info("re-sealing stopped with the daemon; the next start resumes it")
+            return
+        except FloyddError as exc:
+            log.daemon.error("re-sealing the store under the cluster's secret: %s (%s); trying again in %.0f s",
+                             exc.message, exc.hint, retry)
+            await asyncio.sleep(retry)
+            continue
+        store.rekey_finished()
+        ready.set()
+        log.daemon.warning("store re-sealed: %d trees renamed, %d job records updated", len(trees), changed)
+        return
 
 
 async def _inventory_ctx(app: web.Application):

@@ -44,7 +44,9 @@ from floydd.runtime import fence
 from floydd.runtime.disk import RESERVE_NAME, StoreWatch
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import api_server_context, server_context
-from floydd.store.crypto import load_or_create_secret
+from floydd.daemon.epochs import StoreEpochs
+from floydd.store.rekey import cluster_secret
+from floydd.store.epochs import epoch_secret
 
 __all__ = ["control_ctx"]
 
@@ -81,8 +83,9 @@ async def control_ctx(app: web.Application):
     trust = keeper = listener = None
     if settings is not None:      # a member of a cluster of boxes: joins, the CA key, renewals
         secret = config.store_dir / "key"
-        trust = Trust(service, identity, config.state_dir, store_secret=lambda: load_or_create_secret(secret),
-                      validity=config.cert_validity, joins_per_minute=config.join_attempts_per_minute)
+        trust = Trust(service, identity, config.state_dir, store_secret=lambda: cluster_secret(secret.parent),
+                      validity=config.cert_validity, joins_per_minute=config.join_attempts_per_minute,
+                      epoch_secret=partial(epoch_secret, app[keys.STORE].root))
         listener = await _listen(app, service, identity, settings, trust)
         remote = api_address(settings)
         if remote is not None:    # the daemon's main serves /v1 there too, once it is set up
@@ -99,10 +102,15 @@ async def control_ctx(app: web.Application):
     datasets.start()
     care = StoreCare(datasets, scrub_rate=config.store_scrub_rate * 1e6, scrub_every=config.store_scrub_every)
     care.start()
-    import_task = asyncio.create_task(datasets.import_local(), name="floydd.datasets.import")
+    import_task = asyncio.create_task(_when_ready(app[keys.STORE_READY], datasets.import_local),
+                                      name="floydd.datasets.import")
     if trust is not None:
         keeper = TrustKeeper(trust, renew_before=config.cert_renew_before)
         keeper.start()
+    epochs = StoreEpochs(service, app[keys.STORE], app[keys.STORE].root, rate=config.store_reseal_rate * 1e6,
+                         check_every=config.store_epoch_check, ask=keeper.ask if keeper is not None else None)
+    epochs.start()                  # store key epochs: keys from members, the background re-seal
+    app[keys.EPOCHS] = epochs
     if pending == "bootstrap" and settings is not None and settings.admin:
         try:                    # who ran floydd init: the first admin (floydd.cluster.authz)
             await service.grant_admin(settings.admin)
@@ -119,6 +127,7 @@ async def control_ctx(app: web.Application):
     app[keys.DATASETS] = datasets
     yield
     await service.say_off()         # first: the leader judges this box's jobs from its clean stop
+    await epochs.close()
     if keeper is not None:
         await keeper.close()
     if discovery is not None:
@@ -130,6 +139,13 @@ async def control_ctx(app: web.Application):
     await service.close(leave=True)
     if listener is not None:
         await listener.cleanup()
+
+
+async def _when_ready(ready: asyncio.Event, then) -> None:
+    """``then()`` once the store holds no tree of an older secret (an online re-seal ended):
+    this box's datasets enter the cluster's catalog with the ids the cluster's secret gives."""
+    await ready.wait()
+    await then()
 
 
 async def _listen(app: web.Application, service: ClusterService, identity: NodeIdentity,

@@ -15,8 +15,9 @@ lists them; a test checks the app serves exactly these::
     POST /cluster/v1/join                          a join with a token (voters holding the CA key)
     POST /cluster/v1/ca/key                        the CA key, to a current voter only
     POST /cluster/v1/certs/renew                   a member's renewed certificate (voters)
+    POST /cluster/v1/store/epoch-key               a store key epoch's secret, to a member
 
-(the last four: :mod:`floydd.daemon.trust`)
+(the last five: :mod:`floydd.daemon.trust`)
 
 These serve boxes, never people: a job's log, metrics and events, and store objects, go to
 the box a person asked, which has already asked :mod:`floydd.cluster.access` whether that

@@ -3,7 +3,9 @@
 Every ``interval`` (a twentieth of the certificate's life, between 0.5 s and a minute) it:
 
 1. on a voter without the CA key: asks the other voters for it (:mod:`floydd.daemon.trust`
-   says why voters hold it), so joins and renewals survive the loss of any box;
+   says why voters hold it), so joins and renewals survive the loss of any box; on a
+   learner (a voter demoted by autopilot) or a box that sees itself removed: deletes its
+   copy of the CA key;
 2. makes sure the cluster records this node's current certificate (serial, expiry:
    ``node.cert``), e.g. the first box's, made by ``floydd init`` before there was a log;
 3. renews the certificate when it is due (:func:`renew_due`: a third of its life left, or
@@ -100,6 +102,11 @@ class TrustKeeper:
         me = self.service.node_id
         if me in status.voters and self.trust.holder.get() is None:
             await self._fetch_ca_key([v for v in status.voters if v != me])
+        elif (me in status.learners or me in self.service.state.removed) and self.trust.holder.has_key():
+            why = "was removed from the cluster" if me in self.service.state.removed else "is no longer a voter"
+            await asyncio.to_thread(self.trust.holder.forget_key)
+            _log.warning("this box %s: it deleted its copy of the cluster CA key (only voters hold it; it asks "
+                         "for it again if it is made a voter)", why)
         if self.trust.holder.get() is not None and self.trust.legacy_tokens.exists():
             await self.trust.tokens.import_legacy(self.trust.legacy_tokens)
         state = self.service.state
@@ -145,6 +152,11 @@ class TrustKeeper:
         self.trust.holder.install(answer["ca"].encode(), answer["key"].encode(), self.identity.cluster_fingerprint)
         _log.info("this voter now holds the cluster CA key: it can admit boxes and renew certificates")
 
+    async def ask(self, path: str, body: dict, among: list[str]) -> dict:
+        """POST ``body`` to the boxes ``among`` (the leader first), until one answers 200
+        (store key epochs: :mod:`floydd.daemon.epochs`)."""
+        return await self._ask_voters(path, body, among=among)
+
     async def _ask_voters(self, path: str, body: dict, *, among: list[str] | None = None) -> dict:
         """POST ``body`` to the leader, then the other voters, until one answers 200."""
         status = self.service.status()
@@ -171,7 +183,7 @@ class TrustKeeper:
                                           timeout=aiohttp.ClientTimeout(total=15)) as resp:
                 raw, status = await resp.read(), resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise Unavailable(cannot_reach(f"voter {peer}", address, exc)) from exc
+            raise Unavailable(cannot_reach(f"box {peer}", address, exc)) from exc
         try:
             payload = json.loads(raw)
         except ValueError:

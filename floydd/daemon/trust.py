@@ -8,7 +8,9 @@ operator must do (``floydd remove`` it; see docs/operations.md), while it would 
 to every handshake and a second lifecycle to renew. So: a node that is a voter and lacks
 the key asks a voter that has it, over mutual TLS (``POST /cluster/v1/ca/key``; the answering
 voter checks that the caller's verified certificate names a current voter), and writes it
-0600 in ``STATE/ca/`` like ``floydd init`` did. Learners never get it.
+0600 in ``STATE/ca/`` like ``floydd init`` did. Learners never get it, and a voter demoted
+to a learner (or a box that sees itself removed) deletes its copy
+(:class:`floydd.daemon.renewal.TrustKeeper`).
 
 The routes (mounted on the mTLS listener of every member, :func:`floydd.daemon.peers.peer_app`)::
 
@@ -16,6 +18,8 @@ The routes (mounted on the mTLS listener of every member, :func:`floydd.daemon.p
     POST /cluster/v1/join          a join with a token (a voter holding the CA key; rate-limited)
     POST /cluster/v1/ca/key        the CA key, to a current voter only
     POST /cluster/v1/certs/renew   {csr, addresses} -> a new certificate for the calling member
+    POST /cluster/v1/store/epoch-key  {epoch} -> that store key epoch's secret, to a current
+                                   member only (:mod:`floydd.daemon.epochs`)
 
 Tokens are replicated records (:mod:`floydd.cluster.trust`): :class:`ClusterTokens` makes,
 lists, revokes, checks and redeems them through raft. From cluster level 3 a token signs in
@@ -41,6 +45,7 @@ from aiohttp import web
 from cryptography.x509.oid import NameOID
 
 from floydd import log
+from floydd.cluster import keyepochs
 from floydd.cluster.versions import at_least, check_joiner
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, UserError
 from floydd.security.ca import ClusterCA
@@ -50,13 +55,15 @@ from floydd.security.ratelimit import RateLimiter
 from floydd.security.tls import peer_node_id
 from floydd.security.tokens import TokenStore, new_token, secret_digest
 
-__all__ = ["Trust", "CAHolder", "ClusterTokens", "CA_KEY_PATH", "RENEW_PATH", "TRUST_ROUTES"]
+__all__ = ["Trust", "CAHolder", "ClusterTokens", "CA_KEY_PATH", "RENEW_PATH", "EPOCH_KEY_PATH", "TRUST_ROUTES"]
 
 _log = log.cluster.getChild("trust")
 
 CA_KEY_PATH = "/cluster/v1/ca/key"
 RENEW_PATH = "/cluster/v1/certs/renew"
-TRUST_ROUTES = frozenset({("GET", CA_PATH), ("POST", JOIN_PATH), ("POST", CA_KEY_PATH), ("POST", RENEW_PATH)})
+EPOCH_KEY_PATH = "/cluster/v1/store/epoch-key"
+TRUST_ROUTES = frozenset({("GET", CA_PATH), ("POST", JOIN_PATH), ("POST", CA_KEY_PATH), ("POST", RENEW_PATH),
+                          ("POST", EPOCH_KEY_PATH)})
 _MAX_BODY = 64 * 1024
 
 
@@ -71,6 +78,24 @@ class CAHolder:
         if self._ca is None and (self.folder / ClusterCA.KEY_FILE).exists():
             self._ca = ClusterCA.load(self.folder)
         return self._ca
+
+    def has_key(self) -> bool:
+        return (self.folder / ClusterCA.KEY_FILE).exists()
+
+    def forget_key(self) -> None:
+        """Delete the CA key (a voter demoted to a learner, or a removed box: only voters hold
+        it); the CA certificate stays (it is public). Durable: the folder is fsynced."""
+        self._ca = None
+        path = self.folder / ClusterCA.KEY_FILE
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def install(self, cert_pem: bytes, key_pem: bytes, fingerprint: str) -> ClusterCA:
         self._ca = ClusterCA.install(self.folder, cert_pem, key_pem, expect_fingerprint=fingerprint)
@@ -165,6 +190,7 @@ class Trust:
 
     def __init__(self, service: Any, identity: NodeIdentity, state_dir: Path, *, store_secret: Callable[[], bytes],
                  validity: float | None = None, joins_per_minute: float = 10.0,
+                 epoch_secret: Callable[[int, str], bytes | None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.service, self.identity, self.state_dir = service, identity, Path(state_dir)
         self.holder = CAHolder(self.state_dir / "ca")
@@ -172,6 +198,7 @@ class Trust:
         self.validity = validity
         self.limiter = RateLimiter(rate=joins_per_minute / 60.0, burst=max(1, int(joins_per_minute)))
         self._store_secret = store_secret
+        self._epoch_secret = epoch_secret      # (epoch, fingerprint) -> its secret where held here
 
     @property
     def legacy_tokens(self) -> Path:
@@ -183,7 +210,8 @@ class Trust:
                                                  store_secret_provider=self._store_secret,
                                                  admit=lambda protocol: check_joiner(self.service.state, protocol))),
                 web.post(CA_KEY_PATH, self._hand_over_key),
-                web.post(RENEW_PATH, self._renew)]
+                web.post(RENEW_PATH, self._renew),
+                web.post(EPOCH_KEY_PATH, self._hand_over_epoch_key)]
 
     def _ca_info(self) -> tuple[bytes, str, str]:
         ca = self.holder.get()
@@ -212,6 +240,34 @@ class Trust:
             return web.json_response(exc.to_payload(), status=exc.status)
         _log.info("handed the CA key to voter %s (%s)", peer, request.remote)
         return web.json_response({"ca": ca.cert_pem.decode(), "key": ca.key_pem().decode()})
+
+    async def _hand_over_epoch_key(self, request: web.Request) -> web.Response:
+        """``POST /cluster/v1/store/epoch-key``: a store key epoch's secret, to a box that is a
+        member now (a removed box never gets one made after its removal)."""
+        peer = peer_node_id(request)
+        try:
+            state = self.service.state
+            if peer is None or peer not in state.nodes or peer in state.removed:
+                _log.warning("refused a store key epoch to %s (node %s): not a member", request.remote, peer)
+                raise Unauthorized(f"node {peer} is not a member: it gets no store key", code="not_a_member",
+                                   hint="join again with a new token")
+            body = await _json(request)
+            n = body.get("epoch")
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise InvalidSpec("epoch is a whole number")
+            rec = keyepochs.record(state, n)
+            if rec is None:
+                raise NotFound(f"the cluster has no store key epoch {n}", code="no_such_epoch",
+                               hint="ask again once this box has applied it")
+            secret = None if self._epoch_secret is None else await asyncio.to_thread(
+                self._epoch_secret, n, rec["fingerprint"])
+            if secret is None:
+                raise NotFound(f"node {self.service.node_id} does not hold store key epoch {n}", code="no_epoch_key",
+                               hint="ask another member")
+        except FloyddError as exc:
+            return web.json_response(exc.to_payload(), status=exc.status)
+        _log.info("handed store key epoch %d to member %s", n, peer)
+        return web.json_response({"epoch": n, "secret": secret.hex()})
 
     async def _renew(self, request: web.Request) -> web.Response:
         """``POST /cluster/v1/certs/renew``: sign a member's new certificate (same node id)."""

@@ -11,6 +11,7 @@
     ├── rekey        re-seal the whole store under a new secret (steps, crash states)
     │   ├── reseal         the copying: old key -> new key, bounded memory
     │   └── rekey_journal  rekey.db: inventory, old -> new ids, phase
+    ├── epochs       store key epochs: keys/epoch-N, the background re-seal (same ids)
     ├── tree, paths  manifests and the safe-path rules (untrusted input on restore)
     ├── objects      seal/open over a backend; Writer = one upload
     ├── backend      Backend protocol; local (disk) and memory implementations

@@ -214,14 +214,17 @@ class Catalog:
             row = self._db.execute("SELECT v FROM meta WHERE k = 'key'").fetchone()
         return None if row is None else row[0]
 
-    def remap_trees(self, mapping: Mapping[ObjectId, ObjectId], *, fingerprint: str) -> int:
+    def remap_trees(self, mapping: Mapping[ObjectId, ObjectId], *, fingerprint: str, partial: bool = False) -> int:
         """Replace every tree id named by a version or a pin with ``mapping[id]`` and record
         ``fingerprint`` as the catalog's key, in one transaction; returns the rows changed.
         A named tree that ``mapping`` lacks is ``StoreError`` and nothing changes (it would
-        name an object no key opens)."""
+        name an object no key opens), unless ``partial`` (an online re-key: the daemon added
+        versions and pins under the new key meanwhile): those stay as they are."""
         with self._lock, _tx(self._db):
             named = {r[0] for r in self._db.execute("SELECT tree FROM versions UNION SELECT tree FROM pins")}
             table = {old.hex: new.hex for old, new in mapping.items()}
+            if partial:
+                named &= table.keys()
             lacking = sorted(named - table.keys())
             if lacking:
                 raise StoreError(f"the catalog names {len(lacking)} tree(s) the re-key did not re-seal "

@@ -12,7 +12,18 @@ key-derivation mode into independent keys:
   known files (restic picks a random chunker polynomial per repository for the same reason).
 
 Sealed object = ``FORMAT (1 byte) | nonce (12) | ciphertext | tag (16)``. Opening checks
-the tag and then re-hashes the plaintext against the id. Random nonces bound a key to
+the tag and then re-hashes the plaintext against the id.
+
+**Key epochs** (``floydd rotate-store-key``, :mod:`floydd.store.epochs`). The seal key
+rotates; the id key, path key and chunker seed do not (they name objects: rotating them
+renames every object, which is :mod:`floydd.store.rekey`, a whole-store rewrite). Epoch 0
+seals with the key derived from the store secret, as above. Epoch N >= 1 has its own random
+32-byte secret, held only by the members the cluster had when it began; an object sealed
+under it is ``FORMAT_EPOCH (0x02) | epoch (u32, big-endian) | nonce | ciphertext | tag``,
+with the epoch in the associated data too (a header edited to name another epoch fails
+authentication). So a box removed from the cluster, which keeps the store secret, still
+*recognises* content it once had (same ids) but cannot open what is sealed under a later
+epoch, and objects re-sealed under one (in the background) no longer open with its keys. Random nonces bound a key to
 about 2**32 objects (petabytes at 1 MiB per object) before GCM's collision margin shrinks.
 """
 
@@ -23,6 +34,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Mapping
 
 import blake3
 from cryptography.exceptions import InvalidTag
@@ -31,26 +43,39 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from floydd.errors import IntegrityError, StoreError
 from floydd.store.ids import ObjectId
 
-__all__ = ["Keys", "load_or_create_secret", "read_secret", "write_secret", "SECRET_SIZE", "OVERHEAD"]
+__all__ = ["Keys", "load_or_create_secret", "read_secret", "write_secret", "epoch_of", "epoch_fingerprint",
+           "SECRET_SIZE", "OVERHEAD", "MAX_OVERHEAD", "HEADER_PEEK"]
 
 SECRET_SIZE = 32
 FORMAT = b"\x01"
 NONCE_SIZE = 12
 TAG_SIZE = 16
 OVERHEAD = len(FORMAT) + NONCE_SIZE + TAG_SIZE
+"""What sealing adds under epoch 0 (the sizes the store reports assume it)."""
+FORMAT_EPOCH = b"\x02"
+EPOCH_SIZE = 4
+MAX_OVERHEAD = OVERHEAD + EPOCH_SIZE
+"""What sealing adds at most (buffers are sized with it)."""
+HEADER_PEEK = len(FORMAT_EPOCH) + EPOCH_SIZE
+"""Bytes of a sealed object that say its epoch (:func:`epoch_of`)."""
+MAX_EPOCH = (1 << 32) - 1
 _AD_PREFIX = b"floydd-object-v1:"
+_AD_EPOCH_PREFIX = b"floydd-object-v2:"
 
 
 class Keys:
     """Keys derived from the store secret. Never printed: the repr hides everything."""
 
-    __slots__ = ("_id_key", "_aead", "_path_key", "chunker_seed", "fingerprint")
+    __slots__ = ("_id_key", "_aead", "_path_key", "chunker_seed", "fingerprint", "_epochs", "seal_epoch")
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, epochs: Mapping[int, bytes] | None = None) -> None:
         if len(secret) != SECRET_SIZE:
             raise StoreError(f"the store secret must be {SECRET_SIZE} bytes, got {len(secret)}")
         self._id_key = _derive(secret, "floydd 2024 store object id")
         self._aead = AESGCM(_derive(secret, "floydd 2024 store seal aes-256-gcm"))
+        self._epochs: dict[int, AESGCM] = {0: self._aead}
+        self.seal_epoch = 0
+        """The epoch new objects are sealed under: the newest this box holds the key of."""
         self._path_key = _derive(secret, "floydd 2024 store cache path")
         seed = _derive(secret, "floydd 2024 store chunker seed")
         # pyfastcdc wants a non-zero seed below 2**63 (it shifts it left by one).
@@ -58,8 +83,25 @@ class Keys:
         # Public, harmless: lets caches and peers check they hold the same secret.
         self.fingerprint = _derive(secret, "floydd 2024 store fingerprint")[:8].hex()
 
+        for n, epoch_secret in sorted((epochs or {}).items()):
+            self.add_epoch(n, epoch_secret)
+
     def __repr__(self) -> str:
-        return f"Keys(fingerprint={self.fingerprint})"
+        return f"Keys(fingerprint={self.fingerprint}, seal_epoch={self.seal_epoch})"
+
+    def add_epoch(self, n: int, secret: bytes) -> None:
+        """Hold the seal key of epoch ``n`` (>= 1); new objects are sealed under the newest.
+        Safe while other threads seal and open (one dict item and one int are replaced)."""
+        if not 1 <= n <= MAX_EPOCH:
+            raise StoreError(f"a key epoch is a number from 1 to {MAX_EPOCH}, got {n}")
+        if len(secret) != SECRET_SIZE:
+            raise StoreError(f"the secret of key epoch {n} must be {SECRET_SIZE} bytes, got {len(secret)}")
+        self._epochs[n] = AESGCM(_derive(secret, "floydd 2026 store seal epoch aes-256-gcm"))
+        self.seal_epoch = max(self.seal_epoch, n)
+
+    def epochs(self) -> list[int]:
+        """The epochs this box holds the keys of (0 always)."""
+        return sorted(self._epochs)
 
     def __reduce__(self):  # never pickled into a log, a crash dump or another process
         raise TypeError("store keys cannot be pickled")
@@ -70,49 +112,76 @@ class Keys:
     def path_digest(self, path: bytes) -> bytes:
         return blake3.blake3(path, key=self._path_key).digest(16)
 
-    def seal(self, oid: ObjectId, plaintext: bytes | memoryview) -> bytes:
-        nonce = os.urandom(NONCE_SIZE)
-        return FORMAT + nonce + self._aead.encrypt(nonce, plaintext, _AD_PREFIX + oid.raw)
+    def seal(self, oid: ObjectId, plaintext: bytes | memoryview, *, epoch: int | None = None) -> bytes:
+        buf = bytearray(len(plaintext) + MAX_OVERHEAD)
+        return bytes(self.seal_into(oid, plaintext, buf, epoch=epoch))
 
-    def seal_into(self, oid: ObjectId, plaintext: bytes | memoryview, out: bytearray) -> memoryview:
-        """``seal`` into a reusable buffer of at least ``len(plaintext) + OVERHEAD`` bytes
-        (no fresh memory per object); returns a view of the sealed bytes in it."""
-        n = len(plaintext) + OVERHEAD
+    def seal_into(self, oid: ObjectId, plaintext: bytes | memoryview, out: bytearray, *,
+                  epoch: int | None = None) -> memoryview:
+        """``seal`` into a reusable buffer of at least ``len(plaintext) + MAX_OVERHEAD`` bytes
+        (no fresh memory per object); returns a view of the sealed bytes in it. Sealed under
+        ``epoch`` (default: :attr:`seal_epoch`)."""
+        epoch = self.seal_epoch if epoch is None else epoch
+        aead = self._epochs.get(epoch)
+        if aead is None:
+            raise StoreError(f"this box does not hold the key of epoch {epoch}")
+        head = FORMAT if epoch == 0 else FORMAT_EPOCH + epoch.to_bytes(EPOCH_SIZE, "big")
+        n = len(head) + NONCE_SIZE + len(plaintext) + TAG_SIZE
         if len(out) < n:
             raise ValueError(f"seal_into needs a buffer of {n} bytes, got {len(out)}")
         view = memoryview(out)
         nonce = os.urandom(NONCE_SIZE)
-        view[0:1] = FORMAT
-        view[1:1 + NONCE_SIZE] = nonce
-        self._aead.encrypt_into(nonce, plaintext, _AD_PREFIX + oid.raw, view[1 + NONCE_SIZE:n])
+        h = len(head)
+        view[0:h] = head
+        view[h:h + NONCE_SIZE] = nonce
+        aead.encrypt_into(nonce, plaintext, _ad(epoch, oid), view[h + NONCE_SIZE:n])
         return view[:n]
 
     def check(self, oid: ObjectId, sealed: bytes | memoryview, scratch: bytearray) -> None:
         """``open`` without keeping the plaintext: decrypts into ``scratch`` (at least
         ``len(sealed) - OVERHEAD`` bytes) and re-hashes."""
         view = memoryview(sealed)
-        if len(view) < OVERHEAD or view[:1] != FORMAT:
-            raise _damaged(oid, "it is truncated or not a floydd object")
-        n = len(view) - OVERHEAD
+        epoch, h, aead = self._parse(oid, view)
+        n = len(view) - h - NONCE_SIZE - TAG_SIZE
         if len(scratch) < n:
             raise ValueError(f"check needs a scratch buffer of {n} bytes, got {len(scratch)}")
         plain = memoryview(scratch)[:n]
         try:
-            self._aead.decrypt_into(bytes(view[1:1 + NONCE_SIZE]), view[1 + NONCE_SIZE:],
-                                    _AD_PREFIX + oid.raw, plain)
+            aead.decrypt_into(bytes(view[h:h + NONCE_SIZE]), view[h + NONCE_SIZE:], _ad(epoch, oid), plain)
         except InvalidTag:
             raise _damaged(oid, "it failed authentication (changed on disk, or sealed with another key)") from None
         if self.object_id(plain) != oid:
             raise _damaged(oid, "its content does not hash to its id")
 
+    def _parse(self, oid: ObjectId, view: memoryview) -> tuple[int, int, AESGCM]:
+        """(epoch, header length, its AEAD) of a sealed object; ``IntegrityError`` if it is not
+        one, or sealed under an epoch whose key this box does not hold."""
+        if len(view) >= OVERHEAD and view[:1] == FORMAT:
+            return 0, 1, self._aead
+        if len(view) < MAX_OVERHEAD or view[:1] != FORMAT_EPOCH:
+            raise _damaged(oid, "it is truncated or not a floydd object")
+        epoch = int.from_bytes(view[1:HEADER_PEEK], "big")
+        aead = self._epochs.get(epoch)
+        if aead is None:
+            raise _damaged(oid, f"it is sealed under key epoch {epoch}, whose key this box does not hold "
+                                "(a member receives each epoch's key from another; a removed box never does)")
+        return epoch, HEADER_PEEK, aead
+
+    def intact(self, oid: ObjectId, sealed: bytes | memoryview) -> bool:
+        """Whether ``sealed`` opens and re-hashes as ``oid`` under these keys."""
+        try:
+            self.open(oid, sealed)
+        except IntegrityError:
+            return False
+        return True
+
     def open(self, oid: ObjectId, sealed: bytes | memoryview) -> bytes:
         """Authenticate, decrypt and re-hash; ``IntegrityError`` names the object."""
         view = memoryview(sealed)
-        if len(view) < OVERHEAD or view[:1] != FORMAT:
-            raise _damaged(oid, "it is truncated or not a floydd object")
-        nonce = bytes(view[1:1 + NONCE_SIZE])
+        epoch, h, aead = self._parse(oid, view)
+        nonce = bytes(view[h:h + NONCE_SIZE])
         try:
-            plaintext = self._aead.decrypt(nonce, view[1 + NONCE_SIZE:], _AD_PREFIX + oid.raw)
+            plaintext = aead.decrypt(nonce, view[h + NONCE_SIZE:], _ad(epoch, oid))
         except InvalidTag:
             raise _damaged(oid, "it failed authentication (changed on disk, or sealed with another key)") from None
         if self.object_id(plaintext) != oid:
@@ -183,6 +252,28 @@ def write_secret(path: Path, secret: bytes) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def epoch_of(head: bytes | memoryview) -> int | None:
+    """The key epoch a sealed object's first bytes (:data:`HEADER_PEEK` of them) name; None
+    when they are not a floydd object's."""
+    view = memoryview(head)
+    if view[:1] == FORMAT:
+        return 0
+    if len(view) >= HEADER_PEEK and view[:1] == FORMAT_EPOCH:
+        return int.from_bytes(view[1:HEADER_PEEK], "big")
+    return None
+
+
+def epoch_fingerprint(secret: bytes) -> str:
+    """Public, harmless: names an epoch's secret, so a box can check the one it was sent."""
+    return _derive(secret, "floydd 2026 store epoch fingerprint")[:8].hex()
+
+
+def _ad(epoch: int, oid: ObjectId) -> bytes:
+    if epoch == 0:
+        return _AD_PREFIX + oid.raw
+    return _AD_EPOCH_PREFIX + epoch.to_bytes(EPOCH_SIZE, "big") + oid.raw
 
 
 def _derive(secret: bytes, context: str) -> bytes:

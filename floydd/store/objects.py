@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from floydd import log
 from floydd.errors import IntegrityError, NotFound
 from floydd.store.backend import Backend
-from floydd.store.crypto import OVERHEAD, Keys
+from floydd.store.crypto import MAX_OVERHEAD, Keys
 from floydd.store.ids import ObjectId
 
 __all__ = ["Objects", "Writer", "WriteStats", "BUFFER_SIZE"]
 
-BUFFER_SIZE = (4 << 20) + (256 << 10) + OVERHEAD
+BUFFER_SIZE = (4 << 20) + (256 << 10) + MAX_OVERHEAD
 """A sealed object of the largest size a snapshot makes: a 4 MiB chunk (chunker
 ``max_size``) or a pack (under ``snapshot.PACK_MAX + PACK_FILE_MAX``). Writers reuse
 buffers of this size; a larger object (a tree of a huge folder) gets a one-off buffer."""
@@ -124,7 +124,7 @@ class Writer:
         self._slots.acquire()
         buf = None
         try:
-            n = len(data) + OVERHEAD
+            n = len(data) + MAX_OVERHEAD
             buf = self._free.pop() if self._free and n <= BUFFER_SIZE else bytearray(max(n, BUFFER_SIZE))
             sealed = self._keys.seal_into(oid, data, buf)
             future = self._pool.submit(self._save, oid, sealed, buf)

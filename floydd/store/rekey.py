@@ -55,6 +55,20 @@ Where the secrets are. The new secret is in ``key.next`` (0600) until the key st
 renames it over ``key``. The old key is then gone, not archived: nothing the catalog
 names needs it, and a backup of the store folder carries its own key file.
 
+**Online** (the daemon, since issue 21: no downtime while a joining box re-seals). The daemon
+calls :func:`plan_rekey` before it opens its store (the plan reads the root trees only, and
+nothing else writes yet, so the inventory holds the old objects alone), then opens the store
+with the new secret (``Store.open(during_rekey=True)``: new data goes under the cluster's key
+at once, old objects still pass the scrub under the old one) and serves, while
+``rekey(online=True)`` copies in the background under the *shared* lock (uploads and restores
+go on; gc refuses while a re-key is pending). Online, the catalog step remaps the planned
+trees only (versions the daemon added meanwhile are the new key's already), the key step
+keeps ``cache/`` (the cache forgets rows of another key by itself), temp files are never
+cleaned (they may be an upload's), and a damaged object or a full disk does not call the
+re-key off (that would remove what the daemon wrote under the new key): it stays pending,
+said in the log, and is tried again. ``should_stop`` ends a run between two batches (the
+daemon stopping); the next start resumes it.
+
 Refusals. The store lock is held exclusive for the whole run (busy: ``Conflict``, nothing
 done). A damaged or missing object (``IntegrityError`` naming it and the versions that use
 it) and a full disk (``StoreFull``) call the re-key off, since fixing them needs the store:
@@ -74,16 +88,16 @@ from floydd import log
 from floydd.errors import Conflict, IntegrityError, NotFound, StoreError, StoreFull
 from floydd.store import maintenance
 from floydd.store.catalog import Catalog
-from floydd.store.crypto import Keys, read_secret, write_secret
+from floydd.store.crypto import Keys, load_or_create_secret, read_secret, write_secret
 from floydd.store.ids import ObjectId
 from floydd.store.locks import StoreLock
 from floydd.store.local import LocalBackend, fsync_dir
 from floydd.store.rekey_journal import Journal, unlink_durably
-from floydd.store.reseal import Damaged, RekeyProgress, Resealer
+from floydd.store.reseal import Damaged, RekeyProgress, Resealer, Stopped
 from floydd.store.tree import Tree
 
-__all__ = ["RekeyProgress", "begin_rekey", "rekey", "finish_rekey", "cancel_rekey", "rekey_pending",
-           "refuse_if_pending", "NEXT_KEY", "JOURNAL"]
+__all__ = ["RekeyProgress", "begin_rekey", "rekey", "plan_rekey", "finish_rekey", "cancel_rekey", "rekey_pending",
+           "refuse_if_pending", "cluster_secret", "Stopped", "NEXT_KEY", "JOURNAL"]
 
 NEXT_KEY = "key.next"
 JOURNAL = "rekey.db"
@@ -130,19 +144,46 @@ def begin_rekey(store_dir: Path, secret: bytes, *, timeout: float = 5.0) -> bool
 
 
 def rekey(store_dir: Path, *, progress: Progress | None = None, workers: int = 2,
-          timeout: float = 5.0) -> dict[str, str]:
+          timeout: float = 5.0, online: bool = False, should_stop: Callable[[], bool] | None = None) -> dict[str, str]:
     """Run or resume the pending re-key; returns ``{old tree id: new tree id}`` (hex) for
     every root tree, the same on every call until ``finish_rekey``. ``{}`` if none was pending
-    (or it was called off)."""
+    (or it was called off). ``online``: while the daemon serves (see the module's docstring);
+    ``Stopped`` when ``should_stop()`` said so."""
     root = Path(store_dir)
-    with _exclusive(root, timeout):
-        run = _Run.start(root, progress, max(1, workers))
+    with (_shared(root, timeout) if online else _exclusive(root, timeout)):
+        run = _Run.start(root, progress, max(1, workers), online=online, should_stop=should_stop)
         if run is None:
             return {}
         try:
             return run.go()
         finally:
             run.close()
+
+
+def plan_rekey(store_dir: Path, *, timeout: float = 5.0) -> bool:
+    """The plan step alone, before the daemon opens the store (an online re-key's start: it
+    reads the root trees only). True while a re-key is pending afterwards. A damaged or
+    missing root calls the re-key off, as :func:`rekey` does."""
+    root = Path(store_dir)
+    with _exclusive(root, timeout):
+        run = _Run.start(root, None, 1)
+        if run is None:
+            return False
+        try:
+            run.plan_only()
+        finally:
+            run.close()
+    return rekey_pending(root)
+
+
+def cluster_secret(store_dir: Path) -> bytes:
+    """The secret the store is moving to (``key.next``) while a re-key is pending, else its own:
+    what this box hands a box that joins through it."""
+    root = Path(store_dir)
+    try:
+        return read_secret(root / NEXT_KEY)
+    except FileNotFoundError:
+        return load_or_create_secret(root / "key")
 
 
 def finish_rekey(store_dir: Path, *, timeout: float = 5.0) -> None:
@@ -183,15 +224,18 @@ class _Run:
     files, the journal and the catalog's fingerprint, and goes on from there."""
 
     def __init__(self, root: Path, journal: Journal, old: Keys, new: Keys | None, *, switched: bool,
-                 progress: Progress | None, workers: int) -> None:
+                 progress: Progress | None, workers: int, online: bool = False,
+                 should_stop: Callable[[], bool] | None = None) -> None:
         self.root = root
         self.journal = journal
         self.switched = switched
+        self.online = online
         self.reseal = Resealer(journal, LocalBackend(root / "objects"), old, new, workers=workers,
-                               progress=progress)
+                               progress=progress, online=online, should_stop=should_stop)
 
     @classmethod
-    def start(cls, root: Path, progress: Progress | None, workers: int) -> _Run | None:
+    def start(cls, root: Path, progress: Progress | None, workers: int, *, online: bool = False,
+              should_stop: Callable[[], bool] | None = None) -> _Run | None:
         key = read_secret(root / "key")
         try:
             nxt: bytes | None = read_secret(root / NEXT_KEY)
@@ -215,7 +259,8 @@ class _Run:
             if not switched and new is not None and new.fingerprint != journal.new_fp:
                 raise Conflict(f"{root / NEXT_KEY} holds another secret than the re-key under way",
                                hint="put back the key.next this re-key started with, or cancel the re-key")
-            return cls(root, journal, old, new, switched=switched, progress=progress, workers=workers)
+            return cls(root, journal, old, new, switched=switched, progress=progress, workers=workers,
+                       online=online, should_stop=should_stop)
         except BaseException:
             journal.close()
             raise
@@ -229,11 +274,21 @@ class _Run:
                 log.store.warning("re-key of %s: %s is gone; calling the re-key off", self.root, NEXT_KEY)
                 self.call_off()
                 return {}
+            if self.online and self.journal.phase == "new":
+                raise StoreError(f"the re-key of {self.root} was not planned before the store was opened",
+                                 hint="restart floydd: it plans the re-key before it serves")
             try:
                 self._to_key_switch()
             except Damaged as e:
+                if self.online:         # a call-off would remove what the daemon wrote meanwhile
+                    raise self._pending_damaged(e) from None
                 raise self._refuse_damaged(e) from None
             except StoreFull as e:
+                if self.online:
+                    raise StoreFull(f"no space left on the device of {self.root} to re-seal the store under the "
+                                    f"cluster's secret ({e.message}); it stays pending and is tried again",
+                                    hint="free space (floyd data delete, then floyd data gc, or outside the store)") \
+                        from None
                 raise self._refuse_full(e) from None
             self.switched = True
         if self.journal.phase != "done":
@@ -241,23 +296,39 @@ class _Run:
             log.store.info("re-key of %s done: %d old objects removed", self.root, removed)
         return {old.hex: new.hex for old, new in self.journal.tree_map().items()}
 
+    def plan_only(self) -> None:
+        """Plan if not planned yet (a damaged or missing root calls the re-key off)."""
+        if self.switched or self.journal.phase != "new":
+            return
+        if self.reseal.new is None:
+            self.call_off()
+            return
+        try:
+            self._plan()
+        except Damaged as e:
+            raise self._refuse_damaged(e) from None
+
+    def _plan(self) -> None:
+        j = self.journal
+        with _catalog(self.root) as catalog:
+            if catalog.key_fingerprint() not in (None, j.old_fp):
+                raise StoreError(f"the catalog of {self.root} names trees of another key than the store's",
+                                 hint="put back the key file this store had")
+            roots = list(catalog.roots())
+        self.reseal.plan(roots)
+        log.store.info("re-key of %s to key %s: %d root trees", self.root, j.new_fp, len(roots))
+
     def _to_key_switch(self) -> None:
         j = self.journal
         if j.phase == "new":
-            with _catalog(self.root) as catalog:
-                if catalog.key_fingerprint() not in (None, j.old_fp):
-                    raise StoreError(f"the catalog of {self.root} names trees of another key than the store's",
-                                     hint="put back the key file this store had")
-                roots = list(catalog.roots())
-            self.reseal.plan(roots)
-            log.store.info("re-key of %s to key %s: %d root trees", self.root, j.new_fp, len(roots))
+            self._plan()
         if j.phase == "planned":
             self.reseal.check_space()
             self.reseal.copy()
         with _catalog(self.root) as catalog:
             if catalog.key_fingerprint() != j.new_fp:
-                catalog.remap_trees(j.tree_map(), fingerprint=j.new_fp)
-        _switch_key(self.root)
+                catalog.remap_trees(j.tree_map(), fingerprint=j.new_fp, partial=self.online)
+        _switch_key(self.root, drop_cache=not self.online)
         log.store.info("re-key of %s: the store is sealed under key %s now", self.root, j.new_fp)
 
     # -- calling it off ---------------------------------------------------------------------
@@ -289,6 +360,14 @@ class _Run:
         err.object = e.oid
         return err
 
+    def _pending_damaged(self, e: Damaged) -> IntegrityError:
+        err = IntegrityError(
+            f"the re-seal of {self.root} under the cluster's secret stops at object {e.oid.short}, which cannot be "
+            f"read with this box's old key ({e.err.message}); it stays pending and is tried again",
+            hint="put back a good copy of the store from a backup, or stop floydd and run `floydd repair`")
+        err.object = e.oid
+        return err
+
     def _refuse_full(self, e: StoreFull) -> StoreFull:
         self.call_off()
         return StoreFull(f"no space left on the device of {self.root} to re-seal the store ({e.message}). "
@@ -316,6 +395,15 @@ def _exclusive(root: Path, timeout: float) -> Iterator[None]:
 
 
 @contextmanager
+def _shared(root: Path, timeout: float) -> Iterator[None]:
+    """An online re-key: uploads and restores go on; gc (exclusive) refuses while it is pending."""
+    if not (root / "key").exists():
+        raise NotFound(f"there is no store at {root}", hint="check the state folder (--state-dir)")
+    with StoreLock(root / "locks" / "store.lock").shared(timeout):
+        yield
+
+
+@contextmanager
 def _catalog(root: Path) -> Iterator[Catalog]:
     catalog = Catalog(root / "catalog.db", _no_stats)
     try:
@@ -328,9 +416,10 @@ def _no_stats(tree: ObjectId) -> tuple[int, int]:
     raise StoreError("the re-key adds no versions")
 
 
-def _switch_key(root: Path) -> None:
+def _switch_key(root: Path, *, drop_cache: bool = True) -> None:
     """The point of no return: drop the cache, then key.next replaces key (atomic, durable)."""
-    _drop_cache(root / "cache")
+    if drop_cache:
+        _drop_cache(root / "cache")
     os.rename(root / NEXT_KEY, root / "key")
     fsync_dir(root)
 

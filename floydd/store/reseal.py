@@ -28,7 +28,7 @@ from floydd.store.local import LocalBackend, fsync_dir
 from floydd.store.rekey_journal import Journal
 from floydd.store.tree import Tree
 
-__all__ = ["Resealer", "RekeyProgress", "Damaged", "BATCH_BYTES"]
+__all__ = ["Resealer", "RekeyProgress", "Damaged", "Stopped", "BATCH_BYTES"]
 
 BATCH_BYTES = 64 << 20     # objects made durable (one commit) before their ids are recorded
 RESERVE = 64 << 20         # free space kept beyond what the copy needs
@@ -55,9 +55,18 @@ class Damaged(Exception):
         self.oid, self.err = oid, err
 
 
+class Stopped(Exception):
+    """The daemon is stopping: a re-key running while it serves (``online``) ends between
+    two batches, everything recorded so far kept; the next start resumes it."""
+
+
 class Resealer:
     def __init__(self, journal: Journal, backend: LocalBackend, old: Keys, new: Keys | None, *, workers: int,
-                 progress: Callable[[RekeyProgress], object] | None) -> None:
+                 progress: Callable[[RekeyProgress], object] | None, online: bool = False,
+                 should_stop: Callable[[], bool] | None = None) -> None:
+        self.online = online
+        """The daemon serves meanwhile: temp files may be its uploads' (never cleaned here)."""
+        self._should_stop = should_stop or (lambda: False)
         self.journal = journal
         self.backend = backend
         self.old = Objects(backend, old)
@@ -137,6 +146,9 @@ class Resealer:
         size = 0
         with self.new.writer(workers=self.workers, checkpoint_bytes=1 << 62) as writer:
             for (old, sealed), plain in zip(rows, plaintexts):
+                if self._should_stop():
+                    self._record(table, writer, done, size)
+                    raise Stopped()
                 new_id = self.new.keys.object_id(plain)
                 self._check_existing(new_id)
                 writer.put(plain, new_id)
@@ -189,11 +201,15 @@ class Resealer:
         done = 0
         folders: set[str] = set()
         for ids in j.droppable():
+            if self._should_stop():
+                _fsync_folders(self.backend, folders)
+                raise Stopped()
             for raw in ids:
                 self._remove(ObjectId(raw), folders)
             done += len(ids)
             self._report("drop", (done, total, 0, 0))
-        self.backend.clean_temp()
+        if not self.online:
+            self.backend.clean_temp()
         _fsync_folders(self.backend, folders)
         j.finish()
         return total

@@ -4,6 +4,7 @@ Layout of a store folder (created on first use, mode 0700)::
 
     key          the store secret (0600); without it objects are noise and names unknown
     key.next     only while a re-key is pending: the secret the store moves to (rekey.py)
+    keys/        the secrets of the key epochs after the first (epochs.py): seal keys only
     rekey.db     only during a re-key, and until its tree map is taken (rekey.py)
     objects/     sealed objects, objects/ab/ab12… (see local.py)
     catalog.db   dataset versions and gc pins (SQLite, WAL, synchronous=FULL)
@@ -32,11 +33,12 @@ from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
 from floydd import log
-from floydd.errors import IntegrityError, NotFound, StoreError
-from floydd.store import maintenance, rekey, trust
+from floydd.errors import Conflict, IntegrityError, NotFound, StoreError
+from floydd.store import epochs, maintenance, rekey, trust
 from floydd.store.backend import Backend
 from floydd.store.catalog import UPLOAD_LEASE_S, Catalog, DatasetVersion
 from floydd.store.chunker import DEFAULT_PARAMS, Chunker
+from floydd.store import crypto
 from floydd.store.crypto import Keys, load_or_create_secret
 from floydd.store.ids import ObjectId
 from floydd.store.ignore import Ignore
@@ -73,24 +75,38 @@ class Store:
         self._trees_lock = threading.Lock()
         self.catalog = Catalog(self.root / "catalog.db", self.tree_stats)
         self._key_file: tuple[int, int] | None = None  # (dev, inode) of the key file open() read
+        self._legacy: Keys | None = None        # during an online re-key: the old key (the scrub's)
         self.repairer: Repairer | None = None   # asked for good copies by reads (the daemon sets it)
 
     @classmethod
-    def open(cls, root: Path, *, backend: Backend | None = None, workers: int = 2) -> Store:
+    def open(cls, root: Path, *, backend: Backend | None = None, workers: int = 2,
+             during_rekey: bool = False) -> Store:
         """Open the store at ``root``, creating it (key, objects/, catalog.db, cache/) on first use.
         Refused (``StoreError``) while a re-key is pending, if the catalog was re-keyed to
         another key than the key file's, or (``Untrusted``) if the catalog cannot be trusted
-        (:mod:`floydd.store.trust`: never taken as "no data")."""
+        (:mod:`floydd.store.trust`: never taken as "no data"). ``during_rekey``: the daemon,
+        whose re-key runs online (:mod:`floydd.store.rekey`): the store works under the
+        secret it moves to (``key.next``) from now on, the old key only recognises old
+        objects for the scrub."""
         root = Path(root)
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         (root / "cache").mkdir(mode=0o700, exist_ok=True)
-        rekey.refuse_if_pending(root)
+        moving = during_rekey and (root / rekey.NEXT_KEY).exists()
+        if not during_rekey:
+            rekey.refuse_if_pending(root)
         trust.check_store(root)
-        keys = Keys(load_or_create_secret(root / "key"))
+        key_path = root / (rekey.NEXT_KEY if moving else "key")
+        keys = Keys(crypto.read_secret(key_path) if moving else load_or_create_secret(key_path),
+                    epochs.load_epochs(root))
         if backend is None:
             backend = LocalBackend(root / "objects")
         store = cls(root, keys, backend, workers=workers)
-        store._key_file = _identity(root / "key")
+        store._key_file = _identity(key_path)   # key.next becomes key by a rename: the same inode
+        if moving:
+            store._legacy = Keys(crypto.read_secret(root / "key"))
+            return store
+        if during_rekey:
+            return store                        # switched already: the catalog may name trees of either
         if store.catalog.key_fingerprint() not in (None, keys.fingerprint):
             store.close()
             raise StoreError(f"the catalog of {root} names trees sealed under another key than {root / 'key'}",
@@ -199,6 +215,8 @@ class Store:
         then saved as a snapshot saves: write, read back, check, fsync, name, commit. A copy
         stored here that is damaged is replaced (``verify --repair`` fetches good ones)."""
         plain = self._keys.open(oid, sealed)
+        if (crypto.epoch_of(sealed[:crypto.HEADER_PEEK]) or 0) < self._keys.seal_epoch:
+            sealed = self._keys.seal(oid, plain)    # a peer not yet re-sealed: keep it under the newest epoch
         if not self._objects.intact(oid):       # missing, or damaged here: the good copy replaces it
             with self._shared(), self.backend.batch() as batch:
                 batch.save(oid, sealed, lambda stored: self._keys.check(oid, stored, bytearray(len(plain))))
@@ -241,14 +259,24 @@ class Store:
         try:
             self._keys.open(oid, sealed)
         except IntegrityError as e:
+            legacy = self._legacy
+            if legacy is not None and legacy.intact(oid, sealed):
+                return len(sealed), ""          # an old object an online re-key has yet to move
             return len(sealed), e.message
         return len(sealed), ""
+
+    def rekey_finished(self) -> None:
+        """The online re-key is over: the old key is no longer needed."""
+        self._legacy = None
 
     def gc(self, *, keep: Iterable[ObjectId] = (), timeout: float = 600.0) -> maintenance.GcReport:
         """Remove objects no version, pin, running upload or ``keep`` tree needs (a ``keep``
         tree not stored here is skipped). Refused (``Untrusted``) while the catalog cannot be
         trusted: checked again under the exclusive lock, before anything is removed."""
         self._check_key()
+        if (self.root / rekey.NEXT_KEY).exists():     # an online re-key's new objects are not named yet
+            raise Conflict(f"the store {self.root} is being re-sealed under the cluster's secret: gc waits for it",
+                           code="rekey_pending", hint="try again once the daemon's log says the store is re-sealed")
         with self._trees_lock:
             self._trees.clear()
         return maintenance.gc(self._objects, self.catalog, self._lock, keep=keep, timeout=timeout,
@@ -259,6 +287,52 @@ class Store:
         self._check_key()
         return maintenance.verify(self._objects, self.catalog, self._lock, name=name, progress=progress,
                                   workers=self.workers)
+
+    # -- key epochs (floydd.store.epochs) ------------------------------------------------
+
+    @property
+    def seal_epoch(self) -> int:
+        """The key epoch new objects are sealed under here."""
+        return self._keys.seal_epoch
+
+    def key_epochs(self) -> list[int]:
+        return self._keys.epochs()
+
+    def add_epoch(self, n: int, secret: bytes, fingerprint: str) -> bool:
+        """Keep the secret of epoch ``n`` (checked against the cluster's ``fingerprint``) and
+        seal new objects under it if it is the newest; False if it was held already."""
+        added = epochs.install_epoch(self.root, n, secret, fingerprint)
+        self._keys.add_epoch(n, secret)
+        return added
+
+    def resealer(self) -> epochs.Resealer:
+        """The background re-seal of this store (call its ``step`` through :meth:`reseal_step`)."""
+        if not isinstance(self.backend, LocalBackend):
+            raise StoreError("only a local store is re-sealed in place")
+        return epochs.Resealer(self.backend, self._keys)
+
+    def reseal_step(self, resealer: epochs.Resealer, budget: int) -> epochs.ResealPass:
+        """One slice of the background re-seal, under the shared lock (gc waits one slice)."""
+        with self._shared():
+            return resealer.step(budget)
+
+    def epochs_of(self, tree_id: ObjectId) -> dict[int, int] | None:
+        """The objects of tree ``tree_id`` here by the key epoch they are sealed under (one
+        5-byte read each); None when this store holds no copy of the tree."""
+        if not isinstance(self.backend, LocalBackend) or not self.backend.has(tree_id):
+            return None
+        out: dict[int, int] = {}
+        for oid in {tree_id, *self.read_tree(tree_id).chunk_ids()}:
+            epoch = epochs.stored_epoch(self.backend, oid)
+            if epoch is not None:
+                out[epoch] = out.get(epoch, 0) + 1
+        return out
+
+    def epoch_counts(self) -> dict[int, int]:
+        """Objects sealed under each key epoch here (one 5-byte read per object)."""
+        if not isinstance(self.backend, LocalBackend):
+            return {}
+        return epochs.epoch_counts(self.backend)
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -272,7 +346,8 @@ class Store:
             yield
 
     def _check_key(self) -> None:
-        if self._key_file is not None and _identity(self.root / "key") != self._key_file:
+        if self._key_file is not None and _identity(self.root / "key") != self._key_file \
+                and _identity(self.root / rekey.NEXT_KEY) != self._key_file:  # an online re-key's, not switched yet
             raise StoreError(f"the store {self.root} was re-sealed under another key since it was opened",
                              hint="open it again (restart floydd)")
 

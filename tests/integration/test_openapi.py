@@ -65,6 +65,7 @@ ANSWERS = {
     ("delete", "/v1/tokens/{token_id}"): "ApiToken", ("get", "/v1/whoami"): "WhoAmI",
     ("post", "/v1/import"): "ImportResult", ("post", "/v1/cluster/drain"): "Drained",
     ("get", "/v1/ca"): "CaInfo",
+    ("post", "/v1/cluster/store-key"): "StoreKeyRotated", ("get", "/v1/cluster/store-key"): "StoreKeyReport",
 }
 """Each JSON answer and the :mod:`floydd.api.schemas` type describing it (``[]``: a list of them)."""
 

@@ -197,13 +197,18 @@ def test_a_used_box_joins_a_cluster_keeping_its_jobs_and_datasets_across_a_crash
     journal = used.state / "store" / "rekey.db"
     wait_until(lambda: _resealed(journal) > 0 or proc.poll() is not None, timeout=120, interval=0.002,
                what="the re-seal to get under way")
+    wait_until(lambda: used.client.ping() or proc.poll() is not None, timeout=60, interval=0.01,
+               what="the daemon to answer")
+    assert proc.poll() is None and (used.state / "store" / "key.next").exists(), \
+        "the daemon answers while it re-seals (issue 21: no downtime)"
     proc.kill()                                          # a crash in the middle of the re-seal
     proc.wait(timeout=30)
     assert (used.state / "store" / "key").read_text() == key_before, "killed before the key switch"
 
-    used.start()                                         # resumes the re-seal, then joins
-    assert (used.state / "store" / "key").read_text() == (lab.state / "store" / "key").read_text()
+    used.start()                                         # answers at once, resumes the re-seal in the background
     wait_until(lambda: len(lab.client.cluster()["members"]) == 2, timeout=60, what="the desk to join")
+    wait_until(lambda: (used.state / "store" / "key").read_text() == (lab.state / "store" / "key").read_text(),
+               timeout=300, what="the re-seal to finish")
     assert _statuses(used)[ran] == "success", "its own job is still listed"
     assert "from the desk" in used.floyd("logs", ran).stdout
     wait_until(lambda: any(v["ref"] == "big:1" for v in lab.floyd_json("data", "ls")), timeout=60,

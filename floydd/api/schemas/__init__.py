@@ -30,7 +30,8 @@ from floydd.api.schemas.nodes import Info, Gpu, Node
 from floydd.api.schemas.jobs import (JobResources, MetricSummary, Part, Event, JobRestart, Job, SystemSample,
                                      Metrics, LastBest, CompareRow, Compare, CodeUpload, JobCheck)
 from floydd.api.schemas.cluster import (Member, Cluster, Person, PersonRemoved, ApiToken, WhoAmI, JoinToken,
-                                        TokenRecord, Left, Drained, Removed, AuditEntry, AuditCheck, AuditHead)
+                                        TokenRecord, Left, Drained, Removed, AuditEntry, AuditCheck, AuditHead,
+                                        StoreEpoch, StoreKeyReport, StoreKeyRotated)
 from floydd.api.schemas.datasets import DatasetVersion, DatasetEntry, DatasetInfo, DatasetDeleted, GcReport
 from floydd.api.schemas.exchange import ExportOrigin, ImportedJob, ImportedDataset, ImportResult
 from floydd.api.schemas.errors import ErrorDetail, Error
@@ -40,6 +41,7 @@ __all__ = ["Health", "JobState", "MemberRole", "NodeRole", "Point", "Role", "Vis
            "Node", "JobResources", "MetricSummary", "Part", "Event", "JobRestart", "Job", "SystemSample",
            "Metrics", "LastBest", "CompareRow", "Compare", "CodeUpload", "JobCheck", "Member", "Cluster", "Person",
            "PersonRemoved", "ApiToken", "WhoAmI", "JoinToken", "TokenRecord", "Left", "Drained", "Removed",
+           "StoreEpoch", "StoreKeyReport", "StoreKeyRotated",
            "AuditEntry", "AuditCheck", "AuditHead", "DatasetVersion", "DatasetEntry", "DatasetInfo", "DatasetDeleted",
            "GcReport", "ExportOrigin", "ImportedJob", "ImportedDataset", "ImportResult", "ErrorDetail",
            "Error"]

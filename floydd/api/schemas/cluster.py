@@ -171,6 +171,10 @@ class Removed:
     removed: str
     cancelled_join: str | None = None
     """The node was a join redeemed but not started: cancelled, it can never become a member."""
+    store_epoch: int | None = None
+    """The store key epoch started after the removal (level 3): the removed box never receives it."""
+    store_key: str | None = None
+    """Why the store key was not rotated after the removal, and what to do."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,3 +219,46 @@ class AuditHead:
     index: int = 0
     ts: float | None = None
     finding: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreEpoch:
+    """One store key epoch as the cluster records it (never its secret)."""
+
+    epoch: int
+    fingerprint: str
+    made_on: str
+    reason: str = ""
+    by: str = ""
+    ts: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreKeyReport:
+    """``GET /v1/cluster/store-key``: the cluster's store key epochs and this box's re-seal:
+    the epoch it seals new objects under, and whether every object here is under it yet."""
+
+    node: str
+    cluster_epoch: int
+    seal_epoch: int
+    held_epochs: tuple[int, ...]
+    epochs: tuple[StoreEpoch, ...]
+    resealed: bool
+    resealed_objects: int
+    resealed_bytes: int
+    reseal_started: float | None = None
+    reseal_seconds: float | None = None
+    reseal_rate: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreKeyRotated:
+    """``POST /v1/cluster/store-key``: the new epoch, and this box (the one that made it)."""
+
+    epoch: int
+    fingerprint: str
+    made_on: str
+    here: StoreKeyReport
+    reason: str = ""
+    by: str = ""
+    ts: float = 0.0

@@ -64,6 +64,11 @@ class DatasetInfo:
     copies: int
     replicas: int
     copies_note: str
+    key_epochs: dict[str, int] | None
+    """The objects of this version on the answering box by the store key epoch they are sealed
+    under (``{"2": 140}``); None where it holds no copy."""
+    cluster_key_epoch: int
+    """The cluster's newest store key epoch."""
     ref: str = ""
     holders: tuple[str, ...] = ()
     owner: str = ""

@@ -164,6 +164,8 @@ NOT_AN_OBJECT = {
     ("get", "/v1/cluster/tokens"): "join tokens", ("delete", "/v1/cluster/tokens/{token_id}"): "join tokens",
     ("post", "/v1/cluster/leave"): "membership (admins)", ("post", "/v1/cluster/drain"): "this box (admins)",
     ("post", "/v1/cluster/remove"): "membership (admins)",
+    ("post", "/v1/cluster/store-key"): "store key epochs, never a secret (admins: authz)",
+    ("get", "/v1/cluster/store-key"): "store key epochs and this box's re-seal counts",
     ("post", "/v1/tokens"): "personal tokens (authz)", ("get", "/v1/tokens"): "personal tokens",
     ("delete", "/v1/tokens/{token_id}"): "personal tokens", ("get", "/v1/whoami"): "the caller",
     ("get", "/v1/ca"): "the CA certificate", ("get", "/v1/audit"): "the audit chain",
@@ -340,6 +342,7 @@ CLI_OTHER = {
     "floydd token create": "join tokens", "floydd token list": "join tokens", "floydd token revoke": "join tokens",
     "floydd join": "a cluster", "floydd members": "membership", "floydd drain": "this box", "floydd leave": "membership",
     "floydd remove": "membership", "floydd recover": "a cluster",
+    "floydd rotate-store-key": "store key epochs",
 }
 """Verbs that reach none of the access table's objects."""
 

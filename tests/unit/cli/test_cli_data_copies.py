@@ -31,3 +31,12 @@ def test_info_prints_the_copies_line(monkeypatch):
     monkeypatch.setattr(data_cli, "connect", Client)
     out = CliRunner().invoke(data_cli.data, ["info", "mnist:1"]).output
     assert "copies   1 of 2 on box1, box2: stored on 1 of 2 boxes; the second copy follows" in out
+
+
+def test_info_says_under_which_store_key_epochs_the_version_is_sealed_here():
+    from floydd.cli.data import _sealed
+    assert _sealed({"key_epochs": None, "cluster_key_epoch": 2}) == "no copy on this box to look at"
+    assert _sealed({"key_epochs": {"2": 5}, "cluster_key_epoch": 2}) == \
+        "under key epoch 2, the cluster's newest (5 objects here)"
+    assert _sealed({"key_epochs": {"10": 1, "2": 4}, "cluster_key_epoch": 10}) == \
+        "4 under epoch 2, 1 under epoch 10 here; the cluster's newest is epoch 10 (the rest is re-sealed in the background)"

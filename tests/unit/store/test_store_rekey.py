@@ -627,3 +627,46 @@ def test_a_store_opened_before_the_rekey_refuses_to_go_on(pristine_small, tmp_pa
         stale.close()
     with Store.open(root) as s:
         assert s.verify().ok and s.gc().removed_objects == 0
+
+
+def test_online_the_store_serves_under_the_new_key_while_the_old_objects_move(pristine_small, tmp_path: Path):
+    """A joining box's daemon (issue 21): planned before it opens the store, then it uploads
+    under the new key while the re-key runs under the shared lock; a stop between batches is
+    resumed; gc waits; the versions added meanwhile are left as they are, the old ones remapped."""
+    root = _copy(pristine_small, tmp_path / "store")
+    versions_before, _ = _catalog_rows(root)
+    assert rekey.begin_rekey(root, NEW) and rekey.plan_rekey(root)
+    store = Store.open(root, during_rekey=True)
+    try:
+        write_tree(tmp_path / "late", {"f": b"uploaded while re-sealing" * 1000})
+        late = store.upload(tmp_path / "late", "late")
+        assert Keys(NEW).object_id(b"uploaded while re-sealing" * 1000) in store.read_tree(late.tree).chunk_ids()
+        with pytest.raises(Conflict, match="gc waits"):
+            store.gc()
+        old_obj = next(p for p in object_files(root) if Keys(OLD).intact(ObjectId.from_hex(p.name), p.read_bytes()))
+        assert store.check_object(ObjectId.from_hex(old_obj.name))[1] == ""      # the scrub knows old objects
+        calls = [0]
+
+        def stop_soon() -> bool:
+            calls[0] += 1
+            return calls[0] > 3
+        with pytest.raises(rekey.Stopped):
+            rekey.rekey(root, online=True, should_stop=stop_soon)
+        assert (root / rekey.NEXT_KEY).exists()                     # stopped before the key switch
+        mapping = rekey.rekey(root, online=True)
+        rekey.finish_rekey(root)
+        store.rekey_finished()
+        assert read_secret(root / "key") == NEW and not rekey.rekey_pending(root)
+        versions, _ = _catalog_rows(root)
+        by_ref = {(v[0], v[1]): v[2] for v in versions}
+        assert by_ref[("late", 1)] == late.tree.hex                 # added under the new key: untouched
+        for name, number, tree, *_ in versions_before:
+            assert by_ref[(name, number)] == mapping[tree]           # the old ones renamed
+        restored = tmp_path / "out"
+        store.restore(late.tree, restored)
+        assert (restored / "f").read_bytes() == b"uploaded while re-sealing" * 1000
+        assert store.verify().ok
+    finally:
+        store.close()
+    with Store.open(root) as s:
+        assert s.verify().ok and s.gc().removed_objects == 0
