@@ -82,7 +82,8 @@ class CodeCopies:
         await cancel_and_wait([*self._tasks, *self._replicating.values()])
 
     def liveness(self) -> Liveness:
-        return Liveness(now=self._clock(), grace=self.grace, fresh=self.cluster.config.stale_after)
+        return Liveness(now=self._clock(), grace=self.grace, fresh=self.cluster.config.stale_after,
+                        ages=self.cluster.heard_ages())     # this box's monotonic clock, as datasets judge
 
     def has_tree(self, tree: str) -> bool:
         """From a thread: is ``tree`` complete in this node's store (a submit's first copy)?"""

@@ -190,8 +190,9 @@ def time_trouble(exc: BaseException) -> str | None:
         if err is None or id(err) in seen:
             continue
         seen.add(id(err))
-        if isinstance(err, ssl.SSLCertVerificationError) and err.verify_code in _TIME_CODES:
-            return (f"the peer's certificate {_TIME_CODES[err.verify_code]} by this box's clock: compare the boxes' "
+        code = getattr(err, "verify_code", None)    # aiohttp's subclass of it has none
+        if isinstance(err, ssl.SSLCertVerificationError) and code in _TIME_CODES:
+            return (f"the peer's certificate {_TIME_CODES[code]} by this box's clock: compare the boxes' "
                     "clocks (floydd members shows each box's offset from the leader's)")
         if isinstance(err, ssl.SSLError) and "CERTIFICATE_EXPIRED" in str(err).upper().replace(" ", "_"):
             return ("the peer refused this box's certificate as expired or not yet valid by its clock: compare the "

@@ -7,6 +7,9 @@ import logging
 import ssl
 from types import SimpleNamespace
 
+import aiohttp
+from aiohttp.client_reqrep import ConnectionKey
+
 from floydd.cluster.applied import Applied
 from floydd.cluster.clockwatch import ClockWatch
 from floydd.errors import Unavailable
@@ -92,3 +95,11 @@ def test_a_certificate_not_valid_yet_is_told_apart_from_other_tls_failures():
     assert time_trouble(other) is None and time_trouble(OSError("refused")) is None
     refused = ssl.SSLError(1, "[SSL: TLSV1_ALERT_CERTIFICATE_EXPIRED] tlsv1 alert certificate expired")
     assert "refused this box's certificate" in time_trouble(refused)
+    # aiohttp's own certificate error subclasses ssl's without a verify_code: told apart by its
+    # cause, never an AttributeError (that ended the raft sender of a peer with a wrong name)
+    mismatch = ssl.SSLCertVerificationError(1, "certificate verify failed: Hostname mismatch")
+    mismatch.verify_code = 62
+    key = ConnectionKey("127.0.0.1", 1, True, True, None, None, None)
+    assert time_trouble(aiohttp.ClientConnectorCertificateError(key, mismatch)) is None
+    early_via_aiohttp = aiohttp.ClientConnectorCertificateError(key, early)
+    assert "is not valid yet" in time_trouble(early_via_aiohttp)

@@ -126,6 +126,9 @@ class _Cluster:
     async def _read_index(self, timeout: float) -> int:
         return 1
 
+    def heard_ages(self) -> dict[str, float]:
+        return {}           # heard from no box yet: their heartbeats' ts decide
+
 
 def _up(*ids: str) -> dict:
     return {nid: {"name": f"box-{nid}", "status": "up", "last_heartbeat": 100.0} for nid in ids}
