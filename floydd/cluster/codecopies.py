@@ -35,8 +35,9 @@ from typing import Any, Callable
 from floydd import log
 from floydd.cluster.driver import Applied
 from floydd.cluster.peerstore import fetch_tree
-from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources
+from floydd.cluster.replicas import Liveness, choose_replicas, copies_note, counted, extra_copies, ranked_sources
 from floydd.errors import FloyddError, NotFound
+from floydd.model import ACTIVE_STATES
 from floydd.store.ids import ObjectId
 from floydd.store.store import Store
 from floydd.tasks import cancel_and_wait
@@ -64,6 +65,7 @@ class CodeCopies:
         self._windows: tuple[frozenset, frozenset] | None = None
         self._statuses: dict[str, str] = {}
         self._replicating: dict[str, asyncio.Task] = {}
+        self._trimming: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
 
@@ -174,9 +176,42 @@ class CodeCopies:
 
     def _check(self, tree: str) -> None:
         entry = self.cluster.state.code.get(tree)
-        if entry is not None and self.node_id in choose_replicas(self.cluster.state.nodes, entry, self.replicas,
-                                                                 self.liveness()):
+        if entry is None:
+            return
+        if self.node_id in choose_replicas(self.cluster.state.nodes, entry, self.replicas, self.liveness()):
             self._replicate_soon(tree)
+        elif len(entry["holders"]) > self.replicas and self.cluster.is_leader and tree not in self._trimming \
+                and self.extra(tree):
+            self._trimming.add(tree)
+            self._spawn(self._trim(tree), f"code-trim-{tree[:12]}")
+
+    def extra(self, tree: str) -> list[str]:
+        """The holders of ``tree`` whose copies may go now (copies beyond R, as a dataset
+        version's are trimmed: :func:`~floydd.cluster.replicas.extra_copies`), never on a box
+        running a job of that code, nothing while such a job is starting."""
+        state = self.cluster.state
+        entry = state.code.get(tree)
+        if entry is None:
+            return []
+        active = (j for j in state.jobs.values() if j.get("state") in ACTIVE_STATES)
+        return extra_copies(state.nodes, entry, self.replicas, self.liveness(), jobs=active,
+                            uses=lambda job: (job.get("spec") or {}).get("code_tree") == tree)
+
+    async def _trim(self, tree: str) -> None:
+        """On the leader: drop the copies of ``tree`` beyond R, one holder at a time, each
+        re-checked (two takers racing, or a holder judged silent that came back, make a third)."""
+        try:
+            while self.cluster.is_leader and not self._closed:
+                extra = self.extra(tree)
+                if not extra:
+                    return
+                await self.cluster.set_code_holder(tree, holds=False, node=extra[0])
+                _log.info("[%s] code tree %s had a copy more than %d: dropped the one on %s", self.node_id,
+                          tree[:12], self.replicas, extra[0])
+        except FloyddError as exc:          # not the leader any more, or no quorum: the next check tries again
+            _log.info("[%s] trimming the copies of code tree %s: %s", self.node_id, tree[:12], exc)
+        finally:
+            self._trimming.discard(tree)
 
     def _replicate_soon(self, tree: str) -> None:
         if tree in self._replicating or self._closed:

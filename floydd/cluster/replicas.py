@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from floydd.cluster.storehealth import trouble
 
@@ -113,11 +113,12 @@ def refused(version: dict, live: Liveness) -> dict[str, str]:
 
 
 def extra_copies(nodes: dict[str, dict], version: dict, replicas: int, live: Liveness, *,
-                 jobs: Iterable[Mapping] = ()) -> list[str]:
+                 jobs: Iterable[Mapping] = (), uses: Callable[[Mapping], bool] | None = None) -> list[str]:
     """Holders of ``version`` whose copies the leader may drop: beyond ``replicas`` copies on
     holders that count and are fresh and up, those on boxes with store trouble first, then the
-    last in the order; never one running a job of ``jobs`` (the active ones) that mounts the
-    version, nothing while such a job is starting, nothing while a holder is silent."""
+    last in the order; never one running a job of ``jobs`` (the active ones) that ``uses`` the
+    tree (default: mounts the version; a job's code tree passes its own test), nothing while
+    such a job is starting, nothing while a holder is silent."""
     holders = version["holders"]
     if len(holders) <= replicas or any(not live.holds(nodes.get(h)) for h in holders):
         return []
@@ -125,9 +126,10 @@ def extra_copies(nodes: dict[str, dict], version: dict, replicas: int, live: Liv
     if len(good) <= replicas:
         return []
     keep: set[str] = set()
+    uses = uses or (lambda job: any(isinstance(m, Mapping) and m.get("tree") == version["tree"]
+                                    for m in (job.get("spec") or {}).get("data") or ()))
     for job in jobs:
-        if not any(isinstance(m, Mapping) and m.get("tree") == version["tree"]
-                   for m in (job.get("spec") or {}).get("data") or ()):
+        if not uses(job):
             continue
         if job.get("state") == "starting":
             return []

@@ -150,3 +150,23 @@ async def test_a_submit_says_how_many_copies_its_code_has_when_the_second_did_no
                         replicas=2, grace=30.0, clock=lambda: 101.0)
     said = await asyncio.wait_for(lonely.wait_for_copies(TREE, timeout=30.0), 5.0)
     assert said.startswith("the job's code is stored on 1 of 2 boxes; no other box is up"), said
+
+
+def test_copies_beyond_r_are_trimmed_but_never_from_a_box_running_that_code():
+    entry = {TREE: {"tree": TREE, "holders": ["n1", "n2", "n3"], "jobs": ["mnist/1"]}}
+    cluster = _Cluster(_up("n1", "n2", "n3"), entry)
+    copies = CodeCopies(cluster, store=None, replicas=2, grace=30.0, clock=lambda: 101.0)
+    extra = copies.extra(TREE)
+    assert len(extra) == 1 and extra[0] in ("n1", "n2", "n3")        # three copies, R = 2: one goes
+    for runner in ("n1", "n2", "n3"):                                 # a running job's box keeps its copy
+        cluster.state.jobs = {"mnist/1": {"state": "running", "node": runner, "spec": {"code_tree": TREE}}}
+        assert copies.extra(TREE) and runner not in copies.extra(TREE)
+    cluster.state.jobs["mnist/1"]["state"] = "starting"               # fetching it somewhere: nothing goes
+    assert copies.extra(TREE) == []
+    cluster.state.jobs = {"mnist/1": {"state": "running", "node": "n1", "spec": {"code_tree": OTHER}}}
+    assert len(copies.extra(TREE)) == 1                                # another tree's job protects nothing
+    cluster.state.nodes["n3"]["last_heartbeat"] = 0.0                  # a holder silent past its grace
+    assert copies.extra(TREE) == []                                    # never trim while one may be gone
+    entry[TREE]["holders"] = ["n1", "n2"]
+    cluster.state.nodes["n3"]["last_heartbeat"] = 100.0
+    assert copies.extra(TREE) == []                                    # R copies: none to spare
