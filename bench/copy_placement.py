@@ -16,7 +16,7 @@ Without root the chosen store refuses every write as the local backend does on E
   and from the failed write (the watch's ``failed``) to a second holder committed on the
   third box. Then the disk is emptied and the next round waits until the box says ``ok``.
 
-    python bench/copy_placement.py [--rounds 5] [--mb 16] [--heartbeat 5] [--smoke]
+    python bench/copy_placement.py [--rounds 3] [--mb 16] [--heartbeat 5] [--smoke]
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ async def one(c: Boxes, a, name: str, mb: float, watches: dict, full: bool) -> d
             total = os.statvfs(store.root).f_blocks * os.statvfs(store.root).f_frsize
             leave = int(3.5 * reserve_size(total))          # not "full" by the reserve's measure
             assert mb * MB > 2 * leave, \
-                f"a {mb:g} MB version fits in the {leave} bytes left: use --mb {2 * leave // MB + 1}"
+                f"a {mb:g} MB version fits in the {leave} bytes left: use fewer --rounds or a larger --mb"
             filler = fill(store.root.parent, leave)
             undo = filler.unlink
         else:
@@ -175,7 +175,8 @@ def spread(xs: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds (the tmpfs disks grow with them; past 4 rounds use a larger --mb)")
     ap.add_argument("--mb", type=float, default=16.0)
     ap.add_argument("--heartbeat", type=float, default=5.0)
     ap.add_argument("--smoke", action="store_true", help="1 round, 8 MB versions")
