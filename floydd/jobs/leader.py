@@ -78,7 +78,7 @@ class ClusterScheduler:
                               load={nid: state.node_load(nid) for nid in state.nodes},
                               health=state.node_health(now, self.cluster.config.stale_after, self.ages(now)),
                               set_aside={nid: state.set_aside(nid) for nid in state.nodes},
-                              trouble={nid: trouble(n) for nid, n in state.nodes.items() if trouble(n)})
+                              trouble={nid: why for nid, n in state.nodes.items() if (why := trouble(n))})
 
     async def lead_once(self) -> None:
         """One round: judge silent nodes, then place what is queued and keep why the rest

@@ -150,14 +150,21 @@ def rekey(store_dir: Path, *, progress: Progress | None = None, workers: int = 2
     (or it was called off). ``online``: while the daemon serves (see the module's docstring);
     ``Stopped`` when ``should_stop()`` said so."""
     root = Path(store_dir)
-    with (_shared(root, timeout) if online else _exclusive(root, timeout)):
-        run = _Run.start(root, progress, max(1, workers), online=online, should_stop=should_stop)
-        if run is None:
-            return {}
+    with _pending(root, _shared(root, timeout) if online else _exclusive(root, timeout), progress, max(1, workers),
+                  online=online, should_stop=should_stop) as run:
+        return run.go() if run is not None else {}
+
+
+@contextmanager
+def _pending(root: Path, lock, progress: Progress | None = None, workers: int = 1, **kw):
+    """Under ``lock``, the pending re-key of ``root`` (None when there is none), closed after."""
+    with lock:
+        run = _Run.start(root, progress, workers, **kw)
         try:
-            return run.go()
+            yield run
         finally:
-            run.close()
+            if run is not None:
+                run.close()
 
 
 def plan_rekey(store_dir: Path, *, timeout: float = 5.0) -> bool:
@@ -165,14 +172,10 @@ def plan_rekey(store_dir: Path, *, timeout: float = 5.0) -> bool:
     reads the root trees only). True while a re-key is pending afterwards. A damaged or
     missing root calls the re-key off, as :func:`rekey` does."""
     root = Path(store_dir)
-    with _exclusive(root, timeout):
-        run = _Run.start(root, None, 1)
+    with _pending(root, _exclusive(root, timeout)) as run:
         if run is None:
             return False
-        try:
-            run.plan_only()
-        finally:
-            run.close()
+        run.plan_only()
     return rekey_pending(root)
 
 
@@ -203,17 +206,13 @@ def cancel_rekey(store_dir: Path, *, timeout: float = 5.0) -> bool:
     """Call off a pending re-key: the store keeps its old key, what was written for the new
     one is removed. False if none was pending; ``Conflict`` once the key was switched."""
     root = Path(store_dir)
-    with _exclusive(root, timeout):
-        run = _Run.start(root, None, 1)
+    with _pending(root, _exclusive(root, timeout)) as run:
         if run is None:
             return False
-        try:
-            if run.switched:
-                raise Conflict(f"the re-key of {root} is past its point of no return (the key was switched)",
-                               hint="let it finish: restart floydd")
-            run.call_off()
-        finally:
-            run.close()
+        if run.switched:
+            raise Conflict(f"the re-key of {root} is past its point of no return (the key was switched)",
+                           hint="let it finish: restart floydd")
+        run.call_off()
     return True
 
 
