@@ -220,7 +220,8 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
                                 timeout=timeout or min(3.0, self.config.leave_timeout))
             self._said_off = True
         except FloyddError as exc:
-            _log.info("[%s] could not mark this node off: %s", self.node_id, exc)
+            _log.warning("[%s] could not mark this node off (the leader will find it silent instead): %s",
+                         self.node_id, exc)
         return self._said_off
 
     async def close(self, *, leave: bool = True) -> None:

@@ -11,6 +11,7 @@ Mixed into :class:`~floydd.cluster.state.ClusterState`, which calls these on app
 
 from __future__ import annotations
 
+from floydd.cluster import versions
 from floydd.cluster.state_queries import copy_of
 from floydd.errors import Conflict, InvalidSpec, NotFound
 
@@ -43,12 +44,16 @@ class NodeCommands:
     def _node_health(self, cmd: dict, term: int) -> None:
         """A node's heartbeat (its status, usage and live job processes, ``procs``), or the
         leader's ``suspect``: it lost touch with the node (the node's next heartbeat, which
-        reports its processes, makes it ``up`` again; until then nothing is placed there)."""
+        reports its processes, makes it ``up`` again; until then nothing is placed there). A box
+        that said ``off`` stays off until it announces itself (``node.upsert``) when it starts
+        again: a beat it sent just before, committed just after, must not list it ``up`` (level 3)."""
         node = self._node(cmd["id"])
         if cmd["status"] == "suspect":
             if node["status"] in ("up", "draining"):
                 node.update(status="suspect", suspect_since=cmd["ts"])
             return
+        if node["status"] == "off" and cmd["status"] != "off" and versions.at_least(self, 3):
+            return      # a beat sent before its "off" and committed after it: a box back announces itself
         node.update(status=cmd["status"], last_heartbeat=cmd["ts"])
         if "usage" in cmd:
             node["usage"] = cmd["usage"]

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.slow
 ENV = {"FLOYDD_CLUSTER_HEARTBEAT": "0.5", "FLOYDD_STORE_SCRUB_RATE": "0", "FLOYDD_SAMPLE_INTERVAL": "0.5",
        "FLOYDD_TAIL_INTERVAL": "0.05", "FLOYDD_DATASET_COPY_WAIT": "30", "PYTHONUNBUFFERED": "1"}
 MB = 1 << 20
+COPY_TRIES = 24                  # new versions after the disk has room: each lands on box2 or box3 by rank
 SLEEP = "python -c \"import time; time.sleep(120)\""
 
 
@@ -97,13 +98,13 @@ def test_copies_and_jobs_avoid_a_full_disk_and_come_back_when_it_has_room(netns,
         wait_until(lambda: _nodes(client).get("box3", {}).get("health") == "healthy", timeout=30, interval=0.1,
                    what="box3 healthy again")
         assert _running_on(client, submit(client, project, SLEEP)) == "box3"
-        for i in range(8):
+        for i in range(COPY_TRIES):           # box2 or box3 by rendezvous rank: 2^-COPY_TRIES to miss box3
             out = _upload(boxes[0], tmp_path, f"after{i}", MB)
             assert "stored on 2 of 2 boxes" in out, out
             if ids["box3"] in attempt(client.datasets, f"after{i}")[0]["holders"]:
                 break
         else:
-            pytest.fail("box3 took none of 8 copies after its disk had room again")
+            pytest.fail(f"box3 took none of {COPY_TRIES} copies after its disk had room again")
         for key in keys:
             client.stop(key)
         for daemon in boxes:

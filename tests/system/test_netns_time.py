@@ -65,7 +65,9 @@ def test_a_box_stopped_cleanly_and_never_back_has_its_job_rerun_after_its_lost_a
     host.python("-m", "floydd.cli.floydd", "stop", "--state-dir", str(state), check=True)   # floydd stop
     net.cut(runner)                                              # ... and the machine never comes back
     wait_until(lambda: next(n for n in client.nodes() if n["name"] == placed["node"])["health"] == "off",
-               timeout=10, what="the box listed off")
+               timeout=15, what="the box listed off",
+               details=lambda: f"{[n for n in client.nodes() if n['name'] == placed['node']]}; its log: "
+                               f"{daemon.log_tail(3000)}")
     states = set()
 
     def rerun_running():

@@ -5,9 +5,8 @@ memory than a node has."""
 
 from __future__ import annotations
 
-from collections import Counter
-
-from hypothesis import given, settings
+import pytest
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 from floydd.cluster.state import ClusterState
@@ -130,20 +129,19 @@ def test_the_index_equals_a_recomputation_after_every_command(log):
     assert (restored._held, restored._load, restored._active) == ({}, {}, {})
 
 
-def test_the_logs_reach_what_the_index_must_follow():
-    """The strategy itself: gangs placed, parts reported, jobs requeued, ended and deleted."""
-    seen: Counter = Counter()
-
-    @settings(max_examples=100, deadline=None, database=None, derandomize=True)
-    @given(logs())
-    def count(log):
+@pytest.mark.parametrize("what", ["job.place", "job.place (a gang)", "job.update (a part) to running",
+                                  "job.update (a part) to failed", "job.update to queued", "job.update to running",
+                                  "job.update to stopped", "job.delete", "node.remove"])
+def test_the_logs_reach_what_the_index_must_follow(what):
+    """The strategy itself: gangs placed, parts reported, jobs requeued, ended and deleted
+    (searched for, not counted in a fixed number of examples: how many examples a run draws
+    is hypothesis's business, and on a loaded worker the rarest of these was missed)."""
+    def reaches(log) -> bool:
         state = ClusterState()
-        seen.update(apply(state, cmd, i + 1) for i, cmd in enumerate(log))
+        return what in {apply(state, cmd, i + 1) for i, cmd in enumerate(log)}
 
-    count()
-    for what in ("job.place", "job.place (a gang)", "job.update (a part) to running", "job.update (a part) to failed",
-                 "job.update to queued", "job.update to running", "job.update to stopped", "job.delete", "node.remove"):
-        assert seen[what] > 0, (what, seen)
+    find(logs(), reaches, settings=settings(max_examples=2000, deadline=None, database=None, derandomize=True,
+                                            phases=[Phase.generate]))
 
 
 def test_a_removed_node_that_rejoins_still_has_its_gpus_held():

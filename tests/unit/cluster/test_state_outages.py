@@ -162,3 +162,16 @@ def test_a_spec_stored_before_restart_policies_gets_the_default(log):
     key = log.job()                                            # no "restart" in the spec
     log.running(key)
     assert log("job.update", job=key, state="lost", attempt=1)["state"] == "queued"
+
+
+@pytest.mark.parametrize("level, listed", [(3, "off"), (2, "up")])
+def test_a_beat_committed_after_the_boxs_off_leaves_it_off_until_it_announces_itself(level, listed):
+    log = Log()
+    log("cluster.protocol", level=level)
+    log.node("n1")
+    log("node.health", ts=2.0, id="n1", status="off")             # floydd stop: said first
+    log("node.health", ts=1.9, id="n1", status="up", procs=[])    # a beat sent just before it, committed after
+    assert log.state.nodes["n1"]["status"] == listed              # (before level 3 every box lists it up)
+    log.node("n1")                                                 # started again: it announces itself
+    log("node.health", ts=9.0, id="n1", status="up", procs=[])
+    assert log.state.nodes["n1"]["status"] == "up"
