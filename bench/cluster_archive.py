@@ -53,10 +53,10 @@ sys.path.insert(0, str(ROOT))
 
 import msgpack  # noqa: E402
 
-from floydd.cluster import commands  # noqa: E402
+from floydd.cluster.state import commands  # noqa: E402
 from floydd.cluster.raft import EntryKind  # noqa: E402
-from floydd.cluster.state import ClusterState  # noqa: E402
-from floydd.cluster.transport import Transport  # noqa: E402
+from floydd.cluster.state.machine import ClusterState  # noqa: E402
+from floydd.cluster.net.transport import Transport  # noqa: E402
 from floydd.errors import FloyddError  # noqa: E402
 from floydd.security.ca import ClusterCA  # noqa: E402
 from floydd.security.identity import NodeIdentity  # noqa: E402

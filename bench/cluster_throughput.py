@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from floydd.cluster.raft import ConfState, Entry, HardState  # noqa: E402
 from floydd.cluster.raft.sqlite_storage import SqliteStorage  # noqa: E402
-from floydd.cluster.transport import Transport  # noqa: E402
+from floydd.cluster.net.transport import Transport  # noqa: E402
 from floydd.security.identity import NodeIdentity  # noqa: E402
 from tests.integration.cluster.procs import DevNode, free_ports, make_identities  # noqa: E402
 

@@ -36,9 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from floydd.cluster import storehealth  # noqa: E402
+from floydd.scheduler import storehealth  # noqa: E402
 from floydd.cluster.config import TEST_CONFIG  # noqa: E402
-from floydd.cluster.replicas import choose_replicas  # noqa: E402
+from floydd.cluster.replication.replicas import choose_replicas  # noqa: E402
 from floydd.errors import StoreFull  # noqa: E402
 from floydd.runtime.disk import StoreWatch, reserve_size  # noqa: E402
 from floydd.store import Store  # noqa: E402

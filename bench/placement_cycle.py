@@ -44,8 +44,8 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import floydd.jobs.leader as leader  # noqa: E402
-from floydd.cluster.state import ClusterState  # noqa: E402
+import floydd.scheduler.placer as leader  # noqa: E402
+from floydd.cluster.state.machine import ClusterState  # noqa: E402
 from floydd.scheduler import PendingJob, place  # noqa: E402
 from tests.unit.scheduler import _reference as reference  # noqa: E402
 

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from floydd.cluster.config import TEST_CONFIG  # noqa: E402
 from floydd.errors import Conflict  # noqa: E402
-from floydd.jobs.leader import ClusterScheduler  # noqa: E402
+from floydd.scheduler.placer import ClusterScheduler  # noqa: E402
 from floydd.model import FINAL_STATES  # noqa: E402
 from tests.integration.jobs._pipeline import Boxes  # noqa: E402
 

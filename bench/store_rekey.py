@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._scratch import scratch  # noqa: E402
-from floydd.store import Store, rekey  # noqa: E402
+from floydd.store import Store  # noqa: E402
+from floydd.store.keys import rekey
 from store_ingest import MiB, build_tree, median, ratio, timed, walls  # noqa: E402
 
 # VmHWM, not ru_maxrss: a forked child's ru_maxrss starts at its parent's RSS

@@ -77,7 +77,7 @@ class Client(Connection):
         return self._call("GET", "/v1/cluster/store-key")
 
     def people(self, *, stale: bool = False) -> list[dict]:
-        """The lab's people (floydd.cluster.people): name, role, uids per box id."""
+        """The lab's people (floydd.cluster.state.people): name, role, uids per box id."""
         return self._call("GET", "/v1/people", query={"stale": "1" if stale else None})
 
     def add_person(self, name: str, role: str = "user", uids: dict[str, list[int]] | None = None, *,
@@ -106,7 +106,7 @@ class Client(Connection):
 
     def create_api_token(self, *, label: str = "", ttl: float | None = None, person: str | None = None) -> dict:
         """A personal token (for ``person``: an admin's call) whose text, ``token``, is in this
-        answer only (:mod:`floydd.cluster.apitokens`)."""
+        answer only (:mod:`floydd.cluster.state.apitokens`)."""
         body: dict[str, Any] = {"label": label}
         if ttl is not None:
             body["ttl"] = ttl
@@ -122,7 +122,7 @@ class Client(Connection):
         return self._call("DELETE", f"/v1/tokens/{urllib.parse.quote(token_id, safe='')}")
 
     def audit(self, since: float | None = None, *, stale: bool = False) -> list[dict]:
-        """The audit chain in order (floydd.cluster.audit), with every change committed before the
+        """The audit chain in order (floydd.cluster.state.audit), with every change committed before the
         call; ``stale``: as the daemon's box holds it now."""
         return self._call("GET", "/v1/audit", query={"since": since, "stale": "1" if stale else None})
 

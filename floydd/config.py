@@ -107,7 +107,7 @@ class Config:
             raise UserError(f"config: {exc.message}",
                             hint="set job_cpus to a number of cores (e.g. 1) and job_memory to a size "
                                  "(e.g. 2G, or 0) in floydd.toml or FLOYDD_JOB_CPUS/FLOYDD_JOB_MEMORY") from None
-        for name in ("job_outputs", "job_code", "job_logs"):      # floydd.cluster.access.ReadRules
+        for name in ("job_outputs", "job_code", "job_logs"):      # floydd.cluster.state.access.ReadRules
             if getattr(self, name) not in ("owner", "lab"):
                 raise UserError(f"config {name} = {getattr(self, name)!r:.40} is not owner or lab",
                                 hint=f"set {name} to owner (the job's owner and the admins) or lab (everyone) in "
@@ -164,7 +164,7 @@ class Config:
     """Seconds between snapshots of a running job's ``/output``, published as versions of its
     output so that a rerun (after its box was lost for good) starts from them; 0 turns them
     off (a rerun then starts from the last attempt's final output only)."""
-    # -- replicas kept (issue 12): floydd.cluster.replicas, floydd.cluster.storecare --
+    # -- replicas kept (issue 12): floydd.cluster.replication.replicas, floydd.cluster.replication.storecare --
     replica_grace: float = 300.0
     """Seconds a box holding a dataset copy may stay silent (crashed, cut off, switched off)
     before its copies stop counting and another box makes a new one; a box that returns
@@ -174,20 +174,20 @@ class Config:
     with fewer, saying so ("stored on 1 of 2 boxes; the second copy follows")."""
     code_copy_wait: float = 20.0
     """Seconds a submit waits for every copy (as many as a dataset version's) of the job's code
-    before it answers with fewer, saying so in its warnings (issue 21: floydd.cluster.codecopies)."""
+    before it answers with fewer, saying so in its warnings (issue 21: floydd.cluster.replication.codecopies)."""
     store_scrub_rate: float = 2.0
     """MB a second the background scrub re-reads and checks (0 turns it off): at 2, a pass
     over 1 TB takes about 6 days. What it finds damaged is repaired from another box."""
     store_scrub_every: float = 7 * 86400.0
     """Seconds between the starts of two scrub passes: a pass that ends sooner waits."""
-    # -- store key epochs (issue 21): floydd.store.epochs, floydd.daemon.epochs --
+    # -- store key epochs (issue 21): floydd.store.keys.epochs, floydd.daemon.epochs --
     store_reseal_rate: float = 100.0
     """MB a second the background re-seal rewrites after a new store key epoch
     (``floydd rotate-store-key``, ``floydd remove``): at 100, 1 TB takes about 3 hours,
     while the daemon serves. 0 turns it off (objects stay under the older epoch)."""
     store_epoch_check: float = 5.0
     """Seconds between two looks for a key epoch this box lacks (asked from a member)."""
-    # -- state that stays small (issue 12): floydd.cluster.archiver, floydd.cluster.archive --
+    # -- state that stays small (issue 12): floydd.cluster.archiver, floydd.cluster.state.archive --
     archive_after: float = 7 * 86400.0
     """Seconds after it ended that a finished job leaves the hot replicated state (kept in
     memory on every box) for the archive (SQLite on every box): it is still listed by
@@ -199,7 +199,7 @@ class Config:
     """Entries of the control plane's log applied between two snapshots of its state (the log
     before a snapshot is dropped; a box that needs it is sent the snapshot, streamed, with the
     archive). Lower it to test that path; the default keeps the log in memory under ~10 MB."""
-    # -- trust between boxes (issue 13): floydd.daemon.trust --
+    # -- trust between boxes (issue 13): floydd.daemon.joining --
     cert_validity: float = 365 * 86400.0
     """Seconds a node certificate this node signs is valid (at ``floydd init``, for joins and
     renewals it admits; every voter holds the CA key). Nodes renew theirs by themselves."""
@@ -219,7 +219,7 @@ class Config:
     """Seconds over which ``api_auth_failures`` refill, and between two log lines about one
     source's refused tokens (one line counts them all: "refused 2,214 bad tokens from ...")."""
 
-    # -- who reads what a job made (issue 20): floydd.cluster.access --
+    # -- who reads what a job made (issue 20): floydd.cluster.state.access --
     job_outputs: str = "owner"
     """Who reads, mounts and clones a job's output (its /output versions and checkpoints,
     ``PROJECT/N/output``) through this box: ``owner`` (the job's owner and the admins) or

@@ -1,10 +1,10 @@
 """``/v1/tokens``: personal API tokens (``floyd token``), ``/v1/whoami`` and ``/v1/ca``.
 
 A token is made for the calling person (an admin may name another with ``person``), through
-the replicated state (:mod:`floydd.cluster.apitokens`): any box then accepts it on its TLS
+the replicated state (:mod:`floydd.cluster.state.apitokens`): any box then accepts it on its TLS
 API, and a revoke refuses it on every box as soon as the box applied it. The secret is in
 this answer only. From cluster level 3 the cluster also records the token's public signing
-key, so a box the token is presented to may act for its person (:mod:`floydd.cluster.signin`).
+key, so a box the token is presented to may act for its person (:mod:`floydd.cluster.state.signin`).
 
 ``/v1/ca`` answers the cluster CA certificate without a token: ``floyd login`` reads it over
 a first connection that sends no token, checks it signed the box's certificate, and pins it.
@@ -20,9 +20,9 @@ from floydd.api import keys
 from floydd.api.boxtrust import ca_json, wants_json
 from floydd.api.params import query_stale
 from floydd.api.request import acting_person as _person, api_address, body, reply
-from floydd.cluster.apitokens import api_token_state, new_api_token
-from floydd.cluster.authz import is_admin
-from floydd.cluster.versions import at_least
+from floydd.cluster.state.apitokens import api_token_state, new_api_token
+from floydd.cluster.state.authz import is_admin
+from floydd.cluster.state.versions import at_least
 from floydd.errors import Conflict, UserError
 
 routes = web.RouteTableDef()

@@ -1,4 +1,4 @@
-"""``/v1/audit``: the cluster's audit chain as this box holds it (:mod:`floydd.cluster.audit`).
+"""``/v1/audit``: the cluster's audit chain as this box holds it (:mod:`floydd.cluster.state.audit`).
 
 Every box derives the same chain from the same log, so any box answers. The listing first
 catches up with the leader's commit (ReadIndex), so it shows every change committed before the
@@ -17,7 +17,7 @@ from aiohttp import web
 from floydd.api import keys
 from floydd.api.params import query_float, query_stale
 from floydd.api.request import reply
-from floydd.cluster.audit import verify
+from floydd.cluster.state.audit import verify
 from floydd.cluster.audit_evidence import Head, check_head, parse_head
 
 routes = web.RouteTableDef()

@@ -8,9 +8,9 @@ from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.request import acting_user, api_address, body, reply
-from floydd.cluster.trust import MAX_TTL_S, token_state
-from floydd.cluster.authz import is_admin
-from floydd.cluster.versions import at_least
+from floydd.cluster.state.credentials import MAX_TTL_S, token_state
+from floydd.cluster.state.authz import is_admin
+from floydd.cluster.state.versions import at_least
 from floydd.errors import Conflict, FloyddError, Forbidden, UserError
 
 routes = web.RouteTableDef()
@@ -76,7 +76,7 @@ def _tokens(request: web.Request):
 @routes.post("/v1/cluster/remove")
 async def remove(request: web.Request) -> web.Response:
     """``floydd remove NODE``: take a node out of raft, tombstone it, revoke its certificates;
-    an admin's command (checked by every box: :mod:`floydd.cluster.authz`)."""
+    an admin's command (checked by every box: :mod:`floydd.cluster.state.authz`)."""
     node = (await body(request)).get("node")
     if not isinstance(node, str) or not node:
         raise UserError("node must be a node id or name", hint="floydd members lists the boxes")

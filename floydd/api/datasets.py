@@ -1,6 +1,6 @@
 """``/v1/datasets`` and ``/v1/store``: versioned datasets over the encrypted store.
 
-The versions are the cluster's (:class:`~floydd.cluster.datasets.ClusterDatasets`; a lone
+The versions are the cluster's (:class:`~floydd.cluster.replication.datasets.ClusterDatasets`; a lone
 box is a cluster of one): an upload is snapshotted into this node's store, registered in
 the cluster catalog, and answered once R copies are kept (or its wait is over: the answer
 then says how many there are, ``copies_note``: "stored on 1 of 2 boxes; the second copy
@@ -8,9 +8,9 @@ follows"); list and info read the catalog and show each version's copies (holder
 that count, those silent); clone first fetches what this node lacks from the holders;
 delete goes through the cluster. ``/v1/store`` (verify, gc) is this node's store: verify with ``repair`` fetches
 good copies of damaged objects from other nodes, and gc also keeps the trees the cluster and
-the job records still name (:mod:`floydd.cluster.storecare`); both are an admin's.
+the job records still name (:mod:`floydd.cluster.replication.storecare`); both are an admin's.
 
-Every road to a version asks :mod:`floydd.cluster.access` first: the listing shows only what
+Every road to a version asks :mod:`floydd.cluster.state.access` first: the listing shows only what
 the caller may read (no tree id of anything else), info/tar/clone check read or clone, an
 upload checks that the caller may add a version (before the folder is read), a delete that
 they may delete; a job's output (``PROJECT/N/output``) is its job's owner's.
@@ -29,9 +29,9 @@ from floydd.api import keys
 from floydd.api.params import text_field
 from floydd.api.request import acting_person, acting_user, body, check_dest, ndjson, reply, restore_into, same_user_only
 from floydd.api.tarstream import received_folder, send_tree
-from floydd.cluster import keyepochs
-from floydd.cluster.access import check_admin
-from floydd.cluster.storecare import named_trees, repair_damaged
+from floydd.cluster.state import keyepochs
+from floydd.cluster.state.access import check_admin
+from floydd.cluster.replication.storecare import named_trees, repair_damaged
 from floydd.errors import Conflict, FloyddError, NotFound, UserError
 from floydd.model import DatasetRef, check_abs_path, check_upload_name
 from floydd.store.ids import ObjectId
@@ -58,7 +58,7 @@ async def info(request: web.Request) -> web.Response:
     catalog = _catalog(request)
     version = await catalog.resolve_readable(ref, acting_person(request, required=False), "read")
     described = _describe(catalog.describe(version), await catalog.manifest(version))
-    try:                            # its objects here by store key epoch (floydd.store.epochs)
+    try:                            # its objects here by store key epoch (floydd.store.keys.epochs)
         epochs = await asyncio.to_thread(catalog.store.epochs_of, ObjectId.from_hex(described["tree"]))
     except FloyddError:
         epochs = None

@@ -1,6 +1,6 @@
 """``/v1/jobs``: submit, list, inspect, stop, restart, delete, logs, outputs, compare.
 
-Every road to a job's code, output, logs and metrics asks :mod:`floydd.cluster.access` (with
+Every road to a job's code, output, logs and metrics asks :mod:`floydd.cluster.state.access` (with
 this box's read rules) before it reads anything, on this box or from the box that ran the
 job (the peer routes serve boxes, not people: the person is checked here, first). People
 send code as a folder (``POST /v1/code``, answered with a handle) or a path of the daemon's
@@ -21,7 +21,7 @@ from floydd.api.params import query_float, query_int, query_stale
 from floydd.api.request import (acting_person, acting_user, body, check_dest, convert, error_event, ndjson, reply,
                                 restore_into, same_user_only)
 from floydd.api.tarstream import received_folder, send_tree
-from floydd.cluster import access
+from floydd.cluster.state import access
 from floydd.errors import Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.model import MAX_NODES, STATES, Restart, Submission, parse_job_key
@@ -261,7 +261,7 @@ def _hide_metrics(request: web.Request, jobs: list[dict]) -> None:
 
 async def _check_reader(request: web.Request, part: str, verb: str) -> str:
     """The job's key, once the caller may ``verb`` its ``part`` (code, output, logs, metrics:
-    :mod:`floydd.cluster.access`, with this box's read rules); Forbidden naming whose it is."""
+    :mod:`floydd.cluster.state.access`, with this box's read rules); Forbidden naming whose it is."""
     service = request.app[keys.JOBS]
     job = await service.get(_key(request), stale=part in ("logs", "metrics"))     # polled: this box's copy
     access.check(request.app[keys.CLUSTER].state, acting_person(request, required=False),

@@ -18,10 +18,10 @@ personal token (set by the control plane of a box in a cluster; None: nowhere)."
 CLUSTER = web.AppKey("cluster", object)
 """This node's :class:`~floydd.cluster.service.ClusterService` (a box alone: a cluster of one)."""
 DATASETS = web.AppKey("datasets", object)
-"""The cluster's dataset catalog, :class:`~floydd.cluster.datasets.ClusterDatasets`."""
+"""The cluster's dataset catalog, :class:`~floydd.cluster.replication.datasets.ClusterDatasets`."""
 STORE_READY = web.AppKey("store_ready", object)
 """An ``asyncio.Event`` set once no re-seal under the cluster's secret is pending (a box that
-joined re-seals its older objects while it serves: :mod:`floydd.store.rekey`, online)."""
+joined re-seals its older objects while it serves: :mod:`floydd.store.keys.rekey`, online)."""
 EPOCHS = web.AppKey("epochs", object)
 """Store key epochs and the background re-seal, :class:`~floydd.daemon.epochs.StoreEpochs`."""
 TOKENS = web.AppKey("tokens", object)

@@ -5,14 +5,14 @@ Three ways in (:func:`auth_middleware`)::
     unix socket      file permissions decide who reaches it; the kernel says who it is
                      (SO_PEERCRED, :func:`floydd.api.request.acting_person`)
     TLS (a cluster's box, ``api_listen``)   a personal token (``Authorization: Bearer
-                     FLP1...``, :mod:`floydd.cluster.apitokens`) names the person; checked
+                     FLP1...``, :mod:`floydd.cluster.state.apitokens`) names the person; checked
                      against the replicated records on every request, so a revoked token or
                      a removed person is refused at once. ``/v1/ca`` alone is open: it is
                      what ``floyd login`` pins before it sends any token. Failed tokens
                      are throttled per source and logged in aggregate
                      (:mod:`floydd.api.throttle`): past its share, a source gets 429
                      before its token is read. The token is presented for the rest of
-                     the request (:mod:`floydd.cluster.presented`): it signs what this box
+                     the request (:mod:`floydd.cluster.net.presented`): it signs what this box
                      proposes for its person, which is how a box where that person is not
                      signed in may act for them.
     plain loopback TCP (``--dev-tcp``)      a dev option: one shared token, as the daemon's user
@@ -32,8 +32,8 @@ from floydd import log
 from floydd.api import keys
 from floydd.api.request import PERSON, caller
 from floydd.api.throttle import THROTTLE, source_of
-from floydd.cluster.apitokens import parse_api_token
-from floydd.cluster.presented import PresentedToken, presenting
+from floydd.cluster.state.apitokens import parse_api_token
+from floydd.cluster.net.presented import PresentedToken, presenting
 from floydd.errors import FloyddError, Forbidden, InternalError, Unauthorized, UserError
 from floydd.security.tokens import secret_digest
 
@@ -120,7 +120,7 @@ async def auth_middleware(request: web.Request, handler):
 
 def _presented(request: web.Request, person: str) -> PresentedToken:
     """The personal token :func:`_token_person` accepted, for the rest of the request: a box acts
-    for a person signed in on it only (:mod:`floydd.cluster.presented`, :mod:`floydd.cluster.signin`)."""
+    for a person signed in on it only (:mod:`floydd.cluster.net.presented`, :mod:`floydd.cluster.state.signin`)."""
     token_id, secret = parse_api_token(request.headers.get("Authorization", "").removeprefix("Bearer "))
     return PresentedToken(token_id=token_id, person=person, secret=secret)
 

@@ -8,7 +8,7 @@ import time
 from aiohttp import web
 
 from floydd.api.request import reply
-from floydd.cluster import storehealth
+from floydd.scheduler import storehealth
 from floydd.cluster.service import node_health_word
 
 import floydd

@@ -2,10 +2,10 @@
 
 Anyone who reaches the API may list them; adding, removing, changing a role or the uids
 that act as a person are an admin's, checked where every box checks them: on apply
-(:mod:`floydd.cluster.authz`), for the person :func:`~floydd.api.request.acting_person`
+(:mod:`floydd.cluster.state.authz`), for the person :func:`~floydd.api.request.acting_person`
 found at this edge. Boxes may be named by name or id (``--uid BOX:UID``, ``--box BOX``).
 
-Where a person is signed in (cluster level 3, :mod:`floydd.cluster.signin`): ``POST
+Where a person is signed in (cluster level 3, :mod:`floydd.cluster.state.signin`): ``POST
 /v1/people`` takes ``boxes`` (where their login name acts as them; left out: this box, which
 the cluster fills in on apply) or ``every_box``; ``POST /v1/people/{name}/boxes`` lists or
 unlists one box (``{node, on}``) or every box (``{every_box: true, on}``).
@@ -18,7 +18,7 @@ from aiohttp import web
 from floydd.api import keys
 from floydd.api.params import query_stale
 from floydd.api.request import acting_person, body, reply
-from floydd.cluster.people import ROLES, check_person_name, listing
+from floydd.cluster.state.people import ROLES, check_person_name, listing
 from floydd.errors import NotFound, UserError
 
 routes = web.RouteTableDef()

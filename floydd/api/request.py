@@ -20,7 +20,7 @@ from aiohttp import web
 from floydd import log
 from floydd.api import keys
 from floydd.api.params import check_json, too_deep
-from floydd.cluster import people
+from floydd.cluster.state import people
 from floydd.errors import FloyddError, Forbidden, InternalError, StoreFull, UserError
 from floydd.model import check_abs_path
 
@@ -118,9 +118,9 @@ def acting_person(request: web.Request, *, required: bool = True) -> str | None:
 
     A remote caller's personal token names them (``PERSON``, set by the TLS edge's
     middleware). On the socket, the caller's uid (SO_PEERCRED; on the loopback dev TCP port,
-    the daemon's own uid) is mapped to a person on this box (:func:`floydd.cluster.people.person_of`:
+    the daemon's own uid) is mapped to a person on this box (:func:`floydd.cluster.state.people.person_of`:
     from cluster level 3 a login name acts as its person only on the boxes listed for them, so
-    a box acts only for the people signed in on it, :mod:`floydd.cluster.signin`).
+    a box acts only for the people signed in on it, :mod:`floydd.cluster.state.signin`).
     A lab with no people (a lab of one: the user daemon, whose socket only its user reaches)
     needs no account: the caller's login name is its admin. A caller with no account is
     refused (:class:`Forbidden`) where ``required`` (changes), else None (reads: any local

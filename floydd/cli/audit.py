@@ -1,4 +1,4 @@
-"""``floydd audit``: the cluster's audit chain (:mod:`floydd.cluster.audit`): list, verify,
+"""``floydd audit``: the cluster's audit chain (:mod:`floydd.cluster.state.audit`): list, verify,
 export for an auditor, and verify an export with no daemon at all; ``head`` prints the newest
 entry as ``SEQ:HASH`` for an auditor to record, and ``verify --head`` checks a chain (the
 daemon's or an export) against it (:mod:`floydd.cluster.audit_evidence`)."""
@@ -17,7 +17,7 @@ import click
 from floydd.cli.common import STALE, echo_json, fail, handle_errors, new_file, pass_where
 from floydd.cli.jobs import since_time
 from floydd.cli.table import print_table
-from floydd.cluster.audit import verify
+from floydd.cluster.state.audit import verify
 from floydd.cluster.audit_evidence import check_head, parse_head
 
 __all__ = ["make_audit", "read_export"]

@@ -146,7 +146,7 @@ def login(address: str, fingerprint: str | None, token_stdin: bool, yes: bool) -
 
     Make the token on a box where you have an account: floyd token create.
     """
-    from floydd.cluster.apitokens import parse_api_token
+    from floydd.cluster.state.apitokens import parse_api_token
     from floydd.security.boxpin import Pin
     from floydd.security.pinning import first_contact, matches, parse_fingerprint
     host, port = _split(address)
@@ -210,7 +210,7 @@ def logout(revoke: bool) -> None:
         click.echo("not logged in anywhere")
         return
     if revoke and entry is not None:
-        from floydd.cluster.apitokens import parse_api_token
+        from floydd.cluster.state.apitokens import parse_api_token
         token_id, _ = parse_api_token(entry.token)
         try:
             entry.client(timeout=30).revoke_api_token(token_id)

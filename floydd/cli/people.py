@@ -1,9 +1,9 @@
-"""``floydd user``: the lab's people and their roles (:mod:`floydd.cluster.people`).
+"""``floydd user``: the lab's people and their roles (:mod:`floydd.cluster.state.people`).
 
 ``add``, ``role``, ``remove``, ``map`` and ``unmap`` are an admin's (a lab of one's user is its
 admin: its first ``add`` records them as such); ``list`` is anyone's.
 
-A box acts only for the people signed in on it (from floydd 0.3, :mod:`floydd.cluster.signin`):
+A box acts only for the people signed in on it (from floydd 0.3, :mod:`floydd.cluster.state.signin`):
 ``add`` signs a person in on the box it runs through (``--box``, ``--every-box`` choose),
 ``map NAME BOX`` on another one (their login name there, or the uids given), ``unmap`` signs
 them out of one."""

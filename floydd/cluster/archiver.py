@@ -11,7 +11,7 @@ so this is small) and commits ``job.archive`` for those :func:`choose` picks, at
   seconds ago, and as many more as it takes to keep at most ``archive_keep`` finished jobs hot.
 
 The state machine checks again as it applies the command (a job that changed meanwhile
-stays). What an archived job is, and how it is still listed: :mod:`floydd.cluster.archive`.
+stays). What an archived job is, and how it is still listed: :mod:`floydd.cluster.state.archive`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from typing import Callable, Iterable
 
 from floydd import log
-from floydd.cluster.commands import MAX_ARCHIVE
+from floydd.cluster.state.commands import MAX_ARCHIVE
 from floydd.errors import FloyddError
 from floydd.model import FINAL_STATES
 

@@ -1,4 +1,4 @@
-"""Evidence that an audit chain was changed, where :func:`~floydd.cluster.audit.verify` alone
+"""Evidence that an audit chain was changed, where :func:`~floydd.cluster.state.audit.verify` alone
 cannot tell: a chain rewritten with every later hash recomputed, or cut short, is whole.
 
 Three references outside the stored chain catch it, each a pure check here:
@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from floydd.cluster.audit import GENESIS, describe, verify
+from floydd.cluster.state.audit import GENESIS, describe, verify
 from floydd.errors import UserError
 
 __all__ = ["Head", "Tamper", "StartCheck", "check_head", "compare_head", "marker_finding", "parse_head",
@@ -86,7 +86,7 @@ def parse_head(text: str) -> Head:
 
 
 def check_head(entries: list[Any], head: Head) -> tuple[int, str | None]:
-    """:func:`~floydd.cluster.audit.verify`, and that the chain holds ``head`` at its seq (a
+    """:func:`~floydd.cluster.state.audit.verify`, and that the chain holds ``head`` at its seq (a
     head given without one: anywhere). ``(count, None)`` when both hold; else the position of
     the first bad entry (one past the end when the chain was cut before the head) and a line."""
     count, finding = verify(entries)
@@ -148,7 +148,7 @@ class StartCheck:
 
     Made before the replay from what was stored: every entry after the snapshot (``stored``,
     log index -> entry as stored, text where not JSON), the finding of
-    :func:`~floydd.cluster.audit.verify` over the whole stored chain (``verified``, with the
+    :func:`~floydd.cluster.state.audit.verify` over the whole stored chain (``verified``, with the
     entry's seq) and of :func:`marker_finding` (``marker``; ``written`` is the index of the
     newest entry the store had written, 0: it kept no record). Then :meth:`derived` sees each
     entry the replay makes and :meth:`findings` compares up to a log index."""
@@ -214,6 +214,6 @@ def _short(value: Any) -> str:
 
 
 def first_bad(entries: Iterable[Any]) -> Tamper | None:
-    """:func:`~floydd.cluster.audit.verify` of a stored chain as a :class:`Tamper`."""
+    """:func:`~floydd.cluster.state.audit.verify` of a stored chain as a :class:`Tamper`."""
     position, finding = verify(entries)
     return None if finding is None else Tamper(seq=position, what=finding)

@@ -5,7 +5,7 @@ uses. Two duties (the checks themselves are pure, :mod:`floydd.cluster.audit_evi
 
 **At start** (:meth:`AuditGuard.check_at_start`, a task of the service). The store read the
 chain as it was stored before the replay (:meth:`SqliteAudit.starting
-<floydd.cluster.audit_db.SqliteAudit.starting>`); once this box has applied its log up to the
+<floydd.cluster.tables.audit_db.SqliteAudit.starting>`); once this box has applied its log up to the
 commit index it had on disk (and, for rows written past it, those entries too), what differs
 is reported loudly, once::
 
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from floydd import log
-from floydd.cluster.applied import Applied
+from floydd.cluster.driver.applied import Applied
 from floydd.cluster.audit_evidence import Tamper, compare_head
 from floydd.errors import Conflict, FloyddError, Forbidden
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from floydd import log
 from floydd.cluster import clockskew
-from floydd.cluster.applied import Applied
+from floydd.cluster.driver.applied import Applied
 from floydd.cluster.clockskew import ClockReading
 from floydd.errors import FloyddError
 

@@ -2,7 +2,7 @@
 
 Raft's own knobs (tick, election and heartbeat ticks) are in
 :class:`floydd.cluster.raft.RaftConfig`; autopilot's in
-:class:`floydd.cluster.autopilot.AutopilotConfig`. :data:`TEST_CONFIG` is the preset for
+:class:`floydd.cluster.driver.autopilot.AutopilotConfig`. :data:`TEST_CONFIG` is the preset for
 in-process cluster tests (tight timings on loopback).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from floydd.cluster.autopilot import AutopilotConfig
+from floydd.cluster.driver.autopilot import AutopilotConfig
 from floydd.cluster.raft import DEFAULT_CONFIG, RaftConfig
 
 __all__ = ["ClusterConfig", "DEFAULT_CLUSTER_CONFIG", "TEST_CONFIG"]
@@ -61,7 +61,7 @@ class ClusterConfig:
     """Seconds the leader may go without hearing from a member (raft traffic flows every
     heartbeat tick) before it marks the box ``suspect``: nothing new is placed there, its jobs
     not yet started are placed elsewhere and its running ones become ``unknown``
-    (:mod:`floydd.jobs.outages`)."""
+    (:mod:`floydd.scheduler.outages`)."""
 
     max_clock_skew: float = 30.0
     """Seconds a box's wall clock may be from the leader's before it is flagged (``floyd
@@ -95,7 +95,7 @@ class ClusterConfig:
     @property
     def leader_lost_after(self) -> float:
         """Seconds without a word from a leader (and from a majority of the voters) after which
-        a write on this box is refused at once (:mod:`floydd.cluster.leader_contact`): four
+        a write on this box is refused at once (:mod:`floydd.cluster.net.leader_contact`): four
         shortest election timeouts, so an election among the boxes it reaches has time to end,
         and at least 2 s, so a loop stalled for a moment (a loaded test machine) is no cut."""
         return max(4 * self.election_timeout, 2.0)

@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from floydd.cluster.autopilot import AutopilotConfig
+from floydd.cluster.driver.autopilot import AutopilotConfig
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG
 from floydd.cluster.raft import RaftConfig
 from floydd.cluster.service import ClusterService

@@ -15,7 +15,7 @@ The age of a node never heard since this box started is the time since it starte
 that has just started judges nobody gone before it has had time to hear from them (it errs
 towards "still there"). Nothing here is replicated: it is this box's observation, used by
 its own leader-local decisions (suspect, lost-after, placement health) and by the copies a
-box decides to make (:mod:`floydd.cluster.replicas`).
+box decides to make (:mod:`floydd.cluster.replication.replicas`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable
 
-from floydd.cluster.applied import Applied
+from floydd.cluster.driver.applied import Applied
 
 __all__ = ["Heard", "OWN_OPS"]
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from floydd import log
-from floydd.cluster import commands
-from floydd.cluster.archive_db import SqliteArchive
+from floydd.cluster.state import commands
+from floydd.cluster.tables.archive_db import SqliteArchive
 from floydd.cluster.raft import ConfState, EntryKind, HardState, Snapshot
 from floydd.cluster.raft.sqlite_storage import SqliteStorage
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import FloyddError, NotFound
 
 __all__ = ["RecoverReport", "recover", "read_state"]

@@ -1,7 +1,7 @@
 """ClusterService: the control plane of one node, as the daemon hosts it.
 
 It holds this node's identity, the raft driver (log in ``STATE/cluster/raft.db``), the
-replicated :class:`~floydd.cluster.state.ClusterState` and the transport, and offers the
+replicated :class:`~floydd.cluster.state.machine.ClusterState` and the transport, and offers the
 small API the rest of the daemon calls. The wiring (``floydd/daemon/control.py``), in short::
 
     async def control_ctx(app):                        # a cleanup_ctx, after records/store
@@ -35,7 +35,7 @@ The rest lives in mixins of this class, one module each: announcing this node, i
 seat, heartbeats and the cluster's level in :mod:`floydd.cluster.upkeep`; the commands the
 daemon proposes (jobs, datasets, accounts) and how they reach the leader in
 :mod:`floydd.cluster.writes`; peers' addresses, ``peers.json`` and discovery in
-:mod:`floydd.cluster.addressbook`. The audit chain's evidence (its start check, the heads
+:mod:`floydd.cluster.net.addressbook`. The audit chain's evidence (its start check, the heads
 the heartbeats carry) is a part, :class:`~floydd.cluster.audit_guard.AuditGuard` (``audit_guard``).
 """
 
@@ -50,20 +50,21 @@ from typing import Callable, Iterable, Mapping
 from aiohttp import web
 
 from floydd import log
-from floydd.cluster import storehealth, versions
-from floydd.cluster.addressbook import AddressBookMixin, join_host_port
-from floydd.cluster.archive_db import SqliteArchive
-from floydd.cluster.audit_db import SqliteAudit
+from floydd.scheduler import storehealth
+from floydd.cluster.state import versions
+from floydd.cluster.net.addressbook import AddressBookMixin, join_host_port
+from floydd.cluster.tables.archive_db import SqliteArchive
+from floydd.cluster.tables.audit_db import SqliteAudit
 from floydd.cluster.audit_guard import AuditGuard
 from floydd.cluster.archiver import Archiver
-from floydd.cluster.authz import standing
+from floydd.cluster.state.authz import standing
 from floydd.cluster.clockwatch import ClockWatch
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
-from floydd.cluster.driver import Applied, DriverStatus, RaftDriver
+from floydd.cluster.driver.loop import Applied, DriverStatus, RaftDriver
 from floydd.cluster.heard import Heard
 from floydd.cluster.recover import recover as recover_log
-from floydd.cluster.state import ClusterState
-from floydd.cluster.transport import Transport, protocol_middleware
+from floydd.cluster.state.machine import ClusterState
+from floydd.cluster.net.transport import Transport, protocol_middleware
 from floydd.cluster.upkeep import UpkeepMixin
 from floydd.cluster.writes import WritesMixin
 from floydd.errors import Conflict, FloyddError, NotFound
@@ -89,7 +90,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         self.state_dir = Path(state_dir)
         self.config = config
         self.api_port, self.resources = api_port, resources or {}
-        self.labels = versions.labels(labels)    # with this box's release (floydd.cluster.versions)
+        self.labels = versions.labels(labels)    # with this box's release (floydd.cluster.state.versions)
         self.draining = False
         """No new placements here (``floydd drain``): said in every heartbeat until undone or the
         daemon restarts; running jobs carry on."""
@@ -209,7 +210,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
 
     async def say_off(self, timeout: float | None = None) -> bool:
         """Tell the cluster this box is stopping cleanly (``off``: its jobs are judged from now
-        on, :mod:`floydd.jobs.outages`), once; the daemon says it first thing on a clean stop,
+        on, :mod:`floydd.scheduler.outages`), once; the daemon says it first thing on a clean stop,
         before its other parts close (they can hold the loop up for longer than the leader's
         ``suspect_after``). True once said."""
         if self._said_off or not self.driver.running:
@@ -315,7 +316,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
                                   else max(m.last_contact, view.leader_since)) for m in view.members}
 
     async def suspect(self, node_id: str, *, timeout: float | None = None) -> None:
-        """Leader only: mark ``node_id`` suspect (it lost touch with it; :mod:`floydd.jobs.outages`)."""
+        """Leader only: mark ``node_id`` suspect (it lost touch with it; :mod:`floydd.scheduler.outages`)."""
         await self.driver.propose({"op": "node.health", "id": node_id, "status": "suspect", "ts": self._clock()},
                                   timeout=timeout, fenced=True)
 
@@ -368,7 +369,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
 
 
 class _Conf:
-    """The raft configuration's members, as :func:`floydd.cluster.authz.standing` asks: ``in``."""
+    """The raft configuration's members, as :func:`floydd.cluster.state.authz.standing` asks: ``in``."""
 
     __slots__ = ("_driver",)
 

@@ -16,7 +16,7 @@ One task per node (:meth:`_keep_membership`) wakes every half of the shorter of
                                                                  measured just before: ``clock``)
 
 A refusal that says this node was removed ends the task; any other failure is logged and
-tried again on the next round. The cluster's level (:mod:`floydd.cluster.versions`) is
+tried again on the next round. The cluster's level (:mod:`floydd.cluster.state.versions`) is
 raised by :meth:`raise_level`, once every box speaks the new one.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 
 from floydd import log
-from floydd.cluster import commands, versions
+from floydd.cluster.state import commands, versions
 from floydd.errors import Conflict, FloyddError
 
 __all__ = ["UpkeepMixin"]
@@ -122,7 +122,7 @@ class UpkeepMixin:
         self._beat_now.set()
 
     async def raise_level(self, level: int = versions.PROTOCOL, *, timeout: float | None = None) -> int:
-        """Raise the cluster's level to ``level`` if every box speaks it (:mod:`floydd.cluster.versions`);
+        """Raise the cluster's level to ``level`` if every box speaks it (:mod:`floydd.cluster.state.versions`);
         the level now, as this box has applied it."""
         if self.state.protocol < level <= versions.cluster_level(self.state):
             timeout = timeout or self.config.propose_timeout

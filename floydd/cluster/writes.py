@@ -2,17 +2,17 @@
 
 A mixin of :class:`~floydd.cluster.service.ClusterService`: one method per command the rest
 of the daemon commits (jobs, project numbers, datasets, accounts; the node commands are the
-service's own), each a thin wrapper that builds the command (:mod:`floydd.cluster.commands`)
+service's own), each a thin wrapper that builds the command (:mod:`floydd.cluster.state.commands`)
 and proposes it. :meth:`_propose` stamps the time and the cluster's level, signs a command
 made for the person whose personal token this request presented
-(:mod:`floydd.cluster.presented`: only from cluster level 3), and goes through
+(:mod:`floydd.cluster.net.presented`: only from cluster level 3), and goes through
 the leader when one is known; a node that hears from no leader (not a member yet) asks the
 members it knows of, following a refusal that names the leader straight to it. A command
 of a newer level first raises the cluster's level, if every box speaks it.
 
 Leader actions (``job.place``, a leader's ``job.update``, ``admin.grant``, a holder change
 about another node) skip all that: the driver proposes them fenced by the leader's term
-(:mod:`floydd.cluster.proposals`).
+(:mod:`floydd.cluster.driver.proposals`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Iterable
 
-from floydd.cluster import versions
-from floydd.cluster import leader_contact
-from floydd.cluster.leader_contact import LeaderUnreachable
-from floydd.cluster.presented import signed
+from floydd.cluster.state import versions
+from floydd.cluster.net import leader_contact
+from floydd.cluster.net.leader_contact import LeaderUnreachable
+from floydd.cluster.net.presented import signed
 from floydd.cluster.raft import ProposalDropped
 from floydd.errors import FloyddError, Unavailable
 
@@ -38,7 +38,7 @@ class WritesMixin:
         """Commit a new job (numbered in its project, or ``number``: a job this node queued
         before it had a control plane); the same ``idem_key`` always gives the same job, so a
         client may retry after a timeout. ``code_held``: this node holds the whole code tree
-        (its first copy, from level 3: :mod:`floydd.cluster.state_code`)."""
+        (its first copy, from level 3: :mod:`floydd.cluster.state.code`)."""
         spec = dict(spec)
         project = project or spec.pop("project", None)
         cmd = {"op": "job.submit", "idem_key": idem_key, "project": project, "spec": spec,
@@ -76,7 +76,7 @@ class WritesMixin:
 
     async def allocate_numbers(self, project: str, keys: list[str], *, timeout: float | None = None) -> dict[str, int]:
         """A job number in ``project`` for each import key (the same one for a key seen before):
-        :mod:`floydd.cluster.imported`."""
+        :mod:`floydd.cluster.state.imported`."""
         return await self._propose({"op": "project.allocate", "project": project, "keys": list(keys)}, timeout=timeout)
 
     async def import_job(self, fields: dict, *, timeout: float | None = None) -> dict:
@@ -116,15 +116,15 @@ class WritesMixin:
     async def set_code_holder(self, tree: str, *, holds: bool, node: str | None = None,
                               timeout: float | None = None) -> dict:
         """Record that ``node`` (this one by default) holds job code tree ``tree``, or no longer
-        does (level 3: :mod:`floydd.cluster.state_code`); about another node only the leader."""
+        does (level 3: :mod:`floydd.cluster.state.code`); about another node only the leader."""
         cmd = {"op": "code.holders", "tree": tree, "node": node or self.node_id, "holds": holds}
         if cmd["node"] != self.node_id:
             return await self.driver.propose({**cmd, "ts": self._clock()}, timeout=timeout, fenced=True)
         return await self._propose(cmd, timeout=timeout)
 
     async def change_account(self, cmd: dict, *, timeout: float | None = None) -> Any:
-        """A ``person.*`` (:mod:`floydd.cluster.people`) or ``apitoken.*`` command
-        (:mod:`floydd.cluster.apitokens`) for the person named in its ``user``."""
+        """A ``person.*`` (:mod:`floydd.cluster.state.people`) or ``apitoken.*`` command
+        (:mod:`floydd.cluster.state.apitokens`) for the person named in its ``user``."""
         if not cmd.get("op", "").startswith(("person.", "apitoken.")):
             raise ValueError(f"not a person.* or apitoken.* command: {cmd.get('op')}")
         return await self._propose(cmd, timeout=timeout)

@@ -30,7 +30,7 @@ from floydd.api import keys, routes
 from floydd.api.boxtrust import trust_header
 from floydd.api.middleware import auth_middleware, error_middleware
 from floydd.api.throttle import install as install_throttle
-from floydd.cluster.peerstore import fetch_tree
+from floydd.cluster.replication.peerstore import fetch_tree
 from floydd.config import Config
 from floydd.daemon import integrity
 from floydd.daemon.control import control_ctx
@@ -44,7 +44,7 @@ from floydd.runtime.sandboxing import serves_others
 from floydd.system import job_account
 from floydd.store import Store
 from floydd.errors import FloyddError
-from floydd.store.rekey import Stopped, finish_rekey, plan_rekey, rekey, rekey_pending
+from floydd.store.keys.rekey import Stopped, finish_rekey, plan_rekey, rekey, rekey_pending
 
 __all__ = ["create_app"]
 

@@ -134,9 +134,9 @@ def leave_own_cluster(state_dir: Path, records_path: Path, store_dir: Path, secr
 
 def install_store_secret(store_dir: Path, secret: bytes) -> None:
     """Give this node the cluster's store secret (0600). A store that holds data under its own
-    secret is re-sealed under the cluster's when the daemon next starts (:mod:`floydd.store.rekey`)."""
-    from floydd.store.crypto import write_secret
-    from floydd.store.rekey import begin_rekey
+    secret is re-sealed under the cluster's when the daemon next starts (:mod:`floydd.store.keys.rekey`)."""
+    from floydd.store.keys.crypto import write_secret
+    from floydd.store.keys.rekey import begin_rekey
     store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         write_secret(store_dir / "key", secret)

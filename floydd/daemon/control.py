@@ -9,10 +9,10 @@ serves ``/v1`` over TLS for people elsewhere (``api_listen``, :data:`keys.REMOTE
 ``pending`` in that file says what to do once on this start (found, join, recover). A clean
 stop hands over leadership and leaves the voters first (``ClusterService.close``).
 
-The cluster's dataset catalog (:class:`~floydd.cluster.datasets.ClusterDatasets`) starts
+The cluster's dataset catalog (:class:`~floydd.cluster.replication.datasets.ClusterDatasets`) starts
 here too: on the first start of a box (or after it joined another cluster) the versions
 of its own store enter the catalog. So does the care of the store
-(:class:`~floydd.cluster.storecare.StoreCare`): reads that meet a damaged object repair it
+(:class:`~floydd.cluster.replication.storecare.StoreCare`): reads that meet a damaged object repair it
 from another box, and the background scrub (``store_scrub_rate``) re-checks every object.
 """
 
@@ -26,12 +26,12 @@ from aiohttp import web
 
 from floydd import log
 from floydd.api import keys
-from floydd.cluster.access import ReadRules
+from floydd.cluster.state.access import ReadRules
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG
-from floydd.cluster.datasets import ClusterDatasets
-from floydd.cluster.discovery import Discovery
+from floydd.cluster.replication.datasets import ClusterDatasets
+from floydd.cluster.net.discovery import Discovery
 from floydd.cluster.service import ClusterService
-from floydd.cluster.storecare import StoreCare
+from floydd.cluster.replication.storecare import StoreCare
 from floydd.config import settings_line
 from floydd.daemon.cluster_files import (ClusterSettings, api_address, guess_address, read_settings, split_address,
                                          write_settings)
@@ -39,14 +39,14 @@ from floydd.daemon.peers import peer_app
 from floydd.daemon.ports import start_site
 from floydd.errors import FloyddError, UserError
 from floydd.daemon.renewal import TrustKeeper
-from floydd.daemon.trust import Trust
+from floydd.daemon.joining import Trust
 from floydd.runtime import fence
 from floydd.runtime.disk import RESERVE_NAME, StoreWatch
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import api_server_context, server_context
 from floydd.daemon.epochs import StoreEpochs
-from floydd.store.rekey import cluster_secret
-from floydd.store.epochs import epoch_secret
+from floydd.store.keys.rekey import cluster_secret
+from floydd.store.keys.epochs import epoch_secret
 
 __all__ = ["control_ctx"]
 
@@ -112,7 +112,7 @@ async def control_ctx(app: web.Application):
     epochs.start()                  # store key epochs: keys from members, the background re-seal
     app[keys.EPOCHS] = epochs
     if pending == "bootstrap" and settings is not None and settings.admin:
-        try:                    # who ran floydd init: the first admin (floydd.cluster.authz)
+        try:                    # who ran floydd init: the first admin (floydd.cluster.state.authz)
             await service.grant_admin(settings.admin)
         except FloyddError as exc:
             log.cluster.warning("recording %s as the cluster's admin: %s", settings.admin, exc)

@@ -2,17 +2,17 @@
 
 ``floydd rotate-store-key`` (an admin; also after ``floydd remove``) calls :meth:`StoreEpochs.rotate`
 on the box it reaches: that box makes a random secret, keeps it (``STORE/keys/pending-FP``,
-durable) and proposes ``store.epoch`` (:mod:`floydd.cluster.keyepochs`: the number and the
+durable) and proposes ``store.epoch`` (:mod:`floydd.cluster.state.keyepochs`: the number and the
 fingerprint, never the secret). Once committed it installs the key and seals new objects
 under it. Every other box, every ``store_epoch_check`` seconds, looks for epochs the cluster
 records whose key it lacks and asks a member for it over mutual TLS
-(``POST /cluster/v1/store/epoch-key``, :mod:`floydd.daemon.trust`: answered to current
+(``POST /cluster/v1/store/epoch-key``, :mod:`floydd.daemon.joining`: answered to current
 members only), the box that made it first; it checks the secret against the recorded
 fingerprint before it keeps it. So the new key reaches exactly the boxes that are members
 when they ask, a box that joins later included; a removed box is refused.
 
 Meanwhile a background task re-seals the objects that are under an older epoch
-(:class:`floydd.store.epochs.Resealer`), at most ``store_reseal_rate`` MB a second, while the
+(:class:`floydd.store.keys.epochs.Resealer`), at most ``store_reseal_rate`` MB a second, while the
 daemon serves: it writes in slices of at most half a second's worth and sleeps for the rest
 of that second's share, so requests and uploads keep the disk and the GIL most of the time.
 A joining box whose store was re-keyed to the cluster's secret at start (its objects under
@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from floydd import log
-from floydd.cluster import keyepochs
-from floydd.cluster.versions import at_least
+from floydd.cluster.state import keyepochs
+from floydd.cluster.state.versions import at_least
 from floydd.errors import Conflict, FloyddError, StoreError
 from floydd.store import Store
-from floydd.store import epochs as store_epochs
-from floydd.store.crypto import SECRET_SIZE
-from floydd.store.rekey import rekey_pending
+from floydd.store.keys import epochs as store_epochs
+from floydd.store.keys.crypto import SECRET_SIZE
+from floydd.store.keys.rekey import rekey_pending
 
 __all__ = ["StoreEpochs", "SLICE_S"]
 

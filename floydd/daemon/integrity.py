@@ -18,7 +18,7 @@ every one of the three
     fails; it has some of its tables but not all; its write-ahead log was lost while
     committed transactions were still only in it (the WAL index ``-shm`` says so: see
     :mod:`floydd.store.dbfile` for what can and cannot be seen of a deleted WAL).
-``catalog.db`` (:mod:`floydd.store.trust`)
+``catalog.db`` (:mod:`floydd.store.care.untrusted`)
     it is missing or has no tables while ``objects/`` holds objects; it holds rows floydd
     never writes (tree ids that are not hex). Also the store's ``key`` missing while objects
     exist: a new key would be made and nothing stored would open again.
@@ -38,7 +38,7 @@ metric points, warm cache: 0.8 s (``integrity_check``, which ``floydd repair`` r
 What cannot be seen: a file replaced by an older healthy copy of itself, and a WAL deleted
 together with its ``-shm`` (or after any SQLite connection opened the file since the crash).
 The cluster catalog (in raft.db) names every version a box holds, so the daemon re-mirrors
-versions a lagging catalog lost, and gc keeps their trees (:mod:`floydd.cluster.storecare`).
+versions a lagging catalog lost, and gc keeps their trees (:mod:`floydd.cluster.replication.storecare`).
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from floydd.cluster import commands
+from floydd.cluster.state import commands
 from floydd.cluster.raft.sqlite_storage import TABLES as RAFT_TABLES, inspect_log
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.machine import ClusterState
 from floydd.config import Config
 from floydd.records._schema import TABLES as RECORDS_TABLES
-from floydd.store import trust
+from floydd.store.care import untrusted as trust
 from floydd.errors import Untrusted
 from floydd.store.dbfile import inspect
 

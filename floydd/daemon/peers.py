@@ -17,10 +17,10 @@ lists them; a test checks the app serves exactly these::
     POST /cluster/v1/certs/renew                   a member's renewed certificate (voters)
     POST /cluster/v1/store/epoch-key               a store key epoch's secret, to a member
 
-(the last five: :mod:`floydd.daemon.trust`)
+(the last five: :mod:`floydd.daemon.joining`)
 
 These serve boxes, never people: a job's log, metrics and events, and store objects, go to
-the box a person asked, which has already asked :mod:`floydd.cluster.access` whether that
+the box a person asked, which has already asked :mod:`floydd.cluster.state.access` whether that
 person may read them (:mod:`floydd.api.jobs`, :mod:`floydd.api.datasets`).
 """
 
@@ -31,12 +31,12 @@ from typing import Any, Callable
 import msgpack
 from aiohttp import web
 
-from floydd.cluster.peerstore import store_routes
+from floydd.cluster.replication.peerstore import store_routes
 from floydd.cluster.service import ClusterService
-from floydd.cluster.transport import MSGPACK, error_response
+from floydd.cluster.net.transport import MSGPACK, error_response
 from floydd.errors import FloyddError, NotFound, Unavailable, UserError
 from floydd.model import JobKey
-from floydd.daemon.trust import TRUST_ROUTES, Trust
+from floydd.daemon.joining import TRUST_ROUTES, Trust
 from floydd.store import Store
 
 __all__ = ["peer_app", "PEER_ROUTES"]

@@ -2,7 +2,7 @@
 
 Every ``interval`` (a twentieth of the certificate's life, between 0.5 s and a minute) it:
 
-1. on a voter without the CA key: asks the other voters for it (:mod:`floydd.daemon.trust`
+1. on a voter without the CA key: asks the other voters for it (:mod:`floydd.daemon.joining`
    says why voters hold it), so joins and renewals survive the loss of any box; on a
    learner (a voter demoted by autopilot) or a box that sees itself removed: deletes its
    copy of the CA key;
@@ -34,7 +34,7 @@ import aiohttp
 from cryptography import x509
 
 from floydd import log
-from floydd.cluster import versions
+from floydd.cluster.state import versions
 from floydd.unreachable import cannot_reach
 from floydd.errors import FloyddError, Unavailable, from_payload
 from floydd.security.ca import CLOCK_SKEW

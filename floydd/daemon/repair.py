@@ -16,7 +16,7 @@ left, in this order:
     rebuilt from the cluster's catalog (versions this node holds, under their numbers), the
     rows still readable in the damaged file, the job records (code pins), and the trees in the
     store: a tree nothing names becomes a ``lost-found:N`` version rather than garbage
-    (:mod:`floydd.store.rebuild`). A missing store ``key`` cannot be rebuilt: only a backup has it.
+    (:mod:`floydd.store.care.rebuild`). A missing store ``key`` cannot be rebuilt: only a backup has it.
 ``cluster/raft.db``
     on a box alone (no ``cluster.json``, or a cluster whose only member is this node): a new
     one-voter log whose first snapshot is the state salvaged from the damaged log (its snapshot
@@ -37,11 +37,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from floydd.cluster import commands
+from floydd.cluster.state import commands
 from floydd.cluster.raft import ConfState, EntryKind, HardState, Snapshot
 from floydd.cluster.raft.sqlite_storage import SqliteStorage
 from floydd.cluster.recover import read_state
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.machine import ClusterState
 from floydd.config import Config
 from floydd.daemon.integrity import IMPORTED_MARKER, Finding, findings, raft_path
 from floydd.errors import FloyddError
@@ -51,7 +51,7 @@ from floydd.records import Records
 from floydd.store.catalog import DatasetVersion
 from floydd.store.dbfile import copy_rows, readable, salvage, set_aside
 from floydd.store.ids import ObjectId
-from floydd.store.rebuild import rebuild_catalog
+from floydd.store.care.rebuild import rebuild_catalog
 
 __all__ = ["RepairReport", "repair"]
 

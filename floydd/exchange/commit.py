@@ -2,7 +2,7 @@
 
 Everything was verified before the first of these (:mod:`.stage`); what can still be refused is
 checked first, before anything is committed (a new version of someone else's dataset under
-a name the file brings: :mod:`floydd.cluster.access`; a malformed job document). Then, in order::
+a name the file brings: :mod:`floydd.cluster.state.access`; a malformed job document). Then, in order::
 
     dataset versions   each as the next version of its name here, held by this box (then
                        replicated as any upload); key: the origin, the version there
@@ -12,7 +12,7 @@ a name the file brings: :mod:`floydd.cluster.access`; a malformed job document).
                        trees and data versions, events, metric series, samples as they were,
                        one SQLite transaction) and its log; its code pinned; then job.import
                        makes it visible, finished, with a note of its origin
-                       (:mod:`floydd.cluster.imported`); key: the origin and its id there
+                       (:mod:`floydd.cluster.state.imported`); key: the origin and its id there
 
 Every step is keyed by the origin's fingerprint and the original ids, so an import cut short
 here (a daemon stopped, a leader lost) is finished by importing the same file again, and a
@@ -31,7 +31,7 @@ from typing import Any
 
 import msgpack
 
-from floydd.cluster import access
+from floydd.cluster.state import access
 from floydd.errors import FloyddError, Forbidden, InvalidSpec
 from floydd.exchange.stage import Staged, StagedJob
 from floydd.jobs.local import code_pin

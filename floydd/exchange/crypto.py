@@ -1,4 +1,4 @@
-"""All the export file's cryptography, in one small module (the store's is :mod:`floydd.store.crypto`).
+"""All the export file's cryptography, in one small module (the store's is :mod:`floydd.store.keys.crypto`).
 
 An export is sealed under its own **export key**, 32 random bytes that never touch either
 cluster's store secret: the importing cluster has another secret, so the exporter opens each

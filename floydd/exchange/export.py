@@ -35,14 +35,14 @@ from typing import IO, Any, Iterable, Iterator
 
 import msgpack
 
-from floydd.cluster import access
+from floydd.cluster.state import access
 from floydd.errors import Conflict, NotFound, UserError
 from floydd.exchange import parts
 from floydd.exchange.container import MAX_RECORD, Writer
 from floydd.exchange.crypto import FILE_ID_SIZE, ExportKey
 from floydd.exchange.signing import sign, signer
 from floydd.model import FINAL_STATES, JobKey, check_project
-from floydd.store.crypto import OVERHEAD
+from floydd.store.keys.crypto import OVERHEAD
 from floydd.store.ids import ObjectId
 
 __all__ = ["Plan", "DatasetItem", "JobItem", "gather", "write"]

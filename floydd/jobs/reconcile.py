@@ -40,16 +40,16 @@ import time
 from typing import Any, Awaitable, Callable
 
 from floydd import log
-from floydd.cluster.codecopies import likely_sources
-from floydd.cluster.driver import Applied
-from floydd.cluster.replicas import Liveness, ranked_sources
+from floydd.cluster.replication.codecopies import likely_sources
+from floydd.cluster.driver.loop import Applied
+from floydd.cluster.replication.replicas import Liveness, ranked_sources
 from floydd.cluster.service import ClusterService
 from floydd.errors import Conflict, FloyddError, Unavailable
 from floydd.jobs.decide import (GIVEN_UP, Action, EndLocal, Local, Report, ReportFinal, ReportProgress, Start,
                                 Stop, call_off, decide, part_of, unsettled)
 from floydd.jobs.checkpoints import Checkpoints
 from floydd.jobs.gang import free_port, gang_env, interface_for, single_box_command, torchrun_command
-from floydd.jobs.leader import REPORT_TIMEOUT, every_second_or_sooner
+from floydd.scheduler.placer import REPORT_TIMEOUT, every_second_or_sooner
 from floydd.jobs.local import LocalJobs, code_pin
 from floydd.model import ACTIVE_STATES, RECORD_FIELDS, JobKey
 from floydd.runtime import fence

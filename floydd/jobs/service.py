@@ -24,7 +24,7 @@ mTLS. A node's history (jobs it ran before it joined its cluster) is not in the
 replicated state: it is listed and handled from this node's records alone.
 
 A submit is answered once the job is committed *and* its code is on R boxes (this one and
-one more by default, as a dataset version is kept: :mod:`floydd.cluster.codecopies`), or,
+one more by default, as a dataset version is kept: :mod:`floydd.cluster.replication.codecopies`), or,
 after ``code_copy_wait``, with a warning that says how many copies it has. A job's code is
 small, so the wait is one fetch; in exchange the job can run or rerun on any box even after
 the box it was submitted from is gone.
@@ -42,16 +42,16 @@ from typing import Callable, Iterator
 import msgpack
 
 from floydd import log
-from floydd.cluster import versions
-from floydd.cluster.access import ReadRules
-from floydd.cluster.authz import check_job_owner
-from floydd.cluster.codecopies import CodeCopies, likely_sources
-from floydd.cluster.datasets import ClusterDatasets
+from floydd.cluster.state import versions
+from floydd.cluster.state.access import ReadRules
+from floydd.cluster.state.authz import check_job_owner
+from floydd.cluster.replication.codecopies import CodeCopies, likely_sources
+from floydd.cluster.replication.datasets import ClusterDatasets
 from floydd.cluster.service import ClusterService
 from floydd.errors import Conflict, FloyddError, NotFound, StoreFull, TooMany, Unavailable, UserError
 from floydd.jobs.codesnap import CodeUploads, snapshot_code
 from floydd.jobs.gang import check_gang_command
-from floydd.jobs.leader import ClusterScheduler
+from floydd.scheduler.placer import ClusterScheduler
 from floydd.jobs.local import LocalJobs, code_pin, output_ref
 from floydd.jobs.reconcile import FetchTree, Reconciler
 from floydd.jobs.waiting import WaitingReasons
@@ -107,7 +107,7 @@ class JobService:
         self.uploads = CodeUploads()
         """Code folders people sent to this box (``POST /v1/code``), by handle."""
         self.rules = ReadRules.of(config)
-        """Who reads what a job made through this box (:mod:`floydd.cluster.access`)."""
+        """Who reads what a job made through this box (:mod:`floydd.cluster.state.access`)."""
         cluster.on_apply(self._on_apply)
         self._ended = asyncio.Condition()            # a run of this node ended (history waits)
         self._submitting: dict[str, int] = {}        # person -> submits checked here and not yet committed
@@ -163,7 +163,7 @@ class JobService:
         if (cut_off := self.cluster.driver.leader_unreachable()) is not None:
             raise cut_off   # issue 21: said first; a cut-off box's stale view of the others says "no healthy node"
         mounts = []
-        for item in submission.mounts:         # floydd.cluster.access: someone else's private data or output refused
+        for item in submission.mounts:         # floydd.cluster.state.access: someone else's private data or output refused
             version = await self.datasets.resolve_readable(item.ref, user, "mount")
             mounts.append(Mount(ref=version["ref"], tree=version["tree"], mount=item.mount))
         self._check_placeable(resources)

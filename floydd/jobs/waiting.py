@@ -1,7 +1,7 @@
 """Why queued jobs wait, as every node shows them: from the leader's memory, not the log.
 
 The leader works out a reason for every job it leaves queued each round (its last plan,
-:attr:`~floydd.jobs.leader.ClusterScheduler.waiting`) and keeps them in memory. Committing
+:attr:`~floydd.scheduler.placer.ClusterScheduler.waiting`) and keeps them in memory. Committing
 them instead cost raft entries for every queued job each time the head of the queue moved
 (21 entries per job with 60 queued, 28.5 with 150, against under 8 to place and run one),
 so nothing about a job that stays queued is written: the replicated job's ``waiting_for``

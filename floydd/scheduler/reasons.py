@@ -14,7 +14,7 @@ and on a bigger one the nodes are counted by what they lack::
 
 so a reason stays under :data:`REASON_MAX` characters at any size (it is cut there in any
 case). Reasons are computed by the leader each round and served from its memory
-(:mod:`floydd.jobs.leader`), never committed, so they may change as often as the cluster does.
+(:mod:`floydd.scheduler.placer`), never committed, so they may change as often as the cluster does.
 Pure: no I/O, no clock.
 """
 

@@ -9,7 +9,7 @@ certificates of joining boxes (``issue_node_cert``). Files in the CA folder:
 
 The CA certificate is valid for 10 years, node certificates for 1 year by default
 (``cert_validity`` in the config of the node that signs; nodes renew theirs well before
-expiry, :mod:`floydd.daemon.trust`). A node
+expiry, :mod:`floydd.daemon.joining`). A node
 certificate names its node id twice, as subject CN and as DNS SAN, plus the IP
 addresses the node gave; it is good for both TLS server and client auth, so one
 certificate serves both ends of node-to-node mutual TLS.

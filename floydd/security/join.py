@@ -14,7 +14,7 @@ Step 2 opens a new connection that verifies the server against the pinned CA (ra
 reusing step 1's unverified one), so a man in the middle cannot swap in after the check.
 The store secret travels only over that channel; the caller writes it 0600.
 
-Any voter admits boxes: every voter holds the CA key (:mod:`floydd.daemon.trust` says why
+Any voter admits boxes: every voter holds the CA key (:mod:`floydd.daemon.joining` says why
 and how it gets there) and the tokens are replicated records, used up through raft, so a
 join works through whichever voter is up (give its address: ``floydd join TOKEN HOST:PORT``)
 and two voters cannot both accept one token. Attempts are rate-limited per source address
@@ -40,7 +40,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
-from floydd.cluster.versions import HEADER, PROTOCOL
+from floydd.cluster.state.versions import HEADER, PROTOCOL
 from floydd.unreachable import cannot_reach
 from floydd.errors import (Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, Unavailable, UserError,
                            from_payload)
@@ -150,7 +150,7 @@ async def fetch_pinned_ca(address: str, fingerprint: str, *, timeout: float = 15
 
 class JoinTokens(Protocol):
     """Where the join handler checks and uses up tokens (:class:`StoreTokens`: a local file;
-    :class:`floydd.daemon.trust.ClusterTokens`: the cluster's replicated records)."""
+    :class:`floydd.daemon.joining.ClusterTokens`: the cluster's replicated records)."""
 
     checks_node_ids: bool
     """Whether :meth:`redeem` refuses a node id that already has a certificate (else the CA's

@@ -42,7 +42,7 @@ JOINING_ROUTES = ("/cluster/v1/propose",)
 (the handler lets it propose its own ``node.upsert`` and nothing else)."""
 UNHEARD_ROUTES = (*JOINING_ROUTES, "/cluster/v1/raft", "/cluster/v1/snapshot")
 """The routes open to a certificate this box's state knows nothing of (it is behind: see
-:func:`floydd.cluster.authz.standing`): raft, so a leader it has not heard of yet can bring it
+:func:`floydd.cluster.state.authz.standing`): raft, so a leader it has not heard of yet can bring it
 up to date, and announcing itself."""
 PEER_STANDING: web.RequestKey[str] = web.RequestKey("floydd.peer_standing", str)
 """Request key: what :func:`require_peer_cert` found the caller may do (``member``, ``joining``)."""
@@ -133,7 +133,7 @@ def require_peer_cert(prefix: str = CLUSTER_PREFIX, exempt: Iterable[str] = OPEN
     """aiohttp middleware: under ``prefix`` (but not ``exempt``), refuse callers without a node certificate.
 
     ``standing(node_id, serial)``, when given, is asked on every request what the verified
-    certificate may do (:func:`floydd.cluster.authz.standing`): ``"member"`` calls anything,
+    certificate may do (:func:`floydd.cluster.state.authz.standing`): ``"member"`` calls anything,
     ``"joining"`` (a box whose join has not completed) only the ``joining`` routes, ``"unheard"``
     (a node this box's state knows nothing of yet) the ``unheard`` routes, None (a
     revoked certificate, a removed node, one that never joined and is not joining) nothing.

@@ -1,7 +1,7 @@
 """A personal token's signing key: how a box proves a person's token was presented to it.
 
 A box may propose a change in a person's name only while that person is signed in on it
-(:mod:`floydd.cluster.signin`). One way to be signed in is a personal token presented to the
+(:mod:`floydd.cluster.state.signin`). One way to be signed in is a personal token presented to the
 box's TLS API. Every box checks that on apply, without trusting the box that proposed: the
 token's secret deterministically derives an Ed25519 key pair (:func:`signing_key`), the
 cluster records the public half when the token is made (``apitoken.create``'s

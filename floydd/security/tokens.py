@@ -9,7 +9,7 @@ anything; the id names the token (in ``floydd token list``, ``revoke``, logs); t
 (128 random bits) proves the holder was given the token. Only a sha256 of each secret
 (:func:`secret_digest`, salted with the id) is ever kept.
 
-Where tokens live: in the cluster's replicated state (:mod:`floydd.cluster.trust`), so any
+Where tokens live: in the cluster's replicated state (:mod:`floydd.cluster.state.credentials`), so any
 voter can make one and any voter can redeem one, exactly once (``token.use`` goes through
 raft). :func:`new_token` makes the printable token and the record to replicate.
 
@@ -17,7 +17,7 @@ raft). :func:`new_token` makes the printable token and the record to replicate.
 before they were replicated. It is kept to import from: on its first start with replicated
 tokens the CA holder copies every token of that file that could still be used into the
 cluster (same id, digest and expiry, so printed tokens keep working) and renames the file
-``tokens.db.imported`` (:mod:`floydd.daemon.trust`).
+``tokens.db.imported`` (:mod:`floydd.daemon.joining`).
 """
 
 from __future__ import annotations

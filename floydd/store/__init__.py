@@ -26,9 +26,9 @@ from floydd.store.catalog import Catalog, DatasetVersion, check_name
 from floydd.store.ids import ObjectId
 from floydd.store.ignore import IGNORE_FILE, IgnoreRules
 from floydd.store.local import LocalBackend
-from floydd.store.maintenance import Damage, GcReport, VerifyReport
+from floydd.store.care.maintenance import Damage, GcReport, VerifyReport
 from floydd.store.memory import MemoryBackend
-from floydd.store.snapshot import SnapshotResult
+from floydd.store.ingest import SnapshotResult
 from floydd.store.store import Store
 from floydd.store.tree import Entry, Kind, Tree
 

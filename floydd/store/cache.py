@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from floydd import log
-from floydd.store.crypto import Keys
+from floydd.store.keys.crypto import Keys
 from floydd.store.ids import ID_SIZE, ObjectId
 
 __all__ = ["FileCache", "Fingerprint", "RACY_NS"]

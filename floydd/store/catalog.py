@@ -11,7 +11,7 @@ The catalog also keeps **pins**: trees that gc must keep although no version nam
 the store's shared lock; ``add_version`` drops those leases. Other holders (a job's code
 snapshot: ``job:mnist/12:code``) pin until they ``unpin``.
 
-Tree ids depend on the store secret. A re-key (:mod:`floydd.store.rekey`) rewrites every
+Tree ids depend on the store secret. A re-key (:mod:`floydd.store.keys.rekey`) rewrites every
 tree id the catalog names in one transaction (``remap_trees``) and records there the
 fingerprint of the key the catalog's trees are now sealed under (``key_fingerprint``), so
 a store opened with a key that does not match its catalog is refused, not read as damage.
@@ -206,7 +206,7 @@ class Catalog:
                 out.setdefault(ObjectId.from_hex(tree), []).append(holder)
         return out
 
-    # -- re-keying (floydd.store.rekey) -------------------------------------------------
+    # -- re-keying (floydd.store.keys.rekey) -------------------------------------------------
 
     def key_fingerprint(self) -> str | None:
         """The fingerprint of the key this catalog's trees were last re-keyed to (None: never)."""
@@ -230,7 +230,7 @@ class Catalog:
                 raise StoreError(f"the catalog names {len(lacking)} tree(s) the re-key did not re-seal "
                                  f"(first: {lacking[0][:12]}); nothing was changed",
                                  hint="versions or pins were added behind the re-key's back: cancel it "
-                                      "(floydd.store.rekey.cancel_rekey) and begin it again")
+                                      "(floydd.store.keys.rekey.cancel_rekey) and begin it again")
             changed = 0
             for old in sorted(named):
                 new = table[old]

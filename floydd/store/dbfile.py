@@ -1,7 +1,7 @@
 """SQLite files that may be damaged: what can be seen before trusting one, and salvaging rows.
 
 floydd keeps three databases whose loss is loss of data: the store's ``catalog.db`` (checked
-here, :mod:`floydd.store.trust`), and ``records.db`` and ``cluster/raft.db`` (checked by
+here, :mod:`floydd.store.care.untrusted`), and ``records.db`` and ``cluster/raft.db`` (checked by
 :mod:`floydd.daemon.integrity`). :func:`inspect` looks at one file *before* anything opens
 it for writing (an open would create a missing file, or run WAL recovery over the evidence)
 and says what is wrong, in words an operator can act on. Measured on SQLite 3.40:

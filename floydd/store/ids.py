@@ -1,6 +1,6 @@
 """Object ids: 32-byte keyed hashes as a value type (restic's ``ID``).
 
-An id is the keyed BLAKE3 hash of an object's plaintext (see :mod:`floydd.store.crypto`),
+An id is the keyed BLAKE3 hash of an object's plaintext (see :mod:`floydd.store.keys.crypto`),
 so it names content without revealing it. Written as 64 lowercase hex digits; ``short``
 is the first 12, enough to tell objects apart in messages.
 """

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from floydd import log
 from floydd.errors import IntegrityError, NotFound
 from floydd.store.backend import Backend
-from floydd.store.crypto import MAX_OVERHEAD, Keys
+from floydd.store.keys.crypto import MAX_OVERHEAD, Keys
 from floydd.store.ids import ObjectId
 
 __all__ = ["Objects", "Writer", "WriteStats", "BUFFER_SIZE"]

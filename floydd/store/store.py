@@ -34,19 +34,20 @@ from typing import Iterable, Iterator, Protocol
 
 from floydd import log
 from floydd.errors import Conflict, IntegrityError, NotFound, StoreError
-from floydd.store import epochs, maintenance, rekey, trust
+from floydd.store.keys import epochs, rekey
+from floydd.store.care import maintenance, untrusted as trust
 from floydd.store.backend import Backend
 from floydd.store.catalog import UPLOAD_LEASE_S, Catalog, DatasetVersion
 from floydd.store.chunker import DEFAULT_PARAMS, Chunker
-from floydd.store import crypto
-from floydd.store.crypto import Keys, load_or_create_secret
+from floydd.store.keys import crypto
+from floydd.store.keys.crypto import Keys, load_or_create_secret
 from floydd.store.ids import ObjectId
 from floydd.store.ignore import Ignore
 from floydd.store.local import LocalBackend
 from floydd.store.locks import StoreLock
 from floydd.store.objects import Objects, Writer
-from floydd.store.restore import restore as _restore
-from floydd.store.snapshot import Progress, SnapshotResult, snapshot as _snapshot
+from floydd.store.care.restore import restore as _restore
+from floydd.store.ingest import Progress, SnapshotResult, snapshot as _snapshot
 from floydd.store.tree import Tree
 
 __all__ = ["Store", "Repairer"]
@@ -84,8 +85,8 @@ class Store:
         """Open the store at ``root``, creating it (key, objects/, catalog.db, cache/) on first use.
         Refused (``StoreError``) while a re-key is pending, if the catalog was re-keyed to
         another key than the key file's, or (``Untrusted``) if the catalog cannot be trusted
-        (:mod:`floydd.store.trust`: never taken as "no data"). ``during_rekey``: the daemon,
-        whose re-key runs online (:mod:`floydd.store.rekey`): the store works under the
+        (:mod:`floydd.store.care.untrusted`: never taken as "no data"). ``during_rekey``: the daemon,
+        whose re-key runs online (:mod:`floydd.store.keys.rekey`): the store works under the
         secret it moves to (``key.next``) from now on, the old key only recognises old
         objects for the scrub."""
         root = Path(root)
@@ -192,7 +193,7 @@ class Store:
         tree = self.read_tree(tree_id)
         return tree.size, tree.files
 
-    # -- objects from and for peer nodes (floydd.cluster.peerstore) ---------------------
+    # -- objects from and for peer nodes (floydd.cluster.replication.peerstore) ---------------------
 
     def load_sealed(self, oid: ObjectId, *, verify: bool = False) -> bytes:
         """Object ``oid`` exactly as stored (sealed), for a peer that shares the secret;
@@ -288,7 +289,7 @@ class Store:
         return maintenance.verify(self._objects, self.catalog, self._lock, name=name, progress=progress,
                                   workers=self.workers)
 
-    # -- key epochs (floydd.store.epochs) ------------------------------------------------
+    # -- key epochs (floydd.store.keys.epochs) ------------------------------------------------
 
     @property
     def seal_epoch(self) -> int:

@@ -7,7 +7,7 @@ import random
 from floydd.cluster.config import TEST_CONFIG
 from floydd.cluster.service import ClusterService
 from floydd.daemon.peers import PEER_ROUTES, peer_app
-from floydd.daemon.trust import TRUST_ROUTES, Trust
+from floydd.daemon.joining import TRUST_ROUTES, Trust
 from floydd.security.identity import init_cluster
 from floydd.store import Store
 

@@ -1,4 +1,4 @@
-"""``python -m floydd.cluster.discovery --json`` in a test host, with its peer lists as they change.
+"""``python -m floydd.cluster.net.discovery --json`` in a test host, with its peer lists as they change.
 
 Every line the node prints carries ``t``, its ``time.monotonic()`` (one clock for the whole
 machine, every namespace), so tests and benchmarks can time arrivals across hosts.
@@ -28,7 +28,7 @@ class DiscoveryNode:
         self.host = host
         self.node_id = node_id
         self.fingerprint = fingerprint
-        self.argv = [sys.executable, "-m", "floydd.cluster.discovery", "--json", "--fingerprint", fingerprint,
+        self.argv = [sys.executable, "-m", "floydd.cluster.net.discovery", "--json", "--fingerprint", fingerprint,
                      "--node-id", node_id, "--interface", host.ip, "--query-interval", str(query_interval),
                      "--expire-after", str(expire_after), "--log-level", "info", *extra]
         self.log_path = Path(log_dir) / f"discovery-{node_id}.log"

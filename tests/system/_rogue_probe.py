@@ -17,9 +17,9 @@ from pathlib import Path
 import aiohttp
 import msgpack
 
-from floydd.cluster import versions
+from floydd.cluster.state import versions
 from floydd.cluster.raft import AppendEntries, RequestVote, encode_message
-from floydd.cluster.transport import PROPOSE_PATH, RAFT_PATH, READ_PATH
+from floydd.cluster.net.transport import PROPOSE_PATH, RAFT_PATH, READ_PATH
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import client_context
 

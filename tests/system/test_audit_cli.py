@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from floydd.cluster.audit import entry_hash
+from floydd.cluster.state.audit import entry_hash
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ import os
 import pytest
 
 from floydd.errors import IntegrityError
-from floydd.store.crypto import Keys, read_secret
-from floydd.store.epochs import load_epochs
+from floydd.store.keys.crypto import Keys, read_secret
+from floydd.store.keys.epochs import load_epochs
 from floydd.store.ids import ObjectId
 from tests.conftest import wait_until
 from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from floydd.cluster.apitokens import new_api_token
+from floydd.cluster.state.apitokens import new_api_token
 from floydd.security.identity import NodeIdentity
 from floydd.security.tokens import new_token
 from tests.conftest import wait_until

@@ -4,8 +4,8 @@ tree while a job runs, in three namespace hosts.
 
 Between upgrades the mixed cluster keeps working (a job submitted through an upgraded box
 runs), and what came with the new release is refused plainly until every box has it; once the
-last box is upgraded the cluster's level rises by itself (floydd.cluster.versions), everyone
-of the lab is signed in on the boxes that were members then (floydd.cluster.signin), accounts
+last box is upgraded the cluster's level rises by itself (floydd.cluster.state.versions), everyone
+of the lab is signed in on the boxes that were members then (floydd.cluster.state.signin), accounts
 and the audit log work, and the job that ran through every restart, its own box's too,
 succeeds with its output. Then ``floydd drain`` keeps new work off a box until undone.
 """

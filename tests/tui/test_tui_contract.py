@@ -29,8 +29,8 @@ from aiohttp import web
 from floydd.api import schemas
 from floydd.api.openapi import spec
 from floydd.client import Client
-from floydd.cluster import storehealth
-from floydd.cluster.commands import NODE_STATUSES
+from floydd.scheduler import storehealth
+from floydd.cluster.state.commands import NODE_STATUSES
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
 from floydd.model import STATES

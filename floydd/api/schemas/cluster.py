@@ -28,7 +28,7 @@ class Member:
     version: str | None = None
     """The floydd release the member says it runs (``0.1.x``: one too old to say)."""
     protocol: int | None = None
-    """The cluster protocol it speaks (:mod:`floydd.cluster.versions`)."""
+    """The cluster protocol it speaks (:mod:`floydd.cluster.state.versions`)."""
     audit_head: str | None = None
     """The head of its audit chain its last heartbeat said (``SEQ:HASH``; null: none said yet)."""
     audit_differs: str | None = None
@@ -64,7 +64,7 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Person:
-    """``/v1/people``: a person of the lab (:mod:`floydd.cluster.people`): their role, and the
+    """``/v1/people``: a person of the lab (:mod:`floydd.cluster.state.people`): their role, and the
     local uids that act as them per box id (none mapped on a box: their login name there)."""
 
     name: str
@@ -179,7 +179,7 @@ class Removed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditEntry:
-    """``GET /v1/audit`` items: one link of the audit chain (:mod:`floydd.cluster.audit`)."""
+    """``GET /v1/audit`` items: one link of the audit chain (:mod:`floydd.cluster.state.audit`)."""
 
     seq: int
     index: int

@@ -129,7 +129,7 @@ class Job:
     today, that its jobs run without a sandbox (:mod:`floydd.runtime.sandboxing`)."""
     imported: dict[str, Any] | None = None
     """A job brought from another site (``floyd import``): the origin's fingerprint, kind and
-    name, the job's id there, who exported it and when (:mod:`floydd.cluster.imported`)."""
+    name, the job's id there, who exported it and when (:mod:`floydd.cluster.state.imported`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,12 +12,12 @@ Health = Literal["healthy", "suspect", "stale", "draining", "off", "down", "unkn
 there, its jobs are ``unknown``), ``stale`` (up but its heartbeats stopped coming), the status it
 reported otherwise (``draining``, ``off``, ``down``), ``unknown`` before its first report;
 ``disk full`` or ``store failing``: up, but its store takes no new data, so no copy and no job
-is placed there until it recovers (:mod:`floydd.cluster.storehealth`).
+is placed there until it recovers (:mod:`floydd.scheduler.storehealth`).
 ``floyd nodes`` and ``floydd members`` show the same word."""
 NodeRole = Literal["leader", "voter", "learner", "none"]
 MemberRole = Literal["voter", "learner", "none"]
 Role = Literal["admin", "user"]
-"""A person's role (:data:`floydd.cluster.people.ROLES`)."""
+"""A person's role (:data:`floydd.cluster.state.people.ROLES`)."""
 Visibility = Literal["lab", "private"]
 """Who may use a dataset: the whole lab, or its owner and admins."""
 

@@ -14,7 +14,7 @@ driver uses it from one writer thread.
 
 ``on_snapshot(db, snapshot)``, when given, runs inside the transaction that saves a snapshot
 (one received from the leader, or a founding one): the application swaps in what it staged
-beside it in tables of the same file (:mod:`floydd.cluster.archive`: the archive of finished
+beside it in tables of the same file (:mod:`floydd.cluster.state.archive`: the archive of finished
 jobs, which is not in the snapshot's data), so a crash keeps both or neither.
 
 :func:`inspect_log` reads a stopped node's file without changing it and says what makes it

@@ -3,7 +3,7 @@ without their secrets, revoked (the replicated record the TLS edge would check).
 
 from __future__ import annotations
 
-from floydd.cluster.apitokens import parse_api_token
+from floydd.cluster.state.apitokens import parse_api_token
 from tests.integration.api._daemon import Api
 
 

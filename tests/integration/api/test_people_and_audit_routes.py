@@ -4,7 +4,7 @@ jobs listing filtered by owner on the daemon's side, GPU holders named by person
 
 from __future__ import annotations
 
-from floydd.cluster.audit import verify
+from floydd.cluster.state.audit import verify
 from tests.integration.api._daemon import Api
 
 

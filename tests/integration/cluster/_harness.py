@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from floydd.cluster import versions
+from floydd.cluster.state import versions
 from floydd.cluster.config import TEST_CONFIG, ClusterConfig
-from floydd.cluster.people import signed_in
+from floydd.cluster.state.people import signed_in
 from floydd.cluster.service import ClusterService
-from floydd.cluster.versions import PROTOCOL
+from floydd.cluster.state.versions import PROTOCOL
 from floydd.security.identity import NodeIdentity, init_cluster
 from tests.conftest import wait_until_async
 
@@ -114,7 +114,7 @@ class Cluster:
 
     async def sign_in(self, name: str, *, every_box: bool = True) -> None:
         """Sign person ``name`` in on every box (level 3: a box acts only for people signed in
-        on it, floydd.cluster.signin), through the leader, as the admin it signed in first."""
+        on it, floydd.cluster.state.signin), through the leader, as the admin it signed in first."""
         lead = self.leader()
         admin = next(a for a in lead.service.state.admins if signed_in(lead.service.state.people, lead.id, a))
         await lead.service.change_account({"op": "person.boxes", "name": name, "every_box": every_box, "on": True,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster.autopilot import Action, AutopilotConfig, Member, View, decide, target_voters
+from floydd.cluster.driver.autopilot import Action, AutopilotConfig, Member, View, decide, target_voters
 
 CFG = AutopilotConfig(max_voters=5, grace=30.0, stabilize=5.0, contact_timeout=2.0)
 NOW = 1000.0

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from floydd.cluster.archive import archived_form
-from floydd.cluster.archive_db import SqliteArchive
+from floydd.cluster.state.archive import archived_form
+from floydd.cluster.tables.archive_db import SqliteArchive
 from floydd.cluster.archiver import Archiver
 from floydd.cluster.raft import ConfState, Snapshot
 from floydd.cluster.raft.sqlite_storage import SqliteStorage

@@ -2,15 +2,15 @@
 it survives a restart (the replay derives the same entries again) and a box that joins after
 the log was compacted gets it with the snapshot, beside the archive.
 
-Real raft drivers over mTLS, SQLite logs (floydd.cluster.audit, floydd.cluster.audit_db).
+Real raft drivers over mTLS, SQLite logs (floydd.cluster.state.audit, floydd.cluster.tables.audit_db).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from floydd.cluster.audit import verify
-from floydd.cluster.audit_db import read_chain
+from floydd.cluster.state.audit import verify
+from floydd.cluster.tables.audit_db import read_chain
 from tests.integration.cluster._harness import fast
 
 SPEC = {"project": "m", "command": "true"}

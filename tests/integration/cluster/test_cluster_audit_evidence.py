@@ -16,8 +16,8 @@ import sqlite3
 
 import pytest
 
-from floydd.cluster.audit import entry_hash, verify
-from floydd.cluster.audit_db import read_chain
+from floydd.cluster.state.audit import entry_hash, verify
+from floydd.cluster.tables.audit_db import read_chain
 from floydd.cluster.audit_evidence import Head
 from floydd.cli.audit import read_export
 from floydd.errors import Forbidden

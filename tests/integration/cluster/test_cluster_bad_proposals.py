@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster import commands
+from floydd.cluster.state import commands
 from floydd.errors import InvalidSpec
 
 SPEC = {"command": "python train.py", "resources": {"gpus": 0}}

@@ -6,9 +6,9 @@ import aiohttp
 import msgpack
 import pytest
 
-from floydd.cluster import versions
+from floydd.cluster.state import versions
 from floydd.cluster.raft import Heartbeat, ProposalDropped, encode_message
-from floydd.cluster.transport import RAFT_PATH
+from floydd.cluster.net.transport import RAFT_PATH
 from floydd.errors import Conflict, InvalidSpec, Unavailable
 from floydd.security.tls import client_context
 from tests.integration.cluster._harness import PEER_HEADERS

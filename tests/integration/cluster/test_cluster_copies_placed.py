@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from floydd.cluster import storehealth
-from floydd.cluster.replicas import choose_replicas
+from floydd.scheduler import storehealth
+from floydd.cluster.replication.replicas import choose_replicas
 from floydd.errors import StoreFull, Unavailable
 from floydd.runtime.disk import StoreWatch
 from tests.integration.cluster.test_cluster_datasets import _holders, data_cluster, src  # noqa: F401

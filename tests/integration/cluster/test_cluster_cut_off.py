@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from floydd.cluster.leader_contact import LeaderUnreachable
+from floydd.cluster.net.leader_contact import LeaderUnreachable
 from floydd.errors import Unavailable
 
 SPEC = {"project": "cut", "command": "python train.py"}

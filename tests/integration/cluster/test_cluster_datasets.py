@@ -17,10 +17,10 @@ from aiohttp.test_utils import TestServer
 
 from floydd.api import keys
 from floydd.api.datasets import routes as dataset_routes
-from floydd.cluster import versions
-from floydd.cluster.datasets import ClusterDatasets
-from floydd.cluster.peerstore import OBJECTS_PATH, store_routes
-from floydd.cluster.storecare import StoreCare
+from floydd.cluster.state import versions
+from floydd.cluster.replication.datasets import ClusterDatasets
+from floydd.cluster.replication.peerstore import OBJECTS_PATH, store_routes
+from floydd.cluster.replication.storecare import StoreCare
 from floydd.errors import NotFound
 from floydd.store import ObjectId, Store
 from tests.integration.cluster._harness import Cluster, Node

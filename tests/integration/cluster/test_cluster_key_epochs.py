@@ -10,15 +10,15 @@ from functools import partial
 import aiohttp
 import pytest
 
-from floydd.cluster import versions
+from floydd.cluster.state import versions
 from floydd.daemon.epochs import StoreEpochs
 from floydd.daemon.renewal import TrustKeeper
-from floydd.daemon.trust import EPOCH_KEY_PATH, Trust
+from floydd.daemon.joining import EPOCH_KEY_PATH, Trust
 from floydd.errors import IntegrityError
 from floydd.security.tls import client_context
 from floydd.store import Store
-from floydd.store.crypto import Keys, write_secret
-from floydd.store.epochs import epoch_secret
+from floydd.store.keys.crypto import Keys, write_secret
+from floydd.store.keys.epochs import epoch_secret
 
 SECRET = os.urandom(32)
 

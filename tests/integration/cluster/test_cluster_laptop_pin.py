@@ -26,7 +26,7 @@ from floydd.api.boxtrust import trust_header
 from floydd.api.middleware import auth_middleware, error_middleware
 from floydd.api.throttle import install as install_throttle
 from floydd.cli.floyd import cli as floyd
-from floydd.cluster.apitokens import new_api_token
+from floydd.cluster.state.apitokens import new_api_token
 from floydd.config import preset_for_tests
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import api_server_context

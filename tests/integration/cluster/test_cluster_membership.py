@@ -8,10 +8,10 @@ import aiohttp
 import msgpack
 import pytest
 
-from floydd.cluster import versions
-from floydd.cluster.autopilot import AutopilotConfig
-from floydd.cluster.discovery import Peer
-from floydd.cluster.transport import RAFT_PATH
+from floydd.cluster.state import versions
+from floydd.cluster.driver.autopilot import AutopilotConfig
+from floydd.cluster.net.discovery import Peer
+from floydd.cluster.net.transport import RAFT_PATH
 from floydd.errors import Unavailable
 from floydd.security.tls import client_context
 from tests.integration.cluster._harness import PEER_HEADERS

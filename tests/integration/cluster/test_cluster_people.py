@@ -1,12 +1,12 @@
 """People and roles are replicated: every box holds the same lab, refuses the same changes,
-and maps uids per box (floydd.cluster.people through real raft between in-process boxes)."""
+and maps uids per box (floydd.cluster.state.people through real raft between in-process boxes)."""
 
 from __future__ import annotations
 
 import msgpack
 import pytest
 
-from floydd.cluster import people
+from floydd.cluster.state import people
 from floydd.errors import Conflict, Forbidden
 
 

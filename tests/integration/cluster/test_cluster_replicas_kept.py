@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from floydd.cluster.peerstore import fetch_tree
+from floydd.cluster.replication.peerstore import fetch_tree
 from floydd.store import ObjectId
 from tests.integration.cluster.test_cluster_datasets import _holders, _upload, data_cluster, src  # noqa: F401
 from tests.unit.store.store_testlib import describe, flip_byte

@@ -1,4 +1,4 @@
-"""A box acts only for the people signed in on it (floydd.cluster.signin), between in-process
+"""A box acts only for the people signed in on it (floydd.cluster.state.signin), between in-process
 boxes with real mTLS and real raft: a member box that forges proposals in other people's
 names with its own valid certificate is refused on every box, and nothing changes; a
 personal token presented to a box lets that box act for its person, and only that box.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster.apitokens import new_api_token, parse_api_token
-from floydd.cluster.presented import PresentedToken, presenting, signed
-from floydd.cluster.transport import PROPOSE_PATH
+from floydd.cluster.state.apitokens import new_api_token, parse_api_token
+from floydd.cluster.net.presented import PresentedToken, presenting, signed
+from floydd.cluster.net.transport import PROPOSE_PATH
 from floydd.errors import Forbidden
 from floydd.security.tokens import new_token
 from tests.integration.cluster.test_cluster_trust_boundary import SPEC, outsider, post, redeemed

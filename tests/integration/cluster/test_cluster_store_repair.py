@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from floydd.cluster.storecare import repair_damaged
+from floydd.cluster.replication.storecare import repair_damaged
 from tests.integration.cluster.test_cluster_datasets import _holders, _upload, data_cluster, src  # noqa: F401
 from tests.unit.store.store_testlib import describe, flip_byte
 

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from floydd.cluster.raft import ConfState, Heartbeat, InstallSnapshot, Snapshot
-from floydd.cluster.transport import Transport
+from floydd.cluster.net.transport import Transport
 from floydd.errors import Conflict, Unavailable
 from floydd.security.identity import NodeIdentity, init_cluster
 from floydd.security.tls import require_peer_cert, server_context

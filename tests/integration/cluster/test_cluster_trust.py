@@ -14,8 +14,8 @@ import pytest
 from cryptography import x509
 
 from floydd.daemon.renewal import TrustKeeper
-from floydd.cluster import versions
-from floydd.daemon.trust import CA_KEY_PATH, Trust
+from floydd.cluster.state import versions
+from floydd.daemon.joining import CA_KEY_PATH, Trust
 from floydd.errors import Unauthorized
 from floydd.security.identity import NodeIdentity
 from floydd.security.join import join

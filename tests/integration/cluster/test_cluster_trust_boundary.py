@@ -15,7 +15,7 @@ import msgpack
 import pytest
 
 from floydd.cluster.raft import AppendEntries, encode_message
-from floydd.cluster.transport import PROPOSE_PATH, RAFT_PATH, READ_PATH
+from floydd.cluster.net.transport import PROPOSE_PATH, RAFT_PATH, READ_PATH
 from floydd.errors import Forbidden
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import client_context
@@ -36,7 +36,7 @@ def outsider(cluster, name: str) -> NodeIdentity:
 
 async def redeemed(cluster, lead, identity: NodeIdentity, made_by: str = "test") -> str:
     """Commit what a voter commits before it hands out a join's certificate: the token it was
-    given, used by ``identity``'s node with its serial (floydd.daemon.trust); the token's id."""
+    given, used by ``identity``'s node with its serial (floydd.daemon.joining); the token's id."""
     token = new_token(cluster.ca.fingerprint, 600, time.time())
     digest = token.secret_sha256
     await lead.service._propose({"op": "token.create", "id": token.token_id, "secret_sha256": digest,

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from floydd.cluster.config import TEST_CONFIG
-from floydd.cluster.datasets import ClusterDatasets
-from floydd.cluster.peerstore import fetch_tree
+from floydd.cluster.replication.datasets import ClusterDatasets
+from floydd.cluster.replication.peerstore import fetch_tree
 from floydd.cluster.service import ClusterService
 from floydd.config import preset_for_tests
 from floydd.daemon.peers import peer_app

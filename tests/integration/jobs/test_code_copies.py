@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from floydd.cluster.storecare import named_trees
+from floydd.cluster.replication.storecare import named_trees
 from floydd.model import Restart
 from floydd.store import ObjectId
 from tests.conftest import wait_until_async

@@ -1,4 +1,4 @@
-"""Every road to an object asks the same question (floydd.cluster.access), against a real box:
+"""Every road to an object asks the same question (floydd.cluster.state.access), against a real box:
 a cluster of one (``floydd init``, then :func:`floydd.daemon.main.serve` in a thread, on
 127.0.0.1 only) whose TLS API the test's people use with their personal tokens, as laptops do.
 

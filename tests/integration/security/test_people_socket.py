@@ -1,4 +1,4 @@
-"""People, roles and ownership through a real daemon's unix socket (floydd.cluster.people,
+"""People, roles and ownership through a real daemon's unix socket (floydd.cluster.state.people,
 floydd.api.request.acting_person): the caller's uid (SO_PEERCRED) is mapped to a person.
 
 One OS user runs the tests, so the test changes *which person its uid maps to*: an admin on

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from floydd.cli.floyd import cli as floyd
 from floydd.cli.floydd import cli as floydd
 from floydd.client import Client
-from floydd.cluster.apitokens import parse_api_token
+from floydd.cluster.state.apitokens import parse_api_token
 from floydd.errors import Forbidden, Unauthorized
 from floydd.security.identity import NodeIdentity, init_cluster
 from floydd.security.pinning import fingerprint_of_pem, first_contact, pinned_context
@@ -84,7 +84,7 @@ def test_a_personal_token_speaks_for_its_person_until_revoked(box):
 
 
 def test_a_token_lets_the_box_act_for_its_person_signed_in_nowhere_until_the_person_is_removed(box, tmp_path):
-    """A box acts only for people signed in on it (floydd.cluster.signin): carol is signed in
+    """A box acts only for people signed in on it (floydd.cluster.state.signin): carol is signed in
     on no box, yet her token presented to this box signs what it proposes for her (a token, a
     job, its stop, a dataset); removing her revokes the token, and adding her again does not
     revive it."""

@@ -1,5 +1,5 @@
-"""The one rule table of who may do what to which object (floydd.cluster.access), and the
-on-apply checks built on it (floydd.cluster.authz, from cluster level 3), on a real
+"""The one rule table of who may do what to which object (floydd.cluster.state.access), and the
+on-apply checks built on it (floydd.cluster.state.authz, from cluster level 3), on a real
 replicated state; no I/O.
 
 Every object x verb of the table is tried by its owner, another person, an admin and a
@@ -13,9 +13,9 @@ import itertools
 
 import pytest
 
-from floydd.cluster import access, commands
-from floydd.cluster.access import RULES, ReadRules, Target
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state import access, commands
+from floydd.cluster.state.access import RULES, ReadRules, Target
+from floydd.cluster.state.machine import ClusterState
 from floydd.config import preset_for_tests
 from floydd.errors import Forbidden, NotFound, UserError
 from floydd.jobs.codesnap import CodeUploads

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster.apitokens import KEEP_SPENT_S, api_token_state, new_api_token, parse_api_token
-from floydd.cluster.commands import check
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.apitokens import KEEP_SPENT_S, api_token_state, new_api_token, parse_api_token
+from floydd.cluster.state.commands import check
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unauthorized
 from floydd.security.tokens import secret_digest
 

@@ -1,4 +1,4 @@
-"""The audit chain (floydd.cluster.audit): which commands make entries, and that any single
+"""The audit chain (floydd.cluster.state.audit): which commands make entries, and that any single
 edit, removal or swap of entries is found, naming the first bad one."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from floydd.cluster.audit import GENESIS, MemoryAudit, describe, make_entry, verify
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.audit import GENESIS, MemoryAudit, describe, make_entry, verify
+from floydd.cluster.state.machine import ClusterState
 
 NODE = {"id": "n1", "name": "box1", "address": "10.0.0.1", "cluster_port": 7000,
         "resources": {"cpus": 8, "memory": 1 << 34, "gpus": [{"index": 0}]}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster.audit import GENESIS, entry_hash, make_entry, verify
+from floydd.cluster.state.audit import GENESIS, entry_hash, make_entry, verify
 from floydd.cluster.audit_evidence import (Head, StartCheck, Tamper, check_head, compare_head, first_bad,
                                            marker_finding, parse_head)
 from floydd.errors import UserError

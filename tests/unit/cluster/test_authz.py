@@ -1,4 +1,4 @@
-"""Who may say what between boxes (floydd.cluster.authz), on a real replicated state, no I/O."""
+"""Who may say what between boxes (floydd.cluster.state.authz), on a real replicated state, no I/O."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from floydd.cluster import commands
-from floydd.cluster.authz import authorize, authorize_conf, joining_may_propose, may_act_for, standing
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state import commands
+from floydd.cluster.state.authz import authorize, authorize_conf, joining_may_propose, may_act_for, standing
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Forbidden
 
 TERM = 5

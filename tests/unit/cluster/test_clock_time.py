@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster import commands, versions
-from floydd.cluster.applied import Applied
+from floydd.cluster.state import commands, versions
+from floydd.cluster.driver.applied import Applied
 from floydd.cluster.clockskew import ClockReading, Episodes, describe, measure, skewed
 from floydd.cluster.heard import Heard
-from floydd.cluster.replicas import Liveness, choose_replicas, counted
-from floydd.cluster.state import ClusterState
+from floydd.cluster.replication.replicas import Liveness, choose_replicas, counted
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, InvalidSpec
-from floydd.jobs import outages
+from floydd.scheduler import outages
 
 TEN_MINUTES = 600.0
 

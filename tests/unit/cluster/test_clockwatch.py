@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import aiohttp
 from aiohttp.client_reqrep import ConnectionKey
 
-from floydd.cluster.applied import Applied
+from floydd.cluster.driver.applied import Applied
 from floydd.cluster.clockwatch import ClockWatch
 from floydd.errors import Unavailable
 from floydd.security.tls import time_trouble

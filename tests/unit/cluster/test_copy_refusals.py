@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster import commands, versions
-from floydd.cluster.replicas import REFUSED_FOR, Liveness, choose_replicas, copies_note, refused
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state import commands, versions
+from floydd.cluster.replication.replicas import REFUSED_FOR, Liveness, choose_replicas, copies_note, refused
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, InvalidSpec
 from tests.unit.cluster.test_state import Log, node
 

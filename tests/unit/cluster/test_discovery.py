@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from floydd.cluster.discovery import PROTOCOL_VERSION, Discovery, Peer
+from floydd.cluster.net.discovery import PROTOCOL_VERSION, Discovery, Peer
 from floydd.errors import Conflict
 
 FAST = {"interfaces": ["127.0.0.1"], "query_interval": 0.25, "expire_after": 30.0}

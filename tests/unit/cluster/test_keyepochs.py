@@ -1,11 +1,11 @@
-"""store.epoch (floydd.cluster.keyepochs): numbered in log order, an admin's, level 3 only."""
+"""store.epoch (floydd.cluster.state.keyepochs): numbered in log order, an admin's, level 3 only."""
 
 from __future__ import annotations
 
 import pytest
 
-from floydd.cluster import commands, keyepochs
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state import commands, keyepochs
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, Forbidden
 
 TERM = 3

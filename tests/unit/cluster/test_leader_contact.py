@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from floydd.cluster.leader_contact import LeaderUnreachable, refusal, silent_for
+from floydd.cluster.net.leader_contact import LeaderUnreachable, refusal, silent_for
 
 VOTERS = ("a", "b", "c")
 

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from floydd.cluster.peerstore import OBJECTS_PATH, fetch_manifest, fetch_tree, store_routes
+from floydd.cluster.replication.peerstore import OBJECTS_PATH, fetch_manifest, fetch_tree, store_routes
 from floydd.errors import NotFound, Unavailable
 from floydd.store import ObjectId, Store
 from tests.unit.store.store_testlib import describe, write_tree

@@ -1,4 +1,4 @@
-"""The lab's people (floydd.cluster.people) and who may change them (floydd.cluster.authz), on a
+"""The lab's people (floydd.cluster.state.people) and who may change them (floydd.cluster.state.authz), on a
 real replicated state, no I/O."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from floydd.cluster import commands, people
-from floydd.cluster.authz import is_admin, may_read_dataset
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state import commands, people
+from floydd.cluster.state.authz import is_admin, may_read_dataset
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, Forbidden, InvalidName, InvalidSpec, NotFound
 
 A, B = "a" * 16, "b" * 16

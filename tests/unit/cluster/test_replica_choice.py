@@ -1,12 +1,12 @@
-"""Which copies count and who makes the missing ones (:mod:`floydd.cluster.replicas`, pure)."""
+"""Which copies count and who makes the missing ones (:mod:`floydd.cluster.replication.replicas`, pure)."""
 
 from __future__ import annotations
 
 import hashlib
 
-from floydd.cluster.replicas import (Liveness, choose_replicas, copies_note, counted, extra_copies, ranked_sources,
+from floydd.cluster.replication.replicas import (Liveness, choose_replicas, copies_note, counted, extra_copies, ranked_sources,
                                      silent)
-from floydd.cluster.storehealth import health_word, trouble, why
+from floydd.scheduler.storehealth import health_word, trouble, why
 
 NOW = 10_000.0
 LIVE = Liveness(now=NOW, grace=300.0, fresh=20.0)

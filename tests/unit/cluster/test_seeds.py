@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster.seeds import DEFAULT_PORT, parse_seed, parse_seeds
+from floydd.cluster.net.seeds import DEFAULT_PORT, parse_seed, parse_seeds
 from floydd.errors import InvalidSpec
 
 

@@ -1,4 +1,4 @@
-"""A box acts only for the people signed in on it (floydd.cluster.signin), on a real replicated
+"""A box acts only for the people signed in on it (floydd.cluster.state.signin), on a real replicated
 state, no I/O: accounts (uid maps, login names on listed boxes), personal token signatures,
 a box's own work, the level-3 switch, and what removing people and cancelling joins do."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster import commands, people, versions
-from floydd.cluster.apitokens import new_api_token, parse_api_token
-from floydd.cluster.authz import authorize_conf, standing
-from floydd.cluster.presented import PresentedToken, presenting, signed
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state import commands, people, versions
+from floydd.cluster.state.apitokens import new_api_token, parse_api_token
+from floydd.cluster.state.authz import authorize_conf, standing
+from floydd.cluster.net.presented import PresentedToken, presenting, signed
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, Forbidden, NotFound, Unauthorized
 from floydd.security.token_keys import sign_command, signing_key
 from floydd.security.tokens import new_token, secret_digest

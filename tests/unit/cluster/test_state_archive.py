@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from floydd.cluster import commands
-from floydd.cluster.archive import MemoryArchive, decode_chunk
+from floydd.cluster.state import commands
+from floydd.cluster.state.archive import MemoryArchive, decode_chunk
 from floydd.cluster.archiver import choose
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, InvalidSpec, NotFound
 
 

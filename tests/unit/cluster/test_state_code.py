@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from floydd.cluster import versions
-from floydd.cluster.codecopies import CodeCopies
-from floydd.cluster.replicas import Liveness, choose_replicas
-from floydd.cluster.state import ClusterState
-from floydd.cluster.storecare import named_trees
+from floydd.cluster.state import versions
+from floydd.cluster.replication.codecopies import CodeCopies
+from floydd.cluster.replication.replicas import Liveness, choose_replicas
+from floydd.cluster.state.machine import ClusterState
+from floydd.cluster.replication.storecare import named_trees
 from floydd.errors import Conflict, Forbidden, NotFound
 from floydd.store.ids import ObjectId
 from tests.unit.cluster.test_state import Log, node, place, submit, update

@@ -1,10 +1,10 @@
-"""Imported jobs in the state machine (floydd.cluster.imported): numbers first, then finished jobs."""
+"""Imported jobs in the state machine (floydd.cluster.state.imported): numbers first, then finished jobs."""
 
 from __future__ import annotations
 
 import pytest
 
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, Forbidden, InvalidSpec
 from tests.unit.cluster.test_state import Log, node, submit
 
@@ -27,7 +27,7 @@ def imported(number, key=KEY, *, state="success", proposer="n1", node_id="n1", t
 
 @pytest.fixture
 def log():
-    log = Log(ClusterState(protocol=2))   # imports came with level 2 (floydd.cluster.versions)
+    log = Log(ClusterState(protocol=2))   # imports came with level 2 (floydd.cluster.state.versions)
     log(node())
     return log
 

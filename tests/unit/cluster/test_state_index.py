@@ -9,7 +9,7 @@ import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.machine import ClusterState
 from floydd.model import ACTIVE_STATES, TRANSITIONS
 from floydd.errors import FloyddError
 from tests.unit.cluster.test_state_properties import (NODES, PROJECTS, STATES, delete_cmd, health_cmd, node_cmd,

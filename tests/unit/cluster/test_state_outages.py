@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, InvalidSpec
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from floydd.cluster.state import ClusterState, StaleTerm
+from floydd.cluster.state.machine import ClusterState, StaleTerm
 from floydd.model import ACTIVE_STATES
 from floydd.errors import FloyddError
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from floydd.cluster.state import ClusterState
-from floydd.cluster.trust import KEEP_SPENT_S, token_state
+from floydd.cluster.state.machine import ClusterState
+from floydd.cluster.state.credentials import KEEP_SPENT_S, token_state
 from floydd.errors import Conflict, InvalidSpec, NotFound, Unauthorized
 from floydd.security.tokens import new_token, parse_token, secret_digest
 

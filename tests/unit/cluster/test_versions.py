@@ -1,4 +1,4 @@
-"""Boxes of adjacent releases in one cluster (floydd.cluster.versions): the level is raised only
+"""Boxes of adjacent releases in one cluster (floydd.cluster.state.versions): the level is raised only
 once every box speaks it, nothing of a newer level is applied before, and behaviour that came
 with level 2 switches on at the same log index everywhere."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from floydd.cluster import commands, versions
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state import commands, versions
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, Forbidden
 
 NEW, OLD = "a" * 16, "b" * 16

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from floydd.cluster.raft import ProposalDropped
-from floydd.cluster.state import ClusterState
+from floydd.cluster.state.machine import ClusterState
 from floydd.cluster.writes import WritesMixin
 from floydd.errors import Forbidden, Unavailable
 

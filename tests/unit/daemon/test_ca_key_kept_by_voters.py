@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from floydd.daemon.renewal import TrustKeeper
-from floydd.daemon.trust import CAHolder
+from floydd.daemon.joining import CAHolder
 from floydd.security.ca import ClusterCA
 
 ME = "a" * 16

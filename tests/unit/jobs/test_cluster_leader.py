@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from floydd.cluster.state import ClusterState
-from floydd.jobs.leader import ClusterScheduler
+from floydd.cluster.state.machine import ClusterState
+from floydd.scheduler.placer import ClusterScheduler
 from floydd.jobs.local import LocalJobs
 from floydd.jobs.reconcile import Reconciler
 
@@ -257,7 +257,7 @@ async def test_a_box_settles_its_part_of_a_gang_that_ended_before_the_part_start
 
 
 def test_judging_an_off_box_keeps_every_job_until_its_window_then_requeues_or_loses_it():
-    from floydd.jobs import outages
+    from floydd.scheduler import outages
     nodes = {"n2": {"id": "n2", "name": "box-b", "status": "off"}, "n3": {"id": "n3", "name": "box-c",
                                                                           "status": "suspect"}}
     spec = {"restart": {"policy": "on-lost", "lost_after": 20}}

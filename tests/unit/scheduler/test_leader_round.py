@@ -3,7 +3,7 @@ its memory), the reasons are short at any size, and a round with nothing new com
 
 from __future__ import annotations
 
-from floydd.jobs.leader import ClusterScheduler
+from floydd.scheduler.placer import ClusterScheduler
 from tests.unit.jobs.test_cluster_leader import FakeCluster
 
 

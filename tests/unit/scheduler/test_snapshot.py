@@ -13,8 +13,8 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from floydd.cluster.state import ClusterState
-from floydd.jobs.leader import ClusterScheduler
+from floydd.cluster.state.machine import ClusterState
+from floydd.scheduler.placer import ClusterScheduler
 from floydd.scheduler import NodeSnapshot, node_snapshots
 from tests.unit.cluster.test_state_index import apply, from_scratch, logs
 from tests.unit.scheduler import _reference as reference

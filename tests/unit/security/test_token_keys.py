@@ -3,7 +3,7 @@ signature binds the command and the box that proposed it."""
 
 from __future__ import annotations
 
-from floydd.cluster.apitokens import new_api_token, parse_api_token
+from floydd.cluster.state.apitokens import new_api_token, parse_api_token
 from floydd.security.token_keys import command_message, public_key_hex, sign_command, signing_key, verify_command
 
 CMD = {"op": "job.update", "job": "m/1", "stop_requested": "mine", "user": "alice", "ts": 1.5, "v": 3}

@@ -71,7 +71,8 @@ def count_rekey_steps(setattr_, after_step) -> None:
     removals. ``setattr_`` is ``monkeypatch.setattr`` (or plain ``setattr`` in a child)."""
     from contextlib import contextmanager
 
-    from floydd.store import local, rekey, rekey_journal
+    from floydd.store import local
+    from floydd.store.keys import rekey, rekey_journal
     from floydd.store.catalog import Catalog
 
     def wrap(owner, name):

@@ -49,7 +49,7 @@ def test_memory_backend_store_round_trip(tmp_path):
 
 
 def test_rekey_surface_is_pinned():
-    from floydd.store import rekey
+    from floydd.store.keys import rekey
     assert sorted(rekey.__all__) == sorted(["RekeyProgress", "begin_rekey", "rekey", "finish_rekey", "cancel_rekey",
                                             "rekey_pending", "refuse_if_pending", "NEXT_KEY", "JOURNAL",
                                             "plan_rekey", "cluster_secret", "Stopped"])   # issue 21: online

@@ -13,7 +13,7 @@ import pytest
 
 from floydd.errors import IntegrityError, NotFound, StoreError, StoreFull
 from floydd.store import Backend, LocalBackend, MemoryBackend, ObjectId
-from floydd.store.crypto import Keys
+from floydd.store.keys.crypto import Keys
 from store_testlib import wait_until_set
 
 KEYS = Keys(b"k" * 32)

@@ -17,7 +17,7 @@ def test_unchanged_files_are_not_read_again(store: Store, tmp_path: Path, no_rac
     src = _src(tmp_path)
     first = store.snapshot_report(src)
     assert first.cache_hits == 0
-    import floydd.store.snapshot as snap
+    import floydd.store.ingest as snap
     opened = []
     real = snap._open_checked
     monkeypatch.setattr(snap, "_open_checked", lambda it: opened.append(it) or real(it))

@@ -1,4 +1,4 @@
-"""Store key epochs (floydd.store.crypto, floydd.store.epochs): the seal key rotates, ids stay;
+"""Store key epochs (floydd.store.keys.crypto, floydd.store.keys.epochs): the seal key rotates, ids stay;
 the background re-seal moves objects in place, a budget at a time, and resumes."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from floydd.errors import IntegrityError, StoreError
 from floydd.store import Store
-from floydd.store.crypto import MAX_OVERHEAD, OVERHEAD, Keys, epoch_fingerprint, epoch_of, read_secret
-from floydd.store.epochs import epoch_secret, install_epoch, load_epochs, take_pending, write_pending
+from floydd.store.keys.crypto import MAX_OVERHEAD, OVERHEAD, Keys, epoch_fingerprint, epoch_of, read_secret
+from floydd.store.keys.epochs import epoch_secret, install_epoch, load_epochs, take_pending, write_pending
 
 BASE = os.urandom(32)
 

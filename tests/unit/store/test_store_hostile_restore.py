@@ -10,7 +10,7 @@ import pytest
 
 from floydd.errors import FloyddError, UnsafePath
 from floydd.store import Entry, Kind, Store, Tree
-from floydd.store.restore import restore
+from floydd.store.care.restore import restore
 from floydd.store.tree import MAGIC
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from floydd.errors import IntegrityError, InvalidSpec, StoreError
 from floydd.store import ObjectId, Store
-from floydd.store.crypto import OVERHEAD, Keys, load_or_create_secret
+from floydd.store.keys.crypto import OVERHEAD, Keys, load_or_create_secret
 
 
 def test_object_id_is_a_value_type():

@@ -1,4 +1,4 @@
-"""Re-sealing a store under a new secret (floydd.store.rekey): every id changes, nothing is
+"""Re-sealing a store under a new secret (floydd.store.keys.rekey): every id changes, nothing is
 lost, a crash at any step resumes to the same end, refusals leave the old key working."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from floydd.errors import Conflict, FloyddError, IntegrityError, NotFound, StoreError, StoreFull
-from floydd.store import LocalBackend, ObjectId, Store, Tree, local, rekey, rekey_journal, reseal
+from floydd.store import LocalBackend, ObjectId, Store, Tree, local
+from floydd.store.keys import rekey, rekey_journal, reseal
 from floydd.store.catalog import Catalog
-from floydd.store.crypto import Keys, read_secret
+from floydd.store.keys.crypto import Keys, read_secret
 from floydd.store.locks import StoreLock
 from floydd.store.objects import Objects
 from store_testlib import count_rekey_steps, describe, flip_byte, object_files, write_tree
@@ -378,7 +379,7 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
     from store_testlib import count_rekey_steps
-    from floydd.store import rekey
+    from floydd.store.keys import rekey
     k, steps = int(sys.argv[2]), []
     def after(name):
         steps.append(name)

@@ -1,4 +1,4 @@
-"""The background scrub (``floydd.store.scrub``) and reads that repair (``Store.repairer``)."""
+"""The background scrub (``floydd.store.care.scrub``) and reads that repair (``Store.repairer``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from floydd.errors import IntegrityError, NotFound
 from floydd.store import ObjectId, Store
-from floydd.store.scrub import SCRUB_FILE, Scrub
+from floydd.store.care.scrub import SCRUB_FILE, Scrub
 from store_testlib import describe, flip_byte, write_tree
 
 

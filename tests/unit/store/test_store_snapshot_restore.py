@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from floydd.errors import Conflict, NotFound, UnsafePath
 from floydd.store import IgnoreRules, Store
-from floydd.store.snapshot import PACK_FILE_MAX
+from floydd.store.ingest import PACK_FILE_MAX
 from store_testlib import describe, object_files, write_tree
 
 # -- round trips --------------------------------------------------------------------------

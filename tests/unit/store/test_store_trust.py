@@ -12,7 +12,7 @@ import pytest
 
 from floydd.store import Store
 from floydd.errors import Untrusted
-from floydd.store.rebuild import LOST_FOUND, rebuild_catalog
+from floydd.store.care.rebuild import LOST_FOUND, rebuild_catalog
 from store_testlib import describe, flip_byte, object_files, write_tree
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from floydd.store import LocalBackend, MemoryBackend, Store
-from floydd.store.crypto import Keys
+from floydd.store.keys.crypto import Keys
 from floydd.store.objects import BUFFER_SIZE, Objects
 from store_testlib import describe, write_tree
 

@@ -1,0 +1,1 @@
+"""Node-to-node traffic (HTTPS with mutual TLS) and finding the other boxes."""

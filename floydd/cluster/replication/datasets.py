@@ -1,0 +1,542 @@
+"""The cluster's dataset catalog, and keeping every version on R nodes (DESIGN §5 "Store", §5b).
+
+The replicated state (:mod:`floydd.cluster.state.machine`) numbers the versions and says which
+nodes hold each one; the bytes stay in each node's own store and move between nodes with
+:mod:`floydd.cluster.replication.peerstore`. Each node also mirrors the versions it holds into its local
+:class:`~floydd.store.catalog.Catalog` under the same number, so the local catalog stays
+this node's gc roots and ``NAME:N`` means the same tree on every node.
+
+Which copies count and who makes the missing ones is :mod:`floydd.cluster.replication.replicas`: a holder
+counts while it was heard from within ``grace`` (the daemon's ``replica_grace``), so a dead
+or switched-off holder is replaced once the grace has passed, and counts again from its
+first heartbeat when it returns. Replication is driven by committed entries and by a watch
+of the heartbeats' ages::
+
+    dataset.add_version / dataset.holders / node.remove / node.upsert / a node's status
+    change / a holder or a node crossing its window (the watch) / a restored snapshot / start
+        -> for each version touched: counted holders < R?
+           -> targets = nodes heard from lately not holding it, ordered by sha256(node id +
+              tree), the first R - counted; a node that finds itself among them fetches the
+              tree from the holders that count (then any node, silent ones last), mirrors the
+              version, then proposes dataset.holders(holds=True)
+    dataset.delete -> every node drops its mirror (gc gives the space back later)
+    a copy that fails here for lack of space or a failing disk -> this box's store watch
+       (``store_watch``: :class:`floydd.runtime.disk.StoreWatch`) says so in a heartbeat at
+       once; every node then passes this box over (:mod:`floydd.scheduler.storehealth`) and the
+       next one in the order takes the copy
+    a copy that fails here PASS_AFTER times otherwise (the holders cannot be reached from
+       here, say) -> dataset.holders holds=False failed=why (level 3): every node passes this
+       box over for that version for a while, and the next one in the order takes it
+    the leader, on any of the above, for a version with more than R copies that count
+       -> the extra holders are dropped (:mod:`floydd.cluster.replication.trimming`: dataset.holders
+          holds=False); a box dropped so drops its mirror (gc frees the space)
+
+A replication task looks at the state again before each step, and a tree already complete
+here is not fetched again, so entries replayed after a restart cost no transfer. A failed
+fetch is retried with backoff a few times, and again on the next entry that touches the
+version. An upload waits (``wait_for_copies``) until R copies count, no other box can take
+one, or its time is up, and says how many copies it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from floydd import log
+from floydd.cluster.state import access
+from floydd.cluster.state.access import ReadRules
+from floydd.cluster.driver.loop import Applied
+from floydd.cluster.replication.peerstore import fetch_manifest, fetch_tree
+from floydd.cluster.replication.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, refused, silent
+from floydd.scheduler.storehealth import trouble
+from floydd.cluster.replication.trimming import Trimmer
+from floydd.cluster.state.versions import at_least
+from floydd.errors import Conflict, FloyddError, NotFound
+from floydd.store.catalog import check_name, dataset_not_found, parse_ref
+from floydd.store.ids import ObjectId
+from floydd.store.store import Store
+from floydd.store.tree import Tree
+from floydd.tasks import cancel_and_wait
+
+__all__ = ["ClusterDatasets", "DEFAULT_REPLICAS", "DEFAULT_GRACE", "DEFAULT_COPY_WAIT"]
+
+DEFAULT_REPLICAS = 2
+DEFAULT_GRACE = 300.0
+"""Seconds a holder may stay silent before its copies stop counting (``replica_grace``)."""
+DEFAULT_COPY_WAIT = 60.0
+"""Seconds an upload waits for R copies before it answers with fewer (``dataset_copy_wait``)."""
+PASS_AFTER = 3
+"""Failed attempts at a copy (not the store's fault) after which a box passes it to the next."""
+_PUBLIC = ("name", "version", "ref", "tree", "created", "size", "files", "message", "holders", "owner", "visibility")
+
+_log = log.cluster.getChild("datasets")
+
+
+class ClusterDatasets:
+    """One node's view of the cluster catalog; ``start()`` after the cluster service started."""
+
+    def __init__(self, cluster: Any, store: Store, *, replicas: int = DEFAULT_REPLICAS,
+                 grace: float = DEFAULT_GRACE, copy_wait: float = DEFAULT_COPY_WAIT,
+                 retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
+                 import_marker: Path | None = None, clock: Callable[[], float] = time.time,
+                 rules: ReadRules = ReadRules(), store_watch: Any = None) -> None:
+        self.cluster = cluster
+        self.store_watch = store_watch
+        """This box's :class:`~floydd.runtime.disk.StoreWatch` (None: its store is not watched)."""
+        self.rules = rules
+        """Who reads job outputs through this box (its config: :mod:`floydd.cluster.state.access`)."""
+        self._import_marker = import_marker
+        self.store = store
+        self.replicas = replicas
+        self.grace = grace
+        self.copy_wait = copy_wait
+        self._clock = clock
+        self._holders_changed = asyncio.Event()
+        self._windows: tuple[frozenset, ...] | None = None
+        self._retry, self._attempts = retry, attempts
+        self._replicating: dict[tuple[str, int], asyncio.Task] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._catalog_lock = asyncio.Lock()     # mirrors and drops of the local catalog, in order
+        self._statuses: dict[str, tuple[str, str]] = {}
+        self._trimmer = Trimmer(self)
+        self._polled = 0.0
+        self._closed = False
+
+    @property
+    def node_id(self) -> str:
+        return self.cluster.node_id
+
+    def start(self) -> None:
+        """Follow committed entries from now on, and catch up with the state as it is."""
+        self.cluster.on_apply(self._on_apply)
+        self._scan(repair=True)
+        self._spawn(self._watch(), f"datasets-watch-{self.node_id[:6]}")
+
+    async def close(self) -> None:
+        self._closed = True
+        await cancel_and_wait([*self._tasks, *self._replicating.values()])
+
+    # -- reading the catalog ------------------------------------------------------------------
+
+    async def list(self, name: str | None = None, *, reader: str | None = None,
+                   everything: bool = False) -> list[dict]:
+        """Every version (of ``name``) that ``reader`` may read (:mod:`floydd.cluster.state.access`:
+        someone else's private dataset, or a job's output they may not read, is left out, its
+        tree id with it), by name and number, with its holders (read through the leader);
+        ``everything``: every version, for the daemon itself."""
+        if name is not None:
+            check_name(name)
+        state = self.cluster.state
+        versions = [v for v in await self.cluster.datasets() if name is None or v["name"] == name]
+        if not everything:
+            versions = [v for v in versions
+                        if access.allowed(state, reader, access.dataset_target(state, v["name"]), "read", self.rules)]
+        return [self.describe(v) for v in sorted(versions, key=lambda v: (v["name"], v["version"]))]
+
+    def describe(self, version: dict) -> dict:
+        """``version`` with its copies: the holders' names (``held_by``), those not counted now
+        (``silent_holders``), how many count (``copies``) of the ``replicas`` kept (R, or fewer
+        on a cluster of fewer boxes), and ``copies_note``."""
+        nodes, live = self.cluster.state.nodes, self.liveness()
+        holders = version["holders"]
+        name = {nid: n.get("name") or nid for nid, n in nodes.items()}
+        return {**_public(version), **self._visibility(version), "held_by": [name.get(h, h) for h in holders],
+                "silent_holders": [name.get(h, h) for h in silent(nodes, holders, live)],
+                "copies": len(counted(nodes, holders, live)), "replicas": min(self.replicas, max(1, len(nodes))),
+                "copies_note": copies_note(nodes, version, self.replicas, live)}
+
+    def liveness(self) -> Liveness:
+        """This node's judgement of holders and takers, now (:mod:`floydd.cluster.replication.replicas`)."""
+        return Liveness(now=self._clock(), grace=self.grace, fresh=self.cluster.config.stale_after,
+                        ages=self.cluster.heard_ages())     # this box's monotonic clock (issue 21)
+
+    async def resolve(self, ref: str) -> dict:
+        """``NAME``, ``NAME:N`` or ``NAME:latest`` -> the version (name, version, ref, tree,
+        holders, size, files, message, created). ``NotFound`` lists what exists;
+        ``Unavailable`` without a leader."""
+        name, number = parse_ref(ref)
+        everything = await self.cluster.datasets()
+        versions = {v["version"]: v for v in everything if v["name"] == name}
+        if versions:
+            found = versions.get(max(versions) if number is None else number)
+            if found is not None:
+                return _public(found)
+        raise dataset_not_found(name, number, list(versions), sorted({v["name"] for v in everything}))
+
+    async def resolve_readable(self, ref: str, user: str | None, verb: str = "mount", *,
+                               doing: str | None = None) -> dict:
+        """:meth:`resolve`, for ``user`` to ``verb`` (``read``: list the files of, ``mount``,
+        ``clone``; ``doing``: the road's own word in a refusal, e.g. ``export``): refused as
+        :mod:`floydd.cluster.state.access` says (someone else's private dataset; the output of
+        someone else's job unless this box lets the lab read outputs)."""
+        version = await self.resolve(ref)
+        state = self.cluster.state
+        access.check(state, user, access.dataset_target(state, version["name"], version["ref"]), verb, self.rules,
+                     doing=doing)
+        return version
+
+    def check_may_add(self, name: str, user: str) -> None:
+        """Refuse at once a version of ``name`` that ``user`` may not add (every box checks it
+        again on apply): before an upload is read, not after it was stored."""
+        state = self.cluster.state
+        access.check(state, user, access.dataset_target(state, name), "add")
+
+    def check_may_delete(self, name: str, ref: str, user: str) -> None:
+        """Refuse at once a delete ``user`` may not make (checked again on apply)."""
+        state = self.cluster.state
+        access.check(state, user, access.dataset_target(state, name, ref), "delete")
+
+    async def manifest(self, version: dict) -> Tree:
+        """The file list of ``version``, fetching only its manifest when the tree is not here."""
+        return await fetch_manifest(self.store, version["tree"], self._sources(version["holders"]),
+                                    self.cluster.transport)
+
+    # -- moving data ---------------------------------------------------------------------------
+
+    async def ensure_local(self, tree: str, holders: list[str], *,
+                           progress: Callable[[int, int], object] | None = None) -> int:
+        """Make ``tree`` complete in this node's store, fetching what is missing from its
+        ``holders`` first, then from any other node; bytes fetched (0: all was here)."""
+        return await fetch_tree(self.store, tree, self._sources(holders), self.cluster.transport,
+                                progress=progress)
+
+    async def register(self, name: str, tree: str, *, size: int, files: int, message: str = "",
+                       idem_key: str | None = None, user: str = "", visibility: str | None = None) -> dict:
+        """Commit ``tree`` (stored here) as the next version of ``name``, held by this node,
+        and mirror it into the local catalog under the cluster's number. The same
+        ``idem_key`` always gives the same version."""
+        check_name(name)
+        fields = {} if visibility is None else {"visibility": visibility}   # None: as it is (new: lab)
+        version = await self.cluster.add_dataset_version(name, tree, idem_key=idem_key, size=size, files=files,
+                                                         message=message, user=user, **fields)
+        await self._mirror(version, committed=True)
+        _log.info("[%s] registered %s (tree %s)", self.node_id, version["ref"], tree[:12])
+        return _public(version)
+
+    async def wait_for_copies(self, version: dict, timeout: float | None = None) -> dict:
+        """``version`` described (:meth:`describe`) once ``replicas`` copies count, no other
+        box can take one, or ``timeout`` (default ``copy_wait``) seconds have passed: an upload's answer."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.copy_wait if timeout is None else timeout)
+        while True:
+            changed = self._holders_changed
+            current = self._version(version["name"], version["version"]) or version
+            nodes, live = self.cluster.state.nodes, self.liveness()
+            if loop.time() >= deadline or not choose_replicas(nodes, current, self.replicas, live):
+                return self.describe(current)
+            try:                    # also look again now and then: a taker may go stale
+                await asyncio.wait_for(changed.wait(), min(1.0, max(0.0, deadline - loop.time())))
+            except asyncio.TimeoutError:
+                pass
+
+    async def delete(self, name: str, version: int | None = None, *, user: str = "") -> int:
+        """Delete one version or the whole dataset, on every node, for ``user`` (who added
+        them, or an admin: :mod:`floydd.cluster.state.authz`); how many versions went."""
+        ref = name if version is None else f"{name}:{version}"
+        await self.resolve(ref)         # NotFound with the versions there are
+        gone = len([v for v in await self.cluster.datasets() if v["name"] == name]) if version is None else 1
+        await self.cluster.delete_dataset(name, version, user=user)
+        return gone
+
+    async def import_local(self) -> int:
+        """Once per node (``import_marker`` is written after): put the versions this node made before
+        it joined into the cluster catalog, so they stay usable (``--data NAME``) and are
+        replicated. A version the cluster already has (same name and tree) is skipped; one
+        whose number is taken there gets the next number, said in the log. Retried until a
+        leader answers; returns how many versions were imported."""
+        marker = self._import_marker
+        if marker is None or await asyncio.to_thread(marker.exists):
+            return 0
+        delay = self._retry[0]
+        while True:
+            try:
+                imported = await self._import_local()
+                break
+            except FloyddError as exc:
+                _log.info("[%s] importing this node's own datasets into the cluster: %s", self.node_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, self._retry[1])
+        await asyncio.to_thread(_touch, marker)
+        return imported
+
+    async def _import_local(self) -> int:
+        known = {(v["name"], v["tree"]) for v in await self.cluster.datasets()}
+        imported = 0
+        for v in await asyncio.to_thread(self.store.catalog.list):
+            if (v.name, str(v.tree)) in known:
+                continue
+            name = v.name
+            if not access.allowed(self.cluster.state, "", access.dataset_target(self.cluster.state, name), "add"):
+                name = f"{v.name[:44]}-from-{self.node_id[:8]}"     # the name is someone's in the cluster
+                _log.warning("[%s] %s is someone else's dataset in the cluster: this box's %s goes in as %s",
+                             self.node_id, v.name, v.ref, name)
+            added = await self.register(name, str(v.tree), size=v.size, files=v.files, message=v.message,
+                                        idem_key=f"import:{self.node_id}:{v.ref}:{v.tree}")
+            known.add((v.name, str(v.tree)))
+            imported += 1
+            renumbered = "" if added["version"] == v.version else f" (its number here stays {v.ref})"
+            _log.info("[%s] imported %s into the cluster as %s%s", self.node_id, v.ref, added["ref"], renumbered)
+        return imported
+
+    # -- following the log ---------------------------------------------------------------------
+
+    def _on_apply(self, event: Applied) -> None:
+        if self._closed:
+            return
+        if event.restored:
+            self._scan(repair=True)
+            return
+        cmd = event.command
+        if cmd is None or event.error is not None:
+            return
+        op = cmd["op"]
+        if op == "dataset.add_version":
+            self._check(event.result["name"], event.result["version"])
+        elif op == "dataset.holders":
+            self._holders_changed.set()
+            self._holders_changed = asyncio.Event()
+            if not cmd["holds"] and cmd["node"] == self.node_id and "failed" not in cmd:
+                self._trimmed(cmd["name"], cmd["version"])
+            self._check(cmd["name"], cmd["version"])
+        elif op == "dataset.delete":
+            self._dropped(cmd["name"], cmd.get("version"))
+        elif op == "node.remove":
+            if self.cluster.is_leader:      # its copies are gone with it: say so, which re-replicates
+                self._spawn(self._forget_holder(cmd["id"]), f"datasets-forget-holder-{cmd['id'][:6]}")
+            self._scan()
+        elif op == "node.upsert":
+            self._scan()
+        elif op == "node.health" and \
+                self._statuses.get(cmd["id"]) != _standing(self.cluster.state.nodes.get(cmd["id"])):
+            self._scan()
+
+    async def _watch(self) -> None:
+        """Scan again whenever a node crosses a window (a holder's grace, a taker's
+        freshness) without an entry saying so: a crash is silence, not a command."""
+        period = max(0.05, min(1.0, self.grace / 4, self.cluster.config.stale_after / 4))   # O(nodes) a look
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            if self.store_watch is not None and loop.time() - self._polled >= 1.0:
+                self._polled = loop.time()
+                if await asyncio.to_thread(self.store_watch.poll):      # full, failing, or well again
+                    _log.info("[%s] this box's store: %s", self.node_id,
+                              self.store_watch.report()["why"] or "takes new data again")
+                    self.cluster.beat_soon()
+            live, nodes = self.liveness(), self.cluster.state.nodes
+            windows = (frozenset(n for n, node in nodes.items() if live.holds(node)),
+                       frozenset(n for n, node in nodes.items() if live.takes(node)),
+                       frozenset((name, v["version"], n) for name, d in self.cluster.state.datasets.items()
+                                 for v in d["versions"].values() if "refused" in v for n in refused(v, live)))
+            if windows != self._windows:
+                if self._windows is not None:
+                    _log.info("[%s] copies counted on %d nodes, %d may take copies: checking every version",
+                              self.node_id, len(windows[0]), len(windows[1]))
+                self._windows = windows
+                self._scan()
+
+    def _scan(self, *, repair: bool = False) -> None:
+        """Check every version; ``repair`` also re-mirrors versions this node holds (after a
+        restart or a restored snapshot the local catalog may lag behind the state)."""
+        state = self.cluster.state
+        self._statuses = {nid: _standing(n) for nid, n in state.nodes.items()}
+        for name, dataset in state.datasets.items():
+            for version in dataset["versions"].values():
+                if repair and self.node_id in version["holders"]:
+                    self._replicate_soon(name, version["version"])
+                else:
+                    self._check(name, version["version"])
+        if repair:
+            self._spawn(self._forget_deleted(), f"datasets-forget-{self.node_id[:6]}")
+
+    def _check(self, name: str, number: int) -> None:
+        version = self._version(name, number)
+        if version is not None and self.node_id in choose_replicas(self.cluster.state.nodes, version,
+                                                                   self.replicas, self.liveness()):
+            self._replicate_soon(name, number)
+        if version is not None:
+            self._trimmer.check(version)
+
+    def _trimmed(self, name: str, number: int) -> None:
+        """The leader dropped this node's copy of ``name:number`` (one too many): drop the mirror."""
+        version = self._version(name, number)
+        if version is None or self.node_id in version["holders"]:
+            return
+        task = self._replicating.get((name, number))
+        if task is not None:
+            task.cancel()
+        self._spawn(self._drop_local(name, [number]), f"datasets-drop-{name}:{number}")
+
+    def _replicate_soon(self, name: str, number: int) -> None:
+        key = (name, number)
+        if key in self._replicating or self._closed:
+            return
+        task = asyncio.create_task(self._replicate(name, number), name=f"datasets-replicate-{name}:{number}")
+        self._replicating[key] = task
+        task.add_done_callback(lambda t: self._replicating.pop(key, None) if self._replicating.get(key) is t
+                               else None)
+
+    async def _replicate(self, name: str, number: int) -> None:
+        """Fetch, mirror, then tell the cluster this node holds it (each step re-checked)."""
+        delay = self._retry[0]
+        for attempt in range(1, self._attempts + 1):
+            version = self._version(name, number)
+            if version is None:
+                return
+            holder = self.node_id in version["holders"]
+            if not holder and self.node_id not in choose_replicas(self.cluster.state.nodes, version,
+                                                                  self.replicas, self.liveness()):
+                return
+            try:
+                fetched = 0
+                if not await asyncio.to_thread(self._mirrored, version):   # else fetched before a restart
+                    fetched = await self.ensure_local(version["tree"], version["holders"])
+                    if not await self._mirror(version):
+                        return
+                if self.store_watch is not None and fetched:
+                    self.store_watch.succeeded()
+                if not holder:
+                    await self.cluster.set_dataset_holder(name, number, holds=True)
+                    _log.info("[%s] now holds %s:%d (%d bytes fetched)", self.node_id, name, number, fetched)
+                return
+            except (FloyddError, OSError) as exc:
+                said = self.store_watch is not None and self.store_watch.failed(exc)
+                _log.warning("[%s] keeping a copy of %s:%d failed (attempt %d of %d): %s%s", self.node_id,
+                             name, number, attempt, self._attempts, getattr(exc, "message", None) or exc,
+                             "; this box takes no new copies until its store recovers" if said else "")
+                if said:            # a heartbeat says so now: the next box in the order takes the copy
+                    await asyncio.to_thread(self.store_watch.poll)
+                    self.cluster.beat_soon()
+                elif attempt >= PASS_AFTER and not holder and await self._pass(name, number, exc):
+                    return
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, self._retry[1])
+
+    async def _pass(self, name: str, number: int, exc: BaseException) -> bool:
+        """Say in the version that this box could not keep a copy (level 3), so the next box in
+        the order takes it (:func:`~floydd.cluster.replication.replicas.refused`); whether it was said."""
+        if not at_least(self.cluster.state, 3):
+            return False
+        why = str(getattr(exc, "message", None) or exc)
+        try:
+            await self.cluster.set_dataset_holder(name, number, holds=False, failed=why)
+        except FloyddError as said:
+            _log.info("[%s] saying that %s:%d could not be kept here: %s", self.node_id, name, number, said)
+            return False
+        _log.warning("[%s] passing the copy of %s:%d to the next box: %s", self.node_id, name, number, why)
+        return True
+
+    async def _mirror(self, version: dict, *, committed: bool = False) -> bool:
+        """Add ``version`` to the local catalog (idempotent); False if the cluster deleted it
+        meanwhile. A local version of the same name and number but another tree (made before
+        this node joined) is left alone and the tree is pinned instead."""
+        name, number, tree = version["name"], version["version"], ObjectId.from_hex(version["tree"])
+        async with self._catalog_lock:
+            if not committed and self._version(name, number) is None:
+                return False
+            try:
+                await asyncio.to_thread(self.store.catalog.add_version, name, tree, version.get("message", ""),
+                                        number=number)
+            except Conflict as exc:
+                _log.warning("[%s] %s; pinning the cluster's %s:%d instead", self.node_id, exc, name, number)
+                await asyncio.to_thread(self.store.catalog.pin, tree, _pin(name, number))
+        return True
+
+    def _dropped(self, name: str, number: int | None) -> None:
+        for key, task in list(self._replicating.items()):
+            if key[0] == name and (number is None or key[1] == number):
+                task.cancel()
+        numbers = [number] if number is not None else \
+            list(range(1, self.cluster.state.datasets.get(name, {}).get("next", 1)))
+        self._spawn(self._drop_local(name, numbers, whole=number is None), f"datasets-drop-{name}")
+
+    async def _drop_local(self, name: str, numbers: list[int], *, whole: bool = False) -> None:
+        catalog = self.store.catalog
+
+        def drop() -> None:
+            try:
+                catalog.delete(name, None if whole else numbers[0])
+            except NotFound:
+                pass
+            for n in numbers:
+                catalog.unpin(_pin(name, n))
+        async with self._catalog_lock:
+            await asyncio.to_thread(drop)
+        _log.info("[%s] dropped the local copy of %s%s", self.node_id, name, "" if whole else f":{numbers[0]}")
+
+    async def _forget_holder(self, node: str) -> None:
+        """Drop a node that left the cluster for good from every version's holders."""
+        for name, dataset in list(self.cluster.state.datasets.items()):
+            for version in list(dataset["versions"].values()):
+                if node in version["holders"]:
+                    try:
+                        await self.cluster.set_dataset_holder(name, version["version"], holds=False, node=node)
+                    except FloyddError as exc:   # the next leader's scan does not retry: log it
+                        _log.warning("[%s] %s:%d still lists %s as a holder: %s", self.node_id, name,
+                                     version["version"], node, exc)
+
+    async def _forget_deleted(self) -> None:
+        """Drop local versions that the cluster numbered and has deleted since (this node was
+        away, and the log entries were compacted into a snapshot)."""
+        datasets = self.cluster.state.datasets
+        if self._import_marker is not None and not await asyncio.to_thread(self._import_marker.exists):
+            return                      # versions made before joining are not the cluster's yet
+        async with self._catalog_lock:
+            local = await asyncio.to_thread(self.store.catalog.list)
+            gone = [v for v in local if v.version < datasets.get(v.name, {}).get("next", 1)
+                    and str(v.version) not in datasets[v.name]["versions"]]
+            for v in gone:
+                await asyncio.to_thread(self.store.catalog.delete, v.name, v.version)
+                _log.info("[%s] dropped %s: deleted in the cluster while this node was away", self.node_id, v.ref)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _visibility(self, version: dict) -> dict:
+        """A job output's ``visibility`` as this box serves it: ``private`` (its job's owner and
+        the admins) unless this box's ``job_outputs`` is ``lab``; any other version's as it is."""
+        if access.output_job(version["name"]) is None:
+            return {}
+        return {"visibility": "lab" if self.rules.job_outputs == "lab" else "private"}
+
+    def _version(self, name: str, number: int) -> dict | None:
+        return self.cluster.state.datasets.get(name, {}).get("versions", {}).get(str(number))
+
+    def _mirrored(self, version: dict) -> bool:
+        """Whether the local catalog has ``version`` (so its tree was complete here)."""
+        try:
+            return str(self.store.catalog.resolve(version["ref"]).tree) == version["tree"]
+        except NotFound:
+            return False
+
+    def _sources(self, holders: Iterable[str]) -> list[str]:
+        """Holders that count first, then nodes heard from lately, silent ones last; never this node."""
+        return ranked_sources(self.cluster.state.nodes, holders, self.liveness(), skip=self.node_id)
+
+    def _spawn(self, coro, name: str) -> None:
+        if self._closed:
+            coro.close()
+            return
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _standing(node: dict | None) -> tuple[str, str]:
+    """What of a node's heartbeat changes who takes copies: its status and its store's trouble."""
+    return ((node or {}).get("status", ""), trouble(node))
+
+
+def _touch(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("local datasets imported into the cluster catalog\n")
+
+
+def _public(version: dict) -> dict:
+    return {k: version[k] for k in _PUBLIC if k in version}
+
+
+def _pin(name: str, number: int) -> str:
+    return f"cluster:{name}:{number}"

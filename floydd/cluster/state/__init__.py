@@ -1,0 +1,1 @@
+"""The replicated state and its rules: pure (no I/O, no clock), applied alike on every box."""

@@ -1,0 +1,191 @@
+"""The control plane's replicated state machine: nodes, jobs, the dataset catalog.
+
+Pure (STYLE 2): no I/O, no clock, no randomness. Every command is first checked for who may
+say it (:func:`floydd.cluster.state.authz.authorize`, from its stamped ``proposer`` and the state). Every node applies the same committed
+commands (:mod:`floydd.cluster.state.commands`) in the same order and so holds the same state;
+time comes in as each command's ``ts``, set by its proposer. ``apply`` either changes the
+state and returns a result, or raises a :class:`~floydd.errors.FloyddError` having changed
+nothing (the rejection is the proposal's answer, the same on every node).
+
+What it holds::
+
+    nodes      id -> address, ports, resources (GPU indices), labels, status, last heartbeat,
+               procs (its live runs: job, attempt, GPUs)
+    removed    id -> when: tombstones of nodes removed for good (their certificates refused)
+    revoked    certificate serial -> {node, ts}: the certificates of removed nodes
+    people     name -> role, uids per box (:mod:`floydd.cluster.state.people`; ``admins`` derived)
+    jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, reruns, summary
+    counters   project -> last job number (numbers are never reused; project.reserve raises it)
+    datasets   name -> versions (tree id, size, holders); version numbers never reused
+    code       code tree -> holders, jobs (level 3: :mod:`floydd.cluster.state.code`)
+    idem       idempotency key -> the job or dataset version it made (an imported job's key: its
+               number, then the job; :mod:`floydd.cluster.state.imported`)
+    archive    finished jobs moved out by ``job.archive`` (:mod:`floydd.cluster.state.archive`: SQLite
+               beside the raft log, not in the snapshot's data); ``job``, ``job.submit``'s
+               idempotency and ``job.delete`` also look there, numbers stay in ``counters``
+
+Derived from the jobs and never serialised (rebuilt by ``restore``): the index of the active
+jobs, what each node's GPUs, cores and memory are held by (:mod:`floydd.cluster.state.index`).
+
+Leader actions are fenced: a command with a ``term`` (``job.place`` always has one) is
+refused unless that is the term of the log entry that carries it.
+
+This module is the container (what it holds, ``apply``, ``snapshot``, ``restore``); each
+family of commands is applied by a module of its own, mixed into :class:`ClusterState` or
+called with it::
+
+    state_nodes      node.upsert, node.health, node.remove
+    state_jobs       job.submit, job.place, job.update, job.delete, job.archive,
+                     project.reserve: the jobs' states and their moves
+    state_gangs      a gang job's parts (job.update with rank)
+    state_datasets   dataset.add_version, dataset.delete, dataset.holders
+    state_code       code.holders, and the code table's side of job.submit and job.delete
+    state_index      the derived index of active jobs (held_gpus, set_aside, node_load, ...)
+    state_queries    the reads (copies): job, list_jobs, list_nodes, node_health, query, ...
+    imported         project.allocate, job.import
+    trust            token.create, token.use, token.revoke, node.cert
+    people           admin.grant, person.add, person.role, person.remove, person.map, person.boxes
+    signin           who is signed in on which box (level 3), and what changes with it
+    apitokens        apitoken.create, apitoken.revoke
+    versions         cluster.protocol
+    audit_guard      audit.tamper (changes nothing but the chain: its entry is the record)
+    keyepochs        store.epoch (a new store key epoch: its number and fingerprint)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import msgpack
+
+from floydd.cluster.state import code as state_code, imported, keyepochs, people, signin, versions
+from floydd.cluster.state.archive import MemoryArchive
+from floydd.cluster.state.audit import MemoryAudit
+from floydd.cluster.state.apitokens import ApiTokens
+from floydd.cluster.state.authz import authorize
+from floydd.cluster.state.commands import check
+from floydd.cluster.state.datasets import DatasetCommands
+from floydd.cluster.state.gangs import GangParts
+from floydd.cluster.state.index import ActiveIndex
+from floydd.cluster.state.jobs import JobCommands
+from floydd.cluster.state.nodes import NodeCommands
+from floydd.cluster.state.queries import Queries
+from floydd.cluster.state.credentials import TrustState
+from floydd.errors import Conflict, InvalidSpec
+from floydd.model import ACTIVE_STATES
+
+__all__ = ["ClusterState", "StaleTerm", "SNAPSHOT_VERSION"]
+
+SNAPSHOT_VERSION = 1
+
+
+class StaleTerm(Conflict):
+    """A leader action whose fencing term is not the term it was committed in."""
+
+    code = "stale_term"
+
+
+class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, ActiveIndex, Queries):
+    def __init__(self, archive: Any = None, audit: Any = None, *, protocol: int = 1) -> None:
+        self.archive = archive if archive is not None else MemoryArchive()
+        self.audit = audit if audit is not None else MemoryAudit()   # the audit chain (floydd.cluster.state.audit)
+        self.protocol = protocol
+        """The cluster's level (:mod:`floydd.cluster.state.versions`): 1 for a log that starts empty
+        (it may be an 0.1 cluster's), raised by ``cluster.protocol``; tests of level-2 behaviour
+        alone start a state at 2."""
+        self._index = 0
+        """Finished jobs moved out by ``job.archive`` (:mod:`floydd.cluster.state.archive`): not in
+        the snapshot's data, shipped beside it."""
+        self.nodes: dict[str, dict] = {}
+        self.removed: dict[str, float] = {}
+        self.jobs: dict[str, dict] = {}
+        self.counters: dict[str, int] = {}
+        self.datasets: dict[str, dict] = {}
+        self.code: dict[str, dict] = {}      # code tree -> holders, jobs (level 3: floydd.cluster.state.code)
+        self.idem: dict[str, list] = {}
+        self.trust = TrustState()           # join tokens, members' certificates (floydd.cluster.state.credentials)
+        self.apitokens = ApiTokens()        # personal API tokens (floydd.cluster.state.apitokens)
+        self.revoked: dict[str, dict] = {}  # certificate serial (hex) -> {node, ts}: removed nodes' (authz)
+        self.people: dict[str, dict] = {}   # the lab's people (floydd.cluster.state.people; authz reads roles)
+        self.store_epochs: list[dict] = []  # store key epochs after the first (floydd.cluster.state.keyepochs)
+        # derived, never serialised (rebuilt by restore): ids of the jobs in ACTIVE_STATES, and
+        # per node id the GPUs they hold (index -> job id) and how many of them have a part there
+        self._active: dict[str, None] = {}
+        self._held: dict[str, dict[int, str]] = {}
+        self._load: dict[str, int] = {}
+        self._cpu: dict[str, int] = {}          # node id -> thousandths of a core asked by its active jobs
+        self._memory: dict[str, int] = {}       # node id -> bytes asked by its active jobs
+        self._handlers: dict[str, Callable[[dict, int], Any]] = {
+            "node.upsert": self._node_upsert, "node.health": self._node_health,
+            "node.remove": self._node_remove, "job.submit": self._job_submit,
+            "job.place": self._job_place, "job.update": self._job_update,
+            "job.delete": self._job_delete, "job.archive": self._job_archive,
+            "project.reserve": self._project_reserve,
+            "project.allocate": lambda cmd, term: imported.allocate(self, cmd),
+            "job.import": lambda cmd, term: imported.import_job(self, cmd),
+            "dataset.add_version": self._dataset_add,
+            "dataset.delete": self._dataset_delete, "dataset.holders": self._dataset_holders,
+            "code.holders": lambda cmd, term: state_code.set_holder(self, cmd),    # level 3: copies of job code
+            "token.create": lambda cmd, term: signin.token_create(self, cmd),     # level 3: whom it signs in
+            "token.use": lambda cmd, term: signin.token_use(self, cmd),
+            "token.revoke": lambda cmd, term: signin.token_revoke(self, cmd),     # level 3: cancels a join
+            "node.cert": lambda cmd, term: self.trust.node_cert(cmd, members=self.nodes, removed=self.removed),
+            "admin.grant": lambda cmd, term: people.grant(self.people, cmd, here=signin.here(self, cmd)),
+            versions.OP: lambda cmd, term: signin.raise_level(self, cmd),       # level 3 lists members' boxes
+            "person.add": lambda cmd, term: people.add(self.people, cmd, here=signin.here(self, cmd)),
+            "person.role": lambda cmd, term: people.set_role(self.people, cmd),
+            "person.remove": lambda cmd, term: signin.remove_person(self, cmd),   # level 3: and their tokens
+            "person.map": lambda cmd, term: people.map_uids(self.people, cmd),
+            "person.boxes": lambda cmd, term: people.set_boxes(self.people, cmd),
+            "apitoken.create": lambda cmd, term: self.apitokens.create(cmd),
+            "apitoken.revoke": lambda cmd, term: self.apitokens.revoke(cmd),
+            "audit.tamper": lambda cmd, term: {"box": cmd["box"], "first_seq": cmd["first_seq"]},  # its entry says it
+            keyepochs.OP: lambda cmd, term: keyepochs.apply_epoch(self, cmd),
+        }
+
+    # -- the state machine ---------------------------------------------------------------
+
+    def apply(self, command: dict, *, index: int, term: int) -> Any:
+        """Apply one committed command (log ``index``, entry ``term``); its result, or a
+        FloyddError with nothing changed."""
+        cmd = check(command)
+        self._index = index                 # the archive as of this entry (archive.visible)
+        if "term" in cmd and cmd["term"] != term:
+            raise StaleTerm(f"{cmd['op']} was decided by the leader of term {cmd['term']} but committed in "
+                            f"term {term}: a former leader's action", hint="the current leader decides again")
+        versions.check_supported(self, cmd)         # a newer level's: refused alike by every box
+        authorize(self, cmd, cmd.get("proposer"))   # Forbidden: who proposed it may not say it
+        return self.audit.around(self, cmd, index, lambda: self._handlers[cmd["op"]](cmd, term))
+
+    def snapshot(self) -> bytes:
+        return msgpack.packb({"v": SNAPSHOT_VERSION, "nodes": self.nodes, "removed": self.removed,
+                              "jobs": self.jobs, "counters": self.counters,
+                              "datasets": self.datasets, "idem": self.idem, **self.trust.snapshot(),
+                              **self.apitokens.snapshot(), "revoked": self.revoked, "people": self.people,
+                              "admins": self.admins,     # what an 0.1 box reads of people
+                              "protocol": self.protocol,
+                              **({"code": self.code} if self.code else {}),
+                              **({"store_epochs": self.store_epochs} if self.store_epochs else {})},
+                             use_bin_type=True)
+
+    def restore(self, data: bytes) -> None:
+        """Replace everything by a snapshot (``b""``: the empty state of a new cluster)."""
+        if not data:
+            self.__init__(self.archive, self.audit)
+            return
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
+        if not isinstance(raw, dict) or raw.get("v") != SNAPSHOT_VERSION:
+            raise InvalidSpec(f"not a cluster state snapshot of version {SNAPSHOT_VERSION}",
+                              hint="upgrade this node to the version the cluster runs")
+        self.nodes, self.removed, self.jobs = raw["nodes"], raw["removed"], raw["jobs"]
+        self.counters, self.datasets, self.idem = raw["counters"], raw["datasets"], raw["idem"]
+        self.trust.restore(raw)
+        self.apitokens.restore(raw)
+        self.revoked, self.people = dict(raw.get("revoked") or {}), people.migrate(raw)
+        self.store_epochs = list(raw.get("store_epochs") or [])
+        self.protocol = int(raw.get("protocol") or 1)        # an 0.1 box's snapshot says none
+        self.code = dict(raw.get("code") or {})              # an 0.2 box's says none
+        self._active, self._held, self._load, self._cpu, self._memory = {}, {}, {}, {}, {}
+        for job in self.jobs.values():
+            if job["state"] in ACTIVE_STATES:
+                self._activate(job)

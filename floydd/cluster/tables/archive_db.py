@@ -1,0 +1,165 @@
+"""The archive of finished jobs in SQLite, in tables of the raft log's database.
+
+What it holds and the rules it keeps: :mod:`floydd.cluster.state.archive` (whose
+:class:`~floydd.cluster.state.archive.MemoryArchive` is the model this one is held to).
+
+Its connections, transactions and the staging of a received snapshot's rows are a
+:class:`~floydd.cluster.tables.sidetable.SideTable`'s: point reads in the loop while commands are
+applied (an indexed lookup each), writes on the raft writer thread (pending rows, purges,
+staged snapshots, fsynced like the log), listings and export pages in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import AsyncIterator, Iterable
+
+import msgpack
+
+from floydd.cluster.state.archive import EXPORT_ROWS, ArchiveRules, Run, decode_chunk, newest_first, row_of, visible
+from floydd.cluster.tables.sidetable import SideTable
+
+__all__ = ["SqliteArchive", "ARCHIVE_TABLES"]
+
+ARCHIVE_TABLES = frozenset({"archive", "archive_incoming", "archive_incoming_meta"})
+_COLUMNS = "id, project, number, created, state, idem_key, deleted, job"
+_SCHEMA = [
+    f"CREATE TABLE IF NOT EXISTS {table} (id TEXT PRIMARY KEY, project TEXT NOT NULL, number INTEGER NOT NULL, "
+    "created REAL NOT NULL, state TEXT NOT NULL, idem_key TEXT, deleted INTEGER, job BLOB NOT NULL)"
+    for table in ("archive", "archive_incoming")
+] + [
+    "CREATE INDEX IF NOT EXISTS archive_by_created ON archive (created, number)",
+    "CREATE INDEX IF NOT EXISTS archive_by_project ON archive (project, created, number)",
+    "CREATE INDEX IF NOT EXISTS archive_by_idem ON archive (idem_key)",
+    "CREATE TABLE IF NOT EXISTS archive_incoming_meta (id INTEGER PRIMARY KEY CHECK (id = 0), "
+    "idx INTEGER NOT NULL, term INTEGER NOT NULL, complete INTEGER NOT NULL)",
+]
+
+
+class SqliteArchive(SideTable, ArchiveRules):
+    """The archive in ``path`` (the raft log's database), see the module docstring."""
+
+    TABLE, COLUMNS, SCHEMA = "archive", _COLUMNS, _SCHEMA
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self._pending: dict[str, dict] = {}          # rows applied, not yet written
+        self._pending_idem: dict[str, set[str]] = {}  # their idempotency keys (a replay queues thousands)
+
+    # -- what the state machine calls (in the loop) ------------------------------------------
+
+    def put(self, job: dict) -> None:
+        self._pending[job["id"]] = job
+        if job.get("idem_key"):
+            self._pending_idem.setdefault(job["idem_key"], set()).add(job["id"])
+
+    def get(self, key: str, before: int | None = None) -> dict | None:
+        """The archived job as a command at log ``before`` sees it (None: as it is now)."""
+        if key in self._pending:
+            return visible(self._pending[key], before)
+        row = self._loop().execute("SELECT job FROM archive WHERE id = ?", (key,)).fetchone()
+        return None if row is None else visible(msgpack.unpackb(row[0], raw=False), before)
+
+    def _idem_keys(self, idem_key: str) -> set[str]:
+        stored = {k for (k,) in self._loop().execute("SELECT id FROM archive WHERE idem_key = ?", (idem_key,))}
+        return stored | self._pending_idem.get(idem_key, set())
+
+    def count(self) -> int:
+        """Archived jobs not deleted: the table's, with the pending rows laid over it. One
+        statement reads both counts, so a flush committing on the writer thread meanwhile cannot
+        fall between them (the rows it writes would be counted by neither)."""
+        pending = self._pending
+        marks = ", ".join("?" * len(pending)) or "NULL"
+        live, stored = self._loop().execute(
+            "SELECT (SELECT count(*) FROM archive WHERE deleted IS NULL), "
+            f"(SELECT count(*) FROM archive WHERE deleted IS NULL AND id IN ({marks}))", list(pending)).fetchone()
+        return live - stored + sum(1 for j in pending.values() if j.get("deleted_at") is None)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def page(self, *, project: str | None = None, states: Iterable[str] | None = None,
+                   since: float | None = None, limit: int | None = None) -> list[dict]:
+        """Archived jobs, newest first (by creation), filtered like the hot listing; the query
+        runs in a worker thread, the pending rows are laid over it."""
+        pending = dict(self._pending)
+        states = None if states is None else list(states)
+        want = None if limit is None else limit + len(pending)
+        rows = await asyncio.to_thread(self._query, project, states, since, want)
+        if not pending:
+            return rows                      # filtered and sorted by the query
+        jobs = {j["id"]: j for j in rows if j["id"] not in pending}
+        jobs.update((k, j) for k, j in pending.items() if j.get("deleted_at") is None)
+        return newest_first(jobs.values(), project, states, since, limit)
+
+    def _query(self, project: str | None, states: list[str] | None, since: float | None,
+               limit: int | None) -> list[dict]:
+        where, args = ["deleted IS NULL"], []
+        if project is not None:
+            where.append("project = ?")
+            args.append(project)
+        if states is not None:
+            if not states:
+                return []
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args += states
+        if since is not None:
+            where.append("created >= ?")
+            args.append(float(since))
+        sql = f"SELECT job FROM archive WHERE {' AND '.join(where)} ORDER BY created DESC, number DESC" + \
+            ("" if limit is None else f" LIMIT {int(limit)}")
+        with self._reader() as db:
+            return [msgpack.unpackb(blob, raw=False) for (blob,) in db.execute(sql, args)]
+
+    # -- durability ----------------------------------------------------------------------------
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._pending)
+
+    async def flush(self, run: Run) -> None:
+        """Write the pending rows in one fsynced transaction (``run``: on the writer thread)."""
+        batch = list(self._pending.values())
+        await run(self._write, batch)
+        for job in batch:
+            if self._pending.get(job["id"]) is job:
+                del self._pending[job["id"]]
+                self._pending_idem.get(job.get("idem_key"), set()).discard(job["id"])
+
+    def flush_now(self) -> None:
+        """Write the pending rows here and now (offline tools: ``floydd recover``)."""
+        self._write(list(self._pending.values()))
+        self._pending, self._pending_idem = {}, {}
+
+    async def purge(self, upto: int, run: Run) -> None:
+        """Drop the tombstones of deletions at or before log ``upto`` (a durable snapshot's index)."""
+        await run(self._transaction, [("DELETE FROM archive WHERE deleted IS NOT NULL AND deleted <= ?", (upto,))])
+
+    def _write(self, batch: list[dict]) -> None:
+        self._transaction([(self.insert("archive"), row_of(job)) for job in batch])
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    async def export(self, rows: int = EXPORT_ROWS) -> AsyncIterator[bytes]:
+        """The archive, tombstones too, as chunks of ``rows`` rows (page by page, no long read
+        transaction: a row changed meanwhile is changed again by the entries the receiver
+        replays after the snapshot)."""
+        after = ""
+        while True:
+            page = await asyncio.to_thread(self._export_page, after, rows)
+            if not page:
+                return
+            after = page[-1][0]
+            yield msgpack.packb([list(r) for r in page], use_bin_type=True)
+
+    def _export_page(self, after: str, rows: int) -> list[tuple]:
+        with self._reader() as db:
+            return db.execute(f"SELECT {_COLUMNS} FROM archive WHERE id > ? ORDER BY id LIMIT ?",
+                              (after, rows)).fetchall()
+
+    def decode_chunk(self, chunk: bytes) -> list[tuple]:
+        return decode_chunk(chunk)
+
+    def installed(self, index: int, term: int) -> None:
+        """The state was replaced by a snapshot: what was pending is superseded."""
+        self._pending, self._pending_idem = {}, {}

@@ -1,0 +1,1 @@
+"""Keeping the store whole: maintenance, scrub, rebuilding and restoring its catalog."""

@@ -1,0 +1,1 @@
+"""The store's keys: sealing objects, key epochs and re-sealing under a new key."""
