@@ -24,7 +24,7 @@ from floydd import log
 from floydd.cluster.storehealth import trouble
 from floydd.errors import Conflict, FloyddError
 from floydd.jobs import outages
-from floydd.model import asked_per_box
+from floydd.model import DEFAULT_LOST_AFTER, DatasetRef, asked_per_box
 from floydd.scheduler import NodeSnapshot, PendingJob, node_snapshots, place
 
 __all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "every_second_or_sooner"]
@@ -35,7 +35,7 @@ REPORT_TIMEOUT = 5.0
 
 
 class ClusterScheduler:
-    def __init__(self, cluster, *, lost_after: float = 60.0, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, cluster, *, lost_after: float = DEFAULT_LOST_AFTER, clock: Callable[[], float] = time.monotonic,
                  ages: Callable[[], Mapping[str, float]] | None = None) -> None:
         self.cluster = cluster
         self.lost_after = lost_after
@@ -163,9 +163,8 @@ class _Near:
         refs = tuple(m.get("ref", "") for m in mounts if isinstance(m, dict))
         if refs not in self._seen:
             held: dict[str, int] = {}
-            for ref in refs:
-                name, _, number = ref.rpartition(":")
-                version = (self.datasets.get(name) or {}).get("versions", {}).get(number) or {}
+            for ref in filter(None, map(DatasetRef.stored, refs)):
+                version = (self.datasets.get(ref.name) or {}).get("versions", {}).get(ref.version_key) or {}
                 for nid in version.get("holders") or ():
                     if nid in self.names:
                         held[self.names[nid]] = held.get(self.names[nid], 0) + 1 + int(version.get("size") or 0)

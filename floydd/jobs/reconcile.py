@@ -51,7 +51,7 @@ from floydd.jobs.checkpoints import Checkpoints
 from floydd.jobs.gang import free_port, gang_env, interface_for, single_box_command, torchrun_command
 from floydd.jobs.leader import REPORT_TIMEOUT, every_second_or_sooner
 from floydd.jobs.local import LocalJobs, code_pin
-from floydd.model import ACTIVE_STATES, RECORD_FIELDS, JobKey
+from floydd.model import ACTIVE_STATES, DEFAULT_CHECKPOINT_INTERVAL, DatasetRef, RECORD_FIELDS, JobKey
 from floydd.runtime import fence
 from floydd.runtime import NodeRuntime
 from floydd.store import ObjectId, Store
@@ -70,7 +70,7 @@ class Reconciler:
     """Carries out :func:`decide` for this node (see the module docstring)."""
 
     def __init__(self, *, cluster: ClusterService, local: LocalJobs, runtime: NodeRuntime, store: Store,
-                 fetch_tree: FetchTree, node_name: str, checkpoint_interval: float = 60.0) -> None:
+                 fetch_tree: FetchTree, node_name: str, checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL) -> None:
         self.cluster, self.local, self.runtime, self.store = cluster, local, runtime, store
         self.node_id = cluster.node_id
         self.node_name = node_name
@@ -299,8 +299,8 @@ class Reconciler:
         await self.ensure_tree(tree, likely_sources(state, tree))   # its copies' holders first (issue 21)
         await asyncio.to_thread(self.store.catalog.pin, ObjectId.from_hex(tree), code_pin(JobKey.parse(job["id"])))
         for mount in spec.get("data") or ():
-            name, _, number = mount["ref"].rpartition(":")
-            version = state.datasets.get(name, {}).get("versions", {}).get(number, {})
+            ref = DatasetRef.stored(mount["ref"])
+            version = state.datasets.get(ref.name, {}).get("versions", {}).get(ref.version_key, {}) if ref else {}
             await self.ensure_tree(mount["tree"], version.get("holders", []))
 
     async def ensure_tree(self, tree: str, likely: list[str]) -> None:

@@ -13,7 +13,8 @@ from floydd.model.mounts import Mount, MountRequest, check_mounts
 from floydd.model.names import JobKey, check_abs_path, check_project
 from floydd.model.params import check_params
 from floydd.model.resources import Resources, parse_size
-from floydd.model.restart import DEFAULT_MAX_ATTEMPTS, RestartPolicy, parse_duration
+from floydd.model.defaults import DEFAULT_ENV, DEFAULT_MAX_ATTEMPTS, DEFAULT_MODE, DEFAULT_RESTART
+from floydd.model.restart import RestartPolicy, parse_duration
 from floydd.model.spec import JobSpec
 
 __all__ = ["Submission", "Restart", "MAX_COMMAND", "MAX_MESSAGE", "MAX_RUNTIME", "ENVIRONMENTS",
@@ -26,7 +27,7 @@ MAX_MESSAGE = 4096
 MAX_RUNTIME = 30 * 24 * 3600.0
 """The longest ``--max-runtime`` (seconds): 30 days. A job meant to run longer runs without
 one; past this a deadline is a typo (``1e300``), not a plan."""
-ENVIRONMENTS = ("default",)
+ENVIRONMENTS = (DEFAULT_ENV,)
 """Named environments; a project's floyd_requirements.txt adds packages on top of the chosen one."""
 CODE_UPLOAD_PATTERN = r"cu-[0-9a-f]{32}"
 """A code upload's handle (``POST /v1/code``, :class:`floydd.jobs.codesnap.CodeUploads`)."""
@@ -67,12 +68,12 @@ class Submission:
     """Bytes (or a size such as ``"16G"``) on each box; None: the daemon's ``job_memory``."""
     data: tuple[str | MountRequest, ...] = ()
     params: dict[str, Any] | tuple[str, ...] = field(default_factory=dict)
-    env: str = "default"
+    env: str = DEFAULT_ENV
     message: str = ""
     max_runtime: float | None = None
-    mode: str = "job"
+    mode: str = DEFAULT_MODE
     idem_key: str | None = None
-    restart: str = "on-lost"
+    restart: str = DEFAULT_RESTART
     """The restart policy (:data:`RESTART_POLICIES`)."""
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lost_after: float | str | None = None
@@ -103,7 +104,7 @@ class Submission:
         if self.env not in ENVIRONMENTS:
             raise InvalidSpec(f"unknown environment {self.env!r:.80}",
                               hint=f"available: {', '.join(ENVIRONMENTS)}; add packages with a floyd_requirements.txt")
-        if self.mode != "job":
+        if self.mode != DEFAULT_MODE:
             raise InvalidSpec(f"--mode {self.mode:.80} is not supported", hint="use --mode job (the default)")
         if self.idem_key is not None and not 8 <= len(self.idem_key) <= 128:
             raise InvalidSpec("idem_key must be a string of 8-128 characters",

@@ -54,7 +54,7 @@ from floydd.agent.sandbox import probe_bwrap
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
-from floydd.model import FINAL_STATES
+from floydd.model import DEFAULT_STOP_GRACE, FINAL_STATES
 from floydd.runtime import checkpoint, envs, fence, spawn, workspace
 from floydd.runtime.catchup import CatchUps
 from floydd.runtime.sandboxing import Sandboxing, resolve
@@ -77,7 +77,7 @@ class NodeRuntime:
 
     def __init__(self, *, state_dir: Path, store, records, sandbox: str = "auto", serves_others: bool = False,
                  builds: envs.BuildPolicy | None = None, env_pass: str = "",
-                 sample_interval: float = 5.0, tail_interval: float = 0.2, stop_grace: float = 10.0,
+                 sample_interval: float = 5.0, tail_interval: float = 0.2, stop_grace: float = DEFAULT_STOP_GRACE,
                  on_finished: Callable[[str, int], None] | None = None,
                  sampler: Callable[[int], dict | None] | None = None,
                  job_user: tuple[int, int] | None = None,

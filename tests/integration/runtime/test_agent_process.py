@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from floydd.agent.spec import Mount
+from floydd.agent.spec import BindMount
 from floydd.agent.status import read_status
 from floydd.runtime import spawn
 from floydd.runtime.tail import read_chunk
@@ -137,7 +137,7 @@ def test_in_the_sandbox_input_is_read_only_output_writable_and_paths_are_floydhu
         "echo result > /output/r.txt && echo output-ok; "
         "echo $FLOYD_CODE $FLOYD_INPUT $FLOYD_OUTPUT $HOME; pwd; "
         f"{PY} -c 'import floydd.agent.sdk; print(\"sdk-ok\")'"),
-        sandbox="bwrap", mounts=(Mount(source="data", target="/data"),))
+        sandbox="bwrap", mounts=(BindMount(source="data", target="/data"),))
     (ws / "input" / "a.txt").write_text("hello\n")
     (ws / "data").mkdir()
     proc = start_agent(ws)

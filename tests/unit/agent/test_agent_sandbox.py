@@ -8,7 +8,7 @@ from pathlib import Path
 
 from floydd.agent.jobenv import FIXED, SANE_PATH, agent_env
 from floydd.agent.sandbox import SANDBOX_HOME, build_launch
-from floydd.agent.spec import AgentSpec, Mount
+from floydd.agent.spec import AgentSpec, BindMount
 
 WS = Path("/srv/floydd/jobs/p/1")
 BASE = {"PATH": "/home/a/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "FLOYDD_TOKEN": "secret", "FLOYD_HOST": "x",
@@ -47,7 +47,7 @@ def test_the_spec_env_cannot_override_the_gpu_assignment():
 
 
 def test_under_bwrap_the_job_sees_floydhub_paths_and_not_the_state_dir():
-    launch = build_launch(spec(mounts=(Mount(source="input", target="/input"), Mount(source="data/x", target="/data/x"))),
+    launch = build_launch(spec(mounts=(BindMount(source="input", target="/input"), BindMount(source="data/x", target="/data/x"))),
                           WS, "/usr/bin/bwrap", BASE)
     argv = launch.argv
     assert argv[0] == "/usr/bin/bwrap" and argv[-3:] == ["/bin/sh", "-c", "python train.py"]
