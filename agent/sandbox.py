@@ -92,7 +92,7 @@ def build_launch(spec: AgentSpec, ws: Path, bwrap: str | None, base_env: dict[st
         env["PYTHONUSERBASE"] = usersite[0]
     env.update({
         "PATH": path, "PYTHONUNBUFFERED": "1", "FLOYD_JOB": spec.job,
-        "CUDA_VISIBLE_DEVICES": ",".join(spec.gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, spec.gpu_ids)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     })
     shell = ["/bin/sh", "-c", spec.command]
     if spec.uid is not None and bwrap is None:

@@ -36,7 +36,8 @@ class AgentSpec:
     job: str
     command: str
     env: dict[str, str] = field(default_factory=dict)
-    gpus: tuple[str, ...] = ()
+    gpu_ids: tuple[int, ...] = ()
+    """The GPUs the job's placement gave it here (their indices): its ``CUDA_VISIBLE_DEVICES``."""
     max_runtime: float | None = None
     python_bin: str | None = None
     mounts: tuple[BindMount, ...] = ()
@@ -78,7 +79,7 @@ class AgentSpec:
 
     def to_json(self) -> str:
         return json.dumps({
-            "job": self.job, "command": self.command, "env": dict(self.env), "gpus": list(self.gpus),
+            "job": self.job, "command": self.command, "env": dict(self.env), "gpus": [str(g) for g in self.gpu_ids],
             "max_runtime": self.max_runtime, "python_bin": self.python_bin,
             "mounts": [{"source": m.source, "target": m.target} for m in self.mounts],
             "sandbox": self.sandbox, "stop_grace": self.stop_grace, "state_dir": self.state_dir,
@@ -96,7 +97,7 @@ class AgentSpec:
         try:
             return cls(
                 job=str(raw["job"]), command=raw["command"], env=dict(raw.get("env") or {}),
-                gpus=tuple(str(g) for g in raw.get("gpus") or ()),
+                gpu_ids=tuple(int(g) for g in raw.get("gpus") or ()),
                 max_runtime=None if raw.get("max_runtime") is None else float(raw["max_runtime"]),
                 python_bin=raw.get("python_bin") or None,
                 mounts=tuple(BindMount(source=str(m["source"]), target=str(m["target"]))

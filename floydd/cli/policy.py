@@ -41,7 +41,7 @@ def policy_fields(restart: str | None, max_attempts: int | None, lost_after: str
         fields["max_attempts"] = max_attempts
     if lost_after is not None:
         fields["lost_after"] = parse_duration(lost_after)
-    RestartPolicy(**{name: fields[field] for name, field in _POLICY_FIELDS if field in fields})   # the rest: its defaults
+    RestartPolicy(**{name: fields[field] for name, field in _POLICY_FIELDS if field in fields})   # else its defaults
     return fields
 
 

@@ -24,7 +24,7 @@ from floydd import log
 from floydd.cluster.storehealth import trouble
 from floydd.errors import Conflict, FloyddError
 from floydd.jobs import outages
-from floydd.model import DEFAULT_LOST_AFTER, DatasetRef, asked_per_box
+from floydd.model import DEFAULT_LOST_AFTER, DatasetRef, asked_gpu_count, asked_nodes, asked_per_box
 from floydd.scheduler import NodeSnapshot, PendingJob, node_snapshots, place
 
 __all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "every_second_or_sooner"]
@@ -100,7 +100,7 @@ class ClusterScheduler:
         for placement in plan.placements:           # a gang's parts come in rank order
             gangs.setdefault(placement.key, []).append(placement)
         for key, parts in gangs.items():
-            where = [{"node": by_name[p.node], "gpus": list(p.gpus)} for p in parts]
+            where = [{"node": by_name[p.node], "gpus": list(p.gpu_ids)} for p in parts]
             try:
                 await self.cluster.place(key, where[0]["node"], where[0]["gpus"],
                                          parts=where if len(where) > 1 else None)
@@ -145,9 +145,8 @@ class ClusterScheduler:
 
 def _pending(job: dict, near: _Near) -> PendingJob:
     spec = job["spec"]
-    resources = spec.get("resources") or {}
     cpu, memory = asked_per_box(spec)
-    return PendingJob(key=job["id"], gpus=int(resources.get("gpus") or 0), nodes=int(resources.get("nodes") or 1),
+    return PendingJob(key=job["id"], gpu_count=asked_gpu_count(spec) or 0, nodes=asked_nodes(spec),
                       cpu_milli=cpu, memory=memory, near=near(spec.get("data")) if spec.get("data") else ())
 
 

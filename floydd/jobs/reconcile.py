@@ -70,7 +70,8 @@ class Reconciler:
     """Carries out :func:`decide` for this node (see the module docstring)."""
 
     def __init__(self, *, cluster: ClusterService, local: LocalJobs, runtime: NodeRuntime, store: Store,
-                 fetch_tree: FetchTree, node_name: str, checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL) -> None:
+                 fetch_tree: FetchTree, node_name: str,
+                 checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL) -> None:
         self.cluster, self.local, self.runtime, self.store = cluster, local, runtime, store
         self.node_id = cluster.node_id
         self.node_name = node_name
@@ -216,7 +217,7 @@ class Reconciler:
                     return
             # no await between the last look and the runtime holding the job: a stop committed
             # from here on is passed to the runtime by the rounds (_call_off_starts)
-            await self.runtime.start_job(key.project, key.number, list(part["gpus"]), command=command, env=env,
+            await self.runtime.start_job(key.project, key.number, tuple(part["gpus"]), command=command, env=env,
                                          resume=resume)
         except Exception as exc:
             _log.exception("starting %s failed", key)

@@ -248,7 +248,7 @@ class JobService:
 
     def _check_placeable(self, resources: Resources) -> None:
         """Refuse a job no node could ever hold (not one that only has to wait)."""
-        gpus, nodes = resources.gpus, resources.nodes
+        gpus, nodes = resources.gpu_count, resources.nodes
         why = unplaceable(list(self.scheduler.snapshots(self._clock()).values()), gpus, nodes,
                           resources.cpu_milli, resources.memory)
         if why:

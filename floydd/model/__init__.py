@@ -32,7 +32,8 @@ from floydd.model.names import (DATASET_PATTERN, MAX_PATH, PROJECT_PATTERN, Data
 from floydd.model.mounts import (MAX_MOUNTS, WORKSPACE_NAMES, Mount, MountRequest, check_mount_target, check_mounts,
                                  parse_data)
 from floydd.model.params import MAX_PARAM_VALUE, MAX_PARAMS, check_params, parse_param
-from floydd.model.resources import (MAX_CPUS, MAX_GPUS, MAX_MEMORY, MAX_NODES, Resources, asked_per_box, check_cpus,
+from floydd.model.resources import (MAX_CPUS, MAX_GPUS, MAX_MEMORY, MAX_NODES, Resources, asked_gpu_count, asked_nodes,
+                                    asked_per_box, check_cpus,
                                     describe_needs, format_cpus, format_size, known_count, parse_size)
 from floydd.model.defaults import (DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_ENV, DEFAULT_LOST_AFTER, DEFAULT_MAX_ATTEMPTS,
                                    DEFAULT_MODE, DEFAULT_RESTART, DEFAULT_STOP_GRACE)
@@ -49,7 +50,8 @@ __all__ = [
     "JobKey", "parse_job_key", "DatasetRef", "parse_ref",
     "MountRequest", "Mount", "parse_data", "check_mounts", "check_mount_target", "WORKSPACE_NAMES",
     "parse_param", "check_params", "Resources", "JobSpec", "Submission", "SPEC_FIELDS", "ENVIRONMENTS",
-    "check_cpus", "asked_per_box", "known_count", "parse_size", "format_size", "format_cpus", "describe_needs",
+    "check_cpus", "asked_per_box", "asked_gpu_count", "asked_nodes", "known_count", "parse_size", "format_size",
+    "format_cpus", "describe_needs",
     "MAX_CPUS", "MAX_MEMORY",
     "MAX_NODES", "MAX_GPUS", "MAX_COMMAND", "MAX_MESSAGE", "MAX_PARAMS", "MAX_PARAM_VALUE", "MAX_MOUNTS", "Restart",
     "MAX_RUNTIME", "check_max_runtime", "RECORD_FIELDS", "RestartPolicy", "RESTART_POLICIES",

@@ -42,7 +42,8 @@ class JobSpec:
         return cls(command=raw["command"], code_tree=raw["code_tree"], params=dict(raw.get("params") or {}),
                    data=tuple(Mount(ref=m["ref"], tree=m["tree"], mount=m["mount"]) for m in raw.get("data") or ()),
                    resources=Resources.from_dict(raw.get("resources")), env=raw.get("env") or DEFAULT_ENV,
-                   message=raw.get("message") or "", mode=raw.get("mode") or DEFAULT_MODE, max_runtime=raw.get("max_runtime"),
+                   message=raw.get("message") or "", mode=raw.get("mode") or DEFAULT_MODE,
+                   max_runtime=raw.get("max_runtime"),
                    restart=RestartPolicy.from_dict(raw.get("restart")))
 
     def to_dict(self) -> dict[str, Any]:

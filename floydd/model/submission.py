@@ -61,6 +61,7 @@ class Submission:
     code_path: str | None = None
     code_upload: str | None = None
     gpus: int = 0
+    """GPUs on each box (the API's name; the job's :attr:`Resources.gpu_count`)."""
     nodes: int = 1
     cpus: float | None = None
     """Cores on each box; None: the receiving daemon's ``job_cpus``."""
@@ -116,7 +117,7 @@ class Submission:
     def resources(self) -> Resources:
         """What the job asks for; cpus and memory left unset ask for none (the daemon sets
         its defaults with :meth:`with_defaults` before it commits the job)."""
-        return Resources(gpus=self.gpus, nodes=self.nodes, cpus=self.cpus or 0,
+        return Resources(gpu_count=self.gpus, nodes=self.nodes, cpus=self.cpus or 0,
                          memory=0 if self.memory is None else parse_size(self.memory))
 
     def with_defaults(self, *, cpus: float, memory: int) -> Submission:
@@ -172,7 +173,7 @@ class Restart:
                           max_attempts=self.max_attempts or policy.max_attempts,
                           lost_after=policy.lost_after if self.lost_after is None else self.lost_after,
                           project=key.project, command=self.command or old["command"],
-                          gpus=resources.gpus if self.gpus is None else self.gpus,
+                          gpus=resources.gpu_count if self.gpus is None else self.gpus,
                           nodes=resources.nodes if self.nodes is None else self.nodes,
                           cpus=asked.get("cpus") if self.cpus is None else self.cpus,
                           memory=asked.get("memory") if self.memory is None else self.memory, data=data,

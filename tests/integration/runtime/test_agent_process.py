@@ -109,10 +109,10 @@ _ENV_PROBE = (PY + " -c \"import os, json; print(json.dumps({k: os.environ.get(k
               "'FLOYD_CODE', 'FLOYD_INPUT', 'FLOYD_OUTPUT', 'HOME', 'FLOYDD_SECRET']} | {'cwd': os.getcwd()}))\"")
 
 
-@pytest.mark.parametrize("gpus,expected", [(("1", "3"), "1,3"), ((), "")])
+@pytest.mark.parametrize("gpus,expected", [((1, 3), "1,3"), ((), "")])
 def test_the_job_sees_exactly_its_gpus_and_its_env(state_dir, gpus, expected, monkeypatch):
     monkeypatch.setenv("FLOYDD_SECRET", "daemon-only")
-    _, status, log = run_job(state_dir, _ENV_PROBE, sandbox="none", gpus=gpus, env={"LR": "0.1"})
+    _, status, log = run_job(state_dir, _ENV_PROBE, sandbox="none", gpu_ids=gpus, env={"LR": "0.1"})
     seen = json.loads(texts(log, "o")[0])
     assert status.outcome == "success"
     assert seen["CUDA_VISIBLE_DEVICES"] == expected  # set, and empty when no GPU is held

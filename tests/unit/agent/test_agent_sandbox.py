@@ -19,7 +19,7 @@ BASE = {"PATH": "/home/a/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "FLOYDD_TOKEN": 
 
 
 def spec(**fields) -> AgentSpec:
-    return AgentSpec(**{"job": "p/1", "command": "python train.py", "gpus": ("2",), "env": {"lr": "0.1"},
+    return AgentSpec(**{"job": "p/1", "command": "python train.py", "gpu_ids": (2,), "env": {"lr": "0.1"},
                         "python_bin": "/opt/py/bin", "state_dir": "/srv/floydd", **fields})
 
 
@@ -42,7 +42,7 @@ def test_without_a_sandbox_the_job_runs_in_its_workspace_with_a_clean_env():
 
 
 def test_the_spec_env_cannot_override_the_gpu_assignment():
-    launch = build_launch(spec(env={"CUDA_VISIBLE_DEVICES": "0,1", "FLOYD_JOB": "other/9"}, gpus=()), WS, None, BASE)
+    launch = build_launch(spec(env={"CUDA_VISIBLE_DEVICES": "0,1", "FLOYD_JOB": "other/9"}, gpu_ids=()), WS, None, BASE)
     assert (launch.env["CUDA_VISIBLE_DEVICES"], launch.env["FLOYD_JOB"]) == ("", "p/1")
 
 

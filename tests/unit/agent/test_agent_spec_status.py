@@ -21,7 +21,7 @@ from floydd.errors import InvalidSpec, UnsafePath
 
 
 def test_spec_round_trips_through_json():
-    spec = AgentSpec(job="digits/3", command="python train.py", env={"LR": "0.1"}, gpus=("0", "2"),
+    spec = AgentSpec(job="digits/3", command="python train.py", env={"LR": "0.1"}, gpu_ids=(0, 2),
                      max_runtime=3600, python_bin="/opt/py/bin", mounts=(BindMount(source="input", target="/input"),),
                      sandbox="bwrap", stop_grace=5, state_dir="/var/lib/floydd")
     assert AgentSpec.from_json(spec.to_json()) == spec
