@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from floydd.agent import allowlist, jobenv, jobuser
-from floydd.agent.spec import AgentSpec, Mount
+from floydd.agent.spec import AgentSpec, BindMount
 from floydd.errors import InvalidSpec
 
 __all__ = ["Launch", "resolve_sandbox", "probe_bwrap", "build_launch", "base_args", "SANDBOX_HOME"]
@@ -92,7 +92,7 @@ def build_launch(spec: AgentSpec, ws: Path, bwrap: str | None, base_env: dict[st
         env["PYTHONUSERBASE"] = usersite[0]
     env.update({
         "PATH": path, "PYTHONUNBUFFERED": "1", "FLOYD_JOB": spec.job,
-        "CUDA_VISIBLE_DEVICES": ",".join(spec.gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, spec.gpu_ids)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     })
     shell = ["/bin/sh", "-c", spec.command]
     if spec.uid is not None and bwrap is None:
@@ -122,7 +122,7 @@ def _bwrap_args(spec: AgentSpec, ws: Path) -> list[str]:
     """The allow-list view (:mod:`.allowlist`), then the job's own folders on top."""
     mounts = sorted(spec.mounts, key=lambda m: m.target.count("/"))
     if not any(m.target == "/input" for m in mounts) and (ws / "input").is_dir():
-        mounts.insert(0, Mount(source="input", target="/input"))
+        mounts.insert(0, BindMount(source="input", target="/input"))
     args = base_args() + allowlist.system_args(gpus=True)
     if spec.uid is not None:   # keep what setpriv needs; the job's /tmp must be writable by it
         args += jobuser.bwrap_caps() + ["--perms", "1777", "--tmpfs", "/tmp"]

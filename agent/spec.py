@@ -2,7 +2,7 @@
 
 The daemon writes it (through :meth:`AgentSpec.to_json`) into the job's workspace
 before starting the agent; the agent reads it back with :meth:`AgentSpec.from_json`.
-Mount sources are relative to the workspace, targets are the paths the job sees.
+Bind mount sources are relative to the workspace, targets are the paths the job sees.
 """
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floydd.errors import InvalidSpec, UnsafePath
-from floydd.model import WORKSPACE_NAMES, check_mount_target
+from floydd.model import DEFAULT_STOP_GRACE, WORKSPACE_NAMES, check_mount_target
 
-__all__ = ["AgentSpec", "Mount", "SANDBOX_MODES"]
+__all__ = ["AgentSpec", "BindMount", "SANDBOX_MODES"]
 
 SANDBOX_MODES = ("auto", "bwrap", "none")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Mount:
-    """A workspace folder (``source``, relative) shown read-only at ``target`` in the job."""
+class BindMount:
+    """A workspace folder (``source``, relative) bound read-only at ``target`` in the job (what a
+    dataset mount, :class:`floydd.model.Mount`, becomes once its tree is in the workspace)."""
 
     source: str
     target: str
@@ -35,12 +36,13 @@ class AgentSpec:
     job: str
     command: str
     env: dict[str, str] = field(default_factory=dict)
-    gpus: tuple[str, ...] = ()
+    gpu_ids: tuple[int, ...] = ()
+    """The GPUs the job's placement gave it here (their indices): its ``CUDA_VISIBLE_DEVICES``."""
     max_runtime: float | None = None
     python_bin: str | None = None
-    mounts: tuple[Mount, ...] = ()
+    mounts: tuple[BindMount, ...] = ()
     sandbox: str = "auto"
-    stop_grace: float = 10.0
+    stop_grace: float = DEFAULT_STOP_GRACE
     state_dir: str | None = None
     """The folder holding every workspace (and the store, records): hidden from the job."""
     uid: int | None = None
@@ -77,7 +79,7 @@ class AgentSpec:
 
     def to_json(self) -> str:
         return json.dumps({
-            "job": self.job, "command": self.command, "env": dict(self.env), "gpus": list(self.gpus),
+            "job": self.job, "command": self.command, "env": dict(self.env), "gpus": [str(g) for g in self.gpu_ids],
             "max_runtime": self.max_runtime, "python_bin": self.python_bin,
             "mounts": [{"source": m.source, "target": m.target} for m in self.mounts],
             "sandbox": self.sandbox, "stop_grace": self.stop_grace, "state_dir": self.state_dir,
@@ -95,12 +97,12 @@ class AgentSpec:
         try:
             return cls(
                 job=str(raw["job"]), command=raw["command"], env=dict(raw.get("env") or {}),
-                gpus=tuple(str(g) for g in raw.get("gpus") or ()),
+                gpu_ids=tuple(int(g) for g in raw.get("gpus") or ()),
                 max_runtime=None if raw.get("max_runtime") is None else float(raw["max_runtime"]),
                 python_bin=raw.get("python_bin") or None,
-                mounts=tuple(Mount(source=str(m["source"]), target=str(m["target"]))
+                mounts=tuple(BindMount(source=str(m["source"]), target=str(m["target"]))
                              for m in raw.get("mounts") or ()),
-                sandbox=raw.get("sandbox", "auto"), stop_grace=float(raw.get("stop_grace", 10.0)),
+                sandbox=raw.get("sandbox", "auto"), stop_grace=float(raw.get("stop_grace", DEFAULT_STOP_GRACE)),
                 state_dir=raw.get("state_dir") or None,
                 uid=None if raw.get("uid") is None else int(raw["uid"]),
                 gid=None if raw.get("gid") is None else int(raw["gid"]),

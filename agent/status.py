@@ -28,11 +28,14 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from floydd.model import RUN_OUTCOMES
+
 __all__ = ["Status", "STATES", "OUTCOMES", "STATUS_ROOM", "read_status", "write_status", "make_room",
            "atomic_write", "process_start_time"]
 
 STATES = ("starting", "running", "exited")
-OUTCOMES = ("success", "failed", "stopped", "timeout")
+OUTCOMES = RUN_OUTCOMES
+"""How a run ended, as the agent says it (the model's :data:`~floydd.model.RUN_OUTCOMES`)."""
 STATUS_ROOM = 4096
 """Bytes status.json always takes (one block): room for any status written in place."""
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)

@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 
 from floydd.agent.status import atomic_write
+from floydd.model import STOP_OUTCOMES
 
 __all__ = ["STOP_FILE", "STOP_OUTCOMES", "write_stop", "read_stop"]
 
 STOP_FILE = "stop"
-STOP_OUTCOMES = ("stopped", "failed")
 
 
 def write_stop(ws: Path, reason: str, outcome: str = "stopped") -> None:

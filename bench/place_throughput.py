@@ -51,21 +51,23 @@ def queue(nodes: int, mix: str) -> list[PendingJob]:
         rng, sizes = random.Random(nodes), []
         while sum(sizes) < want:
             sizes.append(rng.choice((1, 1, 1, 1, 2, 2, 3, 4, 6, 8)))
-    return [PendingJob(key=f"p/{i + 1}", gpus=g) for i, g in enumerate(sizes)]
+    return [PendingJob(key=f"p/{i + 1}", gpu_count=g) for i, g in enumerate(sizes)]
 
 
 def sized(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> tuple[list[NodeSnapshot], list[PendingJob]]:
     """The cluster with cores and memory, some set aside, and a queue that asks for them."""
     rng = random.Random(len(nodes))
-    nodes = [NodeSnapshot(name=n.name, gpus=n.gpus, cpu_milli=64_000, memory=256 << 30,
+    nodes = [NodeSnapshot(name=n.name, gpu_ids=n.gpu_ids, cpu_milli=64_000, memory=256 << 30,
                           cpu_held=rng.choice((0, 0, 0, 56_000, 60_000, 63_000))) for n in nodes]
-    return nodes, [PendingJob(key=j.key, gpus=j.gpus, cpu_milli=2000 * j.gpus, memory=(8 << 30) * j.gpus)
+    return nodes, [PendingJob(key=j.key, gpu_count=j.gpu_count, cpu_milli=2000 * j.gpu_count,
+                              memory=(8 << 30) * j.gpu_count)
                    for j in pending]
 
 
 def near(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> list[PendingJob]:
     rng = random.Random(len(nodes) + 1)
-    return [PendingJob(key=j.key, gpus=j.gpus, near=tuple(n.name for n in rng.sample(nodes, 2))) for j in pending]
+    return [PendingJob(key=j.key, gpu_count=j.gpu_count, near=tuple(n.name for n in rng.sample(nodes, 2)))
+            for j in pending]
 
 
 def timed(fn, nodes, pending, rounds: int):
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'nodes':>6} {'queue':>7} {'jobs':>7} {'placed':>7} {'new /s':>10} {'ms/plan':>8}   "
           f"{'old /s':>8} {'(on jobs)':>9} {'new/old':>8}")
     for size in ((100,) if args.smoke else (1_000, 5_000)):
-        nodes = [NodeSnapshot(name=f"node-{i:05d}", gpus=tuple(range(GPUS))) for i in range(size)]
+        nodes = [NodeSnapshot(name=f"node-{i:05d}", gpu_ids=tuple(range(GPUS))) for i in range(size)]
         for mix in ("single", "mixed"):
             pending = queue(size, mix)
             secs, plan = timed(place, nodes, pending, args.rounds)

@@ -149,7 +149,7 @@ def cycles(nodes: int, old: bool = False) -> dict:
                           for _ in range(3))
         out["snapshots"] = min(cpu(loop, lambda: scheduler.snapshots(NOW)) for _ in range(3))
         queued = [j for j in cluster.state.jobs.values() if j["state"] == "queued"]
-        pending = [PendingJob(key=j["id"], gpus=j["spec"]["resources"]["gpus"]) for j in queued]
+        pending = [PendingJob(key=j["id"], gpu_count=j["spec"]["resources"]["gpus"]) for j in queued]
         snaps = list(scheduler.snapshots(NOW).values())
         out["place"] = min(cpu(loop, lambda: leader.place(snaps, pending)) for _ in range(3))
         placed = [k for k, j in cluster.state.jobs.items() if j["state"] == "starting"]

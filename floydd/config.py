@@ -18,7 +18,8 @@ from typing import Any, Mapping
 import platformdirs
 
 from floydd.errors import InvalidSpec, UserError
-from floydd.model import check_cpus, parse_size
+from floydd.model import (DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LOST_AFTER, DEFAULT_STOP_GRACE, check_cpus,
+                          parse_size)
 from floydd.security.owned_dirs import shared_socket_dir
 from floydd.system import system_paths
 
@@ -131,7 +132,7 @@ class Config:
     """Seconds between per-job system samples (CPU, RAM, GPU)."""
     tail_interval: float = 0.2
     """Seconds between looks at a running job's log and status files."""
-    stop_grace: float = 10.0
+    stop_grace: float = DEFAULT_STOP_GRACE
     """Seconds a stopped or timed-out job gets after SIGTERM before SIGKILL."""
     log_level: str = "info"
     """Daemon log level: debug, info, warning, error."""
@@ -146,7 +147,7 @@ class Config:
     """Memory a job submitted here sets aside on each box when ``floyd run`` does not say
     (``--memory SIZE``): ``16G``, ``512M``...; ``0`` sets none aside. Admission only: a job
     may use more than it asked, the box just does not start more than fits."""
-    job_lost_after: float = 300.0
+    job_lost_after: float = DEFAULT_LOST_AFTER
     """Seconds a job's box may be out of touch (the job ``unknown``) before the leader
     declares the run lost and the job's restart policy decides (``floyd run --lost-after``
     overrides it per job). An outage shorter than this is not a failure: a box that comes back
@@ -160,7 +161,7 @@ class Config:
     """Seconds this box's wall clock may be from the cluster leader's before ``floyd nodes``,
     ``floydd members`` and ``floydd status`` flag it and it is logged at WARNING (once per
     episode). Liveness and ``--lost-after`` never read wall clocks; people and TLS do."""
-    checkpoint_interval: float = 60.0
+    checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL
     """Seconds between snapshots of a running job's ``/output``, published as versions of its
     output so that a rerun (after its box was lost for good) starts from them; 0 turns them
     off (a rerun then starts from the last attempt's final output only)."""

@@ -30,6 +30,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import get_current_worker
 
+from floydd.model import OPEN_STATES
 from floydd.tui.poller import Outcome, Poller, Restart, Stop
 from floydd.tui.screens.base import SnapshotScreen
 from floydd.tui.screens.cluster import ClusterScreen
@@ -37,7 +38,7 @@ from floydd.tui.screens.confirm import Confirm
 from floydd.tui.screens.experiments import ExperimentsScreen
 from floydd.tui.screens.job_detail import JobDetailScreen
 from floydd.tui.screens.jobs import JobsScreen
-from floydd.tui.snapshot import ACTIVE, Snapshot, Want
+from floydd.tui.snapshot import Snapshot, Want
 
 __all__ = ["FloydTop", "SnapshotReady", "main"]
 
@@ -140,7 +141,7 @@ class FloydTop(App[None]):
 
     def confirm_stop(self, job: Mapping[str, Any]) -> None:
         key, state = str(job.get("id")), job.get("state")
-        if state not in ACTIVE:
+        if state not in OPEN_STATES:
             self.notify(f"{key} is {state}; only queued or running jobs can be stopped", severity="warning")
             return
 

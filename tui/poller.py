@@ -26,7 +26,8 @@ from typing import Any, Callable, Mapping
 
 from floydd.client import GONE
 from floydd.errors import FloyddError, Forbidden, Unavailable
-from floydd.tui.snapshot import ACTIVE, Comparison, Detail, LogLine, Points, Snapshot, View, Want
+from floydd.model import OPEN_STATES
+from floydd.tui.snapshot import Comparison, Detail, LogLine, Points, Snapshot, View, Want
 
 __all__ = ["Poller", "Stop", "Restart", "Outcome"]
 
@@ -191,19 +192,19 @@ class Poller:
             series, system = self._metrics(key, job.get("state"))
         except Forbidden:           # a box whose job_logs is owner: the job, not its numbers (its log says why)
             series, system = {}, ()
-        note = self._read_log(key, ended=job.get("state") not in ACTIVE)
+        note = self._read_log(key, ended=job.get("state") not in OPEN_STATES)
         return Detail(key=key, job=job, metrics=series, system=system, log=tuple(self._log) + note,
                       log_total=self._log_total)
 
     def _metrics(self, key: str, state: Any) -> tuple[Mapping[str, Points], tuple]:
         cached = self._finished_metrics.get(key)
-        if cached is not None and state not in ACTIVE:
+        if cached is not None and state not in OPEN_STATES:
             return cached
         answer = self.client.metrics(key) or {}
         series = {name: tuple((float(p[0]), float(p[1])) for p in points if p[1] is not None)
                   for name, points in (answer.get("metrics") or {}).items()}
         result = (series, tuple(answer.get("system") or ()))
-        if state not in ACTIVE:
+        if state not in OPEN_STATES:
             self._finished_metrics[key] = result
             while len(self._finished_metrics) > _METRICS_CACHE:
                 self._finished_metrics.popitem(last=False)

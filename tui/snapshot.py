@@ -15,12 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["View", "Want", "LogLine", "Detail", "Comparison", "Snapshot", "ACTIVE", "FINISHED", "FAILED"]
-
-ACTIVE = frozenset({"queued", "starting", "running"})
-"""Job states that can still change (and be stopped)."""
-FINISHED = frozenset({"success"})
-FAILED = frozenset({"failed", "stopped", "timeout", "lost"})
+__all__ = ["View", "Want", "LogLine", "Detail", "Comparison", "Snapshot"]
 
 Points = tuple[tuple[float, float], ...]
 """A metric series as ``((step, value), ...)``, in step order."""

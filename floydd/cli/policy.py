@@ -41,9 +41,12 @@ def policy_fields(restart: str | None, max_attempts: int | None, lost_after: str
         fields["max_attempts"] = max_attempts
     if lost_after is not None:
         fields["lost_after"] = parse_duration(lost_after)
-    RestartPolicy(policy=fields.get("restart", "on-lost"), max_attempts=fields.get("max_attempts", 1),
-                  lost_after=fields.get("lost_after"))
+    RestartPolicy(**{name: fields[field] for name, field in _POLICY_FIELDS if field in fields})   # else its defaults
     return fields
+
+
+_POLICY_FIELDS = (("policy", "restart"), ("max_attempts", "max_attempts"), ("lost_after", "lost_after"))
+""":class:`RestartPolicy`'s fields and the body's names for them."""
 
 
 def describe_policy(job: dict) -> str:

@@ -77,6 +77,6 @@ def resource_fields(gpu: int | None, cpu: str | None, memory: str | None, nodes:
         fields["memory"] = parse_size(memory)
     if nodes is not None:
         fields["nodes"] = nodes
-    Resources(gpus=fields.get("gpus", 0), nodes=fields.get("nodes", 1), cpus=fields.get("cpus", 0),
+    Resources(gpu_count=fields.get("gpus", 0), nodes=fields.get("nodes", 1), cpus=fields.get("cpus", 0),
               memory=fields.get("memory", 0))
     return fields

@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 from floydd import log
 from floydd.cluster.state.commands import MAX_ARCHIVE
 from floydd.errors import FloyddError
-from floydd.model import FINAL_STATES
+from floydd.model import FINAL_STATES, DatasetRef
 
 __all__ = ["Archiver", "choose", "finished", "referenced"]
 
@@ -45,9 +45,9 @@ def referenced(jobs: Iterable[dict]) -> set[str]:
         if job["state"] in FINAL_STATES:
             continue
         for mount in job["spec"].get("data") or ():
-            name = str(mount.get("ref", "")).rpartition(":")[0]
-            if name.endswith("/output"):
-                out.add(name.removesuffix("/output"))
+            ref = DatasetRef.stored(mount.get("ref"))
+            if ref is not None and ref.name.endswith("/output"):
+                out.add(ref.name.removesuffix("/output"))
     return out
 
 

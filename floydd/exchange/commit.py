@@ -35,7 +35,7 @@ from floydd.cluster.state import access
 from floydd.errors import FloyddError, Forbidden, InvalidSpec
 from floydd.exchange.stage import Staged, StagedJob
 from floydd.jobs.local import code_pin
-from floydd.model import FINAL_STATES, JobKey, JobSpec, check_project
+from floydd.model import FINAL_STATES, DatasetRef, JobKey, JobSpec, check_project
 from floydd.store.catalog import check_name
 from floydd.store.ids import ObjectId
 
@@ -124,10 +124,10 @@ def _plain(name: str) -> str:
 
 
 def _version_of(state: Any, ref: str | None) -> dict | None:
-    if not ref:
+    parsed = DatasetRef.stored(ref)
+    if parsed is None:
         return None
-    name, _, number = ref.rpartition(":")
-    version = ((state.datasets.get(name) or {}).get("versions") or {}).get(number)
+    version = ((state.datasets.get(parsed.name) or {}).get("versions") or {}).get(parsed.version_key)
     return dict(version) if version is not None else None
 
 

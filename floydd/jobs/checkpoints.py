@@ -27,7 +27,7 @@ from typing import Awaitable, Callable
 
 from floydd import log
 from floydd.errors import FloyddError
-from floydd.model import JobKey
+from floydd.model import DatasetRef, JobKey
 from floydd.store import ObjectId
 
 __all__ = ["Checkpoints"]
@@ -100,11 +100,10 @@ class Checkpoints:
     async def resume_from(self, job: dict) -> str | None:
         """The tree this placement's /output starts from (its job's ``output_version``),
         complete in this store; None when it starts empty."""
-        ref = job.get("output_version")
-        if not ref:
+        ref = DatasetRef.stored(job.get("output_version"))
+        if ref is None:
             return None
-        name, _, number = ref.rpartition(":")
-        version = (self.cluster.state.datasets.get(name) or {}).get("versions", {}).get(number)
+        version = (self.cluster.state.datasets.get(ref.name) or {}).get("versions", {}).get(ref.version_key)
         if version is None:
             _log.warning("%s: its last output %s is gone; this run's /output starts empty", job["id"], ref)
             return None
@@ -119,9 +118,9 @@ class Checkpoints:
 
     async def _delete(self, ref: str, user: str) -> None:
         """Delete a superseded checkpoint, for the job's ``user`` (whose version it is)."""
-        name, _, number = ref.rpartition(":")
         try:
-            await self.cluster.delete_dataset(name, int(number), user=user, timeout=_TIMEOUT)
+            version = DatasetRef.parse(ref)
+            await self.cluster.delete_dataset(version.name, version.version, user=user, timeout=_TIMEOUT)
         except FloyddError as exc:
             _log.info("deleting the superseded checkpoint %s: %s", ref, exc)
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Union
 
-from floydd.model import ACTIVE_STATES, FINAL_STATES
+from floydd.model import ACTIVE_STATES, FINAL_STATES, JobPart
 
 __all__ = ["Local", "Start", "Stop", "EndLocal", "Report", "ReportFinal", "ReportProgress", "Action", "decide",
            "call_off", "part_of", "unsettled", "GIVEN_UP", "NEVER_STARTED", "BACK", "NO_RUN_HERE"]
@@ -117,7 +117,7 @@ def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
     final authority over its GPUs)."""
     part = part_of(job, node) if job is not None else None
     if local is not None and local.attempt == 0:                 # this node's own history
-        if part is not None and part["state"] in ACTIVE_STATES:
+        if part is not None and part.state in ACTIVE_STATES:
             return (Report("failed", f"this box already has a job {job['id']} from before it joined the "
                                      "cluster; submit it again"),)
         return ()
@@ -126,9 +126,9 @@ def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
     attempts = job["attempts"]
     if job["state"] in FINAL_STATES:
         return _ended(job, part, local, held)
-    if part["state"] not in ACTIVE_STATES:       # this part of a gang is over; the others run on
+    if part.state not in ACTIVE_STATES:       # this part of a gang is over; the others run on
         return (Stop("this part of the job ended"),) if held and local is not None else ()
-    if part["state"] == "unknown":
+    if part.state == "unknown":
         return _back(job, local, held)
     if local is None or local.attempt < attempts:
         if held:                        # an older attempt still runs here: stop it first
@@ -144,9 +144,9 @@ def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
     actions: list[Action] = []
     if stop and held and local.state not in FINAL_STATES:
         actions.append(Stop(stop))
-    if local.state == "running" and part["state"] == "starting":
+    if local.state == "running" and part.state == "starting":
         actions.append(Report("running"))
-    elif local.state == "running" and part["rank"] in (None, 0):
+    elif local.state == "running" and part.rank in (None, 0):
         actions.append(ReportProgress())
     elif local.state in FINAL_STATES:
         actions.append(ReportFinal())
@@ -175,7 +175,7 @@ def _back(job: Mapping, local: Local | None, held: bool) -> tuple[Action, ...]:
 
 def _ended(job: Mapping, part: Mapping, local: Local | None, held: bool) -> tuple[Action, ...]:
     """A gang that ended (its first part to stop ended it): settle this node's part."""
-    mine_active = part["state"] in ACTIVE_STATES
+    mine_active = part.state in ACTIVE_STATES
     if local is None or local.attempt < job["attempts"]:
         if held and local is not None:
             return (Stop(f"the job ended ({job.get('reason') or job['state']})"),)
@@ -205,20 +205,15 @@ def call_off(job: Mapping | None, node: str, attempt: int) -> str:
         return job["stop_requested"]
     if job["state"] in FINAL_STATES:
         return f"the job ended ({job.get('reason') or job['state']})"
-    if part["state"] not in ACTIVE_STATES:
+    if part.state not in ACTIVE_STATES:
         return "this part of the job ended"
     return ""
 
 
-def part_of(job: Mapping, node: str) -> dict | None:
-    """``node``'s part of a placed job: rank (None for a job on one node), node, gpus, state."""
-    parts = job.get("parts") or ()
-    for part in parts:
-        if part["node"] == node:
-            return part
-    if not parts and job.get("node") == node:
-        return {"rank": None, "node": node, "gpus": job["gpus"], "state": job["state"]}
-    return None
+def part_of(job: Mapping, node: str) -> JobPart | None:
+    """``node``'s part of a placed job (:class:`~floydd.model.JobPart`: rank, None for a job on
+    one node, node, gpu_ids, state), or None."""
+    return JobPart.of(job, node)
 
 
 def unsettled(job: Mapping, node: str) -> bool:
@@ -227,4 +222,4 @@ def unsettled(job: Mapping, node: str) -> bool:
     part = part_of(job, node)
     if part is None:
         return False
-    return job["state"] in ACTIVE_STATES or (part["rank"] is not None and part["state"] in ACTIVE_STATES)
+    return job["state"] in ACTIVE_STATES or (part.rank is not None and part.state in ACTIVE_STATES)

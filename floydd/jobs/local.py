@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from floydd.errors import Conflict, FloyddError, NotFound
-from floydd.model import FINAL_STATES, JobKey
+from floydd.model import FINAL_STATES, DatasetRef, JobKey
 from floydd.records import Records
 from floydd.runtime import NodeRuntime, workspace
 from floydd.store import ObjectId, Store
@@ -83,9 +83,10 @@ class LocalJobs:
         key = JobKey(job["project"], job["number"])
         self.records.delete_job(key.project, key.number)
         self.store.catalog.unpin(code_pin(key))
-        if job.get("output_version"):
+        output = DatasetRef.stored(job.get("output_version"))
+        if output is not None:
             try:
-                self.store.catalog.delete(job["output_version"].rpartition(":")[0])
+                self.store.catalog.delete(output.name)
             except NotFound:
                 pass
         ws = job.get("workspace")

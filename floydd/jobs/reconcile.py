@@ -51,7 +51,7 @@ from floydd.jobs.checkpoints import Checkpoints
 from floydd.jobs.gang import free_port, gang_env, interface_for, single_box_command, torchrun_command
 from floydd.scheduler.placer import REPORT_TIMEOUT, every_second_or_sooner
 from floydd.jobs.local import LocalJobs, code_pin
-from floydd.model import ACTIVE_STATES, RECORD_FIELDS, JobKey
+from floydd.model import ACTIVE_STATES, DEFAULT_CHECKPOINT_INTERVAL, RECORD_FIELDS, DatasetRef, JobKey, JobPart
 from floydd.runtime import fence
 from floydd.runtime import NodeRuntime
 from floydd.store import ObjectId, Store
@@ -70,7 +70,8 @@ class Reconciler:
     """Carries out :func:`decide` for this node (see the module docstring)."""
 
     def __init__(self, *, cluster: ClusterService, local: LocalJobs, runtime: NodeRuntime, store: Store,
-                 fetch_tree: FetchTree, node_name: str, checkpoint_interval: float = 60.0) -> None:
+                 fetch_tree: FetchTree, node_name: str,
+                 checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL) -> None:
         self.cluster, self.local, self.runtime, self.store = cluster, local, runtime, store
         self.node_id = cluster.node_id
         self.node_name = node_name
@@ -129,7 +130,7 @@ class Reconciler:
             record = await asyncio.to_thread(self.local.record, JobKey.parse(key))
             local = None if record is None else Local(record["state"], record.get("attempt", 0))
             part = part_of(job, self.node_id) if job is not None else None
-            gpus = (part or {}).get("gpus") or ()
+            gpus = part.gpu_ids if part is not None else ()
             taken = sorted({gpu_holder[g] for g in gpus if gpu_holder.get(g, key) != key})
             if gpus and not taken and key not in held and job["state"] in ACTIVE_STATES:
                 scanned = await self.runtime.scan_runs() if scanned is None else scanned
@@ -205,8 +206,8 @@ class Reconciler:
                 return
             resume = await self.checkpoints.resume_from(job)
             part = part_of(job, self.node_id)
-            command, env = single_box_command(spec["command"], len(part["gpus"])), None
-            if part["rank"] is not None:
+            command, env = single_box_command(spec["command"], len(part.gpu_ids)), None
+            if part.rank is not None:
                 command, env = await self._gang_part(job, part)
                 if command is None:
                     await asyncio.to_thread(self.local.end_unstarted, key, "stopped",
@@ -216,7 +217,7 @@ class Reconciler:
                     return
             # no await between the last look and the runtime holding the job: a stop committed
             # from here on is passed to the runtime by the rounds (_call_off_starts)
-            await self.runtime.start_job(key.project, key.number, list(part["gpus"]), command=command, env=env,
+            await self.runtime.start_job(key.project, key.number, part.gpu_ids, command=command, env=env,
                                          resume=resume)
         except Exception as exc:
             _log.exception("starting %s failed", key)
@@ -246,18 +247,18 @@ class Reconciler:
                 if self.runtime.request_stop(project, number, why):
                     _log.info("%s: its start here is called off: %s", key, why)
 
-    async def _gang_part(self, job: dict, part: dict) -> tuple[str | None, dict | None]:
+    async def _gang_part(self, job: dict, part: JobPart) -> tuple[str | None, dict | None]:
         """This part's torchrun command and environment, once the rendezvous is committed."""
         spec = job["spec"]
-        endpoint = await self._rendezvous(job, part["rank"])
+        endpoint = await self._rendezvous(job, part.rank)
         if endpoint is None:
             return None, None
         host, _, port = endpoint.rpartition(":")
         nnodes = len(job["parts"])
-        command = torchrun_command(spec["command"], nnodes=nnodes, rank=part["rank"],
-                                   nproc=max(1, len(part["gpus"])), host=host, port=int(port))
+        command = torchrun_command(spec["command"], nnodes=nnodes, rank=part.rank,
+                                   nproc=max(1, len(part.gpu_ids)), host=host, port=int(port))
         mine = self.cluster.state.nodes[self.node_id]["address"]
-        env = gang_env(nnodes=nnodes, rank=part["rank"], host=host, port=int(port),
+        env = gang_env(nnodes=nnodes, rank=part.rank, host=host, port=int(port),
                        ifname=await asyncio.to_thread(interface_for, mine))
         for name in spec.get("params") or {}:       # the job's own choice wins
             env.pop(name, None)
@@ -299,8 +300,8 @@ class Reconciler:
         await self.ensure_tree(tree, likely_sources(state, tree))   # its copies' holders first (issue 21)
         await asyncio.to_thread(self.store.catalog.pin, ObjectId.from_hex(tree), code_pin(JobKey.parse(job["id"])))
         for mount in spec.get("data") or ():
-            name, _, number = mount["ref"].rpartition(":")
-            version = state.datasets.get(name, {}).get("versions", {}).get(number, {})
+            ref = DatasetRef.stored(mount["ref"])
+            version = state.datasets.get(ref.name, {}).get("versions", {}).get(ref.version_key, {}) if ref else {}
             await self.ensure_tree(mount["tree"], version.get("holders", []))
 
     async def ensure_tree(self, tree: str, likely: list[str]) -> None:
@@ -340,7 +341,8 @@ class Reconciler:
     async def _report(self, job: dict, **fields: Any) -> None:
         """Tell the cluster what happened to this node's attempt (fenced by attempt and node)."""
         key = job["id"]
-        rank = (part_of(job, self.node_id) or {}).get("rank")
+        part = part_of(job, self.node_id)
+        rank = part.rank if part is not None else None
         if rank is not None:
             fields["rank"] = rank
         # sent, and the job has not changed since: not again yet (once it changed, a report that
@@ -360,18 +362,18 @@ class Reconciler:
 
     async def _report_final(self, job: dict, record: dict) -> None:
         part = part_of(job, self.node_id)
-        if part["state"] == "starting" and record["state"] in ("success", "timeout"):
+        if part.state == "starting" and record["state"] in ("success", "timeout"):
             await self._report(job, state="running")  # it ran and ended between two looks
         fields: dict[str, Any] = {"state": record["state"], "reason": record["reason"] or "",
                                   "exit_code": record["exit_code"]}
-        if part["rank"] in (None, 0):                 # rank 0 speaks for a gang: metrics, /output
+        if part.rank in (None, 0):                 # rank 0 speaks for a gang: metrics, /output
             fields["summary"] = await self._summary(job)
             if record.get("output_version"):
                 fields["output_version"] = await self._publish_output(job, record["output_version"])
             elif record.get("output_version") == "":     # /output was empty: no version (issue 12)
                 fields["output_version"] = ""
         await self._report(job, **fields)
-        if part["rank"] in (None, 0):
+        if part.rank in (None, 0):
             await self.checkpoints.superseded(job, fields.get("output_version"))
 
     def summary_caught_up(self, project: str, number: int) -> None:
@@ -383,7 +385,7 @@ class Reconciler:
         job = self.cluster.state.job(str(key)) if str(key) in self.cluster.state.jobs else None
         record = await asyncio.to_thread(self.local.record, key)
         part = part_of(job, self.node_id) if job is not None else None
-        if part is None or record is None or record.get("attempt") != job["attempts"] or part["rank"] not in (None, 0):
+        if part is None or record is None or record.get("attempt") != job["attempts"] or part.rank not in (None, 0):
             return                                   # not this box's run (any more), or not its rank 0
         await self._report(job, summary=await self._summary(job))
 

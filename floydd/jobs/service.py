@@ -55,8 +55,8 @@ from floydd.scheduler.placer import ClusterScheduler
 from floydd.jobs.local import LocalJobs, code_pin, output_ref
 from floydd.jobs.reconcile import FetchTree, Reconciler
 from floydd.jobs.waiting import WaitingReasons
-from floydd.model import (FINAL_STATES, SPEC_FIELDS, JobKey, JobSpec, Mount, Resources, Restart, Submission,
-                          check_project, format_size)
+from floydd.model import (DEFAULT_LOST_AFTER, FINAL_STATES, SPEC_FIELDS, JobKey, JobSpec, Mount, Resources, Restart,
+                          Submission, check_project, format_size)
 from floydd.records import Records
 from floydd.runtime import NodeRuntime
 from floydd.runtime.sandboxing import Sandboxing
@@ -90,7 +90,7 @@ class JobService:
     """Every job of the cluster as this node serves them (see the module docstring)."""
 
     def __init__(self, *, config, cluster: ClusterService, datasets: ClusterDatasets, records: Records,
-                 store: Store, runtime: NodeRuntime, fetch_tree: FetchTree, lost_after: float = 60.0,
+                 store: Store, runtime: NodeRuntime, fetch_tree: FetchTree, lost_after: float = DEFAULT_LOST_AFTER,
                  clock: Callable[[], float] = time.time) -> None:
         self.config, self.cluster, self.datasets, self.store, self.runtime = config, cluster, datasets, store, runtime
         self.node_id = cluster.node_id
@@ -248,7 +248,7 @@ class JobService:
 
     def _check_placeable(self, resources: Resources) -> None:
         """Refuse a job no node could ever hold (not one that only has to wait)."""
-        gpus, nodes = resources.gpus, resources.nodes
+        gpus, nodes = resources.gpu_count, resources.nodes
         why = unplaceable(list(self.scheduler.snapshots(self._clock()).values()), gpus, nodes,
                           resources.cpu_milli, resources.memory)
         if why:

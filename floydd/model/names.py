@@ -120,6 +120,22 @@ class DatasetRef:
                               hint=f"write {name}, {name}:N or {name}:latest")
         return cls(name, int(number))
 
+    @classmethod
+    def stored(cls, text: object) -> DatasetRef | None:
+        """A ref as the replicated state and the records keep it (``NAME:N``: a resolved
+        mount, a job's ``output_version``), or None if it is no ref: the state takes its
+        commands from authorised nodes, not from well-formed ones, and its readers never
+        raise on what it holds."""
+        try:
+            return cls.parse(text)
+        except InvalidName:
+            return None
+
+    @property
+    def version_key(self) -> str:
+        """The key of its version in a dataset's ``versions`` (JSON keys are text); "" for the latest."""
+        return "" if self.version is None else str(self.version)
+
     def __str__(self) -> str:
         return self.name if self.version is None else f"{self.name}:{self.version}"
 

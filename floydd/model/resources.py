@@ -10,7 +10,8 @@ from typing import Any, Mapping
 from floydd.errors import InvalidSpec
 
 __all__ = ["Resources", "MAX_NODES", "MAX_GPUS", "MAX_CPUS", "MAX_MEMORY", "check_cpus", "parse_size",
-           "format_size", "format_cpus", "describe_needs", "asked_per_box", "known_count"]
+           "format_size", "format_cpus", "describe_needs", "asked_per_box", "asked_gpu_count", "asked_nodes",
+           "known_count"]
 
 MAX_NODES = 64
 """The most boxes one distributed job may span."""
@@ -33,15 +34,16 @@ class Resources:
     memory asked (admission, not a limit: a job may use more than it asked). 0 asks for none;
     a spec stored before they existed has neither, and asks for none."""
 
-    gpus: int = 0
+    gpu_count: int = 0
+    """GPUs on each box (stored as ``gpus``; the GPUs a placement gives it are ``gpu_ids``)."""
     nodes: int = 1
     cpus: float = 0
     memory: int = 0
 
     def __post_init__(self) -> None:
-        _whole(self.gpus, "--gpu", 0)
-        if self.gpus > MAX_GPUS:
-            raise InvalidSpec(f"--gpu {str(self.gpus)[:40]} is more than {MAX_GPUS}",
+        _whole(self.gpu_count, "--gpu", 0)
+        if self.gpu_count > MAX_GPUS:
+            raise InvalidSpec(f"--gpu {str(self.gpu_count)[:40]} is more than {MAX_GPUS}",
                               hint=f"use at most --gpu {MAX_GPUS}")
         if self.nodes == 0:
             raise InvalidSpec("--nodes 0: a job runs on at least one box", hint="e.g. --nodes 2")
@@ -63,18 +65,18 @@ class Resources:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> Resources:
         raw = raw or {}
-        return cls(gpus=raw.get("gpus") or 0, nodes=raw.get("nodes") or 1, cpus=raw.get("cpus") or 0,
+        return cls(gpu_count=raw.get("gpus") or 0, nodes=raw.get("nodes") or 1, cpus=raw.get("cpus") or 0,
                    memory=raw.get("memory") or 0)
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form: ``{"gpus", "cpu"}``, ``"nodes"`` for a job over several boxes, and
         ``"cpus"``/``"memory"`` when asked for."""
-        return {"gpus": self.gpus, "cpu": self.gpus == 0, **({"nodes": self.nodes} if self.nodes > 1 else {}),
+        return {"gpus": self.gpu_count, "cpu": self.gpu_count == 0, **({"nodes": self.nodes} if self.nodes > 1 else {}),
                 **({"cpus": self.cpus} if self.cpus else {}), **({"memory": self.memory} if self.memory else {})}
 
     def describe(self) -> str:
         """``2 GPUs, 4 CPUs, 16 GiB`` (per box): what ``floyd run`` and waiting reasons say."""
-        return describe_needs(self.gpus, self.cpu_milli, self.memory)
+        return describe_needs(self.gpu_count, self.cpu_milli, self.memory)
 
 
 def asked_per_box(spec: object) -> tuple[int, int]:
@@ -86,6 +88,23 @@ def asked_per_box(spec: object) -> tuple[int, int]:
         return 0, 0
     cpu, memory = known_count(resources.get("cpus"), 1000), known_count(resources.get("memory"), 1)
     return cpu or 0, memory or 0
+
+
+def asked_gpu_count(spec: object) -> int | None:
+    """GPUs a job's stored spec asks for on each box; None when it says no whole number (read
+    as leniently as :func:`asked_per_box`, and by both the placer and the state's check of a
+    placement, so they agree on any spec)."""
+    resources = spec.get("resources") if isinstance(spec, dict) else None
+    wanted = resources.get("gpus") if isinstance(resources, dict) else \
+        spec.get("gpus") if isinstance(spec, dict) else None
+    return wanted if type(wanted) is int else None
+
+
+def asked_nodes(spec: object) -> int:
+    """Boxes a job's stored spec spans (1 unless it says a whole number from 1)."""
+    resources = spec.get("resources") if isinstance(spec, dict) else None
+    nodes = resources.get("nodes") if isinstance(resources, dict) else None
+    return nodes if type(nodes) is int and nodes >= 1 else 1
 
 
 def known_count(value: object, scale: int) -> int | None:
@@ -138,9 +157,9 @@ def format_cpus(milli: int) -> str:
     return f"{text} CPU" if milli == 1000 else f"{text} CPUs"
 
 
-def describe_needs(gpus: int, cpu_milli: int = 0, memory: int = 0) -> str:
+def describe_needs(gpu_count: int, cpu_milli: int = 0, memory: int = 0) -> str:
     """``2 GPUs, 4 CPUs and 16 GiB``; only what is asked (``1 GPU``; ``CPU`` when nothing is)."""
-    words = ([f"{gpus} GPU" if gpus == 1 else f"{gpus} GPUs"] if gpus else []) + \
+    words = ([f"{gpu_count} GPU" if gpu_count == 1 else f"{gpu_count} GPUs"] if gpu_count else []) + \
         ([format_cpus(cpu_milli)] if cpu_milli else []) + ([format_size(memory)] if memory else [])
     if not words:
         return "CPU"

@@ -8,16 +8,15 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from floydd.errors import InvalidSpec
+from floydd.model.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_RESTART
 from floydd.model.resources import _whole
 
-__all__ = ["RESTART_POLICIES", "DEFAULT_MAX_ATTEMPTS", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "RestartPolicy",
-           "parse_duration"]
+__all__ = ["RESTART_POLICIES", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "RestartPolicy", "parse_duration"]
 
 RESTART_POLICIES = ("never", "on-failure", "on-lost")
 """``--restart``: ``never`` rerun; rerun a run that ``failed`` or was ``lost`` (``on-failure``);
 rerun only a run ``lost`` with its box (``on-lost``, the default: a bug does not rerun, an
 outage does)."""
-DEFAULT_MAX_ATTEMPTS = 3
 MAX_ATTEMPTS = 100
 MAX_LOST_AFTER = 30 * 24 * 3600.0
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)?", re.IGNORECASE)
@@ -51,9 +50,9 @@ class RestartPolicy:
     start. ``max_attempts`` counts the runs (the first and its reruns; a placement given up
     before the job started is not a run). ``lost_after``: how long the job's box may be out
     of touch (the job ``unknown``) before the run is declared lost; None: the cluster's
-    ``job_lost_after``."""
+    ``job_lost_after``, :data:`~floydd.model.defaults.DEFAULT_LOST_AFTER` unless set."""
 
-    policy: str = "on-lost"
+    policy: str = DEFAULT_RESTART
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lost_after: float | None = None
 
@@ -78,8 +77,8 @@ class RestartPolicy:
     def from_dict(cls, raw: Mapping[str, Any] | None) -> RestartPolicy:
         """From the stored form; a spec stored before restart policies has none: the default."""
         raw = raw or {}
-        return cls(policy=raw.get("policy") or "on-lost", max_attempts=raw.get("max_attempts") or DEFAULT_MAX_ATTEMPTS,
-                   lost_after=raw.get("lost_after"))
+        return cls(policy=raw.get("policy") or DEFAULT_RESTART,
+                   max_attempts=raw.get("max_attempts") or DEFAULT_MAX_ATTEMPTS, lost_after=raw.get("lost_after"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "max_attempts": self.max_attempts, "lost_after": self.lost_after}

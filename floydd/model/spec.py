@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from floydd.model.defaults import DEFAULT_ENV, DEFAULT_MODE
 from floydd.model.mounts import Mount
 from floydd.model.resources import Resources
 from floydd.model.restart import RestartPolicy
@@ -28,9 +29,9 @@ class JobSpec:
     params: dict[str, str] = field(default_factory=dict)
     data: tuple[Mount, ...] = ()
     resources: Resources = Resources()
-    env: str = "default"
+    env: str = DEFAULT_ENV
     message: str = ""
-    mode: str = "job"
+    mode: str = DEFAULT_MODE
     max_runtime: float | None = None
     restart: RestartPolicy = RestartPolicy()
 
@@ -40,8 +41,9 @@ class JobSpec:
         spec stored before restart policies (or a record, which keeps none) gets the default."""
         return cls(command=raw["command"], code_tree=raw["code_tree"], params=dict(raw.get("params") or {}),
                    data=tuple(Mount(ref=m["ref"], tree=m["tree"], mount=m["mount"]) for m in raw.get("data") or ()),
-                   resources=Resources.from_dict(raw.get("resources")), env=raw.get("env") or "default",
-                   message=raw.get("message") or "", mode=raw.get("mode") or "job", max_runtime=raw.get("max_runtime"),
+                   resources=Resources.from_dict(raw.get("resources")), env=raw.get("env") or DEFAULT_ENV,
+                   message=raw.get("message") or "", mode=raw.get("mode") or DEFAULT_MODE,
+                   max_runtime=raw.get("max_runtime"),
                    restart=RestartPolicy.from_dict(raw.get("restart")))
 
     def to_dict(self) -> dict[str, Any]:

@@ -26,12 +26,25 @@ from typing import Mapping
 
 from floydd.errors import Conflict, InvalidSpec
 
-__all__ = ["STATES", "FINAL_STATES", "ACTIVE_STATES", "TRANSITIONS", "REQUEUE", "check_state", "check_transition"]
+__all__ = ["STATES", "FINAL_STATES", "ACTIVE_STATES", "OPEN_STATES", "WAITING_STATES", "UNSUCCESSFUL_STATES",
+           "RUN_OUTCOMES", "STOP_OUTCOMES", "TRANSITIONS", "REQUEUE", "check_state", "check_transition"]
 
 STATES = ("queued", "starting", "running", "unknown", "success", "failed", "stopped", "timeout", "lost")
 FINAL_STATES = frozenset({"success", "failed", "stopped", "timeout", "lost"})
 ACTIVE_STATES = frozenset({"starting", "running", "unknown"})
 """Placed and not over: the job holds its GPUs (an ``unknown`` run may still use them)."""
+OPEN_STATES = frozenset(STATES) - FINAL_STATES
+"""Not over: the job may still change, and be stopped (queued, or active)."""
+WAITING_STATES = frozenset({"queued", "starting"})
+"""Not running yet: waiting to be placed, or placed and starting (``waiting_for`` says why)."""
+UNSUCCESSFUL_STATES = FINAL_STATES - {"success"}
+"""Over, and not a success."""
+RUN_OUTCOMES = ("success", "failed", "stopped", "timeout")
+"""How a run that its box saw to the end ended (what its agent and its records say): the
+final states but ``lost``, which only the cluster declares."""
+STOP_OUTCOMES = ("stopped", "failed")
+"""How a stop asked of a run ends it: ``stopped``, or ``failed`` when the daemon stops it for
+a fault of its own (its disk filled, its inputs went missing)."""
 TRANSITIONS: Mapping[str, frozenset[str]] = {
     "queued": frozenset({"starting", "stopped", "failed", "lost"}),
     "starting": frozenset({"running", "unknown", "stopped", "failed", "lost"}),

@@ -13,7 +13,8 @@ from floydd.model.mounts import Mount, MountRequest, check_mounts
 from floydd.model.names import JobKey, check_abs_path, check_project
 from floydd.model.params import check_params
 from floydd.model.resources import Resources, parse_size
-from floydd.model.restart import DEFAULT_MAX_ATTEMPTS, RestartPolicy, parse_duration
+from floydd.model.defaults import DEFAULT_ENV, DEFAULT_MAX_ATTEMPTS, DEFAULT_MODE, DEFAULT_RESTART
+from floydd.model.restart import RestartPolicy, parse_duration
 from floydd.model.spec import JobSpec
 
 __all__ = ["Submission", "Restart", "MAX_COMMAND", "MAX_MESSAGE", "MAX_RUNTIME", "ENVIRONMENTS",
@@ -26,7 +27,7 @@ MAX_MESSAGE = 4096
 MAX_RUNTIME = 30 * 24 * 3600.0
 """The longest ``--max-runtime`` (seconds): 30 days. A job meant to run longer runs without
 one; past this a deadline is a typo (``1e300``), not a plan."""
-ENVIRONMENTS = ("default",)
+ENVIRONMENTS = (DEFAULT_ENV,)
 """Named environments; a project's floyd_requirements.txt adds packages on top of the chosen one."""
 CODE_UPLOAD_PATTERN = r"cu-[0-9a-f]{32}"
 """A code upload's handle (``POST /v1/code``, :class:`floydd.jobs.codesnap.CodeUploads`)."""
@@ -60,6 +61,7 @@ class Submission:
     code_path: str | None = None
     code_upload: str | None = None
     gpus: int = 0
+    """GPUs on each box (the API's name; the job's :attr:`Resources.gpu_count`)."""
     nodes: int = 1
     cpus: float | None = None
     """Cores on each box; None: the receiving daemon's ``job_cpus``."""
@@ -67,12 +69,12 @@ class Submission:
     """Bytes (or a size such as ``"16G"``) on each box; None: the daemon's ``job_memory``."""
     data: tuple[str | MountRequest, ...] = ()
     params: dict[str, Any] | tuple[str, ...] = field(default_factory=dict)
-    env: str = "default"
+    env: str = DEFAULT_ENV
     message: str = ""
     max_runtime: float | None = None
-    mode: str = "job"
+    mode: str = DEFAULT_MODE
     idem_key: str | None = None
-    restart: str = "on-lost"
+    restart: str = DEFAULT_RESTART
     """The restart policy (:data:`RESTART_POLICIES`)."""
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lost_after: float | str | None = None
@@ -103,7 +105,7 @@ class Submission:
         if self.env not in ENVIRONMENTS:
             raise InvalidSpec(f"unknown environment {self.env!r:.80}",
                               hint=f"available: {', '.join(ENVIRONMENTS)}; add packages with a floyd_requirements.txt")
-        if self.mode != "job":
+        if self.mode != DEFAULT_MODE:
             raise InvalidSpec(f"--mode {self.mode:.80} is not supported", hint="use --mode job (the default)")
         if self.idem_key is not None and not 8 <= len(self.idem_key) <= 128:
             raise InvalidSpec("idem_key must be a string of 8-128 characters",
@@ -115,7 +117,7 @@ class Submission:
     def resources(self) -> Resources:
         """What the job asks for; cpus and memory left unset ask for none (the daemon sets
         its defaults with :meth:`with_defaults` before it commits the job)."""
-        return Resources(gpus=self.gpus, nodes=self.nodes, cpus=self.cpus or 0,
+        return Resources(gpu_count=self.gpus, nodes=self.nodes, cpus=self.cpus or 0,
                          memory=0 if self.memory is None else parse_size(self.memory))
 
     def with_defaults(self, *, cpus: float, memory: int) -> Submission:
@@ -171,7 +173,7 @@ class Restart:
                           max_attempts=self.max_attempts or policy.max_attempts,
                           lost_after=policy.lost_after if self.lost_after is None else self.lost_after,
                           project=key.project, command=self.command or old["command"],
-                          gpus=resources.gpus if self.gpus is None else self.gpus,
+                          gpus=resources.gpu_count if self.gpus is None else self.gpus,
                           nodes=resources.nodes if self.nodes is None else self.nodes,
                           cpus=asked.get("cpus") if self.cpus is None else self.cpus,
                           memory=asked.get("memory") if self.memory is None else self.memory, data=data,

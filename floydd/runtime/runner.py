@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from floydd import log
 from floydd.agent.jobenv import pass_list
@@ -54,7 +54,7 @@ from floydd.agent.sandbox import probe_bwrap
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
-from floydd.model import FINAL_STATES
+from floydd.model import DEFAULT_STOP_GRACE, FINAL_STATES
 from floydd.runtime import checkpoint, envs, fence, spawn, workspace
 from floydd.runtime.catchup import CatchUps
 from floydd.runtime.sandboxing import Sandboxing, resolve
@@ -77,7 +77,7 @@ class NodeRuntime:
 
     def __init__(self, *, state_dir: Path, store, records, sandbox: str = "auto", serves_others: bool = False,
                  builds: envs.BuildPolicy | None = None, env_pass: str = "",
-                 sample_interval: float = 5.0, tail_interval: float = 0.2, stop_grace: float = 10.0,
+                 sample_interval: float = 5.0, tail_interval: float = 0.2, stop_grace: float = DEFAULT_STOP_GRACE,
                  on_finished: Callable[[str, int], None] | None = None,
                  sampler: Callable[[int], dict | None] | None = None,
                  job_user: tuple[int, int] | None = None,
@@ -101,7 +101,7 @@ class NodeRuntime:
         final state (:mod:`.catchup`; the cluster then gets its final metrics)."""
         self._sampler = sampler or _default_sampler
         self._forget = None if sampler else _default_forget
-        self._held: dict[Key, list[int]] = {}
+        self._held: dict[Key, tuple[int, ...]] = {}
         self._released: dict[Key, asyncio.Event] = {}
         self._watches: dict[Key, asyncio.Task] = {}
         self._stop_requests: dict[Key, tuple[str, str]] = {}  # key -> (outcome, reason)
@@ -152,7 +152,7 @@ class NodeRuntime:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def start_job(self, project: str, number: int, gpus: list[int], *, command: str | None = None,
+    async def start_job(self, project: str, number: int, gpu_ids: Sequence[int], *, command: str | None = None,
                         env: dict[str, str] | None = None, resume: str | None = None) -> None:
         """Take a queued job through the prestart steps to running (or to failed, with why).
         ``command``/``env`` replace the recorded command and add to its environment (a gang's
@@ -163,7 +163,7 @@ class NodeRuntime:
         key = (project, number)
         if key in self._held:
             return
-        gpus = [int(g) for g in gpus]
+        gpus = tuple(gpu_ids)   # the placement's, checked when it was committed (job.place)
         self._hold(key, gpus)  # before any await: a second call for the same job returns above
         try:
             await self._catch_ups.abandon(key)
@@ -171,9 +171,9 @@ class NodeRuntime:
             ws = workspace.job_dir(self.state_dir, project, number)
             if job["state"] == "queued":
                 await asyncio.to_thread(self._records.set_state, project, number, "starting", "",
-                                        gpus=gpus, workspace=str(ws))
+                                        gpus=list(gpus), workspace=str(ws))
             elif job["state"] == "starting":
-                await asyncio.to_thread(self._records.update_job, project, number, gpus=gpus, workspace=str(ws))
+                await asyncio.to_thread(self._records.update_job, project, number, gpus=list(gpus), workspace=str(ws))
             else:
                 raise Conflict(f"job {project}/{number} is {job['state']}; only a queued job can start",
                                hint="run it again with floyd restart")
@@ -247,7 +247,7 @@ class NodeRuntime:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    async def _prestart(self, job: dict, ws: Path, gpus: list[int], *, command: str | None = None,
+    async def _prestart(self, job: dict, ws: Path, gpu_ids: tuple[int, ...], *, command: str | None = None,
                         env: dict[str, str] | None = None, resume: str | None = None) -> None:
         project, number = job["project"], job["number"]
         key = (project, number)
@@ -269,7 +269,7 @@ class NodeRuntime:
             spec = AgentSpec(job=f"{project}/{number}", command=command or job["command"],
                              env={**{str(k): str(v) for k, v in (job.get("params") or {}).items()}, **(env or {}),
                                   **fence.placement_env(self.state_dir, job.get("attempt") or 0)},
-                             gpus=tuple(str(g) for g in gpus), max_runtime=job.get("max_runtime"),
+                             gpu_ids=gpu_ids, max_runtime=job.get("max_runtime"),
                              python_bin=python_bin, mounts=mounts,
                              sandbox=sandboxing.mode, stop_grace=self._stop_grace, state_dir=str(self.state_dir),
                              uid=self._job_user[0] if self._job_user else None,
@@ -325,7 +325,7 @@ class NodeRuntime:
         key = (project, number)
         if key in self._held:
             return
-        gpus = [int(g) for g in job.get("gpus") or ()]
+        gpus = tuple(int(g) for g in job.get("gpus") or ())   # the record's (records read: the edge)
         self._hold(key, gpus)  # before any await, as in start_job
         ws = Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, project, number)
         try:
@@ -411,7 +411,7 @@ class NodeRuntime:
 
     # -- bookkeeping -----------------------------------------------------------------------------
 
-    def _hold(self, key: Key, gpus: list[int]) -> None:
+    def _hold(self, key: Key, gpus: tuple[int, ...]) -> None:
         self._held[key] = gpus
         self._released[key] = asyncio.Event()
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from floydd import log
-from floydd.agent.spec import Mount
+from floydd.agent.spec import BindMount
 from floydd.model import check_mount_target
 from floydd.agent.status import atomic_write
 from floydd.errors import InvalidSpec, UnsafePath
@@ -65,20 +65,20 @@ def job_dir(state_dir: Path, project: str, number: int) -> Path:
     return Path(state_dir).absolute() / "jobs" / project / str(number)
 
 
-def plan_mounts(data: list[dict[str, Any]] | None) -> tuple[Mount, ...]:
+def plan_mounts(data: list[dict[str, Any]] | None) -> tuple[BindMount, ...]:
     """The job's data mounts as workspace folders, shallowest first (``/input`` → ``input``)."""
-    mounts: list[Mount] = []
+    mounts: list[BindMount] = []
     seen: set[str] = set()
     for item in data or ():
         target = check_mount_target(item.get("mount"))
         if target in seen:
             raise InvalidSpec(f"two data mounts at {target}", hint="give each dataset its own mount point")
         seen.add(target)
-        mounts.append(Mount(source=target.lstrip("/"), target=target))
+        mounts.append(BindMount(source=target.lstrip("/"), target=target))
     return tuple(sorted(mounts, key=lambda m: (m.target.count("/"), m.target)))
 
 
-def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) -> tuple[Mount, ...]:
+def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) -> tuple[BindMount, ...]:
     """Make ``ws`` ready for the agent: folders, code, data mounts, an output/ that is empty
     or, with ``resume`` (a tree id), the last attempt's.
 
@@ -123,7 +123,7 @@ def _keep_attempt_log(ws_fd: int, earlier: str | None) -> None:
             os.rename("job.log", attempt_log(Path("."), int(earlier)).name, src_dir_fd=ws_fd, dst_dir_fd=ws_fd)
 
 
-def _prepare_in(ws: Path, ws_fd: int, job: dict[str, Any], store, mounts: tuple[Mount, ...],
+def _prepare_in(ws: Path, ws_fd: int, job: dict[str, Any], store, mounts: tuple[BindMount, ...],
                 trees: dict[str, str], resume: str | None) -> None:
     done = _load_steps(ws)
     attempt = str(job.get("attempt") or 0)
@@ -190,11 +190,11 @@ def _prepare_output(ws: Path, ws_fd: int, done: dict[str, str], store) -> None:
     log.runtime.info("workspace %s: /output starts from tree %s", ws, resume[:12])
 
 
-def release_inputs(ws: Path, mounts: tuple[Mount, ...] | None = None) -> None:
+def release_inputs(ws: Path, mounts: tuple[BindMount, ...] | None = None) -> None:
     """After the job: drop the restored data copies and tmp/ (the store keeps the data)."""
     ws = Path(ws)
     if mounts is None:
-        mounts = tuple(Mount(source=t.lstrip("/"), target=t) for t in _load_steps(ws)
+        mounts = tuple(BindMount(source=t.lstrip("/"), target=t) for t in _load_steps(ws)
                        if t.startswith("/") and t not in ("/code", _OUTPUT))
     ws_fd = beneath.open_root(ws)
     try:

@@ -47,7 +47,7 @@ class _Lane:
         for names in self.by_free:
             heapify(names)
 
-    def take(self, gpus: int, count: int, job: PendingJob, fits: Fits | None, drop: bool) -> tuple[list, list]:
+    def take(self, gpu_count: int, count: int, job: PendingJob, fits: Fits | None, drop: bool) -> tuple[list, list]:
         """(chosen, passed over and not dropped): up to ``count`` nodes, best first."""
         chosen: list[str] = []
         passed: list[str] = []
@@ -61,7 +61,7 @@ class _Lane:
                 where[name] = _DROPPED
             else:
                 passed.append(name)
-        for k in range(gpus, len(self.by_free)):
+        for k in range(gpu_count, len(self.by_free)):
             for name in job.near:
                 if len(chosen) < count and where.get(name) == k:
                     consider(name)
@@ -91,13 +91,13 @@ class BestFit:
         self._size = 1 + max(map(len, free.values()), default=0)
         self.lanes: dict[tuple[int, int], _Lane] = {(0, 0): _Lane(free, self._size, lambda name: True)}
 
-    def take(self, gpus: int, count: int, job: PendingJob, fits: Fits | None) -> list[str] | None:
-        """The ``count`` nodes left with the fewest free after giving ``gpus`` on each (ties:
+    def take(self, gpu_count: int, count: int, job: PendingJob, fits: Fits | None) -> list[str] | None:
+        """The ``count`` nodes left with the fewest free after giving ``gpu_count`` on each (ties:
         ``job.near`` first, then by name) that also have the job's cores and memory (``fits``;
         None: it asks for neither), best first, taken out until :meth:`put` back; None if
         fewer fit."""
         lane, drop = self._lane(job, fits)
-        chosen, passed = lane.take(gpus, count, job, fits, drop)
+        chosen, passed = lane.take(gpu_count, count, job, fits, drop)
         for name in passed:
             lane.put(name, len(self.free[name]))
         if len(chosen) < count:

@@ -5,7 +5,7 @@ others, says in a short sentence why they wait (:mod:`floydd.scheduler.reasons`)
 and no clock reads: everything it needs is in its arguments, so tests call it directly and
 the leader can re-check a plan against current state before committing it.
 
-What a job needs on each node: ``gpus`` free GPUs, ``cpu_milli`` thousandths of a core and
+What a job needs on each node: ``gpu_count`` free GPUs, ``cpu_milli`` thousandths of a core and
 ``memory`` bytes not set aside for the jobs already there (a node whose cores or memory are
 not known is never short of them). A node admits jobs while it has all three.
 
@@ -45,7 +45,7 @@ class NodeSnapshot:
     """What placement knows of one node."""
 
     name: str
-    gpus: tuple[int, ...] = ()
+    gpu_ids: tuple[int, ...] = ()
     """Indices of all GPUs on the node."""
     held: dict[int, str] = field(default_factory=dict)
     """GPU index -> key of the job holding it."""
@@ -69,13 +69,13 @@ class NodeSnapshot:
 
     @property
     def free(self) -> tuple[int, ...]:
-        return tuple(g for g in self.gpus if g not in self.held)
+        return tuple(g for g in self.gpu_ids if g not in self.held)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PendingJob:
     key: str
-    gpus: int = 0
+    gpu_count: int = 0
     """GPUs per node."""
     nodes: int = 1
     """Nodes the job spans (a gang when > 1)."""
@@ -92,7 +92,8 @@ class PendingJob:
 class Placement:
     key: str
     node: str
-    gpus: tuple[int, ...]
+    gpu_ids: tuple[int, ...]
+    """The indices of the GPUs it is given on ``node``."""
     rank: int = 0
     """Which part of a gang this is (0 for a job on one node)."""
 
@@ -104,25 +105,25 @@ class Plan:
     """Job key -> why it waits (one short sentence, shown by ``floyd status``)."""
 
 
-def unplaceable(nodes: list[NodeSnapshot], gpus: int, count: int = 1, cpu_milli: int = 0,
+def unplaceable(nodes: list[NodeSnapshot], gpu_count: int, count: int = 1, cpu_milli: int = 0,
                 memory: int = 0) -> str | None:
-    """Why a job wanting ``gpus`` GPUs, ``cpu_milli`` thousandths of a core and ``memory``
+    """Why a job wanting ``gpu_count`` GPUs, ``cpu_milli`` thousandths of a core and ``memory``
     bytes on each of ``count`` nodes can never run on these nodes (whatever runs there now),
     or None if it can."""
-    if gpus <= 0 and count == 1 and not any(n.healthy or n.draining or n.trouble for n in nodes):
+    if gpu_count <= 0 and count == 1 and not any(n.healthy or n.draining or n.trouble for n in nodes):
         return "no healthy node"
-    if gpus <= 0 and count > 1 and len(nodes) < count:
+    if gpu_count <= 0 and count > 1 and len(nodes) < count:
         # a gang may wait for a box that is down for now; only too few boxes is hopeless
         return f"it needs {count} nodes, the cluster has {len(nodes)}"
-    if sum(1 for n in nodes if _big_enough(n, gpus, cpu_milli, memory)) >= count:
+    if sum(1 for n in nodes if _big_enough(n, gpu_count, cpu_milli, memory)) >= count:
         return None
-    return nodes_reason(nodes, gpus, count, cpu_milli, memory)
+    return nodes_reason(nodes, gpu_count, count, cpu_milli, memory)
 
 
 def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
     """Place ``pending`` (in submission order) on ``nodes`` (each name once)."""
     healthy = [n for n in nodes if n.healthy]
-    free = {n.name: [g for g in n.gpus if g not in n.held] if n.held else list(n.gpus) for n in healthy}
+    free = {n.name: [g for g in n.gpu_ids if g not in n.held] if n.held else list(n.gpu_ids) for n in healthy}
     room = _Room(healthy)
     best_fit = BestFit(free)
     load = Load({n.name: n.load for n in healthy})
@@ -131,13 +132,13 @@ def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
     blocked_by: dict[bool, str] = {}            # lane (wants GPUs?) -> the job it waits behind
 
     for job in pending:
-        count, lane = max(1, job.nodes), job.gpus > 0
+        count, lane = max(1, job.nodes), job.gpu_count > 0
         if lane in blocked_by:
             waiting[job.key] = blocked_reason(blocked_by[lane], lane)
             continue
         fits = room.fits if job.cpu_milli or job.memory else None
         if lane:
-            chosen = best_fit.take(job.gpus, count, job, fits)
+            chosen = best_fit.take(job.gpu_count, count, job, fits)
         elif len(load.jobs) < count:
             waiting[job.key] = ("waiting for a healthy node" if count == 1 else
                                 f"waiting for {count} healthy nodes ({len(load.jobs)} now)") + _troubled(nodes)
@@ -151,17 +152,17 @@ def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
         for rank, name in enumerate(chosen):
             take: list[int] = []
             if lane:
-                take, free[name] = free[name][:job.gpus], free[name][job.gpus:]
+                take, free[name] = free[name][:job.gpu_count], free[name][job.gpu_count:]
                 best_fit.put(name)
                 load.add(name)
             room.take(name, job)
-            placements.append(Placement(key=job.key, node=name, gpus=tuple(take), rank=rank))
+            placements.append(Placement(key=job.key, node=name, gpu_ids=tuple(take), rank=rank))
     return Plan(placements=tuple(placements), waiting=waiting)
 
 
-def _big_enough(node: NodeSnapshot, gpus: int, cpu_milli: int, memory: int) -> bool:
+def _big_enough(node: NodeSnapshot, gpu_count: int, cpu_milli: int, memory: int) -> bool:
     """Whether ``node`` could ever hold one part of such a job (all its GPUs, cores, memory)."""
-    return (len(node.gpus) >= gpus and (node.cpu_milli is None or node.cpu_milli >= cpu_milli)
+    return (len(node.gpu_ids) >= gpu_count and (node.cpu_milli is None or node.cpu_milli >= cpu_milli)
             and (node.memory is None or node.memory >= memory))
 
 

@@ -24,7 +24,7 @@ from floydd import log
 from floydd.scheduler.storehealth import trouble
 from floydd.errors import Conflict, FloyddError
 from floydd.scheduler import outages
-from floydd.model import asked_per_box
+from floydd.model import DEFAULT_LOST_AFTER, DatasetRef, asked_gpu_count, asked_nodes, asked_per_box
 from floydd.scheduler import NodeSnapshot, PendingJob, node_snapshots, place
 
 __all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "every_second_or_sooner"]
@@ -35,7 +35,7 @@ REPORT_TIMEOUT = 5.0
 
 
 class ClusterScheduler:
-    def __init__(self, cluster, *, lost_after: float = 60.0, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, cluster, *, lost_after: float = DEFAULT_LOST_AFTER, clock: Callable[[], float] = time.monotonic,
                  ages: Callable[[], Mapping[str, float]] | None = None) -> None:
         self.cluster = cluster
         self.lost_after = lost_after
@@ -100,7 +100,7 @@ class ClusterScheduler:
         for placement in plan.placements:           # a gang's parts come in rank order
             gangs.setdefault(placement.key, []).append(placement)
         for key, parts in gangs.items():
-            where = [{"node": by_name[p.node], "gpus": list(p.gpus)} for p in parts]
+            where = [{"node": by_name[p.node], "gpus": list(p.gpu_ids)} for p in parts]
             try:
                 await self.cluster.place(key, where[0]["node"], where[0]["gpus"],
                                          parts=where if len(where) > 1 else None)
@@ -145,9 +145,8 @@ class ClusterScheduler:
 
 def _pending(job: dict, near: _Near) -> PendingJob:
     spec = job["spec"]
-    resources = spec.get("resources") or {}
     cpu, memory = asked_per_box(spec)
-    return PendingJob(key=job["id"], gpus=int(resources.get("gpus") or 0), nodes=int(resources.get("nodes") or 1),
+    return PendingJob(key=job["id"], gpu_count=asked_gpu_count(spec) or 0, nodes=asked_nodes(spec),
                       cpu_milli=cpu, memory=memory, near=near(spec.get("data")) if spec.get("data") else ())
 
 
@@ -163,9 +162,8 @@ class _Near:
         refs = tuple(m.get("ref", "") for m in mounts if isinstance(m, dict))
         if refs not in self._seen:
             held: dict[str, int] = {}
-            for ref in refs:
-                name, _, number = ref.rpartition(":")
-                version = (self.datasets.get(name) or {}).get("versions", {}).get(number) or {}
+            for ref in filter(None, map(DatasetRef.stored, refs)):
+                version = (self.datasets.get(ref.name) or {}).get("versions", {}).get(ref.version_key) or {}
                 for nid in version.get("holders") or ():
                     if nid in self.names:
                         held[self.names[nid]] = held.get(self.names[nid], 0) + 1 + int(version.get("size") or 0)

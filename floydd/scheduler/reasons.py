@@ -40,7 +40,7 @@ _HOLDERS = 3
 class _Needs(NamedTuple):
     """What of a job's ask a reason names (per node)."""
 
-    gpus: int
+    gpu_count: int
     cpu_milli: int
     memory: int
 
@@ -56,12 +56,12 @@ def why_waiting(job: PendingJob, nodes: list[NodeSnapshot], free: dict[str, list
     each healthy node once ``placed`` (this plan's placements so far) are counted."""
     count = max(1, job.nodes)
     said = _what_matters(job, [n for n in nodes if n.healthy], free, cpu, memory)
-    want = describe_needs(said.gpus, said.cpu_milli, said.memory)
+    want = describe_needs(said.gpu_count, said.cpu_milli, said.memory)
     head = f"waiting for {want}" if count == 1 else f"waiting for {count} nodes with {want} free each"
     if len(nodes) <= LISTED:
         planned: dict[str, set[str]] = {}       # node -> jobs this plan gave GPUs there
         for p in placed:
-            if p.gpus:
+            if p.gpu_ids:
                 planned.setdefault(p.node, set()).add(p.key)
         each = "; ".join(_node_now(n, job, said, free, cpu, memory, planned.get(n.name, set()))
                          for n in sorted(nodes, key=lambda n: n.name))
@@ -84,19 +84,19 @@ def why_waiting(job: PendingJob, nodes: list[NodeSnapshot], free: dict[str, list
     return _short(f"{head}: {lead}" + (f" ({', '.join(counted)})" if counted else ""))
 
 
-def nodes_reason(nodes: list[NodeSnapshot], gpus: int, count: int, cpu_milli: int, memory: int) -> str:
+def nodes_reason(nodes: list[NodeSnapshot], gpu_count: int, count: int, cpu_milli: int, memory: int) -> str:
     """Why too few of ``nodes`` are big enough for such a job (:func:`~floydd.scheduler.unplaceable`)."""
-    lacked = (gpus if any(len(n.gpus) < gpus for n in nodes) else 0,        # say only what some node lacks
+    lacked = (gpu_count if any(len(n.gpu_ids) < gpu_count for n in nodes) else 0,        # say only what some node lacks
               cpu_milli if any(n.cpu_milli is not None and n.cpu_milli < cpu_milli for n in nodes) else 0,
               memory if any(n.memory is not None and n.memory < memory for n in nodes) else 0)
     if any(lacked):
-        gpus, cpu_milli, memory = lacked
-    want = describe_needs(gpus, cpu_milli, memory) if gpus or cpu_milli or memory else "room"
+        gpu_count, cpu_milli, memory = lacked
+    want = describe_needs(gpu_count, cpu_milli, memory) if gpu_count or cpu_milli or memory else "room"
     if len(nodes) <= LISTED:
-        have = ", ".join(f"{n.name} has {_capacity(n, gpus, cpu_milli, memory)}" for n in nodes) or "no nodes"
+        have = ", ".join(f"{n.name} has {_capacity(n, gpu_count, cpu_milli, memory)}" for n in nodes) or "no nodes"
     else:
-        biggest = max(nodes, key=lambda n: (len(n.gpus), n.cpu_milli or 0, n.memory or 0))
-        have = f"the biggest, {biggest.name}, has {_capacity(biggest, gpus, cpu_milli, memory)}"
+        biggest = max(nodes, key=lambda n: (len(n.gpu_ids), n.cpu_milli or 0, n.memory or 0))
+        have = f"the biggest, {biggest.name}, has {_capacity(biggest, gpu_count, cpu_milli, memory)}"
     if count == 1:
         return _short(f"no node has {want} ({have})")
     return _short(f"it needs {count} nodes with {want} each ({have})")
@@ -108,9 +108,9 @@ def _what_matters(job: PendingJob, healthy: list[NodeSnapshot], free: dict[str, 
     a GPU job asking the default core is "waiting for 1 GPU" while cores are plentiful."""
     def lacked(asked: int, left: dict[str, int]) -> int:
         return asked if any(left.get(n.name, asked) < asked for n in healthy) else 0
-    said = _Needs(gpus=lacked(job.gpus, {name: len(gpus) for name, gpus in free.items()}),
+    said = _Needs(gpu_count=lacked(job.gpu_count, {name: len(gpus) for name, gpus in free.items()}),
                   cpu_milli=lacked(job.cpu_milli, cpu), memory=lacked(job.memory, memory))
-    return said if said.gpus or said.cpu_milli or said.memory else _Needs(job.gpus, job.cpu_milli, job.memory)
+    return said if said.gpu_count or said.cpu_milli or said.memory else _Needs(job.gpu_count, job.cpu_milli, job.memory)
 
 
 def _node_now(node: NodeSnapshot, job: PendingJob, said: _Needs, free: dict[str, list[int]], cpu: dict[str, int],
@@ -125,9 +125,9 @@ def _node_now(node: NodeSnapshot, job: PendingJob, said: _Needs, free: dict[str,
     if lack is None:
         return f"{node.name} has room"
     if lack == "too small":
-        return f"{node.name} has {_capacity(node, said.gpus, said.cpu_milli, said.memory)} in all"
+        return f"{node.name} has {_capacity(node, said.gpu_count, said.cpu_milli, said.memory)} in all"
     words = []
-    if said.gpus:
+    if said.gpu_count:
         n = len(free[node.name])
         words.append(f"{n} GPU" if n == 1 else f"{n} GPUs")
     if said.cpu_milli and node.name in cpu:
@@ -136,7 +136,7 @@ def _node_now(node: NodeSnapshot, job: PendingJob, said: _Needs, free: dict[str,
         words.append(format_size(max(0, memory[node.name])))
     holders = sorted(set(node.held.values()).union(planned))
     named = ", ".join(holders[:_HOLDERS]) + (f" and {len(holders) - _HOLDERS} more" if len(holders) > _HOLDERS else "")
-    return f"{node.name} has {_and(words)} free" + (f" (held by {named})" if holders and said.gpus else "")
+    return f"{node.name} has {_and(words)} free" + (f" (held by {named})" if holders and said.gpu_count else "")
 
 
 def _lacks(node: NodeSnapshot, job: PendingJob, free: dict[str, list[int]], cpu: dict[str, int],
@@ -145,10 +145,10 @@ def _lacks(node: NodeSnapshot, job: PendingJob, free: dict[str, list[int]], cpu:
     memory), or None if it has room."""
     if not node.healthy:
         return "unhealthy"
-    if len(node.gpus) < job.gpus or (node.cpu_milli is not None and node.cpu_milli < job.cpu_milli) \
+    if len(node.gpu_ids) < job.gpu_count or (node.cpu_milli is not None and node.cpu_milli < job.cpu_milli) \
             or (node.memory is not None and node.memory < job.memory):
         return "too small"
-    if len(free[node.name]) < job.gpus:
+    if len(free[node.name]) < job.gpu_count:
         return "GPUs"
     if cpu.get(node.name, job.cpu_milli) < job.cpu_milli:
         return "CPUs"
@@ -157,10 +157,10 @@ def _lacks(node: NodeSnapshot, job: PendingJob, free: dict[str, list[int]], cpu:
     return None
 
 
-def _capacity(node: NodeSnapshot, gpus: int, cpu_milli: int, memory: int) -> str:
+def _capacity(node: NodeSnapshot, gpu_count: int, cpu_milli: int, memory: int) -> str:
     """What ``node`` has in all, of what a job asks (``8 GPUs, 32 CPUs and 64 GiB``)."""
-    words = [f"{len(node.gpus)} GPU" if len(node.gpus) == 1 else f"{len(node.gpus)} GPUs"] if gpus or not (
-        cpu_milli or memory) else []
+    total = len(node.gpu_ids)
+    words = [f"{total} GPU" if total == 1 else f"{total} GPUs"] if gpu_count or not (cpu_milli or memory) else []
     if cpu_milli and node.cpu_milli is not None:
         words.append(format_cpus(node.cpu_milli))
     if memory and node.memory is not None:

@@ -44,9 +44,9 @@ def node_snapshots(nodes: Mapping[str, Mapping], *, held: Mapping[str, Mapping[i
     for nid, node in nodes.items():
         name = node["name"] if node["name"] not in shared else f"{node['name']}({nid[:8]})"
         resources = node.get("resources") or {}
-        gpus = tuple(g["index"] if isinstance(g, dict) else g for g in resources.get("gpus") or ())
+        gpu_ids = tuple(g["index"] if isinstance(g, dict) else g for g in resources.get("gpus") or ())
         cpu_held, memory_held = set_aside.get(nid, (0, 0))
-        out[nid] = NodeSnapshot(name=name, gpus=gpus, held=dict(held.get(nid) or {}),
+        out[nid] = NodeSnapshot(name=name, gpu_ids=gpu_ids, held=dict(held.get(nid) or {}),
                                 healthy=health.get(nid, "up") == "up" and not trouble.get(nid),
                                 draining=health.get(nid) == "draining", trouble=trouble.get(nid, ""),
                                 load=load.get(nid, 0),

@@ -164,10 +164,11 @@ def test_dataset_refs_round_trip(name, version):
 
 def test_resources_and_their_stored_form():
     assert Resources().to_dict() == {"gpus": 0, "cpu": True}
-    assert Resources(gpus=2, nodes=3).to_dict() == {"gpus": 2, "cpu": False, "nodes": 3}
-    assert Resources.from_dict({"gpus": 2, "cpu": False, "nodes": 3}) == Resources(gpus=2, nodes=3)
+    assert Resources(gpu_count=2, nodes=3).to_dict() == {"gpus": 2, "cpu": False, "nodes": 3}
+    assert Resources.from_dict({"gpus": 2, "cpu": False, "nodes": 3}) == Resources(gpu_count=2, nodes=3)
     assert Resources.from_dict(None) == Resources()
-    for bad in ({"gpus": -1}, {"nodes": 0}, {"gpus": True}, {"gpus": 1.5}, {"nodes": model.MAX_NODES + 1}):
+    for bad in ({"gpu_count": -1}, {"nodes": 0}, {"gpu_count": True}, {"gpu_count": 1.5},
+                {"nodes": model.MAX_NODES + 1}):
         with pytest.raises(InvalidSpec):
             Resources(**bad)
 
@@ -177,7 +178,7 @@ specs = st.builds(
     params=st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True), st.text()),
     data=st.lists(st.builds(Mount, ref=st.just("mnist:1"), tree=st.just("ab" * 32),
                             mount=st.sampled_from(["/input", "/data", "/x/y"])), max_size=3).map(tuple),
-    resources=st.builds(Resources, gpus=st.integers(0, 8), nodes=st.integers(1, 4)),
+    resources=st.builds(Resources, gpu_count=st.integers(0, 8), nodes=st.integers(1, 4)),
     message=st.text(), max_runtime=st.none() | st.floats(min_value=1, max_value=1e6))
 
 
@@ -201,7 +202,7 @@ def test_a_submission_names_its_code_by_path_or_upload_handle_never_by_tree():
 def test_a_submission_body_decodes_into_a_checked_value():
     sub = msgspec.convert(_submission(gpus=2, data=["mnist:/input"], params={"lr": 0.1}, max_runtime=60),
                           Submission)
-    assert sub.resources == Resources(gpus=2)
+    assert sub.resources == Resources(gpu_count=2)
     assert sub.mounts == [MountRequest(ref="mnist", mount="/input")]
     spec = sub.spec(code_tree="ab" * 32, data=(Mount(ref="mnist:1", tree="cd" * 32, mount="/input"),))
     assert spec.params == {"lr": "0.1"} and spec.max_runtime == 60.0
@@ -244,7 +245,7 @@ def test_the_limits_themselves_are_allowed():
     sub = msgspec.convert(_submission(gpus=model.MAX_GPUS, command="x" * model.MAX_COMMAND,
                                       message="m" * model.MAX_MESSAGE, code_path="/" + "n" * 255,
                                       params={f"p{i}": "v" * 10 for i in range(model.MAX_PARAMS)}), Submission)
-    assert sub.resources.gpus == model.MAX_GPUS
+    assert sub.resources.gpu_count == model.MAX_GPUS
 
 
 def test_an_upload_may_not_take_a_jobs_output_name_that_the_runtime_uses():

@@ -12,9 +12,9 @@ from floydd.model import JobKey, Resources, Restart, Submission, describe_needs,
 
 
 def test_cores_and_memory_are_stored_only_when_asked_and_old_specs_read_as_asking_none():
-    assert Resources(gpus=1, cpus=0.5, memory=2 << 30).to_dict() == {"gpus": 1, "cpu": False, "cpus": 0.5,
+    assert Resources(gpu_count=1, cpus=0.5, memory=2 << 30).to_dict() == {"gpus": 1, "cpu": False, "cpus": 0.5,
                                                                      "memory": 2 << 30}
-    assert Resources.from_dict({"gpus": 1, "cpu": False}) == Resources(gpus=1)        # a spec from before
+    assert Resources.from_dict({"gpus": 1, "cpu": False}) == Resources(gpu_count=1)        # a spec from before
     assert Resources(cpus=2.5).cpu_milli == 2500 and Resources().cpu_milli == 0
     for bad in ({"cpus": -1}, {"cpus": model.MAX_CPUS + 1}, {"cpus": 0.0001}, {"cpus": True}, {"memory": -1},
                 {"memory": 1.5}, {"memory": model.MAX_MEMORY + 1}):
@@ -52,7 +52,7 @@ def test_a_restart_keeps_what_the_job_asked_and_an_old_job_gets_the_defaults():
     old = {"command": "python a.py", "code_tree": "ab" * 32, "resources": {"gpus": 1, "cpu": False, "cpus": 3},
            "data": [], "params": {}, "env": "default", "max_runtime": None}
     assert Restart().submission(JobKey("m", 1), old).cpus == 3
-    assert Restart(memory="1G").submission(JobKey("m", 1), old).resources == Resources(gpus=1, cpus=3,
+    assert Restart(memory="1G").submission(JobKey("m", 1), old).resources == Resources(gpu_count=1, cpus=3,
                                                                                       memory=1 << 30)
     older = {**old, "resources": {"gpus": 1, "cpu": False}}
     assert Restart().submission(JobKey("m", 1), older).cpus is None        # the daemon fills in job_cpus

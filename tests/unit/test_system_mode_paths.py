@@ -11,7 +11,7 @@ import pytest
 
 from floydd.agent import jobuser
 from floydd.agent.sandbox import build_launch
-from floydd.agent.spec import AgentSpec, Mount
+from floydd.agent.spec import AgentSpec, BindMount
 from floydd.config import load
 from floydd.errors import InvalidSpec, UserError
 from floydd.security.owned_dirs import folder_problem
@@ -96,7 +96,7 @@ def test_group_socket_folder_rules(st, expected):
 
 def test_a_job_user_switch_happens_inside_bwrap_with_only_setuid_caps():
     spec = AgentSpec(job="p/1", command="id -u", state_dir="/srv/floydd", uid=1500, gid=1500,
-                     mounts=(Mount(source="data/a", target="/data"),))
+                     mounts=(BindMount(source="data/a", target="/data"),))
     launch = build_launch(spec, Path("/srv/floydd/jobs/p/1"), "/usr/bin/bwrap", {})
     argv = launch.argv
     cut = argv.index("--")

@@ -11,6 +11,7 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import RichLog
 
+from floydd.model import WAITING_STATES
 from floydd.tui.format import duration, human_bytes, job_seconds, number, state_style
 from floydd.tui.screens.base import SnapshotScreen
 from floydd.tui.snapshot import Detail, LogLine, Snapshot, View, Want
@@ -161,7 +162,7 @@ def job_panel(job: Mapping[str, Any], now: float, usage: Mapping[str, Any] | Non
     data = job.get("data") or ()
     grid.add_row("data", ", ".join(f"{d.get('ref')} → {d.get('mount')}" for d in data) or "-")
     grid.add_row("output", str(job.get("output_version") or "-"))
-    note = job.get("waiting_for") if state in ("queued", "starting") else job.get("message")
+    note = job.get("waiting_for") if state in WAITING_STATES else job.get("message")
     if note:
         grid.add_row("note", Text(str(note), style="yellow"))
     for event in list(job.get("events") or ())[-3:]:

@@ -11,7 +11,8 @@ from textual.widgets import Input
 
 from floydd.tui.format import duration, job_seconds, metric_summary, state_style
 from floydd.tui.screens.base import SnapshotScreen
-from floydd.tui.snapshot import ACTIVE, FAILED, FINISHED, Snapshot, View
+from floydd.model import FINAL_STATES, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES
+from floydd.tui.snapshot import Snapshot, View
 from floydd.tui.widgets.panel import Panel
 from floydd.tui.widgets.table import Column, Row, RowTable
 
@@ -22,8 +23,8 @@ COLUMNS = (
     Column("Time", 7, "right"), Column("Latest metrics", 30), Column("Command"),
 )
 STATE_FILTERS: dict[str, frozenset[str] | None] = {
-    "all": None, "active": ACTIVE, "running": frozenset({"running"}), "queued": frozenset({"queued", "starting"}),
-    "succeeded": FINISHED, "failed": FAILED,
+    "all": None, "active": OPEN_STATES, "running": frozenset({"running"}), "queued": WAITING_STATES,
+    "succeeded": FINAL_STATES - UNSUCCESSFUL_STATES, "failed": UNSUCCESSFUL_STATES,
 }
 SORTS = ("newest", "oldest", "state", "project", "user", "time")
 _STATE_ORDER = {s: i for i, s in enumerate(("running", "unknown", "starting", "queued", "failed", "timeout", "lost",
@@ -68,7 +69,7 @@ class JobsScreen(SnapshotScreen):
         table.set_rows(rows, empty="no jobs match" if jobs else
                        ("no jobs yet: submit one with `floyd run`" if snap.all_jobs else "loading jobs…"))
         shown = f"{len(rows)} of {len(jobs)} jobs" if len(rows) != len(jobs) else f"{len(jobs)} jobs"
-        queued = sum(1 for j in jobs if j.get("state") in ("queued", "starting"))
+        queued = sum(1 for j in jobs if j.get("state") in WAITING_STATES)
         running = sum(1 for j in jobs if j.get("state") == "running")
         filt = f" · filter “{self.text}”" if self.text else ""
         self.query_one("#status", Panel).show(
@@ -176,9 +177,9 @@ def _cells(job: Mapping[str, Any], now: float) -> tuple:
     gpus = job.get("gpus") or ()
     wants = (job.get("resources") or {}).get("gpus") or 0
     gpu_text = ",".join(map(str, gpus)) if gpus else (f"({wants})" if wants else "cpu")
-    if state in ("queued", "starting") and job.get("waiting_for"):
+    if state in WAITING_STATES and job.get("waiting_for"):
         metrics: Any = (f"waiting: {job['waiting_for']}", "dim")
-    elif state in FAILED and job.get("message"):
+    elif state in UNSUCCESSFUL_STATES and job.get("message"):
         metrics = (str(job["message"]), "red")
     else:
         metrics = metric_summary(job.get("metrics"))

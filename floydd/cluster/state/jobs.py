@@ -36,7 +36,8 @@ from floydd.cluster.state.archive import archived_form
 from floydd.cluster.state.nodes import gpu_indices
 from floydd.cluster.state.queries import copy_of
 from floydd.errors import Conflict, InvalidSpec, NotFound
-from floydd.model import ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, RestartPolicy, check_project
+from floydd.model import (ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, RestartPolicy, asked_gpu_count,
+                          asked_nodes, check_project)
 
 __all__ = ["JobCommands", "remember"]
 
@@ -85,12 +86,12 @@ class JobCommands:
                            code="job_not_queued")
         if (parts[0]["node"], list(parts[0]["gpus"])) != (cmd["node"], list(cmd["gpus"])):
             raise InvalidSpec(f"placement of {key}: node and gpus must be those of rank 0")
-        wanted_nodes = _wanted_nodes(job["spec"])
+        wanted_nodes = asked_nodes(job["spec"])
         if len(parts) != wanted_nodes:
             raise InvalidSpec(f"job {key} spans {wanted_nodes} nodes, the placement gives {len(parts)}")
         if len({p["node"] for p in parts}) != len(parts):
             raise InvalidSpec(f"placement of {key} names a node twice")
-        wanted = _wanted_gpus(job["spec"])
+        wanted = asked_gpu_count(job["spec"])
         for part in parts:
             nid, gpus = part["node"], list(part["gpus"])
             node = self._node(nid)
@@ -279,14 +280,3 @@ def remember(job: dict, ts: float, text: str) -> None:
 def _where(gpus: list) -> str:
     return f"GPU {', '.join(map(str, gpus))}" if gpus else "CPU"
 
-
-def _wanted_nodes(spec: dict) -> int:
-    resources = spec.get("resources")
-    nodes = resources.get("nodes") if isinstance(resources, dict) else None
-    return nodes if type(nodes) is int and nodes >= 1 else 1
-
-
-def _wanted_gpus(spec: dict) -> int | None:
-    resources = spec.get("resources")
-    wanted = resources.get("gpus") if isinstance(resources, dict) else spec.get("gpus")
-    return wanted if type(wanted) is int else None

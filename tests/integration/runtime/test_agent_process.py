@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from floydd.agent.spec import Mount
+from floydd.agent.spec import BindMount
 from floydd.agent.status import read_status
 from floydd.runtime import spawn
 from floydd.runtime.tail import read_chunk
@@ -109,10 +109,10 @@ _ENV_PROBE = (PY + " -c \"import os, json; print(json.dumps({k: os.environ.get(k
               "'FLOYD_CODE', 'FLOYD_INPUT', 'FLOYD_OUTPUT', 'HOME', 'FLOYDD_SECRET']} | {'cwd': os.getcwd()}))\"")
 
 
-@pytest.mark.parametrize("gpus,expected", [(("1", "3"), "1,3"), ((), "")])
+@pytest.mark.parametrize("gpus,expected", [((1, 3), "1,3"), ((), "")])
 def test_the_job_sees_exactly_its_gpus_and_its_env(state_dir, gpus, expected, monkeypatch):
     monkeypatch.setenv("FLOYDD_SECRET", "daemon-only")
-    _, status, log = run_job(state_dir, _ENV_PROBE, sandbox="none", gpus=gpus, env={"LR": "0.1"})
+    _, status, log = run_job(state_dir, _ENV_PROBE, sandbox="none", gpu_ids=gpus, env={"LR": "0.1"})
     seen = json.loads(texts(log, "o")[0])
     assert status.outcome == "success"
     assert seen["CUDA_VISIBLE_DEVICES"] == expected  # set, and empty when no GPU is held
@@ -137,7 +137,7 @@ def test_in_the_sandbox_input_is_read_only_output_writable_and_paths_are_floydhu
         "echo result > /output/r.txt && echo output-ok; "
         "echo $FLOYD_CODE $FLOYD_INPUT $FLOYD_OUTPUT $HOME; pwd; "
         f"{PY} -c 'import floydd.agent.sdk; print(\"sdk-ok\")'"),
-        sandbox="bwrap", mounts=(Mount(source="data", target="/data"),))
+        sandbox="bwrap", mounts=(BindMount(source="data", target="/data"),))
     (ws / "input" / "a.txt").write_text("hello\n")
     (ws / "data").mkdir()
     proc = start_agent(ws)

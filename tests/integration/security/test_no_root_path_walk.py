@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from floydd.agent import jobuser
-from floydd.agent.spec import AgentSpec, Mount
+from floydd.agent.spec import AgentSpec, BindMount
 from floydd.errors import FloyddError
 from floydd.records import Records
 from floydd.runtime import checkpoint, outputs, workspace
@@ -200,7 +200,7 @@ def test_the_hand_over_to_the_job_user_never_chowns_outside(box):
     out.mkdir()
     spec = arm(out, box.secret.folder)
     before = box.secret.state()
-    job = AgentSpec(job="p/1", command="true", uid=54321, gid=54321, mounts=(Mount(source="input", target="/input"),))
+    job = AgentSpec(job="p/1", command="true", uid=54321, gid=54321, mounts=(BindMount(source="input", target="/input"),))
     _race(spec, box.state, lambda: jobuser.hand_over(box.ws, job))
     assert box.secret.state() == before
     assert os.lstat(out / "c" if (out / "c").exists() and not (out / "c").is_symlink() else out / "d").st_uid == 54321

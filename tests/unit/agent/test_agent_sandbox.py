@@ -8,7 +8,7 @@ from pathlib import Path
 
 from floydd.agent.jobenv import FIXED, SANE_PATH, agent_env
 from floydd.agent.sandbox import SANDBOX_HOME, build_launch
-from floydd.agent.spec import AgentSpec, Mount
+from floydd.agent.spec import AgentSpec, BindMount
 
 WS = Path("/srv/floydd/jobs/p/1")
 BASE = {"PATH": "/home/a/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "FLOYDD_TOKEN": "secret", "FLOYD_HOST": "x",
@@ -19,7 +19,7 @@ BASE = {"PATH": "/home/a/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "FLOYDD_TOKEN": 
 
 
 def spec(**fields) -> AgentSpec:
-    return AgentSpec(**{"job": "p/1", "command": "python train.py", "gpus": ("2",), "env": {"lr": "0.1"},
+    return AgentSpec(**{"job": "p/1", "command": "python train.py", "gpu_ids": (2,), "env": {"lr": "0.1"},
                         "python_bin": "/opt/py/bin", "state_dir": "/srv/floydd", **fields})
 
 
@@ -42,12 +42,12 @@ def test_without_a_sandbox_the_job_runs_in_its_workspace_with_a_clean_env():
 
 
 def test_the_spec_env_cannot_override_the_gpu_assignment():
-    launch = build_launch(spec(env={"CUDA_VISIBLE_DEVICES": "0,1", "FLOYD_JOB": "other/9"}, gpus=()), WS, None, BASE)
+    launch = build_launch(spec(env={"CUDA_VISIBLE_DEVICES": "0,1", "FLOYD_JOB": "other/9"}, gpu_ids=()), WS, None, BASE)
     assert (launch.env["CUDA_VISIBLE_DEVICES"], launch.env["FLOYD_JOB"]) == ("", "p/1")
 
 
 def test_under_bwrap_the_job_sees_floydhub_paths_and_not_the_state_dir():
-    launch = build_launch(spec(mounts=(Mount(source="input", target="/input"), Mount(source="data/x", target="/data/x"))),
+    launch = build_launch(spec(mounts=(BindMount(source="input", target="/input"), BindMount(source="data/x", target="/data/x"))),
                           WS, "/usr/bin/bwrap", BASE)
     argv = launch.argv
     assert argv[0] == "/usr/bin/bwrap" and argv[-3:] == ["/bin/sh", "-c", "python train.py"]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from floydd.agent.spec import AgentSpec, Mount
+from floydd.agent.spec import AgentSpec, BindMount
 from floydd.model import check_mount_target
 from floydd.agent.status import (STATUS_ROOM, Status, atomic_write, make_room, process_start_time, read_status,
                                  write_status)
@@ -21,8 +21,8 @@ from floydd.errors import InvalidSpec, UnsafePath
 
 
 def test_spec_round_trips_through_json():
-    spec = AgentSpec(job="digits/3", command="python train.py", env={"LR": "0.1"}, gpus=("0", "2"),
-                     max_runtime=3600, python_bin="/opt/py/bin", mounts=(Mount(source="input", target="/input"),),
+    spec = AgentSpec(job="digits/3", command="python train.py", env={"LR": "0.1"}, gpu_ids=(0, 2),
+                     max_runtime=3600, python_bin="/opt/py/bin", mounts=(BindMount(source="input", target="/input"),),
                      sandbox="bwrap", stop_grace=5, state_dir="/var/lib/floydd")
     assert AgentSpec.from_json(spec.to_json()) == spec
 
@@ -32,9 +32,9 @@ def test_spec_round_trips_through_json():
     ({"sandbox": "docker"}, InvalidSpec),
     ({"env": {"A=B": "x"}}, InvalidSpec),
     ({"max_runtime": 0}, InvalidSpec),
-    ({"mounts": (Mount(source="../x", target="/input"),)}, UnsafePath),
-    ({"mounts": (Mount(source="code", target="/data"),)}, UnsafePath),
-    ({"mounts": (Mount(source="input", target="/etc/passwd"),)}, UnsafePath),
+    ({"mounts": (BindMount(source="../x", target="/input"),)}, UnsafePath),
+    ({"mounts": (BindMount(source="code", target="/data"),)}, UnsafePath),
+    ({"mounts": (BindMount(source="input", target="/etc/passwd"),)}, UnsafePath),
 ])
 def test_spec_refuses_what_the_agent_must_not_run(fields, error):
     with pytest.raises(error):

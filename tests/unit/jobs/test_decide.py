@@ -55,7 +55,7 @@ def _check_rules(j, local, held, taken) -> None:
     assert not (Start in kinds and Stop in kinds)
     if Start in kinds:
         assert not taken, "never on a GPU another run here still holds"
-        assert not held and part is not None and j["state"] in ACTIVE_STATES and part["state"] in ACTIVE_STATES
+        assert not held and part is not None and j["state"] in ACTIVE_STATES and part.state in ACTIVE_STATES
         assert local is None or local.attempt < j["attempts"] or (local.attempt == j["attempts"]
                                                                   and local.state == "queued")
         assert not j["stop_requested"] or local is None or local.attempt < j["attempts"]
@@ -65,15 +65,15 @@ def _check_rules(j, local, held, taken) -> None:
     if local is not None and local.attempt == 0:                  # history: never run, stopped or reported here
         assert kinds in ([], [Report])
         if kinds:
-            assert actions[0].state == "failed" and part["state"] in ACTIVE_STATES
+            assert actions[0].state == "failed" and part.state in ACTIVE_STATES
     for a in actions:
         if isinstance(a, Report):
-            assert part is not None and a.state in TRANSITIONS[part["state"]] or a.state == part["state"]
+            assert part is not None and a.state in TRANSITIONS[part.state] or a.state == part.state
         if isinstance(a, ReportFinal):
             assert local.state in FINAL_STATES and local.attempt == j["attempts"]
-            assert part["state"] in ACTIVE_STATES
+            assert part.state in ACTIVE_STATES
         if isinstance(a, ReportProgress):
-            assert local.state == "running" and part["state"] == "running" and part["rank"] in (None, 0)
+            assert local.state == "running" and part.state == "running" and part.rank in (None, 0)
         if isinstance(a, EndLocal):
             assert not held and local is not None and local.state not in FINAL_STATES
             assert a.state in FINAL_STATES

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from floydd.agent.spec import Mount
+from floydd.agent.spec import BindMount
 from floydd.agent.status import Status, process_start_time
 from floydd.agent.stop import read_stop
 from floydd.errors import InvalidSpec, UnsafePath
@@ -58,8 +58,8 @@ def test_job_dir_is_under_state_jobs_and_refuses_odd_names(tmp_path):
 def test_plan_mounts_mirrors_targets_shallowest_first():
     mounts = plan_mounts([{"mount": "/input/x", "tree": "b"}, {"mount": "/input", "tree": "a"},
                           {"mount": "/data", "tree": "c"}])
-    assert mounts == (Mount(source="data", target="/data"), Mount(source="input", target="/input"),
-                      Mount(source="input/x", target="/input/x"))
+    assert mounts == (BindMount(source="data", target="/data"), BindMount(source="input", target="/input"),
+                      BindMount(source="input/x", target="/input/x"))
     with pytest.raises(InvalidSpec):
         plan_mounts([{"mount": "/d", "tree": "a"}, {"mount": "/d", "tree": "b"}])
     with pytest.raises(UnsafePath):

@@ -34,7 +34,7 @@ def snapshots(state, now: float, stale_after: float) -> dict[str, NodeSnapshot]:
     for nid, node in state.nodes.items():
         name = node["name"] if names.count(node["name"]) == 1 else f"{node['name']}({nid[:8]})"
         gpus = tuple(g["index"] if isinstance(g, dict) else g for g in node["resources"].get("gpus") or ())
-        out[nid] = NodeSnapshot(name=name, gpus=gpus, held=held_gpus(state, nid), healthy=health[nid] == "up",
+        out[nid] = NodeSnapshot(name=name, gpu_ids=gpus, held=held_gpus(state, nid), healthy=health[nid] == "up",
                                 draining=health[nid] == "draining", load=load.get(nid, 0))
     return out
 
@@ -47,10 +47,10 @@ def unplaceable(nodes: list[NodeSnapshot], gpus: int, count: int = 1) -> str | N
             return None if any(n.healthy or n.draining for n in nodes) else "no healthy node"
         # a gang may wait for a box that is down for now; only too few boxes is hopeless
         return None if len(nodes) >= count else f"it needs {count} nodes, the cluster has {len(nodes)}"
-    big = sorted((len(n.gpus) for n in nodes), reverse=True)
+    big = sorted((len(n.gpu_ids) for n in nodes), reverse=True)
     if len(big) >= count and big[count - 1] >= gpus:
         return None
-    have = ", ".join(f"{n.name} has {_count(len(n.gpus))}" for n in nodes) or "no nodes"
+    have = ", ".join(f"{n.name} has {_count(len(n.gpu_ids))}" for n in nodes) or "no nodes"
     if count == 1:
         return f"no node has {_count(gpus)} ({have})"
     return f"it needs {count} nodes with {_count(gpus)} each ({have})"
@@ -67,12 +67,12 @@ def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
 
     for job in pending:
         count = max(1, job.nodes)
-        if job.gpus <= 0:
+        if job.gpu_count <= 0:
             if len(load) >= count:
                 chosen = sorted(load, key=lambda n: (load[n], n))[:count]
                 for rank, name in enumerate(chosen):
                     load[name] += 1
-                    placements.append(Placement(key=job.key, node=name, gpus=(), rank=rank))
+                    placements.append(Placement(key=job.key, node=name, gpu_ids=(), rank=rank))
             else:
                 waiting[job.key] = ("waiting for a healthy node" if count == 1 else
                                     f"waiting for {count} healthy nodes ({len(load)} now)")
@@ -80,18 +80,18 @@ def place(nodes: list[NodeSnapshot], pending: list[PendingJob]) -> Plan:
         if blocked_by is not None:
             waiting[job.key] = f"queued behind {blocked_by}, which waits for GPUs"
             continue
-        fits = sorted((name for name in free if len(free[name]) >= job.gpus),
-                      key=lambda n: (len(free[n]) - job.gpus, n))
+        fits = sorted((name for name in free if len(free[name]) >= job.gpu_count),
+                      key=lambda n: (len(free[n]) - job.gpu_count, n))
         if len(fits) < count:
             waiting[job.key] = _why_waiting(job, nodes, free, held)
             blocked_by = job.key
             continue
         for rank, name in enumerate(fits[:count]):
-            take, free[name] = free[name][:job.gpus], free[name][job.gpus:]
+            take, free[name] = free[name][:job.gpu_count], free[name][job.gpu_count:]
             load[name] += 1
             for g in take:
                 held[name][g] = job.key
-            placements.append(Placement(key=job.key, node=name, gpus=tuple(take), rank=rank))
+            placements.append(Placement(key=job.key, node=name, gpu_ids=tuple(take), rank=rank))
     return Plan(placements=tuple(placements), waiting=waiting)
 
 
@@ -105,7 +105,7 @@ def _why_waiting(job: PendingJob, nodes: list[NodeSnapshot], free: dict[str, lis
         holders = sorted(set(held[n.name].values()))
         busy = f" (held by {', '.join(holders)})" if holders else ""
         parts.append(f"{n.name} has {len(free.get(n.name, []))} free{busy}")
-    wanted = _count(job.gpus) if job.nodes <= 1 else f"{job.nodes} nodes with {_count(job.gpus)} free each"
+    wanted = _count(job.gpu_count) if job.nodes <= 1 else f"{job.nodes} nodes with {_count(job.gpu_count)} free each"
     return f"waiting for {wanted}: " + "; ".join(parts)
 
 

@@ -25,7 +25,7 @@ def a_node(draw, name: str) -> NodeSnapshot:
     gpus = tuple(gpus if draw(st.booleans()) else sorted(gpus))         # the state's are sorted, mostly
     held_gpus = draw(st.sets(st.integers(0, 7)))        # indices beyond gpus: a box back with fewer
     held = {g: f"old/{draw(st.integers(1, 4))}" for g in sorted(held_gpus)}
-    return NodeSnapshot(name=name, gpus=gpus, held=held, healthy=draw(st.booleans() | st.just(True)),
+    return NodeSnapshot(name=name, gpu_ids=gpus, held=held, healthy=draw(st.booleans() | st.just(True)),
                         load=draw(st.integers(0, 3)))
 
 
@@ -36,7 +36,7 @@ def cluster(draw) -> list[NodeSnapshot]:
 
 
 jobs = st.lists(st.tuples(st.integers(0, 5), st.sampled_from((1, 1, 1, 2, 3))), max_size=40).map(
-    lambda wants: [PendingJob(key=f"p/{i}", gpus=g, nodes=n) for i, (g, n) in enumerate(wants)])
+    lambda wants: [PendingJob(key=f"p/{i}", gpu_count=g, nodes=n) for i, (g, n) in enumerate(wants)])
 
 
 def decision(reason: str) -> str:
@@ -73,15 +73,15 @@ def test_place_decides_as_before_on_a_big_busy_cluster():
         for i in range(300):
             gpus = tuple(range(rng.choice((0, 1, 2, 4, 8, 8))))
             held = {g: f"old/{rng.randrange(50)}" for g in gpus if rng.random() < 0.3}
-            nodes.append(NodeSnapshot(name=f"n{rng.randrange(10**6):06d}-{i}", gpus=gpus, held=held,
+            nodes.append(NodeSnapshot(name=f"n{rng.randrange(10**6):06d}-{i}", gpu_ids=gpus, held=held,
                                       healthy=rng.random() > 0.05, load=rng.randrange(4)))
-        pending = [PendingJob(key=f"p/{i}", gpus=rng.choice((0, 1, 1, 1, 2, 4, 8)),
+        pending = [PendingJob(key=f"p/{i}", gpu_count=rng.choice((0, 1, 1, 1, 2, 4, 8)),
                               nodes=rng.choice((1,) * 12 + (2, 3))) for i in range(3000)]
         assert_same(nodes, pending)
-        assert_same(nodes, [j for j in pending if j.gpus <= 1 and j.nodes == 1])   # single GPU or CPU only
+        assert_same(nodes, [j for j in pending if j.gpu_count <= 1 and j.nodes == 1])   # single GPU or CPU only
 
 
 def test_a_gang_that_does_not_fit_takes_no_node_out_of_the_best_fit():
-    fit, job = BestFit({"a": [0], "b": [0, 1], "c": []}), PendingJob(key="p/1", gpus=1)
+    fit, job = BestFit({"a": [0], "b": [0, 1], "c": []}), PendingJob(key="p/1", gpu_count=1)
     assert fit.take(1, 3, job, None) is None
     assert fit.take(1, 2, job, None) == ["a", "b"]

@@ -48,15 +48,15 @@ def test_nodes_that_share_a_name_are_told_apart_by_their_ids():
                      "resources": {"gpus": gpus}, "ts": ts}, index=i + 1, term=1)
     built = node_snapshots(state.nodes, health=state.node_health(100.0, 10.0))
     assert built == reference.snapshots(state, 100.0, 10.0) == {
-        "aaaaaaaa-1": NodeSnapshot(name="box(aaaaaaaa)", gpus=(0, 1)),
+        "aaaaaaaa-1": NodeSnapshot(name="box(aaaaaaaa)", gpu_ids=(0, 1)),
         "bbbbbbbb-2": NodeSnapshot(name="box(bbbbbbbb)", healthy=False),
-        "cccccccc-3": NodeSnapshot(name="other", gpus=(3,))}
+        "cccccccc-3": NodeSnapshot(name="other", gpu_ids=(3,))}
 
 
 def test_a_box_alone_builds_its_snapshot_the_same_way():
     held = {1: "p/4"}
     me = node_snapshots({"local": {"name": "box-a", "resources": {"gpus": [0, 1, 2]}}}, held={"local": held})["local"]
-    assert me == NodeSnapshot(name="box-a", gpus=(0, 1, 2), held={1: "p/4"}, healthy=True, load=0)
+    assert me == NodeSnapshot(name="box-a", gpu_ids=(0, 1, 2), held={1: "p/4"}, healthy=True, load=0)
     held[2] = "p/5"
     assert me.held == {1: "p/4"}                # a copy: later changes of the source do not show
 
