@@ -322,7 +322,7 @@ def test_the_state_machine_and_autopilot_are_pure():
     """Every module of ``cluster/state/`` (the state, its commands, authz, people ...) and the
     autopilot: no I/O, no clock, no randomness, as the raft core (tests/unit/raft/test_raft_purity.py)."""
     state_dir = Path(floydd.cluster.state.machine.__file__).parent
-    everything = ", ".join(f"floydd.cluster.state.machine.{p.stem}" for p in sorted(state_dir.glob("[a-z]*.py")))
+    everything = ", ".join(f"floydd.cluster.state.{p.stem}" for p in sorted(state_dir.glob("[a-z]*.py")))
     code = (f"import sys, {everything}, floydd.cluster.driver.autopilot; "
             "print(','.join(sorted({'asyncio', 'aiohttp', 'sqlite3', 'socket', 'pickle'} & set(sys.modules))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
