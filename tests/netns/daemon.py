@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from floydd.client import Client
 from floydd.config import socket_path_for
+from tests.harness.wait import wait_until
 from tests.netns.network import REPO, Host
 
 __all__ = ["Floydd"]
@@ -61,13 +61,10 @@ class Floydd:
                 [self.python, "-m", "floydd.cli.floydd", "start", "--state-dir", str(self.state),
                  *self.extra_args],
                 env=self._env(), stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
-        deadline = time.monotonic() + timeout
-        while not self.client.ping():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self!r} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self!r} did not answer within {timeout}s:\n{self.log_tail()}")
-            time.sleep(0.05)
+        wait_until(lambda: self.proc.poll() is not None or self.client.ping(), timeout, interval=0.05,
+                   what=f"{self!r} to answer", details=self.log_tail)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self!r} exited with {self.proc.returncode}:\n{self.log_tail()}")
         return self
 
     def floyd(self, *args: str, check: bool = True, timeout: float = 120, cwd: Path | str = REPO,

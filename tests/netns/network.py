@@ -134,6 +134,12 @@ class Host:
         """``python ARGS`` in this host, with this repository importable."""
         return self.run([sys.executable, *args], **kw)
 
+    def floydd(self, state_dir: Path | str, *args: str, check: bool = True,
+               **kw) -> subprocess.CompletedProcess:
+        """``floydd ARGS --state-dir STATE`` in this host (:func:`tests.harness.processes.floydd`)."""
+        from tests.harness.processes import floydd
+        return floydd(*args, state=state_dir, host=self, check=check, **kw)
+
     def ping(self, target: str, *, count: int = 1, timeout: float = 1.0,
              interval: float = 0.05) -> list[float | None]:
         """ICMP echo round trips to ``target`` in ms (None: lost), from this host."""

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.integration.cluster.procs import DevNode, make_identities
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
 
 pytestmark = pytest.mark.slow
 PORT = 7654

@@ -21,9 +21,9 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.netns.daemon import Floydd
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
 from tests.netns.network import REPO
-from tests.system.netns_boxes import attempt
+from tests.harness.netns import attempt
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,9 @@
-"""Real daemons formed into a cluster on netns hosts, for the outage tests and benchmarks.
+"""The netns cluster: real daemons on network-namespace hosts, formed into a cluster, for
+the outage tests and benchmarks.
+
+The ``netns`` fixture: ``net = netns(3)`` gives 3 hosts (:class:`tests.netns.network.TestNetwork`),
+torn down after the test; register it where it is used with ``from tests.harness.netns import
+netns  # noqa: F401``. Tests skip, saying why, only when not root or without ``ip netns``.
 
 ``form(net, folder, ["0", "2", "2"], env)`` runs ``floydd init`` on host 1 and ``join`` on the
 others (box i with that many fake GPUs, a dev/test option), starts each daemon, and waits
@@ -14,17 +19,16 @@ import os
 import signal
 import uuid
 
+import pytest
+
 from floydd.client import Client
 from floydd.config import socket_path_for
 from floydd.errors import FloyddError
 from tests.conftest import wait_until
 from tests.netns._sys import netns_pids
+from tests.netns.network import TestNetwork, netns_unavailable_reason
 
-__all__ = ["init_or_join", "form", "submit", "listed", "state_of", "job", "crash", "attempt"]
-
-
-def _floydd(host, state, *args):
-    return host.python("-m", "floydd.cli.floydd", *args, "--state-dir", str(state), check=True)
+__all__ = ["netns", "init_or_join", "form", "submit", "listed", "state_of", "job", "crash", "attempt"]
 
 
 def init_or_join(net, tmp_path, i: int):
@@ -33,10 +37,10 @@ def init_or_join(net, tmp_path, i: int):
     host, state = net.host(i), tmp_path / f"s{i}"
     addr = f"{host.ip}:7654"
     if i == 1:
-        _floydd(host, state, "init", "--name", "lab", "--listen", addr, "--advertise", addr)
+        host.floydd(state, "init", "--name", "lab", "--listen", addr, "--advertise", addr)
     else:
-        token = _floydd(net.host(1), tmp_path / "s1", "token", "create", "--ttl", "10m").stdout.strip()
-        _floydd(host, state, "join", token, "--listen", addr, "--advertise", addr)
+        token = net.host(1).floydd(tmp_path / "s1", "token", "create", "--ttl", "10m").stdout.strip()
+        host.floydd(state, "join", token, "--listen", addr, "--advertise", addr)
     return host, state
 
 
@@ -92,3 +96,23 @@ def crash(host, daemon) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@pytest.fixture
+def netns():
+    """Factory: ``netns(n, **kw)`` -> an up :class:`TestNetwork`; everything goes at teardown."""
+    reason = netns_unavailable_reason()
+    if reason:
+        pytest.skip(f"multi-host tests {reason}")
+    made: list[TestNetwork] = []
+
+    def make(n: int, **kw) -> TestNetwork:
+        net = TestNetwork(**kw)
+        made.append(net)
+        return net.up(n)
+
+    try:
+        yield make
+    finally:
+        for net in made:
+            net.down()
