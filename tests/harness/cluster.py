@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 from floydd.cluster import versions
 from floydd.cluster.config import TEST_CONFIG, ClusterConfig
 from floydd.cluster.people import signed_in
 from floydd.cluster.service import ClusterService
 from floydd.cluster.versions import PROTOCOL
 from floydd.security.identity import NodeIdentity, init_cluster
-import pytest
-
 from tests.harness.wait import wait_until, wait_until_async
 
 PEER_HEADERS = {versions.HEADER: str(versions.PROTOCOL)}

@@ -155,7 +155,7 @@ class Host:
     def start_floydd(self, state_dir: Path | str, *extra_args: str, env: dict[str, str | None] | None = None,
                      timeout: float = 30) -> Floydd:
         """Run ``floydd start --state-dir STATE EXTRA...`` in this host and wait until it answers."""
-        from tests.netns.daemon import Floydd
+        from tests.harness.netns import Floydd
         return Floydd(self, Path(state_dir), extra_args, env or {}).start(timeout=timeout)
 
 
