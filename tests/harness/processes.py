@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import click
-
 from floydd.client import Client
 from floydd.config import socket_path_for
 from tests.conftest import free_ports
@@ -39,35 +37,26 @@ CLUSTER_TIMINGS = {"FLOYDD_CLUSTER_HEARTBEAT": "0.5", "FLOYDD_JOB_LOST_AFTER": "
 
 def floydd(*args, state: Path | str | None = None, host=None, env: dict | None = None,
            cwd: Path | str | None = None, check: bool = True, timeout: float = 120,
-           input: str | None = None) -> subprocess.CompletedProcess:
+           input: str | None = None, python: str = sys.executable) -> subprocess.CompletedProcess:
     """``floydd ARGS`` (the operator CLI) to completion, output captured; the one way tests run it.
 
-    ``state``: adds ``--state-dir STATE`` where the command takes it. ``host``: run in that
+    ``state``: adds ``--state-dir STATE`` (every command and subcommand takes it). ``host``: run in that
     netns host (:class:`tests.netns.network.Host`; ``env`` then holds settings added to its
     environment). Otherwise ``env`` is the whole environment (default: this one, never a
-    remote daemon's FLOYD_HOST). Fails the test if the command fails (``check``)."""
-    argv = [str(a) for a in args]
-    if state is not None:
-        argv = _with_state_dir(argv, state)
+    remote daemon's FLOYD_HOST). ``python``: another release's interpreter. Fails the test if
+    the command fails (``check``)."""
+    argv = [python, "-m", "floydd.cli.floydd", *map(str, args), *(() if state is None else ("--state-dir", str(state)))]
     if host is not None:
-        res = host.python("-m", "floydd.cli.floydd", *argv, check=False, timeout=timeout, env=env, input=input,
-                          **({} if cwd is None else {"cwd": cwd}))
+        res = host.run(argv, check=False, timeout=timeout, env=env, input=input,
+                       **({} if cwd is None else {"cwd": cwd}))
     else:
         env = {**os.environ, "FLOYD_HOST": ""} if env is None else env
-        res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *argv], env=env, cwd=cwd,
-                             capture_output=True, text=True, timeout=timeout, input=input)
+        res = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input)
     if check and res.returncode != 0:
         where = f" in {host.ns}" if host is not None else ""
-        raise AssertionError(f"floydd {' '.join(argv)}{where} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+        raise AssertionError(f"floydd {' '.join(argv[3:])}{where} failed ({res.returncode}):\n{res.stdout}\n"
+                             f"{res.stderr}")
     return res
-
-
-def _with_state_dir(argv: list[str], state: Path | str) -> list[str]:
-    """``--state-dir`` goes after a group that takes it (``user``, ``audit``), else at the end."""
-    from floydd.cli.floydd import cli
-    group = cli.commands.get(argv[0]) if argv else None
-    at = 1 if isinstance(group, click.Group) and any(p.name == "state_dir" for p in group.params) else len(argv)
-    return [*argv[:at], "--state-dir", str(state), *argv[at:]]
 
 
 @dataclass
