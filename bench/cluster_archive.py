@@ -60,7 +60,8 @@ from floydd.cluster.net.transport import Transport  # noqa: E402
 from floydd.errors import FloyddError  # noqa: E402
 from floydd.security.ca import ClusterCA  # noqa: E402
 from floydd.security.identity import NodeIdentity  # noqa: E402
-from tests.system.cluster_boxes import box, floydd, port, stop  # noqa: E402
+from tests.conftest import free_ports  # noqa: E402
+from tests.harness.processes import box, stop  # noqa: E402
 
 SPEC = {"command": "python train.py --lr 0.01 --epochs 10", "params": {"lr": "0.01", "epochs": "10"},
         "code_tree": "ab" * 32, "data": [], "resources": {"gpus": 64, "nodes": 1}, "env": "default",
@@ -73,8 +74,8 @@ def form(tmp: Path, n: int):
     boxes = [box(tmp, f"box{i + 1}") for i in range(n)]
     for b in boxes:
         b.env["FLOYDD_LOG_LEVEL"] = "warning"
-    p = port()
-    floydd(boxes[0].env, "init", "--name", "lab", "--listen", f"127.0.0.1:{p}", "--advertise", f"127.0.0.1:{p}")
+    p = free_ports(1)[0]
+    boxes[0].floydd("init", "--name", "lab", "--listen", f"127.0.0.1:{p}", "--advertise", f"127.0.0.1:{p}")
     boxes[0].start("--dev-fake-gpus", "2")
     for b in boxes[1:]:
         join(boxes[0], b)
@@ -86,9 +87,9 @@ def form(tmp: Path, n: int):
 
 def join(first, new) -> float:
     """``floydd join`` then start the daemon; the time the daemon's start began."""
-    token = floydd(first.env, "token", "create").strip()
-    p = port()
-    floydd(new.env, "join", token, "--listen", f"127.0.0.1:{p}", "--advertise", f"127.0.0.1:{p}")
+    token = first.floydd("token", "create").stdout.strip()
+    p = free_ports(1)[0]
+    new.floydd("join", token, "--listen", f"127.0.0.1:{p}", "--advertise", f"127.0.0.1:{p}")
     started = time.monotonic()
     new.start("--dev-fake-gpus", "2")
     return started
@@ -98,7 +99,7 @@ def leader(boxes) -> tuple[str, str]:
     """(node id, address) of the leader."""
     import json
     for _ in range(100):
-        view = json.loads(floydd(boxes[0].env, "members", "--json"))
+        view = json.loads(boxes[0].floydd("members", "--json").stdout)
         for m in view["members"]:
             if m["leader"] and m["address"]:
                 return m["id"], m["address"]

@@ -5,7 +5,7 @@
     python bench/exchange.py --smoke         # 3 jobs, 16 MiB, 1 round (seconds)
     python bench/exchange.py --jobs 20 --size-mb 256 --rounds 2
 
-Site A is built in-process (the job pipeline of ``tests/integration/jobs/_pipeline.py``: a real
+Site A is built in-process (the job pipeline of ``tests/harness/pipeline.py``: a real
 control plane, store, catalog and records, a test runtime that runs no processes), so 100
 jobs that each mount the dataset cost seconds, not 100 restores of it: the dataset is uploaded
 once, then each job is submitted, placed, and ends having written metric points, log lines
@@ -47,7 +47,7 @@ import psutil  # noqa: E402
 
 from bench._daemon import serve  # noqa: E402
 from bench._scratch import scratch  # noqa: E402
-from tests.integration.jobs._pipeline import Lone  # noqa: E402
+from tests.harness.pipeline import Lone  # noqa: E402
 
 MiB = 1 << 20
 TRAIN = "import json\nfor i in range(3):\n    print(json.dumps({'metric': 'loss', 'value': 1 / (i + 1)}))\n"

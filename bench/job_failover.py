@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import wait_until  # noqa: E402
 from tests.netns.network import TestNetwork, netns_unavailable_reason  # noqa: E402
-from tests.system.netns_boxes import attempt, form, listed, submit  # noqa: E402
+from tests.harness.netns import attempt, form, listed, submit  # noqa: E402
 
 JOB = "python -c 'import time; time.sleep(0.5)'"
 

@@ -3,7 +3,7 @@ against the old leader (every queued job's reason committed when it changes) in 
 
     python bench/queue_entries.py [--smoke] [--queued 0,60,500] [--seconds 0.3] [--old-up-to 150]
 
-Three boxes in one event loop (tests/integration/jobs/_pipeline.py: real raft over mTLS on
+Three boxes in one event loop (tests/harness/pipeline.py: real raft over mTLS on
 loopback, real records, stores and job services; a fake runtime), 2 GPUs each, heartbeats
 every 5 s as the daemon's default. For each queue size Q, 6 + Q one-GPU jobs are submitted
 at once from a follower; each runs for ``--seconds`` after it starts, then succeeds. Counted
@@ -42,7 +42,7 @@ from floydd.cluster.config import TEST_CONFIG  # noqa: E402
 from floydd.errors import Conflict  # noqa: E402
 from floydd.scheduler.placer import ClusterScheduler  # noqa: E402
 from floydd.model import FINAL_STATES  # noqa: E402
-from tests.integration.jobs._pipeline import Boxes  # noqa: E402
+from tests.harness.pipeline import Boxes  # noqa: E402
 
 GPUS, TARGET = 6, 8.0
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
-import time
-from typing import Callable
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -16,35 +13,10 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("floydd", suppress_health_check=[HealthCheck.too_slow], deadline=None)
 settings.load_profile("floydd")
 
+from tests.harness import leftovers
+from tests.harness.wait import wait_until, wait_until_async
 
-def wait_until(cond: Callable[[], object], timeout: float = 10.0, interval: float = 0.01,
-               what: str = "condition", *, details: Callable[[], str] | None = None) -> object:
-    """Poll ``cond`` until it returns something truthy; fail the test after ``timeout`` s
-    (``details()`` is added to the failure message)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f"; {details()}" if details else ""))
-        time.sleep(interval)
-
-
-async def wait_until_async(cond: Callable[[], object], timeout: float = 10.0, interval: float = 0.01,
-                           what: str = "condition", *, in_thread: bool = False,
-                           details: Callable[[], str] | None = None) -> object:
-    """:func:`wait_until` for async tests: polls without blocking the loop (``in_thread``: call
-    ``cond`` in a thread, for conditions that read files or databases). ``details()`` is added
-    to the failure message."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await asyncio.to_thread(cond) if in_thread else cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f"; {details()}" if details else ""))
-        await asyncio.sleep(interval)
+__all__ = ["wait_until", "wait_until_async", "free_ports"]
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -80,3 +52,17 @@ def _no_saved_login(tmp_path_factory: pytest.TempPathFactory) -> None:
     """A developer's own ``floyd login`` must not send the tests' commands (and the processes
     they start, which inherit the environment) to their lab."""
     os.environ["FLOYD_CONFIG_DIR"] = str(tmp_path_factory.mktemp("floyd-config"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_process_left(tmp_path_factory: pytest.TempPathFactory):
+    """No test leaves a floydd daemon, agent or sandbox running (:mod:`tests.harness.leftovers`):
+    checked once this test process's tests are done (each xdist worker checks its own)."""
+    leftovers.watch(tmp_path_factory.getbasetemp())
+    yield
+    try:
+        wait_until(lambda: not leftovers.leftovers(), 10, interval=0.2,
+                   what="the daemons, agents and sandboxes the tests started to end",
+                   details=lambda: "still running:\n" + leftovers.describe(leftovers.leftovers()))
+    finally:
+        leftovers.kill(leftovers.leftovers())

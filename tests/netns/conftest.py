@@ -1,3 +1,3 @@
 """The multi-host network's own tests use its fixture."""
 
-from tests.netns.fixture import netns  # noqa: F401
+from tests.harness.netns import netns  # noqa: F401

@@ -134,6 +134,12 @@ class Host:
         """``python ARGS`` in this host, with this repository importable."""
         return self.run([sys.executable, *args], **kw)
 
+    def floydd(self, state_dir: Path | str, *args: str, check: bool = True,
+               **kw) -> subprocess.CompletedProcess:
+        """``floydd ARGS --state-dir STATE`` in this host (:func:`tests.harness.processes.floydd`)."""
+        from tests.harness.processes import floydd
+        return floydd(*args, state=state_dir, host=self, check=check, **kw)
+
     def ping(self, target: str, *, count: int = 1, timeout: float = 1.0,
              interval: float = 0.05) -> list[float | None]:
         """ICMP echo round trips to ``target`` in ms (None: lost), from this host."""
@@ -149,7 +155,7 @@ class Host:
     def start_floydd(self, state_dir: Path | str, *extra_args: str, env: dict[str, str | None] | None = None,
                      timeout: float = 30) -> Floydd:
         """Run ``floydd start --state-dir STATE EXTRA...`` in this host and wait until it answers."""
-        from tests.netns.daemon import Floydd
+        from tests.harness.netns import Floydd
         return Floydd(self, Path(state_dir), extra_args, env or {}).start(timeout=timeout)
 
 

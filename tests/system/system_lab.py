@@ -29,7 +29,8 @@ import pytest
 
 from floydd.client import Client
 from tests.conftest import wait_until
-from tests.system.conftest import _kill_agents
+from tests.harness.leftovers import watch
+from tests.harness.processes import floydd, kill_agents
 from tests.system.local_user import as_user
 
 __all__ = ["lab", "system_lab", "SystemLab"]
@@ -48,7 +49,7 @@ def system_lab(*, members: Mapping[str, str], outsiders: Mapping[str, str] | Non
     tag = secrets.token_hex(3)
     group, job_user = f"flg{tag}", f"flj{tag}"
     names = {role: f"{prefix}{tag}" for role, prefix in {**members, **outsiders}.items()}
-    root = Path(tempfile.mkdtemp(prefix="floydd-sys-", dir="/var/tmp"))
+    root = Path(watch(tempfile.mkdtemp(prefix="floydd-sys-", dir="/var/tmp")))
     os.chmod(root, 0o755)
     made_users: list[str] = []
     made_group = False
@@ -78,7 +79,7 @@ def system_lab(*, members: Mapping[str, str], outsiders: Mapping[str, str] | Non
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-        _kill_agents(root / "var/lib/floydd")
+        kill_agents(root / "var/lib/floydd")
         for name in made_users:
             subprocess.run(["userdel", name], capture_output=True, timeout=30)
         if made_group:
@@ -124,8 +125,7 @@ class SystemLab:
 
     def floydd(self, *args: str) -> subprocess.CompletedProcess:
         """``floydd ARGS`` as root (the daemon's user), e.g. ``user --system add NAME``."""
-        return subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *args], env=self.env, cwd="/",
-                              capture_output=True, text=True, timeout=60)
+        return floydd(*args, env=self.env, cwd="/", check=False, timeout=60)
 
     def run_python_as(self, name: str, code: str) -> subprocess.CompletedProcess:
         entry = pwd.getpwnam(name)

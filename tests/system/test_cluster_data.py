@@ -8,7 +8,8 @@ import signal
 import subprocess
 
 from tests.conftest import free_ports, wait_until
-from tests.system.test_cluster_cli import _floydd, _start
+from tests.harness.processes import floydd
+from tests.system.test_cluster_cli import _start
 
 
 def _events(stream) -> dict:
@@ -28,11 +29,11 @@ def test_a_dataset_uploaded_on_one_box_is_kept_on_both_and_cloned_on_the_other(t
     (src / "sub" / "labels.txt").write_text("0 1 2\n")
     procs: list[subprocess.Popen] = []
     try:
-        _floydd("init", "--state-dir", a, "--name", "lab", "--listen", f"127.0.0.1:{pa}",
+        floydd("init", "--state-dir", a, "--name", "lab", "--listen", f"127.0.0.1:{pa}",
                 "--advertise", f"127.0.0.1:{pa}", "--api-listen", f"127.0.0.1:{api_a}")
         ca = _start(a, "box-a", procs)
-        token = _floydd("token", "create", "--state-dir", a, "--ttl", "10m").stdout.strip()
-        _floydd("join", "--state-dir", b, token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}",
+        token = floydd("token", "create", "--state-dir", a, "--ttl", "10m").stdout.strip()
+        floydd("join", "--state-dir", b, token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}",
                 "--api-listen", f"127.0.0.1:{api_b}")
         cb = _start(b, "box-b", procs)
         wait_until(lambda: len(cb.nodes()) == 2, timeout=30, what="box-b to see both nodes")

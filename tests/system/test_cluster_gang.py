@@ -13,7 +13,7 @@ import json
 import pytest
 
 from tests.conftest import wait_until
-from tests.system.cluster_boxes import final, pair, status
+from tests.harness.processes import final, pair, status
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,7 @@ import signal
 import pytest
 
 from tests.conftest import wait_until
-from tests.system.cluster_boxes import box, final, form, pair, status, stop
-from tests.system.conftest import _kill_agents
+from tests.harness.processes import box, final, form, kill_agents, pair, status, stop
 
 TRAIN = """\
 import json, os, socket
@@ -80,7 +79,7 @@ def test_a_box_that_dies_loses_its_running_job_and_the_cluster_carries_on(two_bo
     gpus_b = next(n for n in a.floyd_json("nodes") if n["name"] == "box-b")["gpus"]
     assert [g["job"] for g in gpus_b] == [key]          # box-a knows who holds box-b's GPU
     b.kill()                               # power cut: the daemon and the job's agent die
-    _kill_agents(b.state)
+    kill_agents(b.state)
     lost = final(a, key, timeout=60)
     assert lost["state"] == "lost" and "box box-b was out of touch" in lost["reason"], lost
     after = json.loads(a.floyd("run", "--json", "python train.py").stdout)["id"]

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
+from tests.conftest import wait_until
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
 from tests.integration.cluster.procs import DevNode, make_identities
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
 
 pytestmark = pytest.mark.slow
 PORT = 7654
@@ -33,15 +34,12 @@ def three(netns, tmp_path):
 
 
 def serving(nodes, *, after, above_term=0, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def first():
         found = [(e["t"], n, e) for n in nodes for e in list(n.events)
                  if e["event"] == "serving" and e["t"] >= after and e["term"] > above_term]
-        if found:
-            _, node, event = min(found, key=lambda f: f[0])
-            return node, event
-        time.sleep(0.01)
-    raise AssertionError(f"no node served within {timeout}s")
+        return min(found, key=lambda f: f[0]) if found else None
+    _, node, event = wait_until(first, timeout, what="a node to serve")
+    return node, event
 
 
 def test_a_killed_leader_is_replaced_within_two_seconds_three_times_running(three):

@@ -9,8 +9,7 @@ import os
 
 import pytest
 
-from tests.system.cluster_boxes import box, final, form, stop
-from tests.system.conftest import _kill_agents
+from tests.harness.processes import box, final, form, kill_agents, stop
 
 TRAIN = """\
 import json, os, sys
@@ -36,7 +35,7 @@ def two_sites(tmp_path):
     finally:
         stop(a1, a2, b1, b2)
         for one in (a1, a2, b1, b2):
-            _kill_agents(one.state)
+            kill_agents(one.state)
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from floydd.client import Client
 from floydd.config import socket_path_for
 from tests.conftest import wait_until
 from tests.floods import LOG_FLOOD, METRIC_FLOOD, sparse_tar
-from tests.system.conftest import Daemon, _kill_agents
+from tests.harness.processes import Daemon, kill_agents
 
 FINAL = {"success", "failed", "stopped", "timeout", "lost"}
 ANSWER_WITHIN = 1.0
@@ -221,4 +221,4 @@ def test_a_submit_flood_stops_at_the_persons_limit_with_one_clear_line(limited):
     assert res.stderr.startswith("error: ") and "has 20 jobs queued, the lab's limit for one person" in res.stderr
     assert "floyd stop" in res.stderr, res.stderr
     limited.floyd("stop", blocker)
-    _kill_agents(limited.state)
+    kill_agents(limited.state)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_ports, wait_until
-from tests.system.conftest import Daemon, _kill_agents
+from tests.harness.processes import Daemon, kill_agents
+from tests.harness.processes import box as new_box
 
 PREVIOUS_RELEASE = "26a4a85"
 """The last commit before a box alone became a one-voter cluster (its state folder has
@@ -27,20 +28,7 @@ FINAL = {"success", "failed", "stopped", "timeout", "lost"}
 
 
 def _box(tmp_path: Path, name: str, **env) -> Daemon:
-    state, project = tmp_path / name / "state", tmp_path / name / "proj"
-    project.mkdir(parents=True)
-    env = {**os.environ, "FLOYDD_STATE_DIR": str(state), "FLOYDD_TAIL_INTERVAL": "0.05", "FLOYDD_STOP_GRACE": "2",
-           "FLOYDD_NODE_NAME": name, "PYTHONUNBUFFERED": "1", "FLOYD_DEBUG": "1", **env}
-    env.pop("FLOYD_HOST", None)
-    return Daemon(state=state, env=env, project=project)
-
-
-def _floydd(box: Daemon, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *map(str, args)], env=box.env,
-                         capture_output=True, text=True, timeout=120)
-    if check and res.returncode != 0:
-        raise AssertionError(f"floydd {args} failed: {res.stdout}{res.stderr}")
-    return res
+    return new_box(tmp_path, name, cluster=False, env={"FLOYDD_SAMPLE_INTERVAL": None, "FLOYD_DEBUG": "1", **env})
 
 
 def _stop(box: Daemon) -> None:
@@ -80,7 +68,7 @@ def boxes():
     yield made
     for box in made:
         _stop(box)
-        _kill_agents(box.state)
+        kill_agents(box.state)
 
 
 def test_a_box_alone_is_one_voter_and_init_keeps_its_jobs_and_datasets(tmp_path, boxes):
@@ -88,10 +76,10 @@ def test_a_box_alone_is_one_voter_and_init_keeps_its_jobs_and_datasets(tmp_path,
     boxes.append(box)
     box.start()
     box.floyd("init", "proj")
-    members = json.loads(_floydd(box, "members", "--json").stdout)
+    members = json.loads(box.floydd("members", "--json").stdout)
     assert [(m["id"], m["role"], m["leader"]) for m in members["members"]] == [(members["node_id"], "voter", True)]
     assert members["initialised"] is False
-    assert "cluster of one" in _floydd(box, "members").stdout
+    assert "cluster of one" in box.floydd("members").stdout
     first = _run(box, "python -c 'print(42)'")
     assert _ended(box, first)["state"] == "success"
     src = _data(tmp_path / "digits")
@@ -99,10 +87,10 @@ def test_a_box_alone_is_one_voter_and_init_keeps_its_jobs_and_datasets(tmp_path,
     _stop(box)
 
     port, api = free_ports(2)
-    _floydd(box, "init", "--name", "lab", "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
+    box.floydd("init", "--name", "lab", "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
             "--api-listen", f"127.0.0.1:{api}")
     box.start()
-    members = json.loads(_floydd(box, "members", "--json").stdout)
+    members = json.loads(box.floydd("members", "--json").stdout)
     assert members["initialised"] is True
     assert [(m["role"], m["address"]) for m in members["members"]] == [("voter", f"127.0.0.1:{port}")]
     assert _statuses(box) == {first: "success"}
@@ -111,7 +99,7 @@ def test_a_box_alone_is_one_voter_and_init_keeps_its_jobs_and_datasets(tmp_path,
     assert _digest(tmp_path / "copy") == _digest(src)
     second = _run(box, "python -c 'print(43)'")
     assert second == "proj/2" and _ended(box, second)["state"] == "success"
-    assert _floydd(box, "token", "create", "--ttl", "10m").stdout.startswith("FLD1.")
+    assert box.floydd("token", "create", "--ttl", "10m").stdout.startswith("FLD1.")
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +159,7 @@ def test_a_state_folder_of_the_previous_release_keeps_its_jobs_datasets_queue_an
 def test_a_used_box_joins_a_cluster_keeping_its_jobs_and_datasets_across_a_crash_while_resealing(tmp_path, boxes):
     lab = _box(tmp_path, "lab")
     pa, pb, api_a, api_b = free_ports(4)
-    _floydd(lab, "init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}",
+    lab.floydd("init", "--name", "lab", "--listen", f"127.0.0.1:{pa}", "--advertise", f"127.0.0.1:{pa}",
             "--api-listen", f"127.0.0.1:{api_a}")
     boxes.append(lab)
     lab.start()
@@ -187,8 +175,8 @@ def test_a_used_box_joins_a_cluster_keeping_its_jobs_and_datasets_across_a_crash
     key_before = (used.state / "store" / "key").read_text()
     _stop(used)
 
-    token = _floydd(lab, "token", "create", "--ttl", "10m").stdout.strip()
-    _floydd(used, "join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}",
+    token = lab.floydd("token", "create", "--ttl", "10m").stdout.strip()
+    used.floydd("join", token, "--listen", f"127.0.0.1:{pb}", "--advertise", f"127.0.0.1:{pb}",
             "--api-listen", f"127.0.0.1:{api_b}")
     assert (used.state / "store" / "key.next").exists()
     log = open(used.state.parent / "daemon.log", "ab")

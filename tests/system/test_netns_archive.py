@@ -21,8 +21,8 @@ from floydd.client import Client
 from floydd.config import socket_path_for
 from floydd.errors import FloyddError
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import form, init_or_join
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import form, init_or_join
 
 pytestmark = pytest.mark.slow
 

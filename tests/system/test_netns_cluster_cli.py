@@ -16,18 +16,14 @@ from floydd.client import Client
 from floydd.config import socket_path_for
 from floydd.errors import Unavailable
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import init_or_join
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import init_or_join
 
 pytestmark = pytest.mark.slow
 
 
-def _floydd(host, state, *args, check=True):
-    return host.python("-m", "floydd.cli.floydd", *args, "--state-dir", str(state), check=check)
-
-
 def _members(host, state) -> dict:
-    res = _floydd(host, state, "members", "--json", check=False)
+    res = host.floydd(state, "members", "--json", check=False)
     return json.loads(res.stdout) if res.returncode == 0 else {"members": []}
 
 
@@ -56,7 +52,7 @@ def test_three_boxes_form_a_cluster_and_survive_the_leader_being_killed(netns, t
 
     leader_id = next(m["id"] for m in _members(*daemons[0][:2])["members"] if m["leader"])
     victim = next(d for d in daemons if json.loads(
-        _floydd(d[0], d[1], "members", "--json").stdout)["node_id"] == leader_id)
+        d[0].floydd(d[1], "members", "--json").stdout)["node_id"] == leader_id)
     victim[2].kill9()
     killed = time.monotonic()
     survivors = [d for d in daemons if d is not victim]
@@ -86,7 +82,7 @@ def test_jobs_submitted_through_every_box_while_the_leader_is_killed_exist_exact
     clients = [Client(socket_path_for(state), timeout=30) for _h, state, _d, _t in daemons]
     leader_id = next(m["id"] for m in _members(*daemons[0][:2])["members"] if m["leader"])
     victim = next(i for i, d in enumerate(daemons)
-                  if json.loads(_floydd(d[0], d[1], "members", "--json").stdout)["node_id"] == leader_id)
+                  if json.loads(d[0].floydd(d[1], "members", "--json").stdout)["node_id"] == leader_id)
     acked: dict[str, str] = {}
     retried = 0
     for i in range(60):

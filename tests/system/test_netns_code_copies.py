@@ -21,8 +21,8 @@ import pytest
 
 from floydd.errors import UserError
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import attempt, crash, form, listed
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import attempt, crash, form, listed
 
 pytestmark = pytest.mark.slow
 

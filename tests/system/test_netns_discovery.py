@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.netns.discovery_node import DiscoveryNode
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
 
 pytestmark = pytest.mark.slow
 

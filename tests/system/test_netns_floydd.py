@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def test_a_daemon_runs_in_a_host_survives_kill9_and_restart_and_dies_with_the_ne
     first_pid = daemon.pid
     assert first_pid in net.pids(), "the daemon must live in the host's namespace"
 
-    res = host.python("-m", "floydd.cli.floydd", "status", "--json", "--state-dir", str(daemon.state))
+    res = host.floydd(daemon.state, "status", "--json")
     status = json.loads(res.stdout)
     assert status["info"]["node"] == "box2" and status["info"]["pid"] == first_pid
     nodes = json.loads(daemon.floyd("nodes", "--json").stdout)

@@ -16,8 +16,8 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.integration.runtime._hostile import small_disk
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import attempt, form, listed, submit
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import attempt, form, listed, submit
 
 pytestmark = pytest.mark.slow
 
@@ -81,8 +81,7 @@ def test_copies_and_jobs_avoid_a_full_disk_and_come_back_when_it_has_room(netns,
         assert "keeping a copy of" in boxes[2].log_tail(400_000), "box3 was never asked for a copy"
         shown = boxes[0].floyd("nodes").stdout
         assert "box3" in shown and "disk full" in shown and "no new copies or jobs go here" in shown, shown
-        members = boxes[0].host.python("-m", "floydd.cli.floydd", "members", "--state-dir", str(boxes[0].state),
-                                       check=True).stdout
+        members = boxes[0].host.floydd(boxes[0].state, "members").stdout
         assert "disk full" in members and "no new copies or jobs go there" in members, members
 
         # Jobs: three CPU jobs; box3 runs none and would be the least loaded, yet gets none

@@ -19,8 +19,8 @@ from floydd.store.keys.crypto import Keys, read_secret
 from floydd.store.keys.epochs import load_epochs
 from floydd.store.ids import ObjectId
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import attempt, form
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import attempt, form
 
 pytestmark = pytest.mark.slow
 
@@ -39,10 +39,6 @@ def _upload(daemon, tmp_path, name: str) -> str:
     return json.loads(daemon.floyd("data", "info", name, "--json").stdout)["tree"]
 
 
-def _floydd(host, state, *args):
-    return host.python("-m", "floydd.cli.floydd", *args, "--state-dir", str(state), check=True)
-
-
 def _objects(state) -> list:
     return [p for p in (state / "store" / "objects").rglob("*") if p.is_file() and not p.name.startswith(".")]
 
@@ -52,7 +48,7 @@ def test_after_a_removal_new_data_and_resealed_old_data_do_not_open_with_the_rem
     (h1, s1, box1, c1), (_, s2, _box2, c2), (_, s3, _box3, c3) = form(net, tmp_path, ["0", "0", "0"], ENV)
     _upload(box1, tmp_path, "before")
 
-    removed = _floydd(h1, s1, "remove", c3.cluster()["node_id"], "--yes")
+    removed = h1.floydd(s1, "remove", c3.cluster()["node_id"], "--yes")
     assert "store key rotated: epoch 1" in removed.stdout, removed.stdout + removed.stderr
     # what the removed box holds, taken as it is: its store secret and whatever epochs it had
     stolen = Keys(read_secret(s3 / "store" / "key"), load_epochs(s3 / "store"))
@@ -75,5 +71,5 @@ def test_after_a_removal_new_data_and_resealed_old_data_do_not_open_with_the_rem
                 stolen.open(ObjectId.from_hex(path.name), path.read_bytes())
     info = box1.floyd("data", "info", "before").stdout
     assert "under key epoch 1, the cluster's newest" in info, info
-    shown = _floydd(h1, s1, "rotate-store-key", "--show").stdout
+    shown = h1.floydd(s1, "rotate-store-key", "--show").stdout
     assert "this box seals under epoch 1" in shown and "every object here is under epoch 1" in shown, shown

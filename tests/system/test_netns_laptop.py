@@ -19,13 +19,9 @@ import sys
 import pytest
 
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
 
 pytestmark = pytest.mark.slow
-
-
-def _floydd(host, state, *args, check=True, **kw):
-    return host.python("-m", "floydd.cli.floydd", *args, "--state-dir", str(state), check=check, **kw)
 
 
 def test_a_laptop_logs_in_runs_follows_fetches_and_is_refused_once_revoked(netns, tmp_path):
@@ -33,10 +29,10 @@ def test_a_laptop_logs_in_runs_follows_fetches_and_is_refused_once_revoked(netns
     box, laptop = net.host(1), net.host(2)
     state = tmp_path / "box"
     addr = f"{box.ip}:7654"
-    _floydd(box, state, "init", "--name", "lab", "--listen", addr, "--advertise", addr)
+    box.floydd(state, "init", "--name", "lab", "--listen", addr, "--advertise", addr)
     daemon = box.start_floydd(state, "--node-name", "box1", "--dev-fake-gpus", "1")
-    box.python("-m", "floydd.cli.floydd", "user", "--state-dir", str(state), "add", "alice")
-    members = json.loads(_floydd(box, state, "members", "--json").stdout)
+    box.floydd(state, "user", "add", "alice")
+    members = json.loads(box.floydd(state, "members", "--json").stdout)
     fingerprint, api = members["ca_fingerprint"], members["api"]
     assert api == f"{box.ip}:7655"
     made = json.loads(daemon.floyd("token", "create", "--for", "alice", "--label", "laptop", "--json").stdout)
@@ -116,15 +112,15 @@ def test_a_removed_box_answering_at_the_login_address_gets_no_token(netns, tmp_p
     box1, laptop, box3 = net.host(1), net.host(2), net.host(3)
     s1, s3 = tmp_path / "box1", tmp_path / "box3"
     addr1, addr3 = f"{box1.ip}:7654", f"{box3.ip}:7654"
-    _floydd(box1, s1, "init", "--name", "lab", "--listen", addr1, "--advertise", addr1)
+    box1.floydd(s1, "init", "--name", "lab", "--listen", addr1, "--advertise", addr1)
     daemon = box1.start_floydd(s1, "--node-name", "box1", "--dev-fake-gpus", "1")
-    box1.python("-m", "floydd.cli.floydd", "user", "--state-dir", str(s1), "add", "alice")
-    join = _floydd(box1, s1, "token", "create", "--ttl", "10m").stdout.strip()
-    joined = _floydd(box3, s3, "join", join, "--listen", addr3, "--advertise", addr3, check=False)
+    box1.floydd(s1, "user", "add", "alice")
+    join = box1.floydd(s1, "token", "create", "--ttl", "10m").stdout.strip()
+    joined = box3.floydd(s3, "join", join, "--listen", addr3, "--advertise", addr3, check=False)
     assert joined.returncode == 0, joined.stderr
     box3.start_floydd(s3, "--node-name", "box3")
-    members = json.loads(_floydd(box1, s1, "members", "--json").stdout)
-    id3 = wait_until(lambda: next((m["id"] for m in json.loads(_floydd(box1, s1, "members", "--json").stdout)
+    members = json.loads(box1.floydd(s1, "members", "--json").stdout)
+    id3 = wait_until(lambda: next((m["id"] for m in json.loads(box1.floydd(s1, "members", "--json").stdout)
                                    ["members"] if m["name"] == "box3"), None), 60, what="box3 a member")
     token = json.loads(daemon.floyd("token", "create", "--for", "alice", "--json").stdout)["token"]
 
@@ -146,7 +142,7 @@ def test_a_removed_box_answering_at_the_login_address_gets_no_token(netns, tmp_p
     assert f"logged in to {api} as alice: box box1 (node {members['node_id']})" in done.stdout
 
     # box3 is removed from the lab; the laptop's next command learns its certificate is revoked
-    removed = _floydd(box1, s1, "remove", id3, "--yes", check=False)
+    removed = box1.floydd(s1, "remove", id3, "--yes", check=False)
     assert removed.returncode == 0, removed.stderr
     wait_until(lambda: id3 in json.loads((home / "config" / "login.json").read_text())["trust"]["revoked"].values()
                if floyd("whoami").returncode == 0 else False, 60, what="the laptop to learn of the removal")

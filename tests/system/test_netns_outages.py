@@ -26,8 +26,8 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.netns._sys import netns_pids
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import attempt, crash, form, job, listed, state_of, submit
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import attempt, crash, form, job, listed, state_of, submit
 
 pytestmark = pytest.mark.slow
 

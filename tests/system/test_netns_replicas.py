@@ -19,8 +19,8 @@ import pytest
 
 from floydd.client import Client
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import attempt, form
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import attempt, form
 from tests.unit.store.store_testlib import flip_byte
 
 pytestmark = pytest.mark.slow

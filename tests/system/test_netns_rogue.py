@@ -24,15 +24,10 @@ from floydd.cluster.state.apitokens import new_api_token
 from floydd.security.identity import NodeIdentity
 from floydd.security.tokens import new_token
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import attempt, form, init_or_join, submit
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import attempt, form, init_or_join, submit
 
 pytestmark = pytest.mark.slow
-
-
-def _floydd(box, *args) -> str:
-    host, state = box[0], box[1]
-    return host.python("-m", "floydd.cli.floydd", args[0], "--state-dir", str(state), *args[1:], check=True).stdout
 
 
 def _probe(host, tls, *args) -> list[dict]:
@@ -80,8 +75,8 @@ def test_a_certificate_is_not_the_cluster(netns, tmp_path):
     assert answer["status"] == 403 and "user mallory may not stop" in answer["message"], answer
     # a member speaking for people not signed in on it (issue 20): root made box2's join token, so
     # box2 acted for root; signed out of box2, root's name is refused there on every box
-    _floydd(boxes[0], "user", "unmap", "root", "box2")
-    _floydd(boxes[0], "user", "add", "bob", "--box", "box1")
+    boxes[0][0].floydd(boxes[0][1], "user", "unmap", "root", "box2")
+    boxes[0][0].floydd(boxes[0][1], "user", "add", "bob", "--box", "box1")
     chosen = new_api_token()                        # an API token for the admin, with a secret box2 chose
     join = new_token(view["ca_fingerprint"], 600, time.time())
     forged = [{"op": "job.update", "job": key, "stop_requested": "mine", "user": "root"},
@@ -94,7 +89,8 @@ def test_a_certificate_is_not_the_cluster(netns, tmp_path):
         [refusal] = _probe(boxes[1][0], box2_tls, "propose", json.dumps(cmd), lead)
         assert (refusal["status"], refusal["code"]) == (403, "not_signed_in"), (cmd["op"], refusal)
         assert refusal["message"] == f"box2 may not act for root ({cmd['op']}): root is not signed in on box2"
-    assert "on box2, the login name root acts as root" in _floydd(boxes[0], "user", "map", "root", "box2")
+    mapped = boxes[0][0].floydd(boxes[0][1], "user", "map", "root", "box2").stdout
+    assert "on box2, the login name root acts as root" in mapped
 
     marker = submit(client, project, "true")       # committed after every refusal: applied after them
     for _host, _state, _daemon, c in boxes:         # each box's own state
@@ -109,8 +105,7 @@ def test_a_certificate_is_not_the_cluster(netns, tmp_path):
         assert join.token_id not in {t["id"] for t in c.tokens()}
 
     # a removed member is refused by every box
-    boxes[0][0].python("-m", "floydd.cli.floydd", "remove", ids["box3"], "--yes", "--state-dir", str(boxes[0][1]),
-                       check=True)
+    boxes[0][0].floydd(boxes[0][1], "remove", ids["box3"], "--yes")
     others = [t for t in targets if not t.startswith(ids["box3"])]
     answers = _probe(boxes[2][0], boxes[2][1] / "tls", "propose",
                      json.dumps({"op": "node.health", "id": ids["box3"], "status": "up"}), *others)
@@ -120,7 +115,7 @@ def test_a_certificate_is_not_the_cluster(netns, tmp_path):
 
     # the fourth host's redeemed join, cancelled before its daemon ever started: never a member
     rogue_id = NodeIdentity.load(tls).node_id
-    said = _floydd(boxes[0], "remove", rogue_id, "--yes")
+    said = boxes[0][0].floydd(boxes[0][1], "remove", rogue_id, "--yes").stdout
     assert f"the join of node {rogue_id} is cancelled" in said, said
     upsert = {"op": "node.upsert", "id": rogue_id, "name": "box4", "address": rogue.ip, "cluster_port": 7654,
               "rejoin": True}

@@ -23,8 +23,8 @@ import pytest
 from floydd.client import Client
 from floydd.config import socket_path_for
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import attempt, form, init_or_join, listed, submit
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import attempt, form, init_or_join, listed, submit
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def test_a_box_stopped_cleanly_and_never_back_has_its_job_rerun_after_its_lost_a
     runner = int(placed["node"].removeprefix("box"))
     host, state, daemon, _ = boxes[runner - 1]
     stopping = time.monotonic()
-    host.python("-m", "floydd.cli.floydd", "stop", "--state-dir", str(state), check=True)   # floydd stop
+    host.floydd(state, "stop")   # floydd stop
     net.cut(runner)                                              # ... and the machine never comes back
     wait_until(lambda: next(n for n in client.nodes() if n["name"] == placed["node"])["health"] == "off",
                timeout=15, what="the box listed off",

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
-from tests.system.netns_boxes import attempt, crash, form
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import attempt, crash, form
 
 pytestmark = pytest.mark.slow
 
@@ -22,17 +22,13 @@ serial is neither the recorded nor the previous one) and never catch up: a known
 issue 21's closing note."""
 
 
-def _floydd(host, state, *args, check=True):
-    return host.python("-m", "floydd.cli.floydd", *args, "--state-dir", str(state), check=check)
-
-
 def _members(host, state) -> dict:
-    res = _floydd(host, state, "members", "--json", check=False)
+    res = host.floydd(state, "members", "--json", check=False)
     return json.loads(res.stdout) if res.returncode == 0 else {"members": []}
 
 
 def _tokens(host, state) -> list[dict]:
-    res = _floydd(host, state, "token", "list", "--json", check=False)
+    res = host.floydd(state, "token", "list", "--json", check=False)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -48,24 +44,24 @@ def test_tokens_joins_without_the_first_box_and_certificates_that_renew(netns, t
     assert ((s2 / "ca" / "ca.key").stat().st_mode & 0o777) == 0o600
 
     # a token made on box 2, listed and revoked on box 3, is refused
-    revoked = _floydd(h2, s2, "token", "create", "--ttl", "10m").stdout.strip()
+    revoked = h2.floydd(s2, "token", "create", "--ttl", "10m").stdout.strip()
     [record] = [t for t in _tokens(h3, s3) if revoked.split(".")[2] == t["id"]]
     assert record["state"] == "valid" and record["made_on"] == _members(h2, s2)["node_id"]
-    _floydd(h3, s3, "token", "revoke", record["id"])
+    h3.floydd(s3, "token", "revoke", record["id"])
     assert next(t for t in _tokens(h2, s2) if t["id"] == record["id"])["state"] == "revoked"
-    unknown = _floydd(h3, s3, "token", "revoke", "0123456789abcdef", check=False)
+    unknown = h3.floydd(s3, "token", "revoke", "0123456789abcdef", check=False)
     assert unknown.returncode != 0 and "no join token" in unknown.stderr and "Traceback" not in unknown.stderr
     h4, s4 = net.host(4), tmp_path / "s4"
     addr4 = f"{h4.ip}:7654"
-    refused = _floydd(h4, s4, "join", revoked, "--listen", addr4, "--advertise", addr4, check=False)
+    refused = h4.floydd(s4, "join", revoked, "--listen", addr4, "--advertise", addr4, check=False)
     assert refused.returncode != 0 and "revoked" in refused.stderr, refused.stderr
 
     # the first box is switched off: a token from box 2, the join through box 3
     crash(h1, d1)
     wait_until(lambda: attempt(c2.tokens) is not None, timeout=30, what="a leader among boxes 2 and 3")
-    token = wait_until(lambda: _floydd(h2, s2, "token", "create", "--ttl", "10m", check=False).stdout.strip(),
+    token = wait_until(lambda: h2.floydd(s2, "token", "create", "--ttl", "10m", check=False).stdout.strip(),
                        timeout=30, what="a token made on box 2")
-    _floydd(h4, s4, "join", token, f"{h3.ip}:7654", "--listen", addr4, "--advertise", addr4)
+    h4.floydd(s4, "join", token, f"{h3.ip}:7654", "--listen", addr4, "--advertise", addr4)
     h4.start_floydd(s4, "--node-name", "box4")
     id4 = wait_until(lambda: _members(h4, s4).get("node_id"), timeout=30, what="box 4's daemon")
     wait_until(lambda: id4 in {m["id"] for m in _members(h2, s2)["members"]}, timeout=30, what="box 4 listed")
@@ -88,7 +84,7 @@ def test_tokens_joins_without_the_first_box_and_certificates_that_renew(netns, t
     wait_until(renewed, timeout=60, what="boxes 2 and 3 renewing their certificates")
     wait_until(lambda: time.time() > max(first_expiry[n] for n in live) + 1, timeout=VALIDITY + 5,
                what="the first certificates to expire")
-    _floydd(h3, s3, "token", "create", "--ttl", "10m")     # raft between boxes 2 and 3 on renewed certificates
+    h3.floydd(s3, "token", "create", "--ttl", "10m")     # raft between boxes 2 and 3 on renewed certificates
     assert {t["state"] for t in _tokens(h2, s2)} == {"revoked", "used", "valid"}
     expiry = {m["id"]: m["cert_expires"] for m in _members(h3, s3)["members"]}
     assert all(expiry[n] > time.time() for n in live)

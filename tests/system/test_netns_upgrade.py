@@ -20,10 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
-from tests.netns.daemon import Floydd
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import Floydd, attempt, netns  # noqa: F401  (netns: the fixture, registered for this module)
 from tests.netns.network import REPO
-from tests.system.netns_boxes import attempt
 
 pytestmark = pytest.mark.slow
 
@@ -62,10 +60,8 @@ def test_a_cluster_of_the_previous_release_is_upgraded_box_by_box_while_a_job_ru
     previous = {**env, "PYTHONPATH": None}          # the hosts' default would import this checkout
 
     def floydd(python, i, *args, check=True):
-        res = net.host(i).run([python, "-m", "floydd.cli.floydd", *args, "--state-dir", str(tmp_path / f"s{i}")],
-                              check=False, cwd=tmp_path, env=previous if python == old else env, timeout=120)
-        assert not check or res.returncode == 0, f"floydd {' '.join(args)} on box{i}: {res.stdout}{res.stderr}"
-        return res
+        return net.host(i).floydd(tmp_path / f"s{i}", *args, check=check, python=python, cwd=tmp_path,
+                                  env=previous if python == old else env)
 
     for i, gpus in enumerate(["0", "1", "0"], start=1):          # the job's box: box2, the only GPU
         addr = f"{net.host(i).ip}:7654"

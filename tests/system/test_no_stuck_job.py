@@ -18,7 +18,7 @@ from floydd.runtime.disk import RESERVE_NAME
 from tests.conftest import wait_until
 from tests.integration.runtime._hostile import (BAD_METRIC_LINES, BAD_OUTPUT, FILL, GOOD_METRIC_LINES,
                                                fill, small_disk)
-from tests.system.conftest import Daemon, _kill_agents
+from tests.harness.processes import Daemon, box, kill_agents
 
 FINAL = {"success", "failed", "stopped", "timeout", "lost"}
 
@@ -152,10 +152,7 @@ def small_box(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
     with small_disk(tmp_path / "state", "16m") as state:
-        env = {**os.environ, "FLOYDD_STATE_DIR": str(state), "FLOYDD_TAIL_INTERVAL": "0.05",
-               "FLOYDD_STOP_GRACE": "2", "PYTHONUNBUFFERED": "1"}
-        env.pop("FLOYD_HOST", None)
-        d = Daemon(state=state, env=env, project=project)
+        d = box(tmp_path, state=state, env={"FLOYDD_SAMPLE_INTERVAL": None})
         d.start()
         d.floyd("init", "proj")
         try:
@@ -163,7 +160,7 @@ def small_box(tmp_path):
         finally:
             if d.proc and d.proc.poll() is None:
                 d.kill(signal.SIGTERM)
-            _kill_agents(state)
+            kill_agents(state)
 
 
 def _free(path: Path) -> int:

@@ -19,7 +19,7 @@ import pytest
 from floydd.client import Client
 from floydd.config import socket_path_for
 from tests.conftest import wait_until
-from tests.netns.fixture import netns  # noqa: F401  (the fixture, registered for this module)
+from tests.harness.netns import netns  # noqa: F401  (the fixture, registered for this module)
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = {"success", "failed", "stopped", "timeout", "lost"}

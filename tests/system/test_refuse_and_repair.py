@@ -10,17 +10,10 @@ and gc frees nothing a version needs.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from tests.system.test_data_cli import _same, _tree
-
-
-def _floydd(daemon, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *args, "--state-dir", str(daemon.state)],
-                          env=daemon.env, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
@@ -36,17 +29,17 @@ def test_a_catalog_that_lost_its_wal_is_refused_named_and_repaired(daemon, tmp_p
     (daemon.state / "store" / "catalog.db-wal").unlink()
     objects = sorted((daemon.state / "store" / "objects").rglob("*"))
 
-    refused = _floydd(daemon, "start")
+    refused = daemon.floydd("start", "--state-dir", daemon.state, check=False)
     assert refused.returncode == 1
     assert f"{catalog} lost its write-ahead log" in refused.stderr and "floydd repair" in refused.stderr
     assert "Traceback" not in refused.stderr
     cli = daemon.floyd("data", "ls", check=False)       # the CLI starts a daemon: it refuses the same way
     assert cli.returncode != 0 and "catalog.db" in cli.stderr, cli.stderr
 
-    dry = _floydd(daemon, "repair", "--dry-run")
+    dry = daemon.floydd("repair", "--dry-run", "--state-dir", daemon.state, check=False)
     assert dry.returncode == 0 and "would be rebuilt" in dry.stdout and not list(catalog.parent.glob("*.damaged-*"))
     assert "2 version(s) put back" in dry.stdout and "lost-found" not in dry.stdout, dry.stdout
-    done = _floydd(daemon, "repair")
+    done = daemon.floydd("repair", "--state-dir", daemon.state, check=False)
     assert done.returncode == 0 and "repaired: floydd can start" in done.stdout, done.stdout + done.stderr
     assert list(catalog.parent.glob("catalog.db.damaged-*"))
 

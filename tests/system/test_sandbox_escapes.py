@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -20,7 +18,9 @@ import pytest
 from floydd.agent.sandbox import probe_bwrap
 from floydd.config import socket_path_for
 from tests.conftest import wait_until
-from tests.system.conftest import Daemon, _kill_agents
+from tests.harness.processes import Daemon, kill_agents
+from tests.harness.leftovers import watch
+from tests.harness.processes import box as new_box
 
 pytestmark = pytest.mark.slow
 needs_bwrap = pytest.mark.skipif(probe_bwrap()[0] is None and not os.environ.get("CI"),
@@ -32,20 +32,14 @@ FINAL = {"success", "failed", "stopped", "timeout", "lost"}
 @pytest.fixture
 def box():
     """A daemon whose state is outside /tmp and whose environment holds a secret."""
-    root = Path(tempfile.mkdtemp(prefix="floydd-sbx-", dir="/var/tmp"))
-    project = root / "proj"
-    project.mkdir()
-    env = {**os.environ, "FLOYDD_STATE_DIR": str(root / "state"), "FLOYDD_TAIL_INTERVAL": "0.05",
-           "FLOYDD_SAMPLE_INTERVAL": "0.5", "FLOYDD_STOP_GRACE": "2", "PYTHONUNBUFFERED": "1",
-           "FLOYDD_BUILD_NETWORK": "false", "AWS_SECRET_ACCESS_KEY": DAEMON_SECRET}
-    env.pop("FLOYD_HOST", None)
-    d = Daemon(state=root / "state", env=env, project=project)
+    root = watch(tempfile.mkdtemp(prefix="floydd-sbx-", dir="/var/tmp"))
+    d = new_box(root, env={"FLOYDD_BUILD_NETWORK": "false", "AWS_SECRET_ACCESS_KEY": DAEMON_SECRET})
     try:
         yield d
     finally:
         if d.proc and d.proc.poll() is None:
             d.kill(signal.SIGTERM)
-        _kill_agents(d.state)
+        kill_agents(d.state)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -183,8 +177,7 @@ def test_without_a_working_sandbox_the_box_says_so_everywhere_and_require_refuse
     assert done["state"] == "success"
     assert "WITHOUT a sandbox" in box.floyd("logs", "proj/1").stdout + box.floyd("logs", "proj/1").stderr
     assert "WITHOUT a sandbox" in box.floyd("info", "proj/1").stderr
-    status = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", "status"], env=box.env, capture_output=True,
-                            text=True, timeout=60)
+    status = box.floydd("status", check=False, timeout=60)
     assert "WITHOUT a sandbox" in status.stderr and "sandbox none" in status.stdout
     daemon_log = "".join(p.read_text() for p in (box.state.parent / "daemon.log", box.state / "floydd.log")
                          if p.exists())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import time
 from typing import Callable
 
 import pytest
@@ -12,6 +11,7 @@ from rich.console import Console
 from floydd.tui.app import FloydTop
 from floydd.tui.poller import Poller
 from floydd.tui.snapshot import Want
+from tests.conftest import wait_until_async
 from tests.tui.fake_cluster import NOW, FakeClient, FakeCluster
 
 SIZE = (130, 36)
@@ -45,14 +45,7 @@ def make_app(client: FakeClient, *, clock: Callable[[], float] = lambda: NOW, re
 
 async def until(pilot, cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> object:
     """Let the app run until ``cond()`` is truthy (the pilot's pause lets messages through)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.01)
+    return await wait_until_async(cond, timeout, what=what, pause=pilot.pause)
 
 
 async def started(pilot, app: FloydTop) -> None:

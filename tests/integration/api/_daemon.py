@@ -1,5 +1,5 @@
-"""The daemon the API tests talk to: a real one (``create_app`` in-process, fake GPUs, no
-sandbox) served on 127.0.0.1 from an event loop in a thread, with an API token, as a daemon
+"""What the API tests talk to: a real daemon (``create_app`` served in-process by
+:func:`tests.harness.inprocess.serve`, fake GPUs, no sandbox) with an API token, as a daemon
 listening on TCP is; and what it holds before the requests come (:func:`seed`): a dataset
 ``mnist`` and an ended job ``seed/1``, so that requests reach past "not found".
 
@@ -8,23 +8,18 @@ Everything the daemon reads or writes lives under the module's temporary folder.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
-import socket
 import tarfile
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import requests
-from aiohttp import web
 
 from tests.conftest import wait_until
 
-__all__ = ["Api", "seed", "serve", "serve_on", "tar_of"]
+__all__ = ["Api", "seed", "tar_of"]
 
 
 @dataclass(frozen=True)
@@ -92,52 +87,3 @@ def seed(api: Api) -> None:
     def ended() -> bool:
         return api.call("GET", "/v1/jobs/seed/1/wait", params={"timeout": "5"})[1]["state"] == "success"
     wait_until(ended, 60, what="the seeded job to end")
-
-
-@contextmanager
-def serve(app: web.Application) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1 (a free port) with ``web.run_app`` in a thread; its base URL.
-    A daemon that fails to start raises its error here."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    url = "http://127.0.0.1:%d" % sock.getsockname()[1]
-    with serve_on(app, sock, lambda: _answers(url)):
-        yield url
-
-
-@contextmanager
-def serve_on(app: web.Application, sock: socket.socket, answers, name: str = "api-floydd"
-             ) -> Iterator[asyncio.AbstractEventLoop]:
-    """``web.run_app`` of ``app`` on the bound ``sock`` in a thread, until ``answers()``; its
-    loop. A daemon that fails to start raises its error here; ``sock`` is closed after."""
-    loop, failed = asyncio.new_event_loop(), []
-
-    def run() -> None:
-        try:
-            web.run_app(app, sock=sock, loop=loop, handle_signals=False, print=None, access_log=None)
-        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: failed or answers(), 60, what="the daemon to answer")
-        if failed:
-            raise failed[0]
-        yield loop
-    finally:
-        if thread.is_alive():
-            loop.call_soon_threadsafe(_stop)
-        thread.join(30)
-        sock.close()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return requests.get(url + "/v1/openapi.json", timeout=5).status_code == 401   # up, and asks for a token
-    except requests.ConnectionError:
-        return False
-
-
-def _stop() -> None:
-    raise web.GracefulExit()      # as run_app's own signal handler stops it

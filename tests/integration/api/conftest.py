@@ -11,7 +11,8 @@ import requests
 from floydd.api import keys
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
-from tests.integration.api._daemon import Api, seed, serve
+from tests.harness.inprocess import serve
+from tests.integration.api._daemon import Api, seed
 
 
 @pytest.fixture(scope="module")

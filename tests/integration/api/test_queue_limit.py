@@ -15,7 +15,8 @@ from floydd.api import keys
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
 from tests.conftest import wait_until
-from tests.integration.api._daemon import Api, serve
+from tests.harness.inprocess import serve
+from tests.integration.api._daemon import Api
 
 LIMIT = 3
 

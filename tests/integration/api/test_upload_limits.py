@@ -14,7 +14,8 @@ from floydd.api import keys
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
 from tests.floods import sparse_tar, zeros_tar_gz
-from tests.integration.api._daemon import Api, serve
+from tests.harness.inprocess import serve
+from tests.integration.api._daemon import Api
 
 TAR = {"Content-Type": "application/x-tar"}
 ROUTES = {"/v1/datasets/tar": ("max_upload_gb", "upload_too_large"), "/v1/code": ("max_code_mb", "code_too_large")}

@@ -1,14 +1,11 @@
-"""The one cluster fixture (STYLE 17); the harness is in :mod:`._harness`."""
+"""The one cluster fixture (STYLE 17); the harness is :mod:`tests.harness.cluster`."""
 
 from __future__ import annotations
-
-import threading
 
 import pytest
 
 from floydd.cluster.config import ClusterConfig
-from tests.conftest import wait_until
-from tests.integration.cluster._harness import Cluster
+from tests.harness.cluster import Cluster, no_leaked_threads  # noqa: F401 (a fixture)
 
 
 @pytest.fixture
@@ -37,10 +34,5 @@ async def make_cluster(tmp_path):
 
 
 @pytest.fixture(autouse=True)
-def no_leaked_threads():
-    before = set(threading.enumerate())
-    yield
-
-    def leaked() -> list:
-        return [t for t in set(threading.enumerate()) - before if t.is_alive() and t.name.startswith("raft-")]
-    wait_until(lambda: not leaked(), 5, what="raft threads to end", details=lambda: f"threads left running: {leaked()}")
+def _no_leaked_threads(no_leaked_threads):
+    """Every test here ends with no raft thread running."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from floydd.security.identity import NodeIdentity, init_cluster
+from tests.conftest import free_ports
 
 __all__ = ["make_identities", "free_ports", "DevNode"]
 
@@ -38,17 +38,6 @@ def make_identities(root: Path, n: int, addresses: Iterable[str] = ("127.0.0.1",
 
 def node_id(tls: Path) -> str:
     return (Path(tls) / "node-id").read_text().strip()
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class DevNode:

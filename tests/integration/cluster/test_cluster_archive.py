@@ -15,7 +15,7 @@ from floydd.cluster.tables.archive_db import SqliteArchive
 from floydd.cluster.archiver import Archiver
 from floydd.cluster.raft import ConfState, Snapshot
 from floydd.cluster.raft.sqlite_storage import SqliteStorage
-from tests.integration.cluster._harness import fast
+from tests.harness.cluster import fast
 
 SPEC = {"project": "m", "command": "true"}
 CONFIG = fast(snapshot_every=50, archive_keep=5, archive_after=1e9, archive_batch=7, archive_interval=0.05)

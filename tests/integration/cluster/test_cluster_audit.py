@@ -11,7 +11,7 @@ import asyncio
 
 from floydd.cluster.state.audit import verify
 from floydd.cluster.tables.audit_db import read_chain
-from tests.integration.cluster._harness import fast
+from tests.harness.cluster import fast
 
 SPEC = {"project": "m", "command": "true"}
 CONFIG = fast(snapshot_every=30)

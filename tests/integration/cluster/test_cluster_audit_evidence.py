@@ -5,7 +5,7 @@ the newest entries removed or an entry rewritten with every later hash recompute
 restart reports nothing; and every box's heartbeat carries its chain's head, which the others
 compare at the same seq, so a box holding another chain is flagged and one merely behind is not.
 
-Real raft drivers over mTLS, SQLite logs (tests/integration/cluster/_harness.py).
+Real raft drivers over mTLS, SQLite logs (tests/harness/cluster.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from floydd.cluster.tables.audit_db import read_chain
 from floydd.cluster.audit_evidence import Head
 from floydd.cli.audit import read_export
 from floydd.errors import Forbidden
-from tests.integration.cluster._harness import fast
+from tests.harness.cluster import fast
 
 SPEC = {"project": "m", "command": "true"}
 REPLAYED = fast(snapshot_every=10_000)          # every entry is replayed at start

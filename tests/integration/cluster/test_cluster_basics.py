@@ -11,7 +11,7 @@ from floydd.cluster.raft import Heartbeat, ProposalDropped, encode_message
 from floydd.cluster.net.transport import RAFT_PATH
 from floydd.errors import Conflict, InvalidSpec, Unavailable
 from floydd.security.tls import client_context
-from tests.integration.cluster._harness import PEER_HEADERS
+from tests.harness.cluster import PEER_HEADERS
 
 SPEC = {"project": "mnist", "command": "python train.py", "resources": {"gpus": 1}}
 

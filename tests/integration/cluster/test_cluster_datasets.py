@@ -23,7 +23,7 @@ from floydd.cluster.replication.peerstore import OBJECTS_PATH, store_routes
 from floydd.cluster.replication.storecare import StoreCare
 from floydd.errors import NotFound
 from floydd.store import ObjectId, Store
-from tests.integration.cluster._harness import Cluster, Node
+from tests.harness.cluster import Cluster, Node
 from tests.unit.store.store_testlib import describe, write_tree
 
 

@@ -14,9 +14,9 @@ from floydd.cluster.net.discovery import Peer
 from floydd.cluster.net.transport import RAFT_PATH
 from floydd.errors import Unavailable
 from floydd.security.tls import client_context
-from tests.integration.cluster._harness import PEER_HEADERS
+from tests.harness.cluster import PEER_HEADERS
 
-from tests.integration.cluster._harness import fast
+from tests.harness.cluster import fast
 
 SPEC = {"project": "m", "command": "true"}
 

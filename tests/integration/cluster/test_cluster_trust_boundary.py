@@ -19,7 +19,7 @@ from floydd.cluster.net.transport import PROPOSE_PATH, RAFT_PATH, READ_PATH
 from floydd.errors import Forbidden
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import client_context
-from tests.integration.cluster._harness import PEER_HEADERS
+from tests.harness.cluster import PEER_HEADERS
 from floydd.security.tokens import new_token
 
 SPEC = {"project": "m", "command": "true"}

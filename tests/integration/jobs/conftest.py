@@ -1,11 +1,16 @@
-"""Fixtures of the in-process job pipeline tests (see :mod:`._pipeline`)."""
+"""Fixtures of the in-process job pipeline tests (see :mod:`tests.harness.pipeline`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.integration.cluster.conftest import no_leaked_threads  # noqa: F401 (autouse)
-from tests.integration.jobs._pipeline import Boxes, Lone
+from tests.harness.cluster import no_leaked_threads  # noqa: F401 (a fixture)
+from tests.harness.pipeline import Boxes, Lone
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads(no_leaked_threads):
+    """Every test here ends with no raft thread running."""
 
 
 @pytest.fixture

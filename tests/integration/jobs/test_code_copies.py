@@ -15,7 +15,7 @@ from floydd.cluster.replication.storecare import named_trees
 from floydd.model import Restart
 from floydd.store import ObjectId
 from tests.conftest import wait_until_async
-from tests.integration.jobs._pipeline import Boxes
+from tests.harness.pipeline import Boxes
 
 
 @pytest.fixture

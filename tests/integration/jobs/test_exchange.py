@@ -17,7 +17,7 @@ from floydd.exchange import ExportKey, WrongKey, export_to, import_from
 from floydd.exchange.container import Truncated
 from floydd.exchange.reader import Reader
 from floydd.store import ObjectId
-from tests.integration.jobs._pipeline import Boxes
+from tests.harness.pipeline import Boxes
 
 KEY = ExportKey.new()
 

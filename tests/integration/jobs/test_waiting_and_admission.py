@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from floydd.errors import UserError
-from tests.integration.jobs._pipeline import Lone
+from tests.harness.pipeline import Lone
 
 
 async def test_a_follower_lists_the_leaders_reasons_and_none_is_committed(boxes):

@@ -17,6 +17,7 @@ from floydd.runtime import NodeRuntime
 from floydd.runtime.spawn import alive
 from floydd.store import Store
 from tests.conftest import wait_until_async
+from tests.harness.leftovers import kill, started_in
 
 PY = sys.executable
 
@@ -86,11 +87,13 @@ class Node:
         return self.records.get_job(project, number)
 
     def close(self) -> None:
-        """Close; agents a failed test left running are killed (their jobs die with them)."""
+        """Close; agents a failed test left running are killed, and what is left of a job whose
+        agent vanished (a sandbox outlives an agent killed under it)."""
         for job in self.records.list_jobs():
             status = read_status(Path(job["workspace"])) if job.get("workspace") else None
             if alive(status):
                 os.kill(status.agent_pid, signal.SIGKILL)
+        kill(started_in(self.state))     # a sandbox can outlive its agent, out of the job's process group
         self.records.close()
         self.store.close()
 

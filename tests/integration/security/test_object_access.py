@@ -38,7 +38,7 @@ from floydd.cli.floydd import cli as floydd_cli
 from floydd.client import Client
 from floydd.security.identity import NodeIdentity
 from tests.conftest import wait_until
-from tests.integration.security.tls_box import tls_box
+from tests.harness.inprocess import tls_box
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 JOB = "/v1/jobs/{project}/{number}"

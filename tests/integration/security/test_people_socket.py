@@ -30,7 +30,7 @@ from floydd.client import Client
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
 from floydd.errors import Forbidden
-from tests.integration.api._daemon import serve_on
+from tests.harness.inprocess import serve_on
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 UID = os.getuid()

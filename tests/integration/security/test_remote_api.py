@@ -33,7 +33,7 @@ from floydd.errors import Forbidden, Unauthorized
 from floydd.security.identity import NodeIdentity, init_cluster
 from floydd.security.pinning import fingerprint_of_pem, first_contact, pinned_context
 from tests.conftest import wait_until
-from tests.integration.security.tls_box import tls_box
+from tests.harness.inprocess import tls_box
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 

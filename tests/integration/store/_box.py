@@ -1,8 +1,5 @@
-"""One real daemon in-process, and a state folder with something in it to damage.
-
-:func:`running` serves ``create_app`` (the real :func:`floydd.daemon.main.serve`) from an
-event loop in a thread and yields the real :class:`~floydd.client.Client`; a daemon that
-refuses to start raises its error in the test's thread. :func:`make_state` fills a state
+"""A state folder with something in it to damage, for the in-process daemon
+(:func:`tests.harness.inprocess.running`). :func:`make_state` fills a state
 folder the way a user would (two versions of a dataset, a job whose ``/output`` is saved) and
 also keeps a *crash image* of it: the database files copied while the daemon runs (WAL index
 first, then the WAL, then the file), which is what a ``kill -9`` leaves.
@@ -10,56 +7,20 @@ first, then the WAL, then the file), which is what a ``kill -9`` leaves.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
-from floydd.client import Client
 from floydd.config import Config, preset_for_tests
-from floydd.daemon.main import serve
 from floydd.errors import from_payload
+from tests.harness.inprocess import running
 
 DATABASES = ("records.db", "store/catalog.db", "cluster/raft.db")
 
 
 def config_for(state: Path) -> Config:
     return preset_for_tests(state, sandbox="none", dev_fake_gpus="1", cluster_heartbeat=0.2)
-
-
-@contextmanager
-def running(config: Config) -> Iterator[Client]:
-    ready, failed = threading.Event(), []
-    box: dict = {}
-
-    def main() -> None:
-        loop = asyncio.new_event_loop()
-        box["loop"] = loop
-        stop = box["stop"] = asyncio.Event()
-        try:
-            loop.run_until_complete(serve(config, stop, ready))     # type: ignore[arg-type]
-        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
-            failed.append(exc)
-        finally:
-            ready.set()
-            loop.close()
-
-    thread = threading.Thread(target=main, name="floydd-under-test", daemon=True)
-    thread.start()
-    try:
-        assert ready.wait(60), "the daemon did not start"
-        if failed:
-            raise failed[0]
-        yield Client(config.socket_path, timeout=60)
-    finally:
-        if not failed:
-            box["loop"].call_soon_threadsafe(box["stop"].set)
-        thread.join(60)
-        assert not thread.is_alive(), "the daemon did not stop"
 
 
 def result(events) -> dict:

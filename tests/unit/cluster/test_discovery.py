@@ -16,6 +16,7 @@ import pytest
 
 from floydd.cluster.net.discovery import PROTOCOL_VERSION, Discovery, Peer
 from floydd.errors import Conflict
+from tests.conftest import wait_until_async
 
 FAST = {"interfaces": ["127.0.0.1"], "query_interval": 0.25, "expire_after": 30.0}
 
@@ -23,10 +24,7 @@ FAST = {"interfaces": ["127.0.0.1"], "query_interval": 0.25, "expire_after": 30.
 async def eventually(cond: Callable[[], object], timeout: float, what: str) -> float:
     """Poll ``cond`` until truthy; return the seconds it took, fail after ``timeout``."""
     start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
+    await wait_until_async(cond, timeout, what=what)
     return time.monotonic() - start
 
 

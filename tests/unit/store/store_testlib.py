@@ -6,6 +6,8 @@ import os
 import stat
 from pathlib import Path
 
+from tests.conftest import wait_until
+
 
 def write_tree(root: Path, spec: dict[str, object]) -> None:
     """Build a folder: ``{"a/b.txt": b"data", "d/": 0o755, "l@": "a/b.txt", "x": (b"..", 0o600)}``.
@@ -61,8 +63,7 @@ def flip_byte(path: Path, offset: int | None = None) -> None:
 
 def wait_until_set(event, timeout: float = 30.0) -> None:
     """Wait for a threading.Event with a deadline (never a bare sleep)."""
-    if not event.wait(timeout):
-        raise AssertionError(f"timed out after {timeout}s")
+    wait_until(event.is_set, timeout, what="the event to be set")
 
 
 def count_rekey_steps(setattr_, after_step) -> None:

@@ -13,6 +13,7 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Awaitable, Callable
 
 from floydd.cluster.config import TEST_CONFIG
 from floydd.cluster.replication.datasets import ClusterDatasets
@@ -30,7 +31,7 @@ from floydd.runtime.sandboxing import Sandboxing
 from floydd.security.identity import NodeIdentity
 from floydd.store import Store
 from tests.conftest import wait_until_async
-from tests.integration.cluster._harness import Cluster, Node
+from tests.harness.cluster import Cluster, Node
 
 Key = tuple[str, int]
 
@@ -182,9 +183,7 @@ class Box:
 
 class _Boxes:
     boxes: list[Box]
-
-    async def wait_for(self, cond, timeout: float = 10.0, what: str = "condition"):
-        return await wait_until_async(cond, timeout, what=what)
+    wait_for: Callable[..., Awaitable[object]]
 
     async def ended(self, box: Box, key: str, timeout: float = 10.0) -> dict:
         """The job once every box's copy of the state says it ended."""
@@ -202,6 +201,9 @@ class Lone(_Boxes):
         self.resources = resources
         """More of the box's resources (``cpus``, ``memory``), as its inventory would report them."""
         self.boxes = []
+
+    async def wait_for(self, cond, timeout: float = 10.0, what: str = "condition"):
+        return await wait_until_async(cond, timeout, what=what)
 
     async def start(self) -> Box:
         folder = self.root / "box"

@@ -1,4 +1,4 @@
-"""The cluster harness behind the one cluster fixture (STYLE 17): N cluster services in one event loop on 127.0.0.1.
+"""The in-process cluster behind the one cluster fixture (STYLE 17): N cluster services in one event loop on 127.0.0.1.
 
 Every node is a real :class:`ClusterService` (raft driver, SQLite log, transport) with a
 real mTLS identity signed by a CA made in the test's tmp dir, listening on port 0. Timings
@@ -12,9 +12,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+import pytest
 
 from floydd.cluster.state import versions
 from floydd.cluster.config import TEST_CONFIG, ClusterConfig
@@ -22,7 +25,7 @@ from floydd.cluster.state.people import signed_in
 from floydd.cluster.service import ClusterService
 from floydd.cluster.state.versions import PROTOCOL
 from floydd.security.identity import NodeIdentity, init_cluster
-from tests.conftest import wait_until_async
+from tests.harness.wait import wait_until, wait_until_async
 
 PEER_HEADERS = {versions.HEADER: str(versions.PROTOCOL)}
 """What a box of this release says on node-to-node requests (a request without it is an 0.1 box's)."""
@@ -206,3 +209,14 @@ class Cluster:
 
 def fast(**changes) -> ClusterConfig:
     return dataclasses.replace(TEST_CONFIG, **changes)
+
+
+@pytest.fixture
+def no_leaked_threads():
+    """The test ends with no raft thread of its own still running (autouse where imported)."""
+    before = set(threading.enumerate())
+    yield
+
+    def leaked() -> list:
+        return [t for t in set(threading.enumerate()) - before if t.is_alive() and t.name.startswith("raft-")]
+    wait_until(lambda: not leaked(), 5, what="raft threads to end", details=lambda: f"threads left running: {leaked()}")
