@@ -45,7 +45,7 @@ import asyncio
 import random
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from aiohttp import web
 
@@ -67,7 +67,7 @@ from floydd.cluster.state.machine import ClusterState
 from floydd.cluster.net.transport import Transport, protocol_middleware
 from floydd.cluster.upkeep import UpkeepMixin
 from floydd.cluster.writes import WritesMixin
-from floydd.errors import Conflict, FloyddError, NotFound
+from floydd.errors import Conflict, FloyddError, NotFound, Unavailable
 from floydd.security.identity import NodeIdentity
 from floydd.security.tls import require_peer_cert, server_context
 from floydd.tasks import cancel_and_wait
@@ -267,13 +267,16 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
 
     @property
     def is_leader(self) -> bool:
+        """Whether this node leads the cluster now."""
         return self.driver.is_leader
 
     @property
     def leader_id(self) -> str | None:
+        """The leader this node knows of (None: none heard, e.g. during an election)."""
         return self.driver.leader_id
 
     def status(self) -> DriverStatus:
+        """Raft as this node sees it: term, leader, voters, learners, each one's progress."""
         return self.driver.status()
 
     def on_apply(self, callback: Callable[[Applied], None]) -> None:
@@ -281,6 +284,71 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         (keep it short; spawn tasks for real work). ``Applied.replay`` marks entries re-applied
         after a restart; ``Applied.restored`` a state replaced by the leader's snapshot."""
         self.driver.on_apply(callback)
+
+    def leader_unreachable(self) -> Unavailable | None:
+        """The refusal for a write while this box is cut off from the cluster's leader
+        (:mod:`floydd.cluster.net.leader_contact`), or None."""
+        return self.driver.leader_unreachable()
+
+    def in_configuration(self, node_id: str) -> bool:
+        """Whether ``node_id`` is a voter or learner in the raft configuration this node knows."""
+        return self.driver.in_conf(node_id)
+
+    async def change_membership(self, change: str, node_id: str, *, timeout: float | None = None,
+                                user: str | None = None) -> None:
+        """``add_learner`` / ``promote`` / ``remove`` ``node_id`` in raft, through the leader; a
+        no-op when it is already so. ``user``: the admin whose command this is."""
+        await self.driver.change_membership(change, node_id, timeout=timeout, user=user)
+
+    async def commit(self, cmd: dict, *, timeout: float | None = None) -> Any:
+        """Commit ``cmd`` as it is (its ``ts`` set by the caller; not stamped with the cluster's
+        level nor signed, unlike the commands of :mod:`floydd.cluster.writes`), through the
+        leader this node knows: the state machine's result, or its rejection raised."""
+        return await self.driver.propose(cmd, timeout=timeout)
+
+    async def read(self, fn: Callable[[ClusterState], Any], *, stale: bool = False,
+                   timeout: float | None = None) -> Any:
+        """``fn(state)`` on a state holding every write committed before the call (ReadIndex,
+        confirmed with the leader); with ``stale``, on this node's state as it is."""
+        return await self.driver.read(fn, stale=stale, timeout=timeout)
+
+    async def read_index(self, *, timeout: float | None = None) -> int:
+        """Wait until this node has applied every write committed before the call (confirmed
+        with the leader): the index it waited for."""
+        return await self.driver.read_index(timeout=timeout)
+
+    async def query(self, name: str, args: dict | None = None, *, stale: bool = False,
+                    via_leader: bool = False, timeout: float | None = None) -> Any:
+        """A named read (:meth:`ClusterState.query`, or one the leader answers from memory);
+        ``via_leader`` asks the leader to run it."""
+        return await self.driver.query(name, args, stale=stale, via_leader=via_leader, timeout=timeout)
+
+    # -- the node-to-node network, as the rest of the daemon sees it --------------------------------
+
+    @property
+    def advertise(self) -> str | None:
+        """``host:port`` of this node's node-to-node listener, as told to peers; None (or "")
+        before :meth:`listen` on a box alone, which has none."""
+        return self.transport.advertise
+
+    def address_of(self, node_id: str) -> str | None:
+        """Where ``node_id`` listens for node-to-node traffic, if this node knows."""
+        return self.transport.address_of(node_id)
+
+    def learn_address(self, node_id: str, address: str) -> None:
+        """Note where ``node_id`` listens (discovery): raft messages and calls to it go there."""
+        self.transport.set_peer(node_id, address)
+
+    def new_connections(self) -> None:
+        """This node's certificate was renewed: later node-to-node requests present it."""
+        self.transport.new_connections()
+
+    async def fetch(self, peer: str, path: str, *, params: dict[str, str] | None = None,
+                    timeout: float | None = None) -> tuple[bytes, dict[str, str]]:
+        """GET ``path`` (a ``/cluster/v1/...`` route) from node ``peer`` over mTLS: (body,
+        response headers). For bulky data that never goes through raft (store objects, job
+        logs); an error answer raises as its FloyddError."""
+        return await self.transport.fetch(peer, path, params=params, timeout=timeout)
 
     # -- reads and the nodes (commands for jobs, datasets, accounts: floydd.cluster.writes) --------
 
