@@ -61,7 +61,7 @@ async def list_tokens(request: web.Request) -> web.Response:
 
     def shown(state) -> list:
         return [_shown(t, now) for t in state.apitokens.list(None if is_admin(state, me) else me)]
-    return reply(await request.app[keys.CLUSTER].driver.read(shown, stale=query_stale(request.query)))
+    return reply(await request.app[keys.CLUSTER].read(shown, stale=query_stale(request.query)))
 
 
 @routes.delete("/v1/tokens/{token_id}")

@@ -26,7 +26,7 @@ routes = web.RouteTableDef()
 async def _entries(request: web.Request, since: float | None = None, *, stale: bool = True) -> list:
     cluster = request.app[keys.CLUSTER]
     if not stale:
-        await cluster.driver.read_index()
+        await cluster.read_index()
     return await cluster.state.audit.page(since)
 
 

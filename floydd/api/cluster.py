@@ -26,7 +26,7 @@ async def cluster(request: web.Request) -> web.Response:
     service = request.app[keys.CLUSTER]
     status = service.status()
     member = service.identity.is_member
-    return reply({"initialised": bool(service.transport.advertise), "node_id": service.node_id,
+    return reply({"initialised": bool(service.advertise), "node_id": service.node_id,
                   "leader": service.leader_id, "is_leader": service.is_leader, "term": status.term,
                   "members": service.members(),
                   "ca_fingerprint": service.identity.cluster_fingerprint if member else None,
@@ -158,7 +158,7 @@ async def leave(request: web.Request) -> web.Response:
     """Leave the cluster for good: hand over leadership, leave raft, drop this node (an admin's)."""
     service = request.app[keys.CLUSTER]
     _admin_only(request, "take out of the cluster")
-    if not service.transport.advertise:
+    if not service.advertise:
         raise Conflict("this box is not part of a cluster with other boxes", hint="nothing to leave")
     await service.leave()
     return reply({"left": service.node_id})

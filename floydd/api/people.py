@@ -31,7 +31,7 @@ async def list_people(request: web.Request) -> web.Response:
     """Every person, as the cluster has them (an account added on another box a moment ago
     too); ``stale=1``: as this box holds them now."""
     cluster = request.app[keys.CLUSTER]
-    return reply(await cluster.driver.read(lambda s: listing(s.people), stale=query_stale(request.query)))
+    return reply(await cluster.read(lambda s: listing(s.people), stale=query_stale(request.query)))
 
 
 @routes.post("/v1/people")

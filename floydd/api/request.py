@@ -243,7 +243,7 @@ def api_address(request: web.Request) -> str | None:
     if remote is None:
         return None
     host, port = remote[0], remote[1]
-    advertise = request.app[keys.CLUSTER].transport.advertise
+    advertise = request.app[keys.CLUSTER].advertise
     if host in ("0.0.0.0", "::") and advertise:
         host = advertise.rpartition(":")[0]
     return f"{host}:{port}"

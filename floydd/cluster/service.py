@@ -31,45 +31,49 @@ small API the rest of the daemon calls. The wiring (``floydd/daemon/control.py``
 Listing calls read through the leader (ReadIndex) unless ``stale=True``.
 ``python -m floydd.cluster.devnode`` runs one service alone (dev, system tests, benchmarks).
 
-The rest lives in mixins of this class, one module each: announcing this node, its learner
-seat, heartbeats and the cluster's level in :mod:`floydd.cluster.upkeep`; the commands the
-daemon proposes (jobs, datasets, accounts) and how they reach the leader in
-:mod:`floydd.cluster.writes`; peers' addresses, ``peers.json`` and discovery in
-:mod:`floydd.cluster.net.addressbook`. The audit chain's evidence (its start check, the heads
-the heartbeats carry) is a part, :class:`~floydd.cluster.audit_guard.AuditGuard` (``audit_guard``).
+The rest lives in parts, fields of the service that receive what they use in their
+constructors: the commands the daemon proposes (jobs, datasets, accounts), how they reach the
+leader and the cluster's level, :class:`~floydd.cluster.writes.Commands` (``commands``; the
+service offers its calls under the same names); announcing this node, its learner seat and
+heartbeats, :class:`~floydd.cluster.upkeep.Upkeep` (``upkeep``); peers' addresses,
+``peers.json`` and discovery, :class:`~floydd.cluster.net.addressbook.AddressBook`
+(``addresses``); the audit chain's evidence (its start check, the heads the heartbeats
+carry), :class:`~floydd.cluster.audit_guard.AuditGuard` (``audit_guard``); this box's clock
+against the leader's, :class:`~floydd.cluster.clockwatch.ClockWatch` (``clocks``). Code
+outside the cluster package calls the service, never its driver or transport.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from aiohttp import web
 
 from floydd import log
 from floydd.scheduler import storehealth
 from floydd.cluster.state import versions
-from floydd.cluster.net.addressbook import AddressBookMixin, join_host_port
+from floydd.cluster.net.addressbook import AddressBook
 from floydd.cluster.tables.archive_db import SqliteArchive
 from floydd.cluster.tables.audit_db import SqliteAudit
 from floydd.cluster.audit_guard import AuditGuard
 from floydd.cluster.archiver import Archiver
-from floydd.cluster.state.authz import standing
 from floydd.cluster.clockwatch import ClockWatch
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.driver.loop import Applied, DriverStatus, RaftDriver
 from floydd.cluster.heard import Heard
 from floydd.cluster.recover import recover as recover_log
 from floydd.cluster.state.machine import ClusterState
-from floydd.cluster.net.transport import Transport, protocol_middleware
-from floydd.cluster.upkeep import UpkeepMixin
-from floydd.cluster.writes import WritesMixin
-from floydd.errors import Conflict, FloyddError, NotFound
+from floydd.cluster.net.listener import PeerListener
+from floydd.cluster.net.transport import Transport
+from floydd.cluster.upkeep import Upkeep
+from floydd.cluster.writes import Commands
+from floydd.errors import Conflict, FloyddError, NotFound, Unavailable
 from floydd.security.identity import NodeIdentity
-from floydd.security.tls import require_peer_cert, server_context
 from floydd.tasks import cancel_and_wait
 
 __all__ = ["ClusterService", "node_health_word"]
@@ -77,7 +81,18 @@ __all__ = ["ClusterService", "node_health_word"]
 _log = log.cluster.getChild("service")
 
 
-class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
+def _part(part: str, method: Callable) -> Callable:
+    """``name = _part("commands", Commands.name)``: a call the service offers that its part
+    answers (the same signature and docstring)."""
+    @functools.wraps(method)
+    async def call(self, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(getattr(self, part), method.__name__)(*args, **kwargs)
+    return call
+
+
+class ClusterService:
+    """This node's control plane: its parts as fields, the calls the daemon makes (module docstring)."""
+
     def __init__(self, identity: NodeIdentity, state_dir: str | Path, *, name: str | None = None,
                  advertise: str | None = None, api_port: int | None = None, resources: dict | None = None,
                  labels: dict | None = None, usage: Callable[[], dict] | None = None,
@@ -97,10 +112,6 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         self.settings = settings
         """What this box's operator set (``k=v ...``, :func:`floydd.config.settings_line`), sent
         with each start; the audit log records a change (None: not said)."""
-        self._seeds: list[str] = []
-        self._usage, self._clock = usage, clock
-        self._live = live
-        self._beat_now = asyncio.Event()
         self.transport = Transport(identity, advertise=advertise, queue_size=config.transport_queue,
                                    max_batch=config.transport_batch, backoff=config.transport_backoff,
                                    request_timeout=config.request_timeout)
@@ -108,72 +119,47 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
                                   audit=SqliteAudit(self.state_dir / "raft.db"))     # the audit chain, beside them
         self.driver = RaftDriver(self.node_id, self.state_dir / "raft.db", transport=self.transport,
                                  state=self.state, config=config, rng=rng)
-        self.driver.on_apply(self._learn_addresses)
+        self.addresses = AddressBook(node_id=self.node_id, state=self.state, transport=self.transport,
+                                     folder=self.state_dir, spawn=self._spawn)
+        self.driver.on_apply(self.addresses.learn)
         self.heard = Heard()
         """When this box last heard from each node, on its monotonic clock (liveness is never
         read from another box's wall clock: :mod:`floydd.cluster.heard`)."""
         self.driver.on_apply(self.heard.on_apply)
+        self.commands = Commands(node_id=self.node_id, state=self.state, driver=self.driver, transport=self.transport,
+                                 contacts=self.addresses.contacts, config=config, clock=clock)
         self.clocks = ClockWatch(node_id=self.node_id, driver=self.driver, state=self.state,
                                  limit=config.max_clock_skew, timeout=min(2.0, config.heartbeat_interval),
                                  clock=clock)     # this box's clock against the leader's (issue 21)
         self.audit_guard = AuditGuard(node_id=self.node_id, driver=self.driver, state=self.state,
-                                      propose=self._propose, folder=self.state_dir, clock=clock,
+                                      propose=self.commands.propose, folder=self.state_dir, clock=clock,
                                       retry=config.heartbeat_interval)    # the chain's evidence
-        self.transport.on_peer = self._peer_learnt
+        self.upkeep = Upkeep(self, node_id=self.node_id, config=config, driver=self.driver, state=self.state,
+                             transport=self.transport, commands=self.commands, clocks=self.clocks,
+                             usage=usage, live=live)
+        self.listener = PeerListener(identity, driver=self.driver, state=self.state, transport=self.transport)
+        self.transport.on_peer = self.addresses.peer_learnt
         self.transport.name_of = lambda peer: (self.state.nodes.get(peer) or {}).get("name")   # in its errors
-        self._peers_file = self.state_dir / "peers.json"
-        self._peers_dirty = False
-        self._peers_lock = asyncio.Lock()   # one writer of peers.json at a time (they share a temp file)
-        self._closing = False
-        self._rejoin = False
+        self._clock = clock
         self._tasks: set[asyncio.Task] = set()
-        self._runner: web.AppRunner | None = None
-        self._announced = False
         self._said_off = False
 
-    # -- the node-to-node listener --------------------------------------------------------------
+    # -- the node-to-node listener (floydd.cluster.net.listener.PeerListener) ----------------------
 
     def routes(self) -> list[web.RouteDef]:
         """``/cluster/v1/raft``, ``/propose``, ``/read``: mount them on the mTLS app only."""
         return self.transport.routes()
 
-    def is_member_cert(self, node_id: str) -> bool:
-        """Whether ``node_id`` is a member now: in the node table or the raft configuration,
-        not removed."""
-        return node_id not in self.state.removed and (node_id in self.state.nodes or self.driver.in_conf(node_id))
-
-    def peer_standing(self, node_id: str, serial: str) -> str | None:
-        """For ``require_peer_cert(standing=...)``, on every node-to-node request: ``member``,
-        ``joining`` (may only announce itself) or None (refused). Set lookups only.
-
-        A node in no configuration yet (a box that has just joined, before the leader's first
-        entries or snapshot reach it) knows no members: it takes whom the cluster's CA vouches
-        for, as a raft learner must; it holds nothing of the cluster to give away yet."""
-        if not self.driver.running:
-            return None                 # not started yet (or stopped): nothing to serve anyone
-        if not self.driver.in_conf(None):
-            return "member"
-        return standing(self.state, _Conf(self.driver), node_id, serial)
-
     def create_app(self) -> web.Application:
-        app = web.Application(middlewares=[protocol_middleware, require_peer_cert(standing=self.peer_standing)],
-                              client_max_size=64 << 20)     # raft batches; snapshots stream, uncapped
-        app.add_routes(self.routes())
-        return app
+        """The node-to-node app: these routes behind the protocol and peer certificate checks."""
+        return self.listener.create_app()
 
     async def listen(self, host: str = "127.0.0.1", port: int = 0, *, advertise_host: str | None = None,
                      app: web.Application | None = None) -> str:
         """Serve ``app`` (default :meth:`create_app`) with mTLS on ``host:port`` (dev mode and
         tests; the daemon serves :func:`floydd.daemon.peers.peer_app` on its own listener).
         Returns and advertises ``host:port``."""
-        self._runner = web.AppRunner(app or self.create_app(), access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=server_context(self.identity))
-        await site.start()
-        bound = site._server.sockets[0].getsockname()[1]
-        address = join_host_port(advertise_host or host, bound)
-        self.transport.advertise = address
-        return address
+        return await self.listener.listen(host, port, advertise_host=advertise_host, app=app or self.create_app())
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -190,21 +176,22 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if recover:
             await asyncio.to_thread(recover_log, self.state_dir / "raft.db", self.node_id, now=self._clock())
-        known = await self._load_peers()
+        known = await self.addresses.load()
         for node_id, address in {**known, **(founders or {})}.items():
             self.transport.set_peer(node_id, address)
         voters = [self.node_id] if bootstrap else list(founders) if founders else None
-        self._seeds, self._rejoin = list(dict.fromkeys([*join, *self._seeds])), rejoin
+        self.addresses.add_seeds(join)
+        self.upkeep.rejoin = rejoin
         await self.driver.start(voters=voters)
-        self._learn_addresses(None)
+        self.addresses.learn(None)
         if set(self.driver.status().voters) == {self.node_id}:    # it leads at once: be listed before
             try:                                                  # the daemon takes requests
-                await self._propose(await self._upsert(), timeout=self.config.propose_timeout)
-                self._announced = True
+                await self.commands.propose(await self.upkeep.record(), timeout=self.config.propose_timeout)
+                self.upkeep.announced = True
                 await self.raise_level()                          # and at its level, if all boxes speak it
             except FloyddError as exc:
                 _log.warning("[%s] announcing this node: %s (trying again)", self.node_id, exc)
-        self._spawn(self._keep_membership(), f"cluster-membership-{self.node_id[:6]}")
+        self._spawn(self.upkeep.keep_membership(), f"cluster-membership-{self.node_id[:6]}")
         self._spawn(self.audit_guard.check_at_start(), f"cluster-audit-check-{self.node_id[:6]}")
         self._spawn(Archiver(self, clock=self._clock).run(), f"cluster-archiver-{self.node_id[:6]}")
 
@@ -217,7 +204,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
             return self._said_off
         await self._cancel_tasks()      # no heartbeat saying "up" after it
         try:
-            await self._propose({"op": "node.health", "id": self.node_id, "status": "off"},
+            await self.commands.propose({"op": "node.health", "id": self.node_id, "status": "off"},
                                 timeout=timeout or min(3.0, self.config.leave_timeout))
             self._said_off = True
         except FloyddError as exc:
@@ -252,28 +239,29 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         await self._stop()
 
     async def _cancel_tasks(self) -> None:
-        self._closing = True
+        self.addresses.stop()
         await cancel_and_wait(self._tasks)
 
     async def _stop(self, *, flush: bool = True) -> None:
         await self._cancel_tasks()
         await self.driver.close(flush=flush)
         await self.transport.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self.listener.close()
 
     # -- the API the daemon calls -------------------------------------------------------------------
 
     @property
     def is_leader(self) -> bool:
+        """Whether this node leads the cluster now."""
         return self.driver.is_leader
 
     @property
     def leader_id(self) -> str | None:
+        """The leader this node knows of (None: none heard, e.g. during an election)."""
         return self.driver.leader_id
 
     def status(self) -> DriverStatus:
+        """Raft as this node sees it: term, leader, voters, learners, each one's progress."""
         return self.driver.status()
 
     def on_apply(self, callback: Callable[[Applied], None]) -> None:
@@ -282,7 +270,101 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         after a restart; ``Applied.restored`` a state replaced by the leader's snapshot."""
         self.driver.on_apply(callback)
 
-    # -- reads and the nodes (commands for jobs, datasets, accounts: floydd.cluster.writes) --------
+    def leader_unreachable(self) -> Unavailable | None:
+        """The refusal for a write while this box is cut off from the cluster's leader
+        (:mod:`floydd.cluster.net.leader_contact`), or None."""
+        return self.driver.leader_unreachable()
+
+    def in_configuration(self, node_id: str) -> bool:
+        """Whether ``node_id`` is a voter or learner in the raft configuration this node knows."""
+        return self.driver.in_conf(node_id)
+
+    async def change_membership(self, change: str, node_id: str, *, timeout: float | None = None,
+                                user: str | None = None) -> None:
+        """``add_learner`` / ``promote`` / ``remove`` ``node_id`` in raft, through the leader; a
+        no-op when it is already so. ``user``: the admin whose command this is."""
+        await self.driver.change_membership(change, node_id, timeout=timeout, user=user)
+
+    async def commit(self, cmd: dict, *, timeout: float | None = None) -> Any:
+        """Commit ``cmd`` as it is (its ``ts`` set by the caller; not stamped with the cluster's
+        level nor signed, unlike the commands of :mod:`floydd.cluster.writes`), through the
+        leader this node knows: the state machine's result, or its rejection raised."""
+        return await self.driver.propose(cmd, timeout=timeout)
+
+    async def read(self, fn: Callable[[ClusterState], Any], *, stale: bool = False,
+                   timeout: float | None = None) -> Any:
+        """``fn(state)`` on a state holding every write committed before the call (ReadIndex,
+        confirmed with the leader); with ``stale``, on this node's state as it is."""
+        return await self.driver.read(fn, stale=stale, timeout=timeout)
+
+    async def read_index(self, *, timeout: float | None = None) -> int:
+        """Wait until this node has applied every write committed before the call (confirmed
+        with the leader): the index it waited for."""
+        return await self.driver.read_index(timeout=timeout)
+
+    async def query(self, name: str, args: dict | None = None, *, stale: bool = False,
+                    via_leader: bool = False, timeout: float | None = None) -> Any:
+        """A named read (:meth:`ClusterState.query`, or one the leader answers from memory);
+        ``via_leader`` asks the leader to run it."""
+        return await self.driver.query(name, args, stale=stale, via_leader=via_leader, timeout=timeout)
+
+    # -- the node-to-node network, as the rest of the daemon sees it --------------------------------
+
+    @property
+    def advertise(self) -> str | None:
+        """``host:port`` of this node's node-to-node listener, as told to peers; None (or "")
+        before :meth:`listen` on a box alone, which has none."""
+        return self.transport.advertise
+
+    def address_of(self, node_id: str) -> str | None:
+        """Where ``node_id`` listens for node-to-node traffic, if this node knows."""
+        return self.transport.address_of(node_id)
+
+    def learn_address(self, node_id: str, address: str) -> None:
+        """Note where ``node_id`` listens (discovery): raft messages and calls to it go there."""
+        self.transport.set_peer(node_id, address)
+
+    def new_connections(self) -> None:
+        """This node's certificate was renewed: later node-to-node requests present it."""
+        self.transport.new_connections()
+
+    async def fetch(self, peer: str, path: str, *, params: dict[str, str] | None = None,
+                    timeout: float | None = None) -> tuple[bytes, dict[str, str]]:
+        """GET ``path`` (a ``/cluster/v1/...`` route) from node ``peer`` over mTLS: (body,
+        response headers). For bulky data that never goes through raft (store objects, job
+        logs); an error answer raises as its FloyddError."""
+        return await self.transport.fetch(peer, path, params=params, timeout=timeout)
+
+    # -- commands (floydd.cluster.writes.Commands answers them), heartbeats, discovery -------------
+
+    submit_job = _part("commands", Commands.submit_job)
+    place = _part("commands", Commands.place)
+    update_job = _part("commands", Commands.update_job)
+    leader_update_job = _part("commands", Commands.leader_update_job)
+    reserve_numbers = _part("commands", Commands.reserve_numbers)
+    allocate_numbers = _part("commands", Commands.allocate_numbers)
+    import_job = _part("commands", Commands.import_job)
+    delete_job = _part("commands", Commands.delete_job)
+    add_dataset_version = _part("commands", Commands.add_dataset_version)
+    delete_dataset = _part("commands", Commands.delete_dataset)
+    set_dataset_holder = _part("commands", Commands.set_dataset_holder)
+    set_code_holder = _part("commands", Commands.set_code_holder)
+    change_account = _part("commands", Commands.change_account)
+    grant_admin = _part("commands", Commands.grant_admin)
+    raise_level = _part("commands", Commands.raise_level)
+    _propose = _part("commands", Commands.propose)
+
+    def beat_soon(self) -> None:
+        """Send a heartbeat now rather than at the next interval (a run here ended: its GPUs
+        are free as soon as the cluster hears that its processes are gone)."""
+        self.upkeep.beat_soon()
+
+    def on_discovered(self, peers: Iterable[Any]) -> None:
+        """``Discovery(on_change=service.on_discovered)``: learn peers' addresses from mDNS
+        (and static seeds, which have no node id yet: they become contacts to ask)."""
+        self.addresses.on_discovered(peers)
+
+    # -- reads and the nodes ------------------------------------------------------------------------
 
     async def job(self, job: str, *, stale: bool = False) -> dict:
         return await self.driver.read(lambda s: s.job(job), stale=stale)
@@ -337,7 +419,7 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
                                hint="floydd members lists the nodes and their ids; floydd token list the joins")
         else:
             await self.driver.change_membership("remove", node_id, timeout=timeout, user=user)
-        await self._propose({"op": "node.remove", "id": node_id, "user": user}, timeout=timeout)
+        await self.commands.propose({"op": "node.remove", "id": node_id, "user": user}, timeout=timeout)
 
     def members(self) -> list[dict]:
         """Raft membership as this node sees it, with each member's name, address and health
@@ -366,18 +448,6 @@ class ClusterService(UpkeepMixin, WritesMixin, AddressBookMixin):
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-class _Conf:
-    """The raft configuration's members, as :func:`floydd.cluster.state.authz.standing` asks: ``in``."""
-
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: RaftDriver) -> None:
-        self._driver = driver
-
-    def __contains__(self, node_id: object) -> bool:
-        return isinstance(node_id, str) and self._driver.in_conf(node_id)
 
 
 def _with_health(state: ClusterState, now: float, stale_after: float, ages: Mapping[str, float]) -> list[dict]:

@@ -1,7 +1,8 @@
 """Membership upkeep for the cluster service: announce this node, keep its seat, beat.
 
-A mixin of :class:`~floydd.cluster.service.ClusterService` (state lives on the service).
-One task per node (:meth:`_keep_membership`) wakes every half of the shorter of
+A part of :class:`~floydd.cluster.service.ClusterService` (:class:`Upkeep`, its ``upkeep``),
+reading what the node says of itself through :class:`Member`. One task per node
+(:meth:`Upkeep.keep_membership`) wakes every half of the shorter of
 ``rejoin_interval`` and ``heartbeat_interval``, or at once after :meth:`beat_soon`, and::
 
     leader, and the cluster below the level every box speaks  -> raise_level
@@ -17,26 +18,62 @@ One task per node (:meth:`_keep_membership`) wakes every half of the shorter of
 
 A refusal that says this node was removed ends the task; any other failure is logged and
 tried again on the next round. The cluster's level (:mod:`floydd.cluster.state.versions`) is
-raised by :meth:`raise_level`, once every box speaks the new one.
+raised by :meth:`floydd.cluster.writes.Commands.raise_level`, once every box speaks the new one.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Callable, Protocol
 
 from floydd import log
+from floydd.cluster.clockwatch import ClockWatch
+from floydd.cluster.config import ClusterConfig
+from floydd.cluster.driver.loop import RaftDriver
+from floydd.cluster.net.transport import Transport
 from floydd.cluster.state import commands, versions
+from floydd.cluster.state.machine import ClusterState
+from floydd.cluster.writes import Commands
 from floydd.errors import Conflict, FloyddError
 
-__all__ = ["UpkeepMixin"]
+__all__ = ["Upkeep", "Member"]
 
 _log = log.cluster.getChild("service")
 
 
-class UpkeepMixin:
-    """Methods of ClusterService that keep this node a member and say how it is."""
+class Member(Protocol):
+    """What the upkeep reads of the node it keeps, each time it says it (the service)."""
 
-    async def _keep_membership(self) -> None:
+    name: str
+    api_port: int | None
+    resources: dict
+    labels: dict
+    settings: str | None
+    draining: bool
+
+
+class Upkeep:
+    """Keeps ``node`` a member and says how it is: its record and heartbeats, committed by
+    ``commands``; ``driver`` says whether it has a seat and hears a leader, ``transport``
+    where it listens, ``clocks`` its clock against the leader's; ``usage`` and ``live``
+    (optional) what its heartbeats carry."""
+
+    def __init__(self, node: Member, *, node_id: str, config: ClusterConfig, driver: RaftDriver,
+                 state: ClusterState, transport: Transport, commands: Commands, clocks: ClockWatch,
+                 usage: Callable[[], dict] | None = None, live: Callable[[], list[dict]] | None = None) -> None:
+        self.node, self.node_id, self.config = node, node_id, config
+        self.driver, self.state, self.transport = driver, state, transport
+        self.commands, self.clocks = commands, clocks
+        self.usage = usage
+        """This box's usage for its heartbeats (None: none said)."""
+        self._live = live
+        self.announced = False
+        """This node's record is committed (with its settings as they are)."""
+        self.rejoin = False
+        """Its record lifts a tombstone an earlier leave left (``floydd join`` again)."""
+        self._beat_now = asyncio.Event()
+
+    async def keep_membership(self) -> None:
         """Announce this node (address, resources), get it a learner seat if it has none, and
         send heartbeats (``node.health``)."""
         loop = asyncio.get_running_loop()
@@ -56,38 +93,38 @@ class UpkeepMixin:
                 leaderless_since = now
             conf_members = set(self.driver.status().voters) | set(self.driver.status().learners)
             try:
-                if self.is_leader and self.state.protocol < versions.PROTOCOL:
-                    await self.raise_level(timeout=self.config.heartbeat_interval)   # every box upgraded
+                if self.driver.is_leader and self.state.protocol < versions.PROTOCOL:
+                    await self.commands.raise_level(timeout=self.config.heartbeat_interval)   # every box upgraded
                 record = self.state.nodes.get(self.node_id) or {}
-                if self._announced and self.settings is not None and versions.at_least(self.state, 2) \
-                        and record.get("config") != self.settings:
-                    self._announced = False         # say the settings now the cluster takes them
-                if not self._announced:
-                    await self._propose(await self._upsert(), timeout=2 * self.config.rejoin_interval)
-                    self._announced = True
+                if self.announced and self.node.settings is not None and versions.at_least(self.state, 2) \
+                        and record.get("config") != self.node.settings:
+                    self.announced = False         # say the settings now the cluster takes them
+                if not self.announced:
+                    await self.commands.propose(await self.record(), timeout=2 * self.config.rejoin_interval)
+                    self.announced = True
                     next_beat = now + self.config.heartbeat_interval
-                    _log.info("[%s] announced to the cluster as %s at %s", self.node_id, self.name,
+                    _log.info("[%s] announced to the cluster as %s at %s", self.node_id, self.node.name,
                               self.transport.advertise)
                 if self.node_id not in conf_members or now - leaderless_since > self.config.rejoin_interval:
-                    await self._propose({"op": commands.CONF_OP, "change": "add_learner", "node": self.node_id},
-                                        timeout=2 * self.config.rejoin_interval)
+                    await self.commands.propose({"op": commands.CONF_OP, "change": "add_learner",
+                                                 "node": self.node_id}, timeout=2 * self.config.rejoin_interval)
                     leaderless_since = loop.time()
                 # a box the leader marked suspect is back in touch: say so (with its live runs) now
                 suspect = (self.state.nodes.get(self.node_id) or {}).get("status") == "suspect"
                 if (now >= next_beat or suspect or self._beat_now.is_set()) and self.driver.leader_id is not None:
                     self._beat_now.clear()
                     next_beat = now + self.config.heartbeat_interval
-                    beat = {"op": "node.health", "id": self.node_id, "status": "draining" if self.draining else "up",
-                            **await self._procs()}
-                    if self._usage is not None:
-                        beat["usage"] = self._usage()
+                    beat = {"op": "node.health", "id": self.node_id,
+                            "status": "draining" if self.node.draining else "up", **await self._procs()}
+                    if self.usage is not None:
+                        beat["usage"] = self.usage()
                     head = self.state.audit.head() if versions.at_least(self.state, 3) else None
                     if head is not None:                     # compared by each box (floydd.cluster.audit_guard)
                         beat["audit_head"] = head.wire()
                     clock = await self.clocks.measure() if versions.at_least(self.state, 3) else None
                     if clock is not None:                    # shown, never decided on (floydd.cluster.clockskew)
                         beat["clock"] = clock.wire()
-                    await self._propose(beat, timeout=self.config.heartbeat_interval)
+                    await self.commands.propose(beat, timeout=self.config.heartbeat_interval)
             except Conflict as exc:
                 _log.error("[%s] %s (%s)", self.node_id, exc, exc.hint)
                 if exc.code == "node_removed":
@@ -95,17 +132,17 @@ class UpkeepMixin:
             except FloyddError as exc:
                 _log.debug("[%s] membership upkeep: %s", self.node_id, exc)
 
-    async def _upsert(self) -> dict:
+    async def record(self) -> dict:
         """This node's record (with its live runs); a box alone, with no listener, has no
         address (port 0)."""
         host, _, port = (self.transport.advertise or "").rpartition(":")
-        cmd = {"op": "node.upsert", "id": self.node_id, "name": self.name, "address": host.strip("[]"),
-               "cluster_port": int(port or 0), "api_port": self.api_port, "resources": self.resources,
-               "labels": self.labels, **await self._procs()}
-        if self._rejoin:
+        cmd = {"op": "node.upsert", "id": self.node_id, "name": self.node.name, "address": host.strip("[]"),
+               "cluster_port": int(port or 0), "api_port": self.node.api_port, "resources": self.node.resources,
+               "labels": self.node.labels, **await self._procs()}
+        if self.rejoin:
             cmd["rejoin"] = True
-        if self.settings is not None and versions.at_least(self.state, 2):   # an 0.1 leader takes no config
-            cmd["config"] = self.settings
+        if self.node.settings is not None and versions.at_least(self.state, 2):   # an 0.1 leader takes no config
+            cmd["config"] = self.node.settings
         return cmd
 
     async def _procs(self) -> dict:
@@ -120,15 +157,3 @@ class UpkeepMixin:
         """Send a heartbeat now rather than at the next interval (a run here ended: its GPUs
         are free as soon as the cluster hears that its processes are gone)."""
         self._beat_now.set()
-
-    async def raise_level(self, level: int = versions.PROTOCOL, *, timeout: float | None = None) -> int:
-        """Raise the cluster's level to ``level`` if every box speaks it (:mod:`floydd.cluster.state.versions`);
-        the level now, as this box has applied it."""
-        if self.state.protocol < level <= versions.cluster_level(self.state):
-            timeout = timeout or self.config.propose_timeout
-            await self.driver.propose({"op": versions.OP, "level": level, "ts": self._clock()}, timeout=timeout)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            while self.state.protocol < level and loop.time() < deadline:   # committed: applied here soon
-                await asyncio.sleep(0.01)
-        return self.state.protocol

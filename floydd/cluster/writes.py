@@ -1,14 +1,17 @@
 """Writes for the cluster service: the commands the daemon proposes, and how they travel.
 
-A mixin of :class:`~floydd.cluster.service.ClusterService`: one method per command the rest
-of the daemon commits (jobs, project numbers, datasets, accounts; the node commands are the
-service's own), each a thin wrapper that builds the command (:mod:`floydd.cluster.state.commands`)
-and proposes it. :meth:`_propose` stamps the time and the cluster's level, signs a command
-made for the person whose personal token this request presented
+A part of :class:`~floydd.cluster.service.ClusterService` (:class:`Commands`, its
+``commands``; the service offers each of its calls under the same name): one method per
+command the rest of the daemon commits (jobs, project numbers, datasets, accounts; the node
+commands are the service's own), each a thin wrapper that builds the command
+(:mod:`floydd.cluster.state.commands`) and proposes it. :meth:`Commands.propose` stamps the
+time and the cluster's level, signs a command made for the person whose personal token this
+request presented
 (:mod:`floydd.cluster.net.presented`: only from cluster level 3), and goes through
 the leader when one is known; a node that hears from no leader (not a member yet) asks the
 members it knows of, following a refusal that names the leader straight to it. A command
-of a newer level first raises the cluster's level, if every box speaks it.
+of a newer level first raises the cluster's level (:meth:`Commands.raise_level`), if every
+box speaks it.
 
 Leader actions (``job.place``, a leader's ``job.update``, ``admin.grant``, a holder change
 about another node) skip all that: the driver proposes them fenced by the leader's term
@@ -18,20 +21,33 @@ about another node) skip all that: the driver proposes them fenced by the leader
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+from floydd.cluster.config import ClusterConfig
+from floydd.cluster.driver.loop import RaftDriver
+from floydd.cluster.net.transport import Transport
 from floydd.cluster.state import versions
+from floydd.cluster.state.machine import ClusterState
 from floydd.cluster.net import leader_contact
 from floydd.cluster.net.leader_contact import LeaderUnreachable
 from floydd.cluster.net.presented import signed
 from floydd.cluster.raft import ProposalDropped
 from floydd.errors import FloyddError, Unavailable
 
-__all__ = ["WritesMixin"]
+__all__ = ["Commands"]
 
 
-class WritesMixin:
-    """Methods of ClusterService that commit commands."""
+class Commands:
+    """The commands this node commits: built here, proposed through ``driver`` (the leader),
+    else forwarded by ``transport`` to one of ``contacts()``; ``state`` says the cluster's
+    level and signs; ``clock`` stamps them."""
+
+    def __init__(self, *, node_id: str, state: ClusterState, driver: RaftDriver, transport: Transport,
+                 contacts: Callable[[], list[str]], config: ClusterConfig, clock: Callable[[], float]) -> None:
+        self.node_id = node_id
+        self.state, self.driver, self.transport = state, driver, transport
+        self.config = config
+        self._contacts, self._clock = contacts, clock
 
     async def submit_job(self, spec: dict, idem_key: str, *, project: str | None = None, user: str = "",
                          number: int | None = None, timeout: float | None = None, code_held: bool = False) -> dict:
@@ -47,7 +63,7 @@ class WritesMixin:
             cmd["code_held"] = True
         if number is not None:
             cmd["number"] = number
-        return await self._propose(cmd, timeout=timeout)
+        return await self.propose(cmd, timeout=timeout)
 
     async def place(self, job: str, node: str, gpus: Iterable[int], *, parts: list[dict] | None = None,
                     timeout: float | None = None) -> dict:
@@ -62,7 +78,7 @@ class WritesMixin:
         """state, reason, exit_code, output_version, summary, waiting_for; ``attempt`` and
         ``node`` fence the update to the current placement (a box's report on its run);
         ``user``: the person asking for a stop."""
-        return await self._propose({"op": "job.update", "job": job, **fields}, timeout=timeout)
+        return await self.propose({"op": "job.update", "job": job, **fields}, timeout=timeout)
 
     async def leader_update_job(self, job: str, *, timeout: float | None = None, **fields: Any) -> dict:
         """Leader only: a job.update fenced by this leader's term (requeue, unknown, lost of the
@@ -72,33 +88,33 @@ class WritesMixin:
 
     async def reserve_numbers(self, project: str, number: int, *, timeout: float | None = None) -> int:
         """Number later jobs of ``project`` above ``number``; the project's counter after it."""
-        return await self._propose({"op": "project.reserve", "project": project, "number": number}, timeout=timeout)
+        return await self.propose({"op": "project.reserve", "project": project, "number": number}, timeout=timeout)
 
     async def allocate_numbers(self, project: str, keys: list[str], *, timeout: float | None = None) -> dict[str, int]:
         """A job number in ``project`` for each import key (the same one for a key seen before):
         :mod:`floydd.cluster.state.imported`."""
-        return await self._propose({"op": "project.allocate", "project": project, "keys": list(keys)}, timeout=timeout)
+        return await self.propose({"op": "project.allocate", "project": project, "keys": list(keys)}, timeout=timeout)
 
     async def import_job(self, fields: dict, *, timeout: float | None = None) -> dict:
         """Commit a finished job brought from another site, held by this node, under the number
         its key was allocated (``job.import``)."""
-        return await self._propose({"op": "job.import", **fields, "node": self.node_id}, timeout=timeout)
+        return await self.propose({"op": "job.import", **fields, "node": self.node_id}, timeout=timeout)
 
     async def delete_job(self, job: str, *, user: str = "", timeout: float | None = None) -> None:
-        await self._propose({"op": "job.delete", "job": job, "user": user}, timeout=timeout)
+        await self.propose({"op": "job.delete", "job": job, "user": user}, timeout=timeout)
 
     async def add_dataset_version(self, name: str, tree: str, *, idem_key: str | None = None,
                                   timeout: float | None = None, **fields: Any) -> dict:
         cmd = {"op": "dataset.add_version", "name": name, "tree": tree, "node": self.node_id, **fields}
         if idem_key is not None:
             cmd["idem_key"] = idem_key
-        return await self._propose(cmd, timeout=timeout)
+        return await self.propose(cmd, timeout=timeout)
 
     async def delete_dataset(self, name: str, version: int | None = None, *, user: str = "",
                              timeout: float | None = None) -> None:
         """Drop one version (or, with ``version=None``, every version) from the catalog, for
         ``user`` (who added them, or an admin)."""
-        await self._propose({"op": "dataset.delete", "name": name, "version": version, "user": user},
+        await self.propose({"op": "dataset.delete", "name": name, "version": version, "user": user},
                             timeout=timeout)
 
     async def set_dataset_holder(self, name: str, version: int, *, holds: bool, node: str | None = None,
@@ -111,7 +127,7 @@ class WritesMixin:
             cmd["failed"] = failed[:300]
         if cmd["node"] != self.node_id:
             return await self.driver.propose({**cmd, "ts": self._clock()}, timeout=timeout, fenced=True)
-        return await self._propose(cmd, timeout=timeout)
+        return await self.propose(cmd, timeout=timeout)
 
     async def set_code_holder(self, tree: str, *, holds: bool, node: str | None = None,
                               timeout: float | None = None) -> dict:
@@ -120,21 +136,33 @@ class WritesMixin:
         cmd = {"op": "code.holders", "tree": tree, "node": node or self.node_id, "holds": holds}
         if cmd["node"] != self.node_id:
             return await self.driver.propose({**cmd, "ts": self._clock()}, timeout=timeout, fenced=True)
-        return await self._propose(cmd, timeout=timeout)
+        return await self.propose(cmd, timeout=timeout)
 
     async def change_account(self, cmd: dict, *, timeout: float | None = None) -> Any:
         """A ``person.*`` (:mod:`floydd.cluster.state.people`) or ``apitoken.*`` command
         (:mod:`floydd.cluster.state.apitokens`) for the person named in its ``user``."""
         if not cmd.get("op", "").startswith(("person.", "apitoken.")):
             raise ValueError(f"not a person.* or apitoken.* command: {cmd.get('op')}")
-        return await self._propose(cmd, timeout=timeout)
+        return await self.propose(cmd, timeout=timeout)
 
     async def grant_admin(self, user: str, *, timeout: float | None = None) -> list[str]:
         """Record ``user`` as the cluster's first admin (``floydd init``); the leader alone, once."""
         return await self.driver.propose({"op": "admin.grant", "user": user, "ts": self._clock()},
                                          timeout=timeout, fenced=True)
 
-    async def _propose(self, cmd: dict, *, timeout: float | None = None) -> Any:
+    async def raise_level(self, level: int = versions.PROTOCOL, *, timeout: float | None = None) -> int:
+        """Raise the cluster's level to ``level`` if every box speaks it (:mod:`floydd.cluster.state.versions`);
+        the level now, as this box has applied it."""
+        if self.state.protocol < level <= versions.cluster_level(self.state):
+            timeout = timeout or self.config.propose_timeout
+            await self.driver.propose({"op": versions.OP, "level": level, "ts": self._clock()}, timeout=timeout)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while self.state.protocol < level and loop.time() < deadline:   # committed: applied here soon
+                await asyncio.sleep(0.01)
+        return self.state.protocol
+
+    async def propose(self, cmd: dict, *, timeout: float | None = None) -> Any:
         """Through the leader when one is known; else through any member we know of (a node
         that is not a member yet hears from no leader), again and again while they know no
         leader either (an election) until the time is up. A command of a newer level first

@@ -159,7 +159,7 @@ async def _jobs_ctx(app: web.Application):
                           max_log_bytes=int(config.max_log_mb * 2**20) or None)
 
     async def fetch(store, tree: str, sources: list[str]):
-        return await fetch_tree(store, tree, sources, cluster.transport)
+        return await fetch_tree(store, tree, sources, cluster)
 
     service = JobService(config=config, cluster=cluster, datasets=app[keys.DATASETS], records=app[keys.RECORDS],
                          store=app[keys.STORE], runtime=runtime, fetch_tree=fetch,

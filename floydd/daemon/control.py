@@ -163,18 +163,18 @@ async def _listen(app: web.Application, service: ClusterService, identity: NodeI
         await runner.cleanup()
         raise
     log.cluster.info("cluster %s: node %s listening on %s:%d, advertised as %s", settings.name,
-                     identity.node_id, host, port, service.transport.advertise)
+                     identity.node_id, host, port, service.advertise)
     return runner
 
 
 async def _discover(service: ClusterService, identity: NodeIdentity, settings: ClusterSettings) -> Discovery | None:
-    adv_host, _ = split_address(service.transport.advertise)
+    adv_host, _ = split_address(service.advertise)
     _, port = split_address(settings.listen)
 
     def on_change(peers) -> None:
         for peer in peers:
             if peer.node_id and peer.addresses:
-                service.transport.set_peer(peer.node_id, f"{peer.addresses[0]}:{peer.port}")
+                service.learn_address(peer.node_id, f"{peer.addresses[0]}:{peer.port}")
     discovery = Discovery(fingerprint=identity.cluster_fingerprint, node_id=identity.node_id, port=port,
                           name=service.name, addresses=[adv_host], seeds=settings.seeds, on_change=on_change)
     try:

@@ -192,7 +192,7 @@ class StoreEpochs:
             cmd = {"op": keyepochs.OP, "epoch": n, "fingerprint": fp, "made_on": self.service.node_id,
                    "reason": reason, "user": user, "ts": self._clock()}
             try:
-                rec = await self.service.driver.propose(cmd)
+                rec = await self.service.commit(cmd)
             except Conflict as exc:
                 await asyncio.to_thread(_forget_pending, self.store_dir, fp)
                 if exc.code == "epoch_taken":

@@ -123,7 +123,7 @@ class ClusterTokens:
             raise Conflict(f"node {self.service.node_id} is not a voter: it cannot admit boxes",
                            code="not_a_voter", hint="make the token on a voter (floydd members lists them)")
         token = new_token(self.identity.cluster_fingerprint, ttl, self._clock(),
-                          address=self.service.transport.advertise)
+                          address=self.service.advertise)
         cmd = {"op": "token.create", "id": token.token_id, "secret_sha256": token.secret_sha256,
                "expires": token.expires_at, "made_by": made_by, "made_on": self.service.node_id}
         if sign_in is not None:
@@ -134,7 +134,7 @@ class ClusterTokens:
         return token.text
 
     async def list(self) -> list[dict]:
-        return await self.service.driver.read(lambda s: s.query("tokens"))
+        return await self.service.read(lambda s: s.query("tokens"))
 
     async def revoke(self, token_id: str, *, by: str = "") -> dict:
         token_id = str(token_id).strip()
@@ -147,8 +147,8 @@ class ClusterTokens:
         if cancelled:                   # the join it made is cancelled: no seat either, if it got one
             _log.warning("join token %s revoked after it was used: the join of node %s is cancelled", token_id,
                          cancelled)
-            if self.service.driver.in_conf(cancelled):
-                await self.service.driver.change_membership("remove", cancelled, user=by)
+            if self.service.in_configuration(cancelled):
+                await self.service.change_membership("remove", cancelled, user=by)
         return record
 
     async def check(self, token_id: str, secret: str) -> None:
@@ -182,7 +182,7 @@ class ClusterTokens:
         return len(usable)
 
     async def _propose(self, cmd: dict) -> Any:
-        return await self.service.driver.propose({**cmd, "ts": self._clock()})
+        return await self.service.commit({**cmd, "ts": self._clock()})
 
 
 class Trust:

@@ -96,7 +96,7 @@ class TrustKeeper:
             await asyncio.sleep(self.interval or check_interval(self.identity.not_before, self.identity.not_after))
 
     async def tick(self) -> None:
-        if self.service.driver.leader_id is None:
+        if self.service.leader_id is None:
             return
         status = self.service.status()
         me = self.service.node_id
@@ -136,7 +136,7 @@ class TrustKeeper:
         await asyncio.to_thread(self.identity.install, cert_pem, ca_pem,
                                 expect_ca_fingerprint=self.identity.cluster_fingerprint)
         self.renewals += 1
-        self.service.transport.new_connections()    # idle pooled connections still present the old one
+        self.service.new_connections()    # idle pooled connections still present the old one
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -144,8 +144,8 @@ class TrustKeeper:
                   _when(old), _when(self.identity.not_after), self.identity.serial[:16])
 
     async def _record(self, serial: str, not_after: float) -> None:
-        await self.service.driver.propose({"op": "node.cert", "id": self.service.node_id, "serial": serial,
-                                           "not_after": not_after, "ts": self._clock()})
+        await self.service.commit({"op": "node.cert", "id": self.service.node_id, "serial": serial,
+                                   "not_after": not_after, "ts": self._clock()})
 
     async def _fetch_ca_key(self, voters: list[str]) -> None:
         answer = await self._ask_voters("/cluster/v1/ca/key", {}, among=voters)
@@ -164,7 +164,7 @@ class TrustKeeper:
         order = sorted(voters, key=lambda v: v != status.leader)
         last: FloyddError = Unavailable("no voter to ask", hint="wait for autopilot to make voters")
         for peer in order:
-            address = self.service.transport.address_of(peer)
+            address = self.service.address_of(peer)
             if address is None:
                 continue
             try:

@@ -160,7 +160,7 @@ class JobService:
         resources = submission.resources
         if resources.nodes > 1:
             check_gang_command(submission.command)
-        if (cut_off := self.cluster.driver.leader_unreachable()) is not None:
+        if (cut_off := self.cluster.leader_unreachable()) is not None:
             raise cut_off   # issue 21: said first; a cut-off box's stale view of the others says "no healthy node"
         mounts = []
         for item in submission.mounts:         # floydd.cluster.state.access: someone else's private data or output refused
@@ -385,7 +385,7 @@ class JobService:
         return await self._from_peer(job["node_id"], f"{key}/metrics")
 
     async def _from_peer(self, node: str, what: str):
-        raw, _ = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{what}")
+        raw, _ = await self.cluster.fetch(node, f"/cluster/v1/jobs/{what}")
         return msgpack.unpackb(raw, raw=False)
 
     async def read_log(self, key: str, offset: int, *, rank: int | None = None,
@@ -414,7 +414,7 @@ class JobService:
             raise UserError(f"the box that ran {key} may be of an older floydd, which keeps no earlier attempt's log",
                             hint="once every box runs 0.3 (floydd members), floyd logs --attempt reads it there")
         params = {"offset": str(offset), **({"attempt": str(attempt)} if attempt is not None else {})}
-        raw, headers = await self.cluster.transport.fetch(node, f"/cluster/v1/jobs/{key}/log", params=params)
+        raw, headers = await self.cluster.fetch(node, f"/cluster/v1/jobs/{key}/log", params=params)
         return raw, headers.get("X-Floydd-Final") == "1"
 
     async def tree_for(self, key: str, which: str) -> ObjectId:

@@ -53,7 +53,7 @@ class WaitingReasons:
         if stale or getattr(self.cluster, "driver", None) is None:
             return {}
         try:
-            reasons = await self.cluster.driver.query(QUERY, {"jobs": keys}, via_leader=True)
+            reasons = await self.cluster.query(QUERY, {"jobs": keys}, via_leader=True)
         except FloyddError as exc:
             _log.info("why %d queued jobs wait is unknown here: %s", len(keys), exc)
             return {}

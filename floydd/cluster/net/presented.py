@@ -7,7 +7,7 @@ having checked a personal token, sets :data:`PRESENTED` for the rest of that req
 handler through every ``await`` and into the tasks and threads it starts, and into nothing
 else (a request of another person, the box's own loops). Where a command is proposed —
 :meth:`RaftDriver.propose <floydd.cluster.driver.proposals.ProposalsMixin.propose>` and the
-service's own forwarding (:meth:`floydd.cluster.writes.WritesMixin._propose`) — :func:`signed`
+service's own forwarding (:meth:`floydd.cluster.writes.Commands.propose`) — :func:`signed`
 adds ``auth = {token, sig}`` to a command made for that token's person (from cluster level 3,
 when the cluster recorded the token's public key), then asks the rule every box asks on apply
 (:func:`floydd.cluster.state.signin.check_acting`) on this box's copy of the state, so a refusal

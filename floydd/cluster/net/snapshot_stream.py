@@ -15,54 +15,64 @@ after ``e`` gives the message to raft. Heartbeats and other messages to the peer
 flowing meanwhile; the outcome is reported with ``report_snapshot`` as before. One snapshot
 at a time per peer (the core sends the next only after that report), one received at a time.
 
-A mixin of :class:`~floydd.cluster.net.transport.Transport` (its addresses, session, TLS context,
-drop hook and receiver); the receiver (the raft driver) provides ``snapshot_source`` and
-``snapshot_sink``.
+A part of :class:`~floydd.cluster.net.transport.Transport`, using only its
+:class:`~floydd.cluster.net.link.Link` (addresses, session, TLS context, drop hook and
+receiver); the receiver (the raft driver) provides ``snapshot_source`` and ``snapshot_sink``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Protocol
+from typing import AsyncIterator
 
 import aiohttp
 import msgpack
 from aiohttp import web
 
 from floydd import log
+from floydd.cluster.net.link import Link, SnapshotSink
+from floydd.cluster.net.wire import MSGPACK, SNAPSHOT_PATH
 from floydd.cluster.raft import InstallSnapshot, decode_message, encode_message
 from floydd.cluster.raft.errors import CodecError
 from floydd.unreachable import why
 from floydd.errors import FloyddError, InternalError, InvalidSpec, Unauthorized, Unavailable
+from floydd.security.tls import peer_node_id
 
-__all__ = ["SnapshotStreamMixin", "SnapshotSink", "SNAPSHOT_PATH", "MAX_FRAME"]
+__all__ = ["SnapshotStream", "SnapshotSink", "SNAPSHOT_PATH", "MAX_FRAME"]
 
-SNAPSHOT_PATH = "/cluster/v1/snapshot"
 MAX_FRAME = 16 << 20
 """The largest frame of a snapshot stream a receiver takes (the message goes in 1 MiB pieces,
 the archive in chunks of :data:`~floydd.cluster.state.archive.EXPORT_ROWS` rows, ~0.4 MB)."""
 _PIECE = 1 << 20
-_MSGPACK = "application/msgpack"
 
 _log = log.cluster.getChild("transport")
 
 
-class SnapshotSink(Protocol):
-    """Where a received snapshot's chunks go before its message reaches raft."""
+class SnapshotStream:
+    """The snapshot half of the transport: one sending task per peer, one receiving at a time."""
 
-    async def add(self, chunk: bytes) -> None: ...
-    async def finish(self) -> None: ...
+    def __init__(self, link: Link, *, timeout: float) -> None:
+        self._link = link
+        self.node_id = link.node_id
+        self._timeout = timeout
+        self._sending: dict[str, asyncio.Task] = {}     # peer -> the snapshot being streamed to it
+        self._receiving = asyncio.Lock()
+        self._closed = False
 
-
-class SnapshotStreamMixin:
-    """The snapshot half of the transport (state lives on the transport)."""
-
-    def _send_snapshot(self, m: InstallSnapshot) -> None:
-        running = self._snapshots.get(m.to)
+    def send(self, m: InstallSnapshot) -> None:
+        running = self._sending.get(m.to)
         if self._closed or (running is not None and not running.done()):
             return                  # the core sends the next one only after hearing of this one
         task = asyncio.create_task(self._stream_snapshot(m), name=f"raft-snapshot-{m.to}")
-        self._snapshots[m.to] = task
+        self._sending[m.to] = task
+
+    def close(self) -> list[asyncio.Task]:
+        """Send no more; the streams under way, cancelled (for the transport to await)."""
+        self._closed = True
+        tasks = list(self._sending.values())
+        for task in tasks:
+            task.cancel()
+        return tasks
 
     async def _stream_snapshot(self, m: InstallSnapshot) -> None:
         peer, ok = m.to, False
@@ -74,19 +84,20 @@ class SnapshotStreamMixin:
         except Exception as exc:
             _log.info("[%s] streaming the snapshot at %d to %s failed: %s", self.node_id, m.snapshot.index, peer,
                       why(exc))
-        if self._receiver is not None:
+        if (receiver := self._link.receiver) is not None:
             if not ok:
-                self._receiver.report_unreachable(peer)
-            self._receiver.report_snapshot(peer, ok)
+                receiver.report_unreachable(peer)
+            receiver.report_snapshot(peer, ok)
 
     async def _post_snapshot(self, m: InstallSnapshot) -> None:
         peer = m.to
-        if self._dropped(self.node_id, peer):
+        if self._link.dropped(self.node_id, peer):
             raise Unavailable(f"link to {peer} is cut")
-        address = self._addresses.get(peer)
+        address = self._link.address_of(peer)
         if address is None:
             raise Unavailable(f"no address known for {peer}")
-        source = self._receiver.snapshot_source(m) if self._receiver is not None else None
+        receiver = self._link.receiver
+        source = receiver.snapshot_source(m) if receiver is not None else None
         started, sent = asyncio.get_running_loop().time(), 0
 
         async def frames() -> AsyncIterator[bytes]:
@@ -102,16 +113,17 @@ class SnapshotStreamMixin:
                     sent += len(chunk)
             yield _frame(b"e", b"")
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout, sock_read=6 * self._timeout)
-        async with self._client().post(f"https://{address}{SNAPSHOT_PATH}", data=frames(),
-                                       ssl=self._ssl_context(True), server_hostname=peer,
-                                       headers={"Content-Type": _MSGPACK}, timeout=timeout) as resp:
+        async with self._link.client().post(f"https://{address}{SNAPSHOT_PATH}", data=frames(),
+                                            ssl=self._link.ssl_context(True), server_hostname=peer,
+                                            headers={"Content-Type": MSGPACK}, timeout=timeout) as resp:
             if resp.status != 204:
                 raise Unavailable(f"{peer} answered HTTP {resp.status}: {(await resp.text())[:200]}")
         _log.info("[%s] snapshot at %d streamed to %s: %d bytes of state, %d beside it, in %.2fs", self.node_id,
                   m.snapshot.index, peer, len(m.snapshot.data), sent, asyncio.get_running_loop().time() - started)
 
-    async def _handle_snapshot(self, request: web.Request) -> web.Response:
-        peer = self._peer(request)
+    async def handle(self, request: web.Request) -> web.Response:
+        """``POST /cluster/v1/snapshot``: read the stream as it comes; raft gets the message last."""
+        peer = peer_node_id(request)
         if peer is None:
             raise web.HTTPForbidden(text="a node certificate of this cluster is required")
         reader = request.content
@@ -131,10 +143,11 @@ class SnapshotStreamMixin:
             return _refuse(Unauthorized(f"node {peer} sent a snapshot as {m.frm}", code="spoofed_sender"), 403)
         if m.to != self.node_id:
             return _refuse(InvalidSpec(f"snapshot for {m.to} sent to {self.node_id}", code="wrong_node"), 421)
-        if self._dropped(peer, self.node_id) or self._receiver is None:
+        receiver = self._link.receiver
+        if self._link.dropped(peer, self.node_id) or receiver is None:
             return web.Response(status=204)
         async with self._receiving:
-            sink = self._receiver.snapshot_sink(m)
+            sink = receiver.snapshot_sink(m)
             try:
                 while kind == b"a":
                     await sink.add(payload)
@@ -144,8 +157,9 @@ class SnapshotStreamMixin:
                 await sink.finish()
             except (CodecError, InvalidSpec) as exc:
                 return _refuse(exc, 400)
-            self._receiver.on_raft(peer, [m])
+            receiver.on_raft(peer, [m])
         return web.Response(status=204)
+
 
 def _frame(kind: bytes, payload: bytes) -> bytes:
     return kind + len(payload).to_bytes(4, "big") + payload
@@ -164,4 +178,4 @@ async def _read_frame(reader) -> tuple[bytes, bytes]:
 
 
 def _refuse(exc: FloyddError, status: int) -> web.Response:
-    return web.Response(status=status, body=msgpack.packb(exc.to_payload(), use_bin_type=True), content_type=_MSGPACK)
+    return web.Response(status=status, body=msgpack.packb(exc.to_payload(), use_bin_type=True), content_type=MSGPACK)

@@ -25,8 +25,11 @@ carrying an InstallSnapshot succeeded or failed. A full queue drops messages (ra
 retransmits). Outgoing calls verify the peer's node id in the TLS handshake
 (``server_hostname=<node id>``).
 
-Snapshots never go in a batch: they stream, in chunks with what rides beside them, through
-``/cluster/v1/snapshot`` (:mod:`floydd.cluster.net.snapshot_stream`, a mixin of the transport).
+Its parts, each receiving the transport as a :class:`~floydd.cluster.net.link.Link`: the
+server side of the routes (:mod:`floydd.cluster.net.inbound`) and the snapshots, which never
+go in a batch: they stream, in chunks with what rides beside them, through
+``/cluster/v1/snapshot`` (:mod:`floydd.cluster.net.snapshot_stream`). The wire's paths, error
+answers and protocol check: :mod:`floydd.cluster.net.wire`.
 
 ``drop``, when set, is a test hook ``drop(frm, to) -> bool`` that makes the link from
 ``frm`` to ``to`` lose everything (a partition), on both the sending and receiving side.
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any, AsyncIterator, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable
 
 import aiohttp
 import msgpack
@@ -44,40 +47,24 @@ from aiohttp import web
 
 from floydd import log
 from floydd.cluster.state import versions
-from floydd.cluster.raft import InstallSnapshot, Message, ProposalDropped, decode_message, encode_message
-from floydd.cluster.raft.errors import CodecError
-from floydd.errors import (Conflict, FloyddError, InternalError, InvalidSpec, NotFound, Unauthorized, Unavailable,
-                           UserError, from_payload)
+from floydd.cluster.net.inbound import Inbound
+from floydd.cluster.net.link import Receiver
+from floydd.cluster.net.snapshot_stream import SnapshotStream
+from floydd.cluster.net.wire import (BY_STATUS, MSGPACK, PROPOSE_PATH, RAFT_PATH, READ_PATH, SNAPSHOT_PATH,
+                                     error_from, error_response, protocol_middleware)
+from floydd.cluster.raft import InstallSnapshot, Message, encode_message
+from floydd.errors import InternalError, Unavailable
 from floydd.unreachable import cannot_reach
 from floydd.security.identity import NodeIdentity
-from floydd.cluster.net.snapshot_stream import SNAPSHOT_PATH, SnapshotSink, SnapshotStreamMixin
-from floydd.security.tls import PEER_STANDING, client_context, peer_node_id, time_trouble
+from floydd.security.tls import client_context, time_trouble
 
 __all__ = ["Transport", "Receiver", "RAFT_PATH", "PROPOSE_PATH", "READ_PATH", "SNAPSHOT_PATH", "MSGPACK",
-           "error_response"]
-
-RAFT_PATH = "/cluster/v1/raft"
-PROPOSE_PATH = "/cluster/v1/propose"
-READ_PATH = "/cluster/v1/read"
-MSGPACK = "application/msgpack"
+           "error_response", "protocol_middleware"]
 
 _log = log.cluster.getChild("transport")
 
 
-class Receiver(Protocol):
-    """What the transport hands incoming traffic and delivery reports to (the driver)."""
-
-    def on_raft(self, peer: str, messages: list[Message]) -> None: ...
-    async def on_propose(self, cmd: dict, timeout: float, forwarded: bool, *, peer: str | None = None,
-                         joining: bool = False) -> Any: ...
-    async def on_read(self, query: str, args: dict, timeout: float) -> Any: ...
-    def report_unreachable(self, peer: str) -> None: ...
-    def report_snapshot(self, peer: str, ok: bool) -> None: ...
-    def snapshot_source(self, message: InstallSnapshot) -> AsyncIterator[bytes]: ...
-    def snapshot_sink(self, message: InstallSnapshot) -> SnapshotSink: ...
-
-
-class Transport(SnapshotStreamMixin):
+class Transport:
     def __init__(self, identity: NodeIdentity, *, advertise: str | None = None, queue_size: int = 4096,
                  max_batch: int = 512, backoff: tuple[float, float] = (0.02, 1.0),
                  request_timeout: float = 5.0) -> None:
@@ -98,24 +85,31 @@ class Transport(SnapshotStreamMixin):
         self._addresses: dict[str, str] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._senders: dict[str, asyncio.Task] = {}
-        self._snapshots: dict[str, asyncio.Task] = {}     # peer -> the snapshot being streamed to it
-        self._receiving = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
         self._retired: list[aiohttp.ClientSession] = []    # pools of a certificate since renewed
         self._receiver: Receiver | None = None
         self._closed = False
         self.sent_batches = 0
+        self.inbound = Inbound(self)
+        """The server side of the raft, propose and read routes."""
+        self.snapshots = SnapshotStream(self, timeout=request_timeout)
+        """InstallSnapshots, streamed to and from peers."""
 
     # -- wiring ----------------------------------------------------------------------------
 
     def attach(self, receiver: Receiver) -> None:
         self._receiver = receiver
 
-    def routes(self) -> list[web.RouteDef]:
-        return [web.post(RAFT_PATH, self._handle_raft), web.post(PROPOSE_PATH, self._handle_propose),
-                web.post(READ_PATH, self._handle_read), web.post(SNAPSHOT_PATH, self._handle_snapshot)]
+    @property
+    def receiver(self) -> Receiver | None:
+        """The driver, once attached."""
+        return self._receiver
 
-    def _ssl_context(self, verify_node_id: bool) -> ssl.SSLContext:
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post(RAFT_PATH, self.inbound.handle_raft), web.post(PROPOSE_PATH, self.inbound.handle_propose),
+                web.post(READ_PATH, self.inbound.handle_read), web.post(SNAPSHOT_PATH, self.snapshots.handle)]
+
+    def ssl_context(self, verify_node_id: bool) -> ssl.SSLContext:
         """Made on first use: a box alone (a cluster of one) has no certificate and no peers."""
         if verify_node_id not in self._ssl:
             self._ssl[verify_node_id] = client_context(self._identity, verify_node_id=verify_node_id)
@@ -154,9 +148,10 @@ class Transport(SnapshotStreamMixin):
         for session in self._retired:
             await session.close()
         self._retired.clear()
-        senders = list(self._senders.values()) + list(self._snapshots.values())
+        senders = list(self._senders.values())
         for task in senders:
             task.cancel()
+        senders += self.snapshots.close()
         await asyncio.gather(*senders, return_exceptions=True)
         self._senders.clear()
         if self._session is not None:
@@ -168,7 +163,7 @@ class Transport(SnapshotStreamMixin):
     def send(self, messages: Iterable[Message]) -> None:
         for m in messages:
             if isinstance(m, InstallSnapshot):
-                self._send_snapshot(m)
+                self.snapshots.send(m)
                 continue
             queue = self._queues.get(m.to)
             if queue is None:
@@ -208,14 +203,14 @@ class Transport(SnapshotStreamMixin):
                         self._receiver.report_snapshot(peer, True)
 
     async def _post_batch(self, peer: str, batch: list[Message]) -> None:
-        if self._dropped(self.node_id, peer):
+        if self.dropped(self.node_id, peer):
             raise Unavailable(f"link to {peer} is cut")
         address = self._addresses.get(peer)
         if address is None:
             raise Unavailable(f"no address known for {peer}")
         body = msgpack.packb({"from": self.node_id, "addr": self.advertise,
                               "msgs": [encode_message(m) for m in batch]}, use_bin_type=True)
-        async with self._client().post(f"https://{address}{RAFT_PATH}", data=body, ssl=self._ssl_context(True),
+        async with self.client().post(f"https://{address}{RAFT_PATH}", data=body, ssl=self.ssl_context(True),
                                        server_hostname=peer, headers={"Content-Type": MSGPACK},
                                        timeout=aiohttp.ClientTimeout(total=self._timeout)) as resp:
             if resp.status != 204:
@@ -257,7 +252,7 @@ class Transport(SnapshotStreamMixin):
     async def _call(self, path: str, body: dict, timeout: float, peer: str | None,
                     address: str | None) -> tuple[Any, str]:
         if peer is not None:
-            if self._dropped(self.node_id, peer):
+            if self.dropped(self.node_id, peer):
                 raise Unavailable(f"link to {peer} is cut")
             address = self._addresses.get(peer)
             if address is None:
@@ -265,9 +260,9 @@ class Transport(SnapshotStreamMixin):
         elif address is None:
             raise ValueError("peer or address needed")
         body = msgpack.packb({"from": self.node_id, "addr": self.advertise, **body}, use_bin_type=True)
-        kw = {"ssl": self._ssl_context(True), "server_hostname": peer} if peer else {"ssl": self._ssl_context(False)}
+        kw = {"ssl": self.ssl_context(True), "server_hostname": peer} if peer else {"ssl": self.ssl_context(False)}
         try:
-            async with self._client().post(f"https://{address}{path}", data=body, headers={"Content-Type": MSGPACK},
+            async with self.client().post(f"https://{address}{path}", data=body, headers={"Content-Type": MSGPACK},
                                            timeout=aiohttp.ClientTimeout(total=timeout + 1.0), **kw) as resp:
                 raw = await resp.read()
                 status = resp.status
@@ -285,7 +280,7 @@ class Transport(SnapshotStreamMixin):
             lead, lead_addr = payload.get("leader"), payload.get("leader_addr")
             if isinstance(lead, str) and isinstance(lead_addr, str) and lead_addr and lead not in self._addresses:
                 self.set_peer(lead, lead_addr)      # calls to it verify its node id in the handshake
-            raise _error_from(payload, status)
+            raise error_from(payload, status)
         return payload.get("ok"), str(payload.get("by"))
 
     async def fetch(self, peer: str, path: str, *, params: dict[str, str] | None = None,
@@ -293,13 +288,13 @@ class Transport(SnapshotStreamMixin):
         """GET ``path`` (a ``/cluster/v1/...`` route) from ``peer`` over mTLS, verifying its
         node id: (body, response headers). For bulky data that never goes through raft
         (store objects, job logs). An error payload becomes its FloyddError."""
-        if self._dropped(self.node_id, peer):
+        if self.dropped(self.node_id, peer):
             raise Unavailable(f"link to {peer} is cut")
         address = self._addresses.get(peer)
         if address is None:
             raise Unavailable(f"no address known for node {peer}", hint="wait for the membership to settle")
         try:
-            async with self._client().get(f"https://{address}{path}", params=params, ssl=self._ssl_context(True),
+            async with self.client().get(f"https://{address}{path}", params=params, ssl=self.ssl_context(True),
                                           server_hostname=peer,
                                           timeout=aiohttp.ClientTimeout(total=timeout or 60.0)) as resp:
                 raw = await resp.read()
@@ -313,96 +308,13 @@ class Transport(SnapshotStreamMixin):
             except Exception:
                 payload = None
             if isinstance(payload, dict) and "error" in payload:
-                raise _error_from(payload, status)
-            raise _BY_STATUS.get(status, InternalError)(f"node {peer} answered HTTP {status} for {path}")
+                raise error_from(payload, status)
+            raise BY_STATUS.get(status, InternalError)(f"node {peer} answered HTTP {status} for {path}")
         return raw, headers
-
-    # -- server side --------------------------------------------------------------------------
-
-    async def _handle_raft(self, request: web.Request) -> web.Response:
-        peer, body = await self._read_body(request)
-        raw = body.get("msgs")
-        if not isinstance(raw, list) or not all(type(b) is bytes for b in raw):
-            return _fail(InvalidSpec("msgs must be a list of encoded raft messages"), 400)
-        try:
-            messages = [decode_message(b) for b in raw]
-        except CodecError as exc:
-            return _fail(exc, 400)
-        for m in messages:
-            if m.frm != peer:
-                _log.warning("[%s] refused raft messages from %s claiming to be from %s", self.node_id, peer, m.frm)
-                return _fail(Unauthorized(f"node {peer} sent a message as {m.frm}", code="spoofed_sender"), 403)
-            if m.to != self.node_id:
-                return _fail(InvalidSpec(f"message for {m.to} sent to {self.node_id}", code="wrong_node"), 421)
-        if self._dropped(peer, self.node_id):
-            return web.Response(status=204)
-        if self._receiver is not None:
-            self._receiver.on_raft(peer, messages)
-        return web.Response(status=204)
-
-    async def _handle_propose(self, request: web.Request) -> web.Response:
-        peer, body = await self._read_body(request)
-        if self._dropped(peer, self.node_id):
-            return _fail(Unavailable("link cut"), 503)
-        cmd, timeout, forwarded = body.get("cmd"), _timeout(body.get("timeout")), body.get("fwd") is not False
-        joining = request.get(PEER_STANDING) in ("joining", "unheard")   # set by require_peer_cert(standing=...)
-        return await self._answer(self._receiver.on_propose(cmd, timeout, forwarded, peer=peer, joining=joining)
-                                  if self._receiver else None)
-
-    async def _handle_read(self, request: web.Request) -> web.Response:
-        peer, body = await self._read_body(request)
-        if self._dropped(peer, self.node_id):
-            return _fail(Unavailable("link cut"), 503)
-        query, args = body.get("query"), body.get("args") or {}
-        if not isinstance(query, str) or not isinstance(args, dict):
-            return _fail(InvalidSpec("a read names a query (str) and its args (dict)"), 400)
-        timeout = _timeout(body.get("timeout"))
-        return await self._answer(self._receiver.on_read(query, args, timeout) if self._receiver else None)
-
-    def _peer(self, request: web.Request) -> str | None:
-        """The verified peer's node id (parsed once per certificate, in peer_node_id)."""
-        return peer_node_id(request)
-
-    async def _read_body(self, request: web.Request) -> tuple[str, dict]:
-        peer = self._peer(request)
-        if peer is None:
-            raise web.HTTPForbidden(text="a node certificate of this cluster is required")
-        try:
-            body = msgpack.unpackb(await request.read(), raw=False)
-        except Exception as exc:
-            raise web.HTTPBadRequest(text=f"body is not msgpack: {exc}") from exc
-        if not isinstance(body, dict):
-            raise web.HTTPBadRequest(text="body must be a msgpack map")
-        if body.get("from") != peer:
-            _log.warning("[%s] refused %s from %s claiming to be %r", self.node_id, request.path, peer,
-                         body.get("from"))
-            raise web.HTTPForbidden(text=f"certificate names {peer}, body claims {body.get('from')!r}")
-        addr = body.get("addr")
-        if isinstance(addr, str) and addr:
-            self.set_peer(peer, addr)
-        return peer, body
-
-    async def _answer(self, pending) -> web.Response:
-        if pending is None:
-            return _fail(Unavailable("this node's cluster service is not running"), 503)
-        try:
-            result = await pending
-        except ProposalDropped as exc:      # with where the leader listens: a box not yet a member
-            return _fail(exc, exc.status, leader=exc.leader, by=self.node_id,   # may not know
-                         leader_addr=self._addresses.get(exc.leader) if exc.leader else None)
-        except FloyddError as exc:
-            return _fail(exc, exc.status, by=self.node_id)
-        except asyncio.TimeoutError:
-            return _fail(Unavailable("not committed in time", hint="retry with the same idempotency key"), 503,
-                         by=self.node_id)
-        except (TypeError, ValueError) as exc:
-            return _fail(InvalidSpec(f"malformed request: {exc}"), 400, by=self.node_id)
-        return web.Response(body=msgpack.packb({"ok": result, "by": self.node_id}, use_bin_type=True),
-                            content_type=MSGPACK)
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _client(self) -> aiohttp.ClientSession:
+    def client(self) -> aiohttp.ClientSession:
         if self._session is None:
             if self._closed:
                 raise Unavailable("the transport is closed")
@@ -418,58 +330,5 @@ class Transport(SnapshotStreamMixin):
             name = None
         return name or f"node {peer}"
 
-    def _dropped(self, frm: str, to: str) -> bool:
+    def dropped(self, frm: str, to: str) -> bool:
         return self.drop is not None and self.drop(frm, to)
-
-
-def _timeout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 300:
-        return 10.0
-    return float(value)
-
-
-@web.middleware
-async def protocol_middleware(request: web.Request, handler):
-    """Node-to-node requests say the sender's protocol (:data:`floydd.cluster.state.versions.HEADER`;
-    none: an 0.1 box); only adjacent releases are answered, and every answer says ours."""
-    theirs = request.headers.get(versions.HEADER)
-    if not versions.peer_supported(theirs):
-        log.cluster.warning("refused %s %s from %s: protocol %s is not adjacent to ours (%d)", request.method,
-                     request.path, request.remote, theirs, versions.PROTOCOL)
-        response = _fail(Conflict(f"this box speaks cluster protocol {versions.PROTOCOL}, yours {theirs}: "
-                                  "releases more than one apart do not work together", code="protocol_too_far",
-                                  hint="upgrade boxes one release at a time (docs/operations.md, \"Upgrades\")"), 409)
-    else:
-        response = await handler(request)
-    if not response.prepared:           # a streamed answer has sent its headers already
-        response.headers[versions.HEADER] = str(versions.PROTOCOL)
-    return response
-
-
-def error_response(exc: FloyddError) -> web.Response:
-    """An error answer of a ``/cluster/v1`` route, as :meth:`Transport.fetch` reads it."""
-    return _fail(exc, exc.status)
-
-
-def _fail(exc: FloyddError, status: int, **extra: Any) -> web.Response:
-    body = {**exc.to_payload(), **extra}
-    return web.Response(status=status, body=msgpack.packb(body, use_bin_type=True), content_type=MSGPACK)
-
-
-_BY_STATUS = {400: UserError, 403: Unauthorized, 404: NotFound, 409: Conflict, 503: Unavailable}
-
-
-def _error_from(payload: dict, status: int) -> FloyddError:
-    err = payload.get("error") if isinstance(payload.get("error"), dict) else {}
-    kind = str(err.get("kind", ""))
-    message, hint = str(err.get("message", f"HTTP {status}")), str(err.get("hint", ""))
-    if kind in ("ProposalDropped", "ConfChangeRejected"):
-        exc: FloyddError = ProposalDropped(message, leader=payload.get("leader"), hint=hint)
-        exc.code = err.get("code") or exc.code
-        return exc
-    exc = from_payload(payload, status)
-    if type(exc) is FloyddError:
-        cls = _BY_STATUS.get(status, InternalError)
-        exc = cls(message, hint=hint, code=err.get("code"))
-    return exc
-

@@ -56,7 +56,7 @@ Progress = Callable[[int, int], object]
 
 
 class Fetcher(Protocol):
-    """What :func:`fetch_tree` needs of the transport (``Transport.fetch``)."""
+    """What :func:`fetch_tree` needs of the cluster service (``ClusterService.fetch``) or the transport."""
 
     async def fetch(self, peer: str, path: str) -> tuple[bytes, dict[str, str]]: ...
 

@@ -27,7 +27,7 @@ BENCH = Path(__file__).resolve().parents[3] / "bench"
 async def _watched(c, node, **kw):
     """Attach ``node``'s datasets with a store watch whose report its heartbeats carry."""
     watch = StoreWatch([c.store(node).root], recheck_after=kw.pop("recheck_after", 600.0))
-    node.service._usage = lambda: {"store": watch.report()}
+    node.service.upkeep.usage = lambda: {"store": watch.report()}
     await c.attach(node, store_watch=watch, **kw)
     return watch
 

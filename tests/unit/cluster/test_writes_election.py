@@ -10,7 +10,7 @@ import pytest
 
 from floydd.cluster.raft import ProposalDropped
 from floydd.cluster.state.machine import ClusterState
-from floydd.cluster.writes import WritesMixin
+from floydd.cluster.writes import Commands
 from floydd.errors import Forbidden, Unavailable
 
 
@@ -48,20 +48,12 @@ class _Transport:
         return None
 
 
-class _Box(WritesMixin):
-    def __init__(self, answers: list, contacts=("10.0.0.2:7654",)) -> None:
-        self.node_id, self.state, self.config = "a" * 16, ClusterState(), _Config()
-        self.driver, self.transport, self.contacts = _Driver(), _Transport(answers), list(contacts)
-
-    def _contacts(self):
-        return self.contacts
-
-    @staticmethod
-    def _clock():
-        return 1.0
+def _Box(answers: list, contacts=("10.0.0.2:7654",)) -> Commands:
+    return Commands(node_id="a" * 16, state=ClusterState(), driver=_Driver(), transport=_Transport(answers),
+                    contacts=lambda: list(contacts), config=_Config(), clock=lambda: 1.0)
 
 
-def _submit(box: _Box):
+def _submit(box: Commands):
     return asyncio.run(box.submit_job({"command": "true"}, "k1", project="p", timeout=2.0))
 
 

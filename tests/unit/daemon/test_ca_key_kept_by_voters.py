@@ -20,7 +20,7 @@ def _keeper(tmp_path, *, voters=(), learners=(), removed=()):
     ClusterCA.create(tmp_path / "ca", "lab")
     state = SimpleNamespace(removed={n: 1.0 for n in removed}, nodes={}, trust=SimpleNamespace(certs={}))
     status = SimpleNamespace(voters=tuple(voters), learners=tuple(learners), leader="b" * 16)
-    service = SimpleNamespace(node_id=ME, state=state, status=lambda: status, driver=SimpleNamespace(leader_id="b" * 16))
+    service = SimpleNamespace(node_id=ME, state=state, status=lambda: status, leader_id="b" * 16)
     trust = SimpleNamespace(service=service, identity=SimpleNamespace(not_before=0, not_after=1), holder=CAHolder(
         tmp_path / "ca"), legacy_tokens=tmp_path / "ca" / "tokens.db")
     return TrustKeeper(trust), tmp_path / "ca"
