@@ -8,7 +8,7 @@ its heartbeat (``node.health`` ``clock``, from level 3); ``floyd nodes``, ``floy
 and ``floydd status`` show it and flag a box more than ``max_clock_skew`` away.
 
 One measurement, before each heartbeat (the leader answers the read ``clock`` from its
-memory, :meth:`RaftDriver.serve <floydd.cluster.driver.reads.ReadsMixin.serve>`)::
+memory, :meth:`RaftDriver.serve <floydd.cluster.driver.reads.Reads.serve>`)::
 
     box:    t0 = its clock, asks the leader
     leader: t1 = its clock, answers

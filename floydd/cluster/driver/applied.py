@@ -1,7 +1,7 @@
 """Applying what raft commits, for the raft driver: the state machine, then the hooks.
 
-A mixin of :class:`~floydd.cluster.driver.loop.RaftDriver`, and :class:`Applied`, what its
-``on_apply`` hooks see. Each committed entry is applied to the replicated
+:class:`Applier`, a part of :class:`~floydd.cluster.driver.loop.RaftDriver` (its ``applier``),
+and :class:`Applied`, what its ``on_apply`` hooks see. Each committed entry is applied to the replicated
 :class:`~floydd.cluster.state.machine.ClusterState` in log order, in the loop: a command's result
 (or its refusal, the same on every node) answers the proposal waiting on that index
 (:mod:`floydd.cluster.driver.proposals`), a membership change is logged, and then every hook is
@@ -18,10 +18,11 @@ from typing import Any, Callable
 
 from floydd import log
 from floydd.cluster.state import commands
-from floydd.cluster.raft import ConfChange, EntryKind
+from floydd.cluster.raft import ConfChange, Entry, EntryKind
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import FloyddError, Forbidden, InternalError
 
-__all__ = ["Applied", "AppliedMixin"]
+__all__ = ["Applied", "Applier"]
 
 _log = log.cluster.getChild("driver")
 
@@ -42,20 +43,37 @@ class Applied:
     crash past that index come again without the flag: hooks must be idempotent."""
 
 
-class AppliedMixin:
-    """Methods of RaftDriver that apply committed entries and tell the hooks."""
+class Applier:
+    """Applies committed entries to ``state``, answers the proposal waiting on each
+    (``resolve``: :meth:`Proposals.resolve <floydd.cluster.driver.proposals.Proposals.resolve>`)
+    and tells the hooks. ``applied`` is how far the state got."""
+
+    def __init__(self, node_id: str, state: ClusterState,
+                 resolve: Callable[[Entry, Any, FloyddError | None], None]) -> None:
+        self.node_id = node_id
+        self.state = state
+        self._resolve = resolve
+        self._hooks: list[Callable[[Applied], None]] = []
+        self.applied = 0
+        self.replay_until = 0
+        """Entries up to here are re-applied at start-up (the commit index on disk)."""
 
     def on_apply(self, callback: Callable[[Applied], None]) -> None:
         """Call ``callback`` (in the loop, synchronously: keep it short) for every applied entry."""
-        self._on_apply.append(callback)
+        self._hooks.append(callback)
 
-    def _apply(self, entries: tuple) -> None:
+    def restored(self, index: int, term: int) -> None:
+        """The state was replaced by a snapshot at ``index``: tell the hooks."""
+        self.applied = index
+        self._emit(Applied(index=index, term=term, restored=True))
+
+    def apply(self, entries: tuple) -> None:
         for e in entries:
             event = None
             if e.kind == EntryKind.CONF_CHANGE:
                 cc = ConfChange.decode(e.data)
                 self._resolve(e, None, None)
-                event = Applied(index=e.index, term=e.term, conf_change=cc, replay=e.index <= self._replay_until)
+                event = Applied(index=e.index, term=e.term, conf_change=cc, replay=e.index <= self.replay_until)
                 _log.info("[%s] membership: %s %s (index %d)", self.node_id, cc.op.name.lower(), cc.node, e.index)
             elif e.data:
                 result = error = cmd = None
@@ -73,16 +91,15 @@ class AppliedMixin:
                     error = InternalError(f"applying {e.index} failed: {type(exc).__name__}: {exc}")
                 self._resolve(e, result, error)
                 event = Applied(index=e.index, term=e.term, command=cmd, result=result, error=error,
-                                replay=e.index <= self._replay_until)
+                                replay=e.index <= self.replay_until)
             else:
                 self._resolve(e, None, None)
-            self._applied = e.index
+            self.applied = e.index
             if event is not None:
                 self._emit(event)
-        self._wake_readers()
 
     def _emit(self, event: Applied) -> None:
-        for callback in self._on_apply:
+        for callback in self._hooks:
             try:
                 callback(event)
             except Exception:

@@ -33,13 +33,17 @@ not was never reported (tests/sim models this crash; see ``count_self_unsynced``
 Every node records which leader it saw in which term (:attr:`RaftDriver.leaders_seen`),
 so tests can check there is at most one per term.
 
-The rest lives in mixins of this class, one module each: the log on disk and a full disk
-in :mod:`floydd.cluster.driver.persist`; proposals, forwarding and fencing in
-:mod:`floydd.cluster.driver.proposals`; applying committed entries and the ``on_apply`` hooks
-(:class:`Applied`) in :mod:`floydd.cluster.driver.applied`; snapshots, compaction and the
-archive streamed with them in :mod:`floydd.cluster.driver.snapshots`; linearizable reads in
-:mod:`floydd.cluster.driver.reads`; membership changes, leadership hand-over, leaving and
-autopilot in :mod:`floydd.cluster.driver.membership`.
+The rest lives in parts the driver holds as fields, one module each, each given what it
+uses in its constructor (what they use of the loop itself: :class:`~floydd.cluster.driver.seam.Loop`):
+``persist``, the log on disk and a full disk (:mod:`floydd.cluster.driver.persist`);
+``proposals``, proposals, forwarding and fencing (:mod:`floydd.cluster.driver.proposals`);
+``applier``, applying committed entries and the ``on_apply`` hooks (:class:`Applied`)
+(:mod:`floydd.cluster.driver.applied`); ``snapshots``, snapshots, compaction and the archive
+streamed with them (:mod:`floydd.cluster.driver.snapshots`); ``reads``, linearizable reads
+(:mod:`floydd.cluster.driver.reads`); ``membership``, membership changes, leadership
+hand-over, leaving and autopilot (:mod:`floydd.cluster.driver.membership`); ``contact``, who
+was heard from when (:mod:`floydd.cluster.driver.contact`). The driver's public methods
+that are theirs delegate to them.
 """
 
 from __future__ import annotations
@@ -47,22 +51,22 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from floydd import log
 from floydd.cluster.driver._futures import settle
-from floydd.cluster.driver.applied import Applied, AppliedMixin
+from floydd.cluster.driver.applied import Applied, Applier
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
-from floydd.cluster.driver.membership import MembershipMixin
-from floydd.cluster.driver.persist import PersistMixin
-from floydd.cluster.driver.proposals import ProposalsMixin
-from floydd.cluster.raft import HardState, ProposalDropped, RaftNode, Role
-from floydd.cluster.raft.sqlite_storage import SqliteStorage
-from floydd.cluster.driver.reads import ReadsMixin
-from floydd.cluster.driver.snapshots import SnapshotsMixin
+from floydd.cluster.driver.autopilot import View
+from floydd.cluster.driver.contact import Contact
+from floydd.cluster.driver.membership import Membership
+from floydd.cluster.driver.persist import Persist
+from floydd.cluster.driver.proposals import Proposals
+from floydd.cluster.raft import InstallSnapshot, ProposalDropped, RaftNode, Role
+from floydd.cluster.driver.reads import Reads
+from floydd.cluster.driver.snapshots import Snapshots
 from floydd.cluster.state.machine import ClusterState
 from floydd.cluster.net.transport import Transport
 from floydd.errors import FloyddError, InternalError, Unavailable
@@ -89,7 +93,7 @@ class DriverStatus:
     progress: dict = field(default_factory=dict)   # leader only: id -> PeerStatus
 
 
-class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, MembershipMixin, PersistMixin):
+class RaftDriver:
     def __init__(self, node_id: str, path: str | Path, *, transport: Transport,
                  state: ClusterState | None = None, config: ClusterConfig = DEFAULT_CLUSTER_CONFIG,
                  rng: random.Random | None = None) -> None:
@@ -98,34 +102,26 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
         self.state = state or ClusterState()
         self.config = config
         self.transport = transport
-        transport.attach(self)
         self.leaders_seen: dict[int, set[str]] = {}
         """term -> leaders this node saw in that term (more than one would be a safety bug)."""
         self._rng = rng or random.Random()
         self._node: RaftNode | None = None
-        self._storage: SqliteStorage | None = None
-        self._writer: ThreadPoolExecutor | None = None
         self._inbox: deque[Callable[[], None]] = deque()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
-        self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
-        self._reads: dict[bytes, asyncio.Future] = {}
-        self._apply_waiters: list[tuple[int, asyncio.Future]] = []
-        self._applied = 0
-        self._snapshot_index = 0
-        self._replay_until = 0
-        self._durable_vote: tuple = (0, None)      # (term, vote) on disk
-        self._lazy_hard_state: HardState | None = None
         self._leader_changed = asyncio.Event()
-        self._leader_since = 0.0
-        self._contact: dict[str, tuple[float, float]] = {}
-        self._leader_heard: float | None = None     # loop time of the last word from a leader
-        self._started = 0.0
         self._led = False
-        self._on_apply: list[Callable[[Applied], None]] = []
         self._on_leader: list[Callable[[str | None, int], None]] = []
         self._failed: BaseException | None = None
         self._running = False
+        self.persist = Persist(node_id, self.path, self.state)
+        self.contact = Contact(node_id, config)
+        self.proposals = Proposals(self, self.state, transport)
+        self.applier = Applier(node_id, self.state, self.proposals.resolve)
+        self.reads = Reads(self, self.state, transport, self.applier)
+        self.snapshots = Snapshots(self, self.state, self.persist, self.applier, self.proposals)
+        self.membership = Membership(self, self.contact, self.proposals.propose)
+        transport.attach(self)
 
     def __repr__(self) -> str:
         return f"RaftDriver({self.node_id!r}, {self._node!r})"
@@ -136,23 +132,19 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
         """Open the log and run. ``voters``: found a new cluster with these voters (a no-op
         when the log already holds state); None: restart, or join as a blank node that the
         leader will add as a learner."""
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"raft-log-{self.node_id[:6]}")
-        voters = frozenset(voters) if voters else None
-        self._storage = await self._write(self._open, voters)
-        durable = await self._write(self._storage.load)
-        await self._write(self.state.audit.starting, durable.snapshot.index)   # as stored, before the replay
+        durable = await self.persist.open(frozenset(voters) if voters else None)
+        await self.persist.write(self.state.audit.starting, durable.snapshot.index)   # as stored, before the replay
         self.state.restore(durable.snapshot.data)
         self._node = RaftNode(self.node_id, rng=self._rng, config=self.config.raft, state=durable,
                               applied=durable.snapshot.index)
-        self._applied = self._snapshot_index = durable.snapshot.index
-        self._replay_until = durable.hard_state.commit
-        self._durable_vote = (durable.hard_state.term, durable.hard_state.vote)
+        self.applier.applied = self.snapshots.index = durable.snapshot.index
+        self.applier.replay_until = durable.hard_state.commit
         self._running = True
-        self._started = asyncio.get_running_loop().time()
+        self.contact.started = asyncio.get_running_loop().time()
         conf = self._node.status().conf
         if conf.voters == {self.node_id}:
-            self._submit(self._node.campaign)      # a cluster of one leads at once
-        for coro, name in ((self._run(), "loop"), (self._ticker(), "tick"), (self._autopilot(), "autopilot")):
+            self.submit(self._node.campaign)      # a cluster of one leads at once
+        for coro, name in ((self._run(), "loop"), (self._ticker(), "tick"), (self.membership.autopilot(), "autopilot")):
             self._spawn(coro, f"raft-{name}-{self.node_id[:6]}")
         _log.info("[%s] raft started: term %d, commit %d, voters %s, learners %s", self.node_id,
                   durable.hard_state.term, durable.hard_state.commit, sorted(conf.voters),
@@ -165,35 +157,100 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
         self._running = False
         await cancel_and_wait(self._tasks)
         self._fail_pending(Unavailable(f"node {self.node_id} is shutting down", hint="retry on another node"))
-        if self._writer is not None:
-            if self._storage is not None:
-                if flush and self._lazy_hard_state is not None and self._failed is None:
-                    await self._write(self._storage.save, self._lazy_hard_state, (), None)
-                await self._write(self._storage.close)
-            await self._write(self.state.archive.close)
-            await self._write(self.state.audit.close)
-            self._writer.shutdown(wait=True)
-            self._writer = None
+        await self.persist.close(flush=flush and self._failed is None)
         _log.info("[%s] raft stopped", self.node_id)
 
     # -- what the transport calls --------------------------------------------------------------
-    # (and on_propose: floydd.cluster.driver.proposals; snapshot_source, snapshot_sink, report_snapshot:
-    # floydd.cluster.driver.snapshots)
 
     def on_raft(self, peer: str, messages: list) -> None:
-        self._heard(peer)
+        self.contact.heard(peer)
         node = self._node
         if node is not None and peer == node.lead:      # floydd.cluster.net.leader_contact
-            self._leader_heard = asyncio.get_running_loop().time()
+            self.contact.heard_leader()
         if node is not None:
-            self._submit(lambda: [node.step(m) for m in messages])
+            self.submit(lambda: [node.step(m) for m in messages])
+
+    async def on_propose(self, cmd: Any, timeout: float, forwarded: bool = True, *, peer: str | None = None,
+                         joining: bool = False) -> Any:
+        return await self.proposals.on_propose(cmd, timeout, forwarded, peer=peer, joining=joining)
 
     async def on_read(self, query: str, args: dict, timeout: float) -> Any:
-        return await self.answer_read(query, args, timeout)
+        return await self.reads.answer_read(query, args, timeout)
 
     def report_unreachable(self, peer: str) -> None:
         if self._node is not None:
-            self._submit(lambda: self._node.report_unreachable(peer))
+            self.submit(lambda: self._node.report_unreachable(peer))
+
+    def report_snapshot(self, peer: str, ok: bool) -> None:
+        self.snapshots.report_snapshot(peer, ok)
+
+    def snapshot_source(self, message: InstallSnapshot) -> AsyncIterator[bytes]:
+        return self.snapshots.snapshot_source(message)
+
+    def snapshot_sink(self, message: InstallSnapshot):
+        return self.snapshots.snapshot_sink(message)
+
+    # -- what the rest of floydd calls, done by the parts -----------------------------------------
+
+    async def propose(self, cmd: dict, *, timeout: float | None = None, fenced: bool = False) -> Any:
+        """:meth:`Proposals.propose <floydd.cluster.driver.proposals.Proposals.propose>`."""
+        return await self.proposals.propose(cmd, timeout=timeout, fenced=fenced)
+
+    async def unless_cut_off(self, awaitable: Any, *, watch: bool = True) -> Any:
+        return await self.proposals.unless_cut_off(awaitable, watch=watch)
+
+    def leader_unreachable(self) -> Unavailable | None:
+        """The refusal for a write while this box is cut off from the cluster's leader
+        (:mod:`floydd.cluster.net.leader_contact`), or None."""
+        if self._node is None or not self._running:
+            return None
+        return self.contact.refusal(self._node, leader=self.is_leader)
+
+    def leader_silent_for(self) -> float | None:
+        """Seconds since this node last heard from the leader it believes in (0 on the leader
+        itself); None when it knows of no leader. A member the leader has dropped (autopilot
+        removes a learner it could not reach) is never told so: only this age shows it."""
+        return self.contact.leader_silent_for(self.leader_id)
+
+    def on_apply(self, callback: Callable[[Applied], None]) -> None:
+        """Call ``callback`` (in the loop, synchronously: keep it short) for every applied entry."""
+        self.applier.on_apply(callback)
+
+    async def read(self, fn: Callable[[ClusterState], Any], *, stale: bool = False,
+                   timeout: float | None = None) -> Any:
+        """:meth:`Reads.read <floydd.cluster.driver.reads.Reads.read>`."""
+        return await self.reads.read(fn, stale=stale, timeout=timeout)
+
+    async def read_index(self, *, timeout: float | None = None) -> int:
+        return await self.reads.read_index(timeout=timeout)
+
+    async def query(self, name: str, args: dict | None = None, *, stale: bool = False,
+                    via_leader: bool = False, timeout: float | None = None) -> Any:
+        """:meth:`Reads.query <floydd.cluster.driver.reads.Reads.query>`."""
+        return await self.reads.query(name, args, stale=stale, via_leader=via_leader, timeout=timeout)
+
+    def serve(self, name: str, answer: Callable[[dict], Any]) -> None:
+        self.reads.serve(name, answer)
+
+    async def answer_read(self, name: str, args: dict, timeout: float) -> Any:
+        return await self.reads.answer_read(name, args, timeout)
+
+    async def change_membership(self, change: str, node: str, *, timeout: float | None = None,
+                                user: str | None = None) -> None:
+        """:meth:`Membership.change_membership <floydd.cluster.driver.membership.Membership.change_membership>`."""
+        await self.membership.change_membership(change, node, timeout=timeout, user=user)
+
+    def in_conf(self, node_id: str | None) -> bool:
+        return self.membership.in_conf(node_id)
+
+    async def transfer_leadership(self, to: str | None = None, *, timeout: float = 5.0) -> str | None:
+        return await self.membership.transfer_leadership(to, timeout=timeout)
+
+    async def transfer_leadership_and_leave(self, *, timeout: float | None = None) -> bool:
+        return await self.membership.transfer_leadership_and_leave(timeout=timeout)
+
+    def autopilot_view(self) -> View:
+        return self.membership.autopilot_view()
 
     # -- hooks and status -----------------------------------------------------------------------
 
@@ -212,16 +269,20 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
     def running(self) -> bool:
         return self._running and self._failed is None
 
+    @property
+    def node(self) -> RaftNode | None:
+        return self._node
+
     def status(self) -> DriverStatus:
         st = self._node.status()
         return DriverStatus(id=self.node_id, role=st.role.name.lower(), term=st.term, leader=st.lead,
-                            commit=st.commit, applied=self._applied, last_index=st.last_index,
+                            commit=st.commit, applied=self.applier.applied, last_index=st.last_index,
                             snapshot_index=st.snapshot_index, voters=tuple(sorted(st.conf.voters)),
                             learners=tuple(sorted(st.conf.learners)), progress=st.progress)
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def _submit(self, fn: Callable[[], object]) -> None:
+    def submit(self, fn: Callable[[], object]) -> None:
         self._inbox.append(fn)
         self._wake.set()
 
@@ -244,27 +305,26 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
                     if rd.send_early and rd.messages:
                         self.transport.send(rd.messages)    # in parallel with our own fsync
                     if rd.must_sync:
-                        await self._persist(rd)
+                        await self.persist.save(rd)
                     if rd.messages and not rd.send_early:
                         self.transport.send(rd.messages)    # what they vouch for is durable
                     if rd.snapshot is not None:
-                        self._install(rd.snapshot)
+                        self.snapshots.install(rd.snapshot)
+                        self.reads.caught_up()
                     if rd.committed_entries:
-                        self._apply(rd.committed_entries)
+                        self.applier.apply(rd.committed_entries)
+                        self.reads.caught_up()
                         if self.state.archive.dirty:      # durable before any snapshot drops the entries
-                            await self.state.archive.flush(self._write_durably)
+                            await self.state.archive.flush(self.persist.write_durably)
                         if self.state.audit.dirty:
-                            await self.state.audit.flush(self._write_durably)
-                    for rs in rd.read_states:
-                        fut = self._reads.pop(rs.context, None)
-                        if fut is not None and not fut.done():
-                            fut.set_result(rs.index)
+                            await self.state.audit.flush(self.persist.write_durably)
+                    self.reads.answered(rd.read_states)
                     if rd.soft_state is not None:
                         self._leadership(rd.soft_state.lead, rd.soft_state.role, term)
                     node.advance()
                     self._drain()
-                if self._applied - self._snapshot_index >= self.config.snapshot_every:
-                    await self._compact()
+                if self.applier.applied - self.snapshots.index >= self.config.snapshot_every:
+                    await self.snapshots.compact()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -284,7 +344,7 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
             if delay < -5 * interval:       # the loop stalled: do not fire a burst of ticks
                 due, delay = loop.time(), 0.0
             await asyncio.sleep(max(0.0, delay))
-            self._submit(tick)
+            self.submit(tick)
 
     def _leadership(self, lead: str | None, role: Role, term: int) -> None:
         if lead is not None:
@@ -293,10 +353,10 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
             if len(seen) > 1:
                 _log.critical("[%s] two leaders in term %d: %s", self.node_id, term, sorted(seen))
         if lead is not None or role == Role.LEADER or self._led:
-            self._leader_heard = asyncio.get_running_loop().time()     # news of a leader, or this one's step-down
+            self.contact.heard_leader()     # news of a leader, or this one's step-down
         self._led = role == Role.LEADER
         if role == Role.LEADER:
-            self._leader_since = asyncio.get_running_loop().time()
+            self.membership.leader_since = asyncio.get_running_loop().time()
             _log.info("[%s] leader in term %d", self.node_id, term)
         self._leader_changed.set()
         self._leader_changed = asyncio.Event()
@@ -308,18 +368,18 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
 
     # -- helpers -----------------------------------------------------------------------------------
 
-    async def _leader_change(self, timeout: float) -> None:
+    async def leader_change(self, timeout: float) -> None:
         try:
             await asyncio.wait_for(self._leader_changed.wait(), max(timeout, 0.001))
         except asyncio.TimeoutError:
             pass
 
-    def _require_leader(self) -> None:
-        self._check_running()
+    def require_leader(self) -> None:
+        self.check_running()
         if not self.is_leader:
             raise ProposalDropped(f"node {self.node_id} is not the leader", leader=self.leader_id)
 
-    def _check_running(self) -> None:
+    def check_running(self) -> None:
         if self._failed is not None:
             raise InternalError(f"raft on node {self.node_id} has failed: {self._failed}",
                                 hint="restart the daemon; the log has the cause")
@@ -327,12 +387,7 @@ class RaftDriver(ProposalsMixin, AppliedMixin, SnapshotsMixin, ReadsMixin, Membe
             raise Unavailable(f"the cluster service of node {self.node_id} is not running")
 
     def _fail_pending(self, exc: FloyddError) -> None:
-        futures = [f for _, f in self._waiters.values()] + list(self._reads.values()) + \
-            [f for _, f in self._apply_waiters]
-        self._waiters.clear()
-        self._reads.clear()
-        self._apply_waiters.clear()
-        for fut in futures:
+        for fut in self.proposals.pending() + self.reads.pending():
             settle(fut, exc)
 
     def _spawn(self, coro, name: str) -> asyncio.Task:

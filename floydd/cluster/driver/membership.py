@@ -1,7 +1,6 @@
 """Membership for the raft driver: conf changes, leadership hand-over, leaving, autopilot.
 
-A mixin of :class:`~floydd.cluster.driver.loop.RaftDriver` (state lives on the driver, as the
-raft core's mixins keep theirs on the node). Membership changes travel as raft conf
+A part of :class:`~floydd.cluster.driver.loop.RaftDriver` (its ``membership``). Membership changes travel as raft conf
 changes, one at a time; forwarded to the leader they are ``{"op": "raft.conf", "change":
 add_learner | promote | remove, "node": id}``, idempotent (a change already in effect is
 a no-op), and retried while the previous change is still being applied.
@@ -16,37 +15,34 @@ view built from raft progress and when each peer was last heard from.
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Awaitable, Callable
 
 from floydd import log
 from floydd.cluster.state import commands
 from floydd.cluster.driver.autopilot import Action, Member, View, decide
-from floydd.cluster.raft import ConfChange, ConfChangeOp, Entry, ProposalDropped, Role
+from floydd.cluster.driver.contact import Contact
+from floydd.cluster.driver.seam import Loop
+from floydd.cluster.raft import ConfChange, ConfChangeOp, Entry, ProposalDropped, RaftNode, Role
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
 
-__all__ = ["MembershipMixin", "check_conf"]
+__all__ = ["Membership", "check_conf", "enter_conf_change"]
 
 _log = log.cluster.getChild("driver")
 _CONF_OPS = {"add_learner": ConfChangeOp.ADD_LEARNER, "promote": ConfChangeOp.PROMOTE,
              "remove": ConfChangeOp.REMOVE}
 
 
-class MembershipMixin:
-    """Methods of RaftDriver that change who is in the cluster."""
+class Membership:
+    """Changes who is in the cluster through ``propose`` (:meth:`Proposals.propose
+    <floydd.cluster.driver.proposals.Proposals.propose>`), hands leadership over, and runs
+    autopilot on the leader over what ``contact`` heard."""
 
-    def _enter_conf_change(self, cmd: dict, fut: asyncio.Future) -> Entry | None:
-        node, change, target = self._node, cmd["change"], cmd["node"]
-        conf = node.status().conf
-        if node.role != Role.LEADER:
-            raise ProposalDropped("not the leader", leader=node.lead)
-        done = {"add_learner": target in conf.members, "promote": target in conf.voters,
-                "remove": target not in conf.members}[change]
-        if done:
-            fut.set_result(None)
-            return None
-        if change == "remove" and conf.voters == {target}:
-            raise Conflict(f"{target} is the last voter", code="last_voter",
-                           hint="use `floydd recover` to restart a survivor as a new cluster")
-        return node.propose_conf_change(ConfChange(_CONF_OPS[change], target))
+    def __init__(self, loop: Loop, contact: Contact, propose: Callable[..., Awaitable[Any]]) -> None:
+        self._loop = loop
+        self._contact = contact
+        self._propose = propose
+        self.leader_since = 0.0
+        """Loop time at which this node last became the leader."""
 
     async def change_membership(self, change: str, node: str, *, timeout: float | None = None,
                                 user: str | None = None) -> None:
@@ -57,13 +53,13 @@ class MembershipMixin:
         cmd = {"op": commands.CONF_OP, "change": change, "node": node}
         if user is not None:
             cmd["user"] = user
-        await self.propose(cmd, timeout=timeout)
+        await self._propose(cmd, timeout=timeout)
 
     def in_conf(self, node_id: str | None) -> bool:
         """Whether ``node_id`` is a voter or learner in the configuration this node knows
         (checked on every node-to-node request: kept cheap); ``None``: whether it knows any
         configuration at all (a blank node that is joining knows none)."""
-        node = self._node
+        node = self._loop.node
         if node is None:
             return False
         conf = node.tracker.conf
@@ -76,100 +72,99 @@ class MembershipMixin:
         the new leader, None if there is no other voter."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self.is_leader:
+        while self._loop.is_leader:
             target = to or self._transferee()
             if target is None:
                 return None
-            self._submit(lambda: _quietly(self._node.transfer_leadership, target))
-            end = min(deadline, loop.time() + 2 * self.config.election_timeout)
-            while self.is_leader and loop.time() < end:
-                await self._leader_change(end - loop.time())
-            if loop.time() >= deadline and self.is_leader:
+            self._loop.submit(lambda: _quietly(self._loop.node.transfer_leadership, target))
+            end = min(deadline, loop.time() + 2 * self._loop.config.election_timeout)
+            while self._loop.is_leader and loop.time() < end:
+                await self._loop.leader_change(end - loop.time())
+            if loop.time() >= deadline and self._loop.is_leader:
                 raise Unavailable(f"leadership was not taken over within {timeout:.1f}s")
-        return self.leader_id
+        return self._loop.leader_id
 
     def _transferee(self) -> str | None:
-        st = self._node.status()
+        st = self._loop.node.status()
         others = [(pr.match, str(node)) for node, pr in st.progress.items()
-                  if node != self.node_id and node in st.conf.voters and pr.recent_active]
+                  if node != self._loop.node_id and node in st.conf.voters and pr.recent_active]
         return max(others)[1] if others else None
 
     async def transfer_leadership_and_leave(self, *, timeout: float | None = None) -> bool:
         """Clean shutdown: hand over leadership, then leave the voters (so turning boxes off
         one by one never costs the quorum). False when this is the last voter (it stays)."""
-        timeout = timeout or self.config.leave_timeout
+        timeout = timeout or self._loop.config.leave_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        conf = self._node.status().conf
-        if self.node_id not in conf.voters:
+        conf = self._loop.node.status().conf
+        if self._loop.node_id not in conf.voters:
             return True
-        if conf.voters == {self.node_id}:
+        if conf.voters == {self._loop.node_id}:
             if conf.learners:       # a box alone (a cluster of one) has nobody to tell
                 _log.warning("[%s] last voter: stopping without leaving (the cluster is down until it is back)",
-                             self.node_id)
+                             self._loop.node_id)
             return False
-        if self.is_leader:
+        if self._loop.is_leader:
             await self.transfer_leadership(timeout=max(0.1, deadline - loop.time()))
-        await self.change_membership("remove", self.node_id, timeout=max(0.1, deadline - loop.time()))
-        _log.info("[%s] left the voters", self.node_id)
+        await self.change_membership("remove", self._loop.node_id, timeout=max(0.1, deadline - loop.time()))
+        _log.info("[%s] left the voters", self._loop.node_id)
         return True
 
     # -- autopilot (leader only) -------------------------------------------------------------
 
-    def _heard(self, peer: str) -> None:
-        now = asyncio.get_running_loop().time()
-        last, since = self._contact.get(peer, (None, now))
-        if last is None or now - last > self.config.autopilot.contact_timeout:
-            since = now
-        self._contact[peer] = (now, since)
-
-    def leader_silent_for(self) -> float | None:
-        """Seconds since this node last heard from the leader it believes in (0 on the leader
-        itself); None when it knows of no leader. A member the leader has dropped (autopilot
-        removes a learner it could not reach) is never told so: only this age shows it."""
-        lead = self.leader_id
-        if lead is None:
-            return None
-        if lead == self.node_id:
-            return 0.0
-        last = self._contact.get(lead, (None, None))[0]
-        return None if last is None else asyncio.get_running_loop().time() - last
-
     def autopilot_view(self) -> View:
-        st = self._node.status()
+        st = self._loop.node.status()
         now = asyncio.get_running_loop().time()
         members = []
         for node in st.conf.members:
             pr = st.progress.get(node)
-            last, since = self._contact.get(node, (None, None))
-            if node == self.node_id:
+            last, since = self._contact.peers.get(node, (None, None))
+            if node == self._loop.node_id:
                 last = since = now
             members.append(Member(id=node, voter=node in st.conf.voters, match=pr.match if pr else 0,
                                   last_contact=last, contact_since=since))
-        return View(leader=self.node_id, now=now, leader_since=self._leader_since, commit=st.commit,
+        return View(leader=self._loop.node_id, now=now, leader_since=self.leader_since, commit=st.commit,
                     members=tuple(sorted(members, key=lambda m: str(m.id))))
 
-    async def _autopilot(self) -> None:
+    async def autopilot(self) -> None:
         while True:
-            await asyncio.sleep(self.config.autopilot_interval)
-            if not self.is_leader:
+            await asyncio.sleep(self._loop.config.autopilot_interval)
+            if not self._loop.is_leader:
                 continue
-            action = decide(self.autopilot_view(), self.config.autopilot)
+            action = decide(self.autopilot_view(), self._loop.config.autopilot)
             if action is None:
                 continue
-            _log.info("[%s] autopilot: %s %s: %s", self.node_id, action.op, action.node, action.reason)
+            _log.info("[%s] autopilot: %s %s: %s", self._loop.node_id, action.op, action.node, action.reason)
             try:
                 await self._carry_out(action)
             except FloyddError as exc:
-                _log.info("[%s] autopilot: %s %s not done: %s", self.node_id, action.op, action.node, exc)
+                _log.info("[%s] autopilot: %s %s not done: %s", self._loop.node_id, action.op, action.node, exc)
 
     async def _carry_out(self, action: Action) -> None:
-        timeout = max(1.0, 4 * self.config.election_timeout)
+        timeout = max(1.0, 4 * self._loop.config.election_timeout)
         if action.op == "demote":
             await self.change_membership("remove", action.node, timeout=timeout)
             await self.change_membership("add_learner", action.node, timeout=timeout)
         else:
             await self.change_membership(action.op, action.node, timeout=timeout)
+
+
+def enter_conf_change(node: RaftNode, cmd: dict, fut: asyncio.Future) -> Entry | None:
+    """Put the membership change ``cmd`` in ``node``'s log (in the loop, on the leader); None,
+    ``fut`` answered, when it is already in effect."""
+    change, target = cmd["change"], cmd["node"]
+    conf = node.status().conf
+    if node.role != Role.LEADER:
+        raise ProposalDropped("not the leader", leader=node.lead)
+    done = {"add_learner": target in conf.members, "promote": target in conf.voters,
+            "remove": target not in conf.members}[change]
+    if done:
+        fut.set_result(None)
+        return None
+    if change == "remove" and conf.voters == {target}:
+        raise Conflict(f"{target} is the last voter", code="last_voter",
+                       hint="use `floydd recover` to restart a survivor as a new cluster")
+    return node.propose_conf_change(ConfChange(_CONF_OPS[change], target))
 
 
 def _quietly(fn, *args) -> None:

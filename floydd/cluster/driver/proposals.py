@@ -1,6 +1,6 @@
 """Proposals for the raft driver: committing a command, forwarding it, fencing a leader action.
 
-A mixin of :class:`~floydd.cluster.driver.loop.RaftDriver`. On the leader the command goes into
+A part of :class:`~floydd.cluster.driver.loop.RaftDriver` (its ``proposals``). On the leader the command goes into
 the log and the caller's future resolves when an entry at that index is applied: with the
 state machine's result (or its rejection) if the entry's term is the proposal's, with
 :class:`ProposalDropped` if a new leader overwrote it. On a follower the command is
@@ -32,12 +32,15 @@ from floydd.cluster.state import commands, versions
 from floydd.cluster.net import leader_contact
 from floydd.cluster.driver._futures import settle
 from floydd.cluster.state.authz import authorize_conf, joining_may_propose
-from floydd.cluster.driver.membership import check_conf
+from floydd.cluster.driver.membership import check_conf, enter_conf_change
+from floydd.cluster.driver.seam import Loop
 from floydd.cluster.net.presented import signed
+from floydd.cluster.net.transport import Transport
 from floydd.cluster.raft import Entry, ProposalDropped
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import FloyddError, Forbidden, InternalError, InvalidSpec, Unavailable
 
-__all__ = ["ProposalsMixin"]
+__all__ = ["Proposals"]
 
 _WATCH = 0.1
 """Seconds between looks at the leader's contact while a write waits."""
@@ -45,8 +48,16 @@ _WATCH = 0.1
 _log = log.cluster.getChild("driver")
 
 
-class ProposalsMixin:
-    """Methods of RaftDriver that put commands in the log."""
+class Proposals:
+    """Puts commands in the log, here or through the leader (``transport``), and answers
+    each proposal's caller when its entry is applied (:meth:`resolve`)."""
+
+    def __init__(self, loop: Loop, state: ClusterState, transport: Transport) -> None:
+        self._loop = loop
+        self.state = state
+        self._transport = transport
+        self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
+        """log index -> (term, future) of a proposal entered here."""
 
     async def propose(self, cmd: dict, *, timeout: float | None = None, fenced: bool = False) -> Any:
         """Commit ``cmd`` and return the state machine's result (raising its rejection).
@@ -57,7 +68,7 @@ class ProposalsMixin:
         Raises :class:`Unavailable` when it could not be committed in ``timeout``: the
         command may or may not be in the log then; retry it (idempotent commands only).
         """
-        timeout = timeout or self.config.propose_timeout
+        timeout = timeout or self._loop.config.propose_timeout
         if cmd.get("op") == commands.CONF_OP:
             check_conf(cmd)
         else:
@@ -66,9 +77,9 @@ class ProposalsMixin:
                 raise InvalidSpec(f"{cmd.get('op')}: propose a leader action with fenced=True, without a term",
                                   hint="the driver stamps the term when the command enters the log")
             commands.check({**cmd, "term": 0} if fenced else cmd)
-        cmd = signed(self.state, cmd, self.node_id)     # level 3: a presented token signs; sign-in checked here
+        cmd = signed(self.state, cmd, self._loop.node_id)     # level 3: a presented token signs; sign-in checked here
         if fenced:
-            self._require_leader()
+            self._loop.require_leader()
             try:
                 return await self._propose_here(cmd, True, timeout)
             except asyncio.TimeoutError:
@@ -85,18 +96,18 @@ class ProposalsMixin:
             if remaining <= 0:
                 raise Unavailable(f"{cmd.get('op')} was not committed within {timeout:.1f}s ({why})",
                                   hint="retry; a retry with the same idempotency key never makes a second job")
-            self._check_running()
+            self._loop.check_running()
             if watch:
                 self._refuse_if_cut_off()
-            lead = self._node.lead
+            lead = self._loop.node.lead
             try:
-                if lead == self.node_id:
+                if lead == self._loop.node_id:
                     return await self.unless_cut_off(self._propose_here(cmd, False, remaining), watch=watch)
                 if lead is not None:
-                    result, _ = await self.unless_cut_off(self.transport.forward_propose(cmd, remaining, peer=lead),
+                    result, _ = await self.unless_cut_off(self._transport.forward_propose(cmd, remaining, peer=lead),
                                                           watch=watch)
                     return result
-                await self._leader_change(min(remaining, 0.2))
+                await self._loop.leader_change(min(remaining, 0.2))
                 continue
             except leader_contact.LeaderUnreachable:
                 raise
@@ -107,26 +118,12 @@ class ProposalsMixin:
             await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
             pause = min(pause * 2, 0.1)
 
-    def leader_unreachable(self) -> Unavailable | None:
-        """The refusal for a write while this box is cut off from the cluster's leader
-        (:mod:`floydd.cluster.net.leader_contact`), or None."""
-        node = self._node
-        if node is None or not self._running:
-            return None
-        conf = node.status().conf
-        now = asyncio.get_running_loop().time()
-        silent = leader_contact.silent_for(
-            me=self.node_id, now=now, leader=self.is_leader, voters=conf.voters, members=conf.members,
-            heard={peer: last for peer, (last, _since) in self._contact.items()},
-            leader_heard=self._leader_heard, started=self._started, after=self.config.leader_lost_after)
-        return None if silent is None else leader_contact.refusal(silent, ever=self._leader_heard is not None)
-
     async def unless_cut_off(self, awaitable: Any, *, watch: bool = True) -> Any:
-        """Await ``awaitable``, giving up with :meth:`leader_unreachable`'s refusal as soon as
+        """Await ``awaitable``, giving up with the loop's :meth:`~floydd.cluster.driver.seam.Loop.leader_unreachable` refusal as soon as
         this box finds itself cut off (a forward to a leader behind a cut otherwise waits out
         its whole timeout). What was sent may still be committed: the refusal says a retry is
         safe. ``watch=False``: just await it (:data:`leader_contact.UPKEEP_OPS`)."""
-        if not watch or self.is_leader and self._node.status().conf.voters <= {self.node_id}:
+        if not watch or self._loop.is_leader and self._loop.node.status().conf.voters <= {self._loop.node_id}:
             return await awaitable          # a box alone: nobody to be cut off from
         task = asyncio.ensure_future(awaitable)
         try:
@@ -134,7 +131,7 @@ class ProposalsMixin:
                 done, _ = await asyncio.wait({task}, timeout=_WATCH)
                 if done:
                     return task.result()
-                refusal = self.leader_unreachable()
+                refusal = self._loop.leader_unreachable()
                 if refusal is not None:
                     raise refusal
         finally:
@@ -143,7 +140,7 @@ class ProposalsMixin:
                 await asyncio.gather(task, return_exceptions=True)
 
     def _refuse_if_cut_off(self) -> None:
-        refusal = self.leader_unreachable()
+        refusal = self._loop.leader_unreachable()
         if refusal is not None:
             raise refusal
 
@@ -159,9 +156,9 @@ class ProposalsMixin:
         if "term" in cmd or cmd.get("op") in commands.FENCED_OPS:
             raise InvalidSpec(f"{cmd.get('op')} is a leader action: it is never forwarded",
                               hint="the leader proposes it itself, fenced by its term")
-        proposer = peer or self.node_id
+        proposer = peer or self._loop.node_id
         if joining and not joining_may_propose(cmd, proposer):
-            _log.warning("[%s] refused %s from %s: its join has not completed", self.node_id, cmd.get("op"), proposer)
+            _log.warning("[%s] refused %s from %s: its join has not completed", self._loop.node_id, cmd.get("op"), proposer)
             raise Forbidden(f"node {proposer} is not a member yet: it may only announce itself",
                             code="not_a_member", hint="start the daemon on the joined box; it completes the join")
         return await self._propose_here(cmd, False, timeout, proposer=proposer)
@@ -169,17 +166,17 @@ class ProposalsMixin:
     async def _propose_here(self, cmd: dict, fenced: bool, timeout: float, *, proposer: str | None = None) -> Any:
         """Put ``cmd`` in the log here (the leader), stamped with its ``proposer`` (this node
         unless the transport says whose proposal it took)."""
-        self._check_running()
+        self._loop.check_running()
         cmd = {k: v for k, v in cmd.items() if k != "proposer"}
         if cmd.get("op") != commands.CONF_OP:
-            cmd["proposer"] = proposer or self.node_id
+            cmd["proposer"] = proposer or self._loop.node_id
         if cmd.get("op") == commands.CONF_OP:
             check_conf(cmd)
-            if self.is_leader:      # who may change the membership (not a state-machine command)
+            if self._loop.is_leader:      # who may change the membership (not a state-machine command)
                 try:
-                    authorize_conf(self.state, cmd, proposer or self.node_id, self.node_id)
+                    authorize_conf(self.state, cmd, proposer or self._loop.node_id, self._loop.node_id)
                 except Forbidden as exc:
-                    _log.warning("[%s] refused %s %s of %s: %s", self.node_id, cmd.get("op"), cmd.get("change"),
+                    _log.warning("[%s] refused %s %s of %s: %s", self._loop.node_id, cmd.get("op"), cmd.get("change"),
                                  cmd.get("node"), exc)
                     raise
         elif not fenced:
@@ -187,26 +184,26 @@ class ProposalsMixin:
         fut = asyncio.get_running_loop().create_future()
 
         def enter() -> None:
-            node = self._node
+            node = self._loop.node
             try:
                 if cmd.get("op") == commands.CONF_OP:
-                    entry = self._enter_conf_change(cmd, fut)
+                    entry = enter_conf_change(node, cmd, fut)
                 else:
                     entry = node.propose(commands.encode({**cmd, "term": node.term} if fenced else cmd))
             except FloyddError as exc:
                 settle(fut, exc)
                 return
             except Exception as exc:        # a bad proposal fails alone; the raft loop goes on
-                _log.exception("[%s] proposing %s failed", self.node_id, cmd.get("op"))
+                _log.exception("[%s] proposing %s failed", self._loop.node_id, cmd.get("op"))
                 settle(fut, InternalError(f"{cmd.get('op')} could not be proposed: {exc}"))
                 return
             if entry is not None:
                 self._waiters[entry.index] = (entry.term, fut)
 
-        self._submit(enter)
+        self._loop.submit(enter)
         return await asyncio.wait_for(fut, timeout)
 
-    def _resolve(self, e: Entry, result: Any, error: FloyddError | None) -> None:
+    def resolve(self, e: Entry, result: Any, error: FloyddError | None) -> None:
         """Answer the proposal waiting on ``e``'s index, if any, by (index, term)."""
         waiter = self._waiters.pop(e.index, None)
         if waiter is None:
@@ -215,8 +212,21 @@ class ProposalsMixin:
         if fut.done():
             return
         if term != e.term:
-            settle(fut, ProposalDropped("the proposal was replaced by a new leader's log", leader=self._node.lead))
+            settle(fut, ProposalDropped("the proposal was replaced by a new leader's log", leader=self._loop.node.lead))
         elif error is not None:
             settle(fut, error)
         else:
             fut.set_result(result)
+
+    def drop_through(self, index: int) -> None:
+        """The state was replaced by a snapshot at ``index``: the proposals waiting on
+        indexes it covers learn only that their outcome is unknown."""
+        for i in [i for i in self._waiters if i <= index]:
+            _, fut = self._waiters.pop(i)
+            settle(fut, ProposalDropped("outcome unknown: state replaced by a snapshot", leader=self._loop.node.lead))
+
+    def pending(self) -> list[asyncio.Future]:
+        """Forget every proposal waiting here; their futures, for the loop to fail."""
+        futures = [f for _, f in self._waiters.values()]
+        self._waiters.clear()
+        return futures

@@ -1,6 +1,6 @@
 """Snapshots for the raft driver: compaction, installing the leader's, streaming the archive.
 
-A mixin of :class:`~floydd.cluster.driver.loop.RaftDriver`. Every ``snapshot_every`` applied
+A part of :class:`~floydd.cluster.driver.loop.RaftDriver` (its ``snapshots``). Every ``snapshot_every`` applied
 entries the driver snapshots the state machine and compacts the log (then purges the
 archive's tombstones the snapshot made useless). A snapshot received from the leader
 replaces the whole state; proposals waiting on indexes it covers learn only that their
@@ -19,18 +19,32 @@ from typing import AsyncIterator
 
 from floydd import log
 from floydd.cluster.state import versions
-from floydd.cluster.driver._futures import settle
-from floydd.cluster.driver.applied import Applied
+from floydd.cluster.driver.applied import Applier
+from floydd.cluster.driver.persist import Persist
+from floydd.cluster.driver.proposals import Proposals
+from floydd.cluster.driver.seam import Loop
 from floydd.cluster.state.audit import SplitSink
-from floydd.cluster.raft import InstallSnapshot, ProposalDropped, Snapshot
+from floydd.cluster.state.machine import ClusterState
+from floydd.cluster.raft import InstallSnapshot, Snapshot
 
-__all__ = ["SnapshotsMixin"]
+__all__ = ["Snapshots"]
 
 _log = log.cluster.getChild("driver")
 
 
-class SnapshotsMixin:
-    """Methods of RaftDriver that make, install and stream snapshots."""
+class Snapshots:
+    """Makes snapshots of ``state`` as far as ``applier`` got and compacts the log
+    (``persist``); installs the leader's, dropping the ``proposals`` it overtook."""
+
+    def __init__(self, loop: Loop, state: ClusterState, persist: Persist, applier: Applier,
+                 proposals: Proposals) -> None:
+        self._loop = loop
+        self.state = state
+        self._persist = persist
+        self._applier = applier
+        self._proposals = proposals
+        self.index = 0
+        """The last snapshot's index."""
 
     def snapshot_source(self, message: InstallSnapshot) -> AsyncIterator[bytes]:
         """What the transport streams after a snapshot's message: the archive's rows, then
@@ -42,32 +56,33 @@ class SnapshotsMixin:
         """Where the transport puts a received snapshot's archive, before the message itself
         reaches the core (staged on the writer thread; swapped in when the snapshot is saved)."""
         snap = message.snapshot
-        return SplitSink(self.state.archive.receive(snap.index, snap.term, self._write_durably),
-                         self.state.audit.receive(snap.index, snap.term, self._write_durably))
+        write = self._persist.write_durably
+        return SplitSink(self.state.archive.receive(snap.index, snap.term, write),
+                         self.state.audit.receive(snap.index, snap.term, write))
 
     def report_snapshot(self, peer: str, ok: bool) -> None:
-        if self._node is not None:
-            self._submit(lambda: self._node.report_snapshot(peer, ok))
+        node = self._loop.node
+        if node is not None:
+            self._loop.submit(lambda: node.report_snapshot(peer, ok))
 
-    def _install(self, snap: Snapshot) -> None:
+    def install(self, snap: Snapshot) -> None:
+        """The leader's snapshot replaces the state (in the loop, from a ready)."""
         self.state.restore(snap.data)
         self.state.archive.installed(snap.index, snap.term)
         self.state.audit.installed(snap.index, snap.term)
-        self._applied = self._snapshot_index = snap.index
-        for index in [i for i in self._waiters if i <= snap.index]:
-            _, fut = self._waiters.pop(index)
-            settle(fut, ProposalDropped("outcome unknown: state replaced by a snapshot", leader=self._node.lead))
-        _log.info("[%s] state restored from the leader's snapshot at %d", self.node_id, snap.index)
-        self._emit(Applied(index=snap.index, term=snap.term, restored=True))
-        self._wake_readers()
+        self.index = snap.index
+        self._proposals.drop_through(snap.index)
+        _log.info("[%s] state restored from the leader's snapshot at %d", self._loop.node_id, snap.index)
+        self._applier.restored(snap.index, snap.term)
 
-    async def _compact(self) -> None:
-        index = self._applied
-        snap = self._node.compact(index, self.state.snapshot())
-        self._snapshot_index = index
-        await self._write_durably(self._storage.compact, snap)
-        await self.state.archive.purge(index, self._write_durably)   # no replay starts before it now
-        _log.debug("[%s] snapshot at %d, log compacted", self.node_id, index)
+    async def compact(self) -> None:
+        """Snapshot the state as applied and drop the log up to there."""
+        index = self._applier.applied
+        snap = self._loop.node.compact(index, self.state.snapshot())
+        self.index = index
+        await self._persist.write_durably(self._persist.storage.compact, snap)
+        await self.state.archive.purge(index, self._persist.write_durably)   # no replay starts before it now
+        _log.debug("[%s] snapshot at %d, log compacted", self._loop.node_id, index)
 
 
 async def _chain(*sources):

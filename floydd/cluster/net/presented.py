@@ -6,7 +6,7 @@ having checked a personal token, sets :data:`PRESENTED` for the rest of that req
 (:func:`presenting`); it is a :class:`contextvars.ContextVar`, so it follows the request's
 handler through every ``await`` and into the tasks and threads it starts, and into nothing
 else (a request of another person, the box's own loops). Where a command is proposed —
-:meth:`RaftDriver.propose <floydd.cluster.driver.proposals.ProposalsMixin.propose>` and the
+:meth:`RaftDriver.propose <floydd.cluster.driver.proposals.Proposals.propose>` and the
 service's own forwarding (:meth:`floydd.cluster.writes.Commands.propose`) — :func:`signed`
 adds ``auth = {token, sig}`` to a command made for that token's person (from cluster level 3,
 when the cluster recorded the token's public key), then asks the rule every box asks on apply

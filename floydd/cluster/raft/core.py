@@ -16,9 +16,11 @@ Roles::
 
 The public calls are :meth:`campaign`, :meth:`propose`, :meth:`propose_conf_change`,
 :meth:`transfer_leadership`, :meth:`read_index`, :meth:`compact`,
-:meth:`report_unreachable`, :meth:`report_snapshot` and :meth:`status`. Leader-side
-replication lives in :mod:`floydd.cluster.raft.leader`, elections in
-:mod:`floydd.cluster.raft.election`.
+:meth:`report_unreachable`, :meth:`report_snapshot` and :meth:`status`. The node holds
+the raft state (term, vote, role, log, tracker, outbox) and the follower's side; two parts,
+given the log, tracker and config in their constructors, do the rest: ``replication``, the
+leader's half (:mod:`floydd.cluster.raft.replication`), and ``elections``
+(:mod:`floydd.cluster.raft.election`).
 """
 
 from __future__ import annotations
@@ -28,8 +30,7 @@ from typing import Protocol
 from .config import DEFAULT_CONFIG, RaftConfig
 from .confchange import ConfChange, ConfChangeOp, apply_conf_change, validate_conf_change
 from .errors import ConfChangeRejected, ProposalDropped
-from .election import ELECTION, PRE_ELECTION, TRANSFER, ElectionMixin
-from .leader import LeaderMixin
+from .election import ELECTION, PRE_ELECTION, TRANSFER, Elections
 from .log import RaftLog
 from .messages import (AppendEntries, AppendResponse, Entry, EntryKind, HardState, Heartbeat,
                        HeartbeatResponse, InstallSnapshot, Message, NodeId, ReadIndexRequest,
@@ -38,6 +39,7 @@ from .messages import (AppendEntries, AppendResponse, Entry, EntryKind, HardStat
 from .progress import ProgressState
 from .readonly import ReadOnly
 from .ready import PeerStatus, Ready, Role, SoftState, Status
+from .replication import Replication
 from .storage import DurableState
 from .tracker import Tracker
 
@@ -58,7 +60,7 @@ class Rng(Protocol):
     def randrange(self, start: int, stop: int) -> int: ...
 
 
-class RaftNode(ElectionMixin, LeaderMixin):
+class RaftNode:
     def __init__(self, node_id: NodeId, *, rng: Rng, config: RaftConfig = DEFAULT_CONFIG,
                  state: DurableState | None = None, applied: int = 0,
                  mutations: frozenset = frozenset()) -> None:
@@ -70,12 +72,13 @@ class RaftNode(ElectionMixin, LeaderMixin):
             raise ValueError(f"unknown mutations: {sorted(mutations - MUTATIONS)}")
         self.id = node_id
         self.config = config
-        self._rng = rng
         hs = state.hard_state
         self.log = RaftLog(state.snapshot, state.entries, committed=hs.commit, applied=applied)
         self.term = hs.term
         self.vote = hs.vote
         self.tracker = Tracker(state.snapshot.conf, self.log.last_index() + 1)
+        self.elections = Elections(self, log=self.log, tracker=self.tracker, config=config, rng=rng)
+        self.replication = Replication(self, log=self.log, tracker=self.tracker, config=config)
         self._conf_history: list = [(state.snapshot.index, state.snapshot.conf)]
         self.role = Role.FOLLOWER
         self.lead: NodeId | None = None
@@ -100,17 +103,18 @@ class RaftNode(ElectionMixin, LeaderMixin):
         self._mut_count_unsynced = "count_self_unsynced" in mutations
         self._handlers = {
             AppendEntries: self._on_append, Heartbeat: self._on_heartbeat,
-            InstallSnapshot: self._on_snapshot, RequestVote: self._on_request_vote,
-            VoteResponse: self._on_vote_response, AppendResponse: self._on_append_response,
-            HeartbeatResponse: self._on_heartbeat_response, TimeoutNow: self._on_timeout_now,
-            ReadIndexRequest: self._on_read_index_request,
+            InstallSnapshot: self._on_snapshot, RequestVote: self.elections.on_request_vote,
+            VoteResponse: self.elections.on_vote_response,
+            AppendResponse: self.replication.on_append_response,
+            HeartbeatResponse: self.replication.on_heartbeat_response, TimeoutNow: self._on_timeout_now,
+            ReadIndexRequest: self.replication.on_read_index_request,
             ReadIndexResponse: self._on_read_index_response,
         }
         for i in range(self.log.snapshot.index + 1, self.log.applied + 1):
             entry = self.log.entry(i)       # membership the application already applied
             if entry.kind == EntryKind.CONF_CHANGE:
                 self._apply_conf_change(entry)
-        self._reset_election_timeout()
+        self.elections.reset_election_timeout()
 
     def __repr__(self) -> str:
         return f"RaftNode({self.id!r}, {self.role.name}, term={self.term})"
@@ -120,16 +124,16 @@ class RaftNode(ElectionMixin, LeaderMixin):
     def tick(self) -> None:
         """One tick of the driver's clock (``config.tick_interval_ms``)."""
         if self.role == Role.LEADER:
-            self._tick_leader()
+            self.replication.tick()
             return
         self.election_elapsed += 1
         if self.election_elapsed >= self.randomized_election_timeout and self.promotable():
             self.election_elapsed = 0
-            self._hup(PRE_ELECTION if self.config.pre_vote else ELECTION)
+            self.elections.hup(PRE_ELECTION if self.config.pre_vote else ELECTION)
 
     def campaign(self) -> None:
         """Start an election now (a PreVote round first when configured)."""
-        self._hup(PRE_ELECTION if self.config.pre_vote else ELECTION)
+        self.elections.hup(PRE_ELECTION if self.config.pre_vote else ELECTION)
 
     def step(self, m: Message) -> None:
         """Feed one message received from a peer."""
@@ -139,7 +143,7 @@ class RaftNode(ElectionMixin, LeaderMixin):
         mterm = m.term
         if mterm > self.term:
             if cls is RequestVote:
-                if not m.transfer and self._in_lease():
+                if not m.transfer and self.elections.in_lease():
                     return          # our leader is alive: do not let this one disrupt it
                 if not m.pre:
                     self._become_follower(mterm, None)
@@ -164,7 +168,7 @@ class RaftNode(ElectionMixin, LeaderMixin):
     def propose(self, data: bytes) -> Entry:
         """Append ``data`` to the log (leader only). Returns the entry: it is committed
         when an applied entry at its index has its term."""
-        self._check_can_propose()
+        self.replication.check_can_propose()
         entry = Entry(self.term, self.log.last_index() + 1, data)
         self.log.append((entry,))
         self._bcast_pending = True
@@ -172,7 +176,7 @@ class RaftNode(ElectionMixin, LeaderMixin):
 
     def propose_conf_change(self, cc: ConfChange) -> Entry:
         """Propose one membership change (leader only; one at a time)."""
-        self._check_can_propose()
+        self.replication.check_can_propose()
         if self.pending_conf_index > self.log.applied:
             raise ConfChangeRejected("a membership change is still being applied",
                                      leader=self.id, hint="retry once it has been applied")
@@ -207,14 +211,14 @@ class RaftNode(ElectionMixin, LeaderMixin):
         if self.tracker.progress[to].match == self.log.last_index():
             self._send(TimeoutNow(frm=self.id, to=to, term=self.term))
         else:
-            self._send_append(to)
+            self.replication.send_append(to)
 
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read; a :class:`ReadState` with this context comes
         out of a later ready. Followers forward to the leader; requests may be lost
         (retry with a new context after a timeout)."""
         if self.role == Role.LEADER:
-            self._leader_read(context, self.id)
+            self.replication.leader_read(context, self.id)
         elif self.lead is not None:
             self._send(ReadIndexRequest(frm=self.id, to=self.lead, term=self.term, context=context))
         else:
@@ -283,7 +287,7 @@ class RaftNode(ElectionMixin, LeaderMixin):
             raise RuntimeError("advance() the previous ready first")
         if self._bcast_pending:
             self._bcast_pending = False
-            self._bcast_append()
+            self.replication.bcast_append()
         log = self.log
         hs = (self.term, self.vote, log.committed)
         snapshot = log.pending_snapshot
@@ -337,8 +341,47 @@ class RaftNode(ElectionMixin, LeaderMixin):
             # Only now, the entries durable, does the leader's own copy count toward the
             # quorum: what it sent early commits before this only on a quorum of followers.
             me = self.tracker.progress.get(self.id)
-            if me is not None and me.maybe_update(log.stabled) and self._maybe_commit():
+            if me is not None and me.maybe_update(log.stabled) and self.replication.maybe_commit():
                 self._bcast_pending = True   # tell followers the new commit index
+
+    # -- role changes --------------------------------------------------------------------
+
+    def _become_follower(self, term: int, lead: NodeId | None) -> None:
+        self._reset(term)
+        self.role = Role.FOLLOWER
+        self.lead = lead
+
+    def _become_leader(self) -> None:
+        self._reset(self.term)
+        self.role = Role.LEADER
+        self.lead = self.id
+        log = self.log
+        last = log.last_index()
+        self.tracker.reset_progress(last + 1)
+        me = self.tracker.progress[self.id]
+        me.match = log.stabled
+        me.become_replicate()
+        # Changes proposed by an earlier leader may still be in flight: no new one
+        # until this term's first entry (the no-op) is applied, hence committed.
+        self.pending_conf_index = last + 1
+        self.log.append((Entry(self.term, last + 1, b""),))
+        self.replication.bcast_append()
+
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = None
+        self.lead = None
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.elections.reset_election_timeout()
+        self.lead_transferee = None
+        self.tracker.reset_votes()
+        self.pending_conf_index = 0
+        if self.read_only.queue:
+            self.read_only = ReadOnly()
+        self._pending_reads = []
+        self._bcast_pending = False
 
     # -- follower side -------------------------------------------------------------------
 
@@ -391,7 +434,7 @@ class RaftNode(ElectionMixin, LeaderMixin):
 
     def _on_timeout_now(self, m: TimeoutNow) -> None:
         if self.role == Role.FOLLOWER:
-            self._hup(TRANSFER)
+            self.elections.hup(TRANSFER)
 
     def _on_read_index_response(self, m: ReadIndexResponse) -> None:
         self.read_states.append(ReadState(m.index, m.context))
@@ -411,7 +454,7 @@ class RaftNode(ElectionMixin, LeaderMixin):
             return
         if self.lead_transferee is not None and self.lead_transferee not in conf.voters:
             self.lead_transferee = None
-        self._maybe_commit()
+        self.replication.maybe_commit()
         self._bcast_pending = True
 
     # -- plumbing ------------------------------------------------------------------------

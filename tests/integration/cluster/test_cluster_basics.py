@@ -149,8 +149,8 @@ async def test_a_member_cannot_send_raft_messages_as_another_node(cluster):
 async def test_proposals_carry_msgpack_never_pickle(cluster):
     nodes = await cluster.start(1)
     await nodes[0].service.submit_job(SPEC, "p")
-    storage = nodes[0].driver._storage
-    rows = await nodes[0].driver._write(lambda: storage._db.execute("SELECT data FROM raft_log").fetchall())
+    storage = nodes[0].driver.persist.storage
+    rows = await nodes[0].driver.persist.write(lambda: storage._db.execute("SELECT data FROM raft_log").fetchall())
     payloads = [bytes(r[0]) for r in rows if r[0]]
     assert payloads and all(not p.startswith(b"\x80") for p in payloads)   # pickle protocol marker
     assert any(msgpack.unpackb(p).get("op") == "job.submit" for p in payloads)
