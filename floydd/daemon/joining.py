@@ -50,7 +50,7 @@ from floydd.cluster.state.versions import at_least, check_joiner
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, UserError
 from floydd.security.ca import ClusterCA
 from floydd.security.identity import NodeIdentity
-from floydd.security.join import CA_PATH, JOIN_PATH, ca_handler, join_handler
+from floydd.cluster.net.join import CA_PATH, JOIN_PATH, ca_handler, join_handler
 from floydd.security.ratelimit import RateLimiter
 from floydd.security.tls import peer_node_id
 from floydd.security.tokens import TokenStore, new_token, secret_digest

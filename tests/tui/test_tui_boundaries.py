@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ALLOWED = {"floydd.client", "floydd.errors", "floydd.config", "floydd.cli.common"}
+ALLOWED = {"floydd.client", "floydd.errors", "floydd.config", "floydd.reach", "floydd.present"}
 
 
 @pytest.mark.parametrize("module", ["floydd.client", "floydd.cli.floyd", "floydd.cli.common"])
