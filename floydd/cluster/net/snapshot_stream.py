@@ -33,11 +33,11 @@ from floydd import log
 from floydd.cluster.raft import InstallSnapshot, decode_message, encode_message
 from floydd.cluster.raft.errors import CodecError
 from floydd.unreachable import why
+from floydd.cluster.net.routes import SNAPSHOT_PATH
 from floydd.errors import FloyddError, InternalError, InvalidSpec, Unauthorized, Unavailable
 
 __all__ = ["SnapshotStreamMixin", "SnapshotSink", "SNAPSHOT_PATH", "MAX_FRAME"]
 
-SNAPSHOT_PATH = "/cluster/v1/snapshot"
 MAX_FRAME = 16 << 20
 """The largest frame of a snapshot stream a receiver takes (the message goes in 1 MiB pieces,
 the archive in chunks of :data:`~floydd.cluster.state.archive.EXPORT_ROWS` rows, ~0.4 MB)."""

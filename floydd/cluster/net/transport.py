@@ -50,15 +50,13 @@ from floydd.errors import (Conflict, FloyddError, InternalError, InvalidSpec, No
                            UserError, from_payload)
 from floydd.unreachable import cannot_reach
 from floydd.security.identity import NodeIdentity
-from floydd.cluster.net.snapshot_stream import SNAPSHOT_PATH, SnapshotSink, SnapshotStreamMixin
+from floydd.cluster.net.routes import PROPOSE_PATH, RAFT_PATH, READ_PATH, SNAPSHOT_PATH, raft_routes
+from floydd.cluster.net.snapshot_stream import SnapshotSink, SnapshotStreamMixin
 from floydd.security.tls import PEER_STANDING, client_context, peer_node_id, time_trouble
 
 __all__ = ["Transport", "Receiver", "RAFT_PATH", "PROPOSE_PATH", "READ_PATH", "SNAPSHOT_PATH", "MSGPACK",
            "error_response"]
 
-RAFT_PATH = "/cluster/v1/raft"
-PROPOSE_PATH = "/cluster/v1/propose"
-READ_PATH = "/cluster/v1/read"
 MSGPACK = "application/msgpack"
 
 _log = log.cluster.getChild("transport")
@@ -112,8 +110,8 @@ class Transport(SnapshotStreamMixin):
         self._receiver = receiver
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post(RAFT_PATH, self._handle_raft), web.post(PROPOSE_PATH, self._handle_propose),
-                web.post(READ_PATH, self._handle_read), web.post(SNAPSHOT_PATH, self._handle_snapshot)]
+        return raft_routes(raft=self._handle_raft, propose=self._handle_propose, read=self._handle_read,
+                           snapshot=self._handle_snapshot)
 
     def _ssl_context(self, verify_node_id: bool) -> ssl.SSLContext:
         """Made on first use: a box alone (a cluster of one) has no certificate and no peers."""
