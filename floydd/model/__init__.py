@@ -17,7 +17,8 @@ One module per concept, each importing only those above it:
 - ``resources``: what a job asks for on each box, and sizes and counts as people write them;
 - ``restart``: restart policies and the durations they are written in;
 - ``spec``: the spec a job runs with and its stored form;
-- ``submission``: the request bodies that make a job (a submission, a restart's changes).
+- ``submission``: the request bodies that make a job (a submission, a restart's changes);
+- ``gangcommand``: what the command of a job over several boxes may be (torchrun's rendezvous is floydd's).
 
 Every name is imported from here (``from floydd.model import JobKey``), not from its module.
 """
@@ -37,6 +38,7 @@ from floydd.model.restart import (DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS, MAX_LOST_A
 from floydd.model.spec import RECORD_FIELDS, SPEC_FIELDS, JobSpec
 from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
                                      Submission, check_max_runtime)
+from floydd.model.gangcommand import check_gang_command
 
 __all__ = [
     "STATES", "FINAL_STATES", "ACTIVE_STATES", "TRANSITIONS", "REQUEUE", "check_state", "check_transition",
@@ -50,4 +52,5 @@ __all__ = [
     "MAX_NODES", "MAX_GPUS", "MAX_COMMAND", "MAX_MESSAGE", "MAX_PARAMS", "MAX_PARAM_VALUE", "MAX_MOUNTS", "Restart",
     "MAX_RUNTIME", "check_max_runtime", "RECORD_FIELDS", "RestartPolicy", "RESTART_POLICIES",
     "DEFAULT_MAX_ATTEMPTS", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "parse_duration", "CODE_UPLOAD_PATTERN",
+    "check_gang_command",
 ]

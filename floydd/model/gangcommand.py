@@ -12,7 +12,9 @@ import shlex
 
 from floydd.errors import InvalidSpec
 
-__all__ = ["check_gang_command", "split_command", "as_torchrun", "torchrun_options", "OWNED", "NPROC"]
+__all__ = ["check_gang_command"]
+# split_command, as_torchrun, torchrun_options, OWNED and NPROC: for floydd.jobs.gang, which
+# writes the torchrun command line
 
 OWNED = {"--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port",
           "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
