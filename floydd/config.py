@@ -23,7 +23,13 @@ from floydd.model import (DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LOST_AFTER, DEFAU
 from floydd.security.owned_dirs import shared_socket_dir
 from floydd.system import system_paths
 
-__all__ = ["Config", "load", "settings_line", "default_state_dir", "socket_path_for", "preset_for_tests"]
+__all__ = ["Config", "load", "settings_line", "default_state_dir", "socket_path_for", "preset_for_tests", "DEFAULT_PORT",
+           "DEFAULT_API_PORT"]
+
+DEFAULT_PORT = 7654
+"""A box's node-to-node (mTLS) port unless ``cluster.json`` says another."""
+DEFAULT_API_PORT = DEFAULT_PORT + 1
+"""Its TLS API port (``floyd login HOST`` without a port) unless ``cluster.json`` says another."""
 
 ENV_PREFIX = "FLOYDD_"
 CONFIG_FILE = "floydd.toml"

@@ -1,6 +1,6 @@
 """``floyd top``: a Textual TUI over the daemon API (see :mod:`floydd.tui.app`).
 
 Only :mod:`floydd.client` (and :mod:`floydd.errors`, :mod:`floydd.config`,
-:func:`floydd.cli.common.connect`) is used to reach the daemon; nothing in the
+:func:`floydd.reach.connect`, :mod:`floydd.present`) is used to reach the daemon; nothing in the
 core imports this package, so ``floyd`` never loads Textual.
 """

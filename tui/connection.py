@@ -4,7 +4,7 @@
 keeps trying), and a daemon that comes back on another socket (the user's, or
 the system one) must be found again. :class:`Reconnecting` looks like a
 :class:`floydd.client.Client` to the poller and runs
-:func:`floydd.cli.common.connect` (never auto-starting a daemon) whenever it
+:func:`floydd.reach.connect` (never auto-starting a daemon) whenever it
 has no client, dropping the client again on :class:`~floydd.errors.Unavailable`.
 """
 
@@ -22,7 +22,7 @@ TIMEOUT = 5.0
 
 
 def _connect() -> Client:
-    from floydd.cli.common import connect
+    from floydd.reach import connect
 
     return connect(autostart=False)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from floydd.cli.common import human_bytes
+from floydd.present import human_bytes
 
 __all__ = ["human_bytes", "used_total", "duration", "job_seconds", "bar", "spark", "number",
            "level_style", "state_style", "health_style", "metric_summary", "STATE_STYLES"]

@@ -12,11 +12,11 @@ from pathlib import Path
 import click
 
 from floydd.cli.common import echo_json, fail, handle_errors
-from floydd.cli.clocks import clock_column, skew_warnings
 from floydd.client import Client
 from floydd.config import load
 from floydd.errors import Conflict, InvalidSpec, UserError
 from floydd.security.owned_dirs import claim_state_dir
+from floydd.present import clock_column, skew_warnings
 
 __all__ = ["init", "token", "join", "members", "leave", "remove", "recover"]
 
@@ -196,7 +196,7 @@ def join(state_dir, join_token, address, listen, advertise, seeds, api_listen) -
         split_address, write_settings
     from floydd.daemon.integrity import check_state
     from floydd.security.identity import NodeIdentity
-    from floydd.security.join import join as do_join
+    from floydd.cluster.net.join import join as do_join
     from floydd.security.tokens import parse_token
     config = _config(state_dir)
     api_listen = _api_listen(api_listen)

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import click
 
-from floydd.cli.common import connect, echo_json, fail, handle_errors, human_bytes
+from floydd.cli.common import connect, echo_json, fail, handle_errors
 from floydd.cli.exchange import export_options, write_export
 from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.model import check_upload_name
+from floydd.present import human_bytes
 
 __all__ = ["data"]
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import click
 
-from floydd.cli.common import connect, echo_json, fail, handle_errors, human_bytes, new_file
+from floydd.cli.common import connect, echo_json, fail, handle_errors, new_file
 from floydd.cli.progress import transfer_bar
+from floydd.present import human_bytes
 
 __all__ = ["export", "import_", "write_export", "KEY_ENV", "PASSPHRASE_ENV"]
 

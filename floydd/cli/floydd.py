@@ -13,12 +13,12 @@ import click
 import floydd
 from floydd.cli import cluster
 from floydd.cli.audit import make_audit
-from floydd.cli.clocks import clock_column, skew_warnings
 from floydd.cli.people import make_user
-from floydd.cli.common import echo_json, handle_errors, human_duration
+from floydd.cli.common import echo_json, handle_errors
 from floydd.client import Client
 from floydd.config import load
 from floydd.errors import Conflict, Unavailable
+from floydd.present import clock_column, human_duration, skew_warnings
 
 __all__ = ["main", "cli"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from floydd.cli import exits
-from floydd.cli.common import STALE, connect, echo_json, fail, handle_errors, human_duration
+from floydd.cli.common import STALE, connect, echo_json, fail, handle_errors
 from floydd.cli.policy import describe_policy
 from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.cli.table import cut, print_table
@@ -18,6 +18,7 @@ from floydd.cli.project import find_project, job_key
 from floydd.client import Client
 from floydd.errors import FloyddError, UserError
 from floydd.model import FINAL_STATES
+from floydd.present import human_duration
 
 __all__ = ["status", "info", "logs", "stop", "output", "clone", "delete", "compare", "follow_logs", "follow_to_end"]
 

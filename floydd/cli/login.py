@@ -20,107 +20,21 @@ again to pin anew).
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from floydd.cli.common import STALE, connect, echo_json, fail, handle_errors
 from floydd.cli.table import print_table
 from floydd.client import Client
-from floydd.daemon.cluster_files import DEFAULT_API_PORT
+from floydd.config import DEFAULT_API_PORT
 from floydd.errors import FloyddError, UserError
-
-if TYPE_CHECKING:
-    from floydd.security.boxpin import Pin
+from floydd.reach import Login, login_path, saved_login
+from floydd.reach import save_login as _save
 
 __all__ = ["Login", "saved_login", "login_path", "login", "logout", "whoami", "token"]
 
 _DURATIONS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-@dataclass(frozen=True)
-class Login:
-    """What ``floyd login`` keeps: where, the pinned CA, the token, who it speaks for, the box
-    pinned there (its node id; None: saved by an older floyd) and what it said of the lab."""
-
-    address: str
-    ca_pem: str
-    fingerprint: str
-    token: str
-    person: str
-    node_id: str | None = None
-    trust: dict = field(default_factory=dict)
-
-    def pin(self) -> Pin:
-        from floydd.security.boxpin import Pin, Trust
-        try:
-            trust = Trust.from_json(self.trust or {})
-        except ValueError:
-            trust = Trust()             # damaged lists: the node pin still holds; the box sends them again
-        return Pin(address=self.address, node_id=self.node_id, trust=trust)
-
-    def client(self, **kw) -> Client:
-        return Client(address=self.address, token=self.token, ca_pem=self.ca_pem.encode(), pin=self.pin(),
-                      on_pin=self._keep, **kw)
-
-    def _keep(self, pin: Pin, why: str) -> None:
-        """The pin changed while talking to the box: keep it (unless the login changed meanwhile)."""
-        if why == "adopted":
-            click.echo(f"floyd: your login to {self.address} was made by an older floyd, which pinned only the "
-                       f"cluster CA; it now pins the box that answered there, {pin.box} (node {pin.node_id}), "
-                       "and refuses any other (floyd login again to pin anew)", err=True)
-        try:
-            current = saved_login()
-        except UserError:
-            return
-        if current is None or (current.address, current.token) != (self.address, self.token):
-            return
-        if current.node_id not in (None, pin.node_id):
-            return
-        _save(replace(current, node_id=pin.node_id, trust=pin.trust.to_json()))
-
-
-def login_path() -> Path:
-    folder = os.environ.get("FLOYD_CONFIG_DIR")
-    if not folder:
-        import platformdirs
-        folder = platformdirs.user_config_dir("floyd")
-    return Path(folder).expanduser() / "login.json"
-
-
-def saved_login() -> Login | None:
-    """The login ``floyd login`` saved, or None; a damaged file is said, not ignored."""
-    path = login_path()
-    try:
-        data = json.loads(path.read_text())
-        node_id, trust = data.get("node_id"), data.get("trust") or {}
-        if not (node_id is None or isinstance(node_id, str)) or not isinstance(trust, dict):
-            raise TypeError("node_id or trust")
-        return Login(**{k: data[k] for k in ("address", "ca_pem", "fingerprint", "token", "person")},
-                     node_id=node_id, trust=trust)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise UserError(f"{path} is damaged ({type(exc).__name__}), so floyd does not know where you logged in",
-                        hint="floyd logout removes it; then floyd login HOST again") from None
-
-
-def _save(entry: Login) -> Path:
-    path = login_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(asdict(entry), f, indent=2)
-        f.write("\n")
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-    return path
 
 
 def _split(address: str) -> tuple[str, int]:

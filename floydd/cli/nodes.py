@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from floydd.cli.clocks import clock_column, skew_warnings
-from floydd.cli.common import STALE, connect, echo_json, handle_errors, human_bytes
+from floydd.cli.common import STALE, connect, echo_json, handle_errors
+from floydd.present import clock_column, human_bytes, skew_warnings
 
 __all__ = ["nodes"]
 

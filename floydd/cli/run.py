@@ -13,9 +13,8 @@ from floydd.cli.jobs import follow_to_end
 from floydd.cli.progress import transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.errors import FloyddError, InvalidSpec, Unavailable
-from floydd.jobs.gang import check_gang_command
 from floydd.cli.resources import CPU_HELP, MEMORY_HELP, OptionalCounts, resource_fields
-from floydd.model import Resources, check_max_runtime, check_mounts, check_params
+from floydd.model import Resources, check_gang_command, check_max_runtime, check_mounts, check_params
 
 __all__ = ["run", "restart"]
 

@@ -18,7 +18,7 @@ small API the rest of the daemon calls. The wiring (``floydd/daemon/control.py``
 
     (a box alone)    -> start(bootstrap=True)    (a one-voter cluster: leads at once, no listener)
     floydd init      -> start(bootstrap=True)
-    floydd join T    -> security.join(...) then start(join=[address], rejoin=True)
+    floydd join T    -> cluster.net.join(...) then start(join=[address], rejoin=True)
     (restart)        -> start()
     floydd recover   -> start(recover=True)      (loud warning; the others must join again)
     floydd leave     -> await service.leave()    (for good: also removed from the node table)

@@ -23,14 +23,13 @@ from pathlib import Path
 
 import psutil
 
+from floydd.config import DEFAULT_API_PORT, DEFAULT_PORT
 from floydd.errors import Conflict, UserError
 from floydd.model import FINAL_STATES
 
 __all__ = ["ClusterSettings", "read_settings", "write_settings", "split_address", "guess_address", "api_address",
            "DEFAULT_PORT", "DEFAULT_API_PORT", "install_store_secret", "check_can_join", "leave_own_cluster"]
 
-DEFAULT_PORT = 7654
-DEFAULT_API_PORT = DEFAULT_PORT + 1
 SETTINGS = "cluster.json"
 
 

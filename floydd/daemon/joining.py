@@ -50,7 +50,8 @@ from floydd.cluster.state.versions import at_least, check_joiner
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, UserError
 from floydd.security.ca import ClusterCA
 from floydd.security.identity import NodeIdentity
-from floydd.security.join import CA_PATH, JOIN_PATH, ca_handler, join_handler
+from floydd.cluster.net.join import ca_handler, join_handler
+from floydd.cluster.net.routes import CA_KEY_PATH, EPOCH_KEY_PATH, RENEW_PATH, TRUST_ROUTES, trust_routes
 from floydd.security.ratelimit import RateLimiter
 from floydd.security.tls import peer_node_id
 from floydd.security.tokens import TokenStore, new_token, secret_digest
@@ -59,11 +60,6 @@ __all__ = ["Trust", "CAHolder", "ClusterTokens", "CA_KEY_PATH", "RENEW_PATH", "E
 
 _log = log.cluster.getChild("trust")
 
-CA_KEY_PATH = "/cluster/v1/ca/key"
-RENEW_PATH = "/cluster/v1/certs/renew"
-EPOCH_KEY_PATH = "/cluster/v1/store/epoch-key"
-TRUST_ROUTES = frozenset({("GET", CA_PATH), ("POST", JOIN_PATH), ("POST", CA_KEY_PATH), ("POST", RENEW_PATH),
-                          ("POST", EPOCH_KEY_PATH)})
 _MAX_BODY = 64 * 1024
 
 
@@ -205,13 +201,11 @@ class Trust:
         return self.state_dir / "ca" / "tokens.db"
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.get(CA_PATH, ca_handler(self._ca_info)),
-                web.post(JOIN_PATH, join_handler(self.signing_ca, self.tokens, limiter=self.limiter,
-                                                 store_secret_provider=self._store_secret,
-                                                 admit=lambda protocol: check_joiner(self.service.state, protocol))),
-                web.post(CA_KEY_PATH, self._hand_over_key),
-                web.post(RENEW_PATH, self._renew),
-                web.post(EPOCH_KEY_PATH, self._hand_over_epoch_key)]
+        return trust_routes(ca=ca_handler(self._ca_info),
+                            join=join_handler(self.signing_ca, self.tokens, limiter=self.limiter,
+                                              store_secret_provider=self._store_secret,
+                                              admit=lambda protocol: check_joiner(self.service.state, protocol)),
+                            ca_key=self._hand_over_key, renew=self._renew, epoch_key=self._hand_over_epoch_key)
 
     def _ca_info(self) -> tuple[bytes, str, str]:
         ca = self.holder.get()

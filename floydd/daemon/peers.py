@@ -1,23 +1,9 @@
-"""The node-to-node API (``/cluster/v1``), all in one place: served with mutual TLS on ``listen``.
+"""The node-to-node app (``/cluster/v1``), served with mutual TLS on ``listen``.
 
-Every route but the two a joining box calls needs a node certificate of this cluster whose
-node has not been removed (:func:`~floydd.security.tls.require_peer_cert`). :data:`PEER_ROUTES`
-lists them; a test checks the app serves exactly these::
-
-    POST /cluster/v1/raft                          raft messages, in batches (the transport)
-    POST /cluster/v1/propose                       a command forwarded to the leader
-    POST /cluster/v1/read                          a linearizable read forwarded to the leader
-    POST /cluster/v1/snapshot                      the leader's snapshot, streamed in frames
-    GET  /cluster/v1/store/objects/{hex}           a sealed object of this node's store
-    GET  /cluster/v1/jobs/{project}/{number}/log   a job's log from an offset, run here
-    GET  /cluster/v1/jobs/{project}/{number}/metrics|events   its series and events
-    GET  /cluster/v1/ca                            the CA certificate (public: joining boxes)
-    POST /cluster/v1/join                          a join with a token (voters holding the CA key)
-    POST /cluster/v1/ca/key                        the CA key, to a current voter only
-    POST /cluster/v1/certs/renew                   a member's renewed certificate (voters)
-    POST /cluster/v1/store/epoch-key               a store key epoch's secret, to a member
-
-(the last five: :mod:`floydd.daemon.joining`)
+Its routes, each with its method, path and handler, are listed in one place:
+:mod:`floydd.cluster.net.routes` (:data:`~floydd.cluster.net.routes.PEER_ROUTES`); a test
+checks the app serves exactly those. Here: the app, and the job details only the box that ran
+a job has.
 
 These serve boxes, never people: a job's log, metrics and events, and store objects, go to
 the box a person asked, which has already asked :mod:`floydd.cluster.state.access` whether that
@@ -31,22 +17,16 @@ from typing import Any, Callable
 import msgpack
 from aiohttp import web
 
+from floydd.cluster.net.routes import PEER_ROUTES, job_detail_routes
 from floydd.cluster.replication.peerstore import store_routes
 from floydd.cluster.service import ClusterService
 from floydd.cluster.net.transport import MSGPACK, error_response
 from floydd.errors import FloyddError, NotFound, Unavailable, UserError
 from floydd.model import JobKey
-from floydd.daemon.joining import TRUST_ROUTES, Trust
+from floydd.daemon.joining import Trust
 from floydd.store import Store
 
 __all__ = ["peer_app", "PEER_ROUTES"]
-
-PEER_ROUTES = frozenset({
-    ("POST", "/cluster/v1/raft"), ("POST", "/cluster/v1/propose"), ("POST", "/cluster/v1/read"),
-    ("POST", "/cluster/v1/snapshot"),
-    ("GET", "/cluster/v1/store/objects/{hex}"), ("GET", "/cluster/v1/jobs/{project}/{number}/{what}"),
-}) | TRUST_ROUTES
-"""(method, path) of every node-to-node route."""
 
 
 def peer_app(service: ClusterService, *, store: Store, jobs: Callable[[], Any],
@@ -56,7 +36,7 @@ def peer_app(service: ClusterService, *, store: Store, jobs: Callable[[], Any],
     (``trust``; each route answers only where this node may: a voter holding the CA key)."""
     app = service.create_app()
     app.add_routes(store_routes(store))
-    app.add_routes([web.get("/cluster/v1/jobs/{project}/{number}/{what}", _job_detail(jobs))])
+    app.add_routes(job_detail_routes(_job_detail(jobs)))
     if trust is not None:
         app.add_routes(trust.routes())
     return app

@@ -27,90 +27,21 @@ four processes (:func:`single_box_command`). Any other command is left exactly a
 from __future__ import annotations
 
 import ipaddress
-import os
 import shlex
 import socket
 
-from floydd.errors import InvalidSpec
+from floydd.model.gangcommand import NPROC, OWNED, as_torchrun, check_gang_command, split_command, torchrun_options
 
 __all__ = ["check_gang_command", "torchrun_command", "single_box_command", "gang_env", "free_port",
            "interface_for"]
 
-_OWNED = {"--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port",
-          "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
-          "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf", "--standalone"}
-_NPROC = {"--nproc-per-node", "--nproc_per_node"}
-_HINT = 'write e.g. --nodes 2 "python train.py --lr 0.1": floydd runs it under torchrun on every box'
-
-
-def _split(command: str) -> list[str]:
-    try:
-        words = shlex.split(command)
-    except ValueError as exc:
-        raise InvalidSpec(f"the command cannot be split into words: {exc}", hint=_HINT) from None
-    if not words:
-        raise InvalidSpec("the command is empty", hint=_HINT)
-    return words
-
-
-def _is_python(word: str) -> bool:
-    name = os.path.basename(word)
-    return name in ("python", "python3") or (name.startswith("python3.") and name[8:].isdigit())
-
-
-def _torchrun_options(words: list[str]) -> list[str]:
-    """The options given to torchrun itself (before the script or ``-m``)."""
-    out = []
-    for word in words:
-        if word in ("-m", "--module", "--no-python", "--no_python") or not word.startswith("-"):
-            break
-        out.append(word.split("=", 1)[0])
-    return out
-
-
-def _as_torchrun(words: list[str]) -> tuple[list[str], list[str]] | None:
-    """(``torchrun`` or ``python -m torch.distributed.run``, what follows) when ``words``
-    already run torchrun; None otherwise."""
-    if words[:1] == ["torchrun"]:
-        return words[:1], words[1:]
-    if len(words) >= 3 and _is_python(words[0]) and words[1:3] == ["-m", "torch.distributed.run"]:
-        return words[:3], words[3:]
-    return None
-
-
-def check_gang_command(command: str) -> None:
-    """Refuse (InvalidSpec, with what to write instead) a command floydd cannot put under torchrun."""
-    words = _split(command)
-    head = words[0]
-    torchrun = _as_torchrun(words)
-    if torchrun is not None:
-        rest = torchrun[1]
-        owned = sorted(set(_torchrun_options(rest)) & _OWNED)
-        if owned:
-            raise InvalidSpec(f"a job over several boxes gets its rendezvous from floydd; leave out {', '.join(owned)}",
-                              hint=_HINT)
-        if not any(not w.startswith("-") for w in rest):
-            raise InvalidSpec("torchrun needs a script to run", hint=_HINT)
-        return
-    if not _is_python(head):
-        raise InvalidSpec(f"a job over several boxes runs its command under torchrun, so it must start with "
-                          f"python or torchrun, not {head!r}", hint=_HINT)
-    if len(words) < 2:
-        raise InvalidSpec("python needs a script to run", hint=_HINT)
-    if words[1].startswith("-") and words[1] != "-m":
-        raise InvalidSpec(f"python options such as {words[1]} do not pass through torchrun",
-                          hint="write python SCRIPT ... or python -m MODULE ...; set PYTHONUNBUFFERED etc. "
-                               "with --param")
-    if words[1] == "-m" and len(words) < 3:
-        raise InvalidSpec("python -m needs a module", hint=_HINT)
-
 
 def torchrun_command(command: str, *, nnodes: int, rank: int, nproc: int, host: str, port: int) -> str:
     """``command`` (checked by :func:`check_gang_command`) as part ``rank`` of the gang."""
-    words = _split(command)
+    words = split_command(command)
     ours = [f"--nnodes={nnodes}", f"--node-rank={rank}", f"--master-addr={host}", f"--master-port={port}"]
-    head, rest = _as_torchrun(words) or ([words[0], "-m", "torch.distributed.run"], words[1:])
-    if not set(_torchrun_options(rest)) & _NPROC:
+    head, rest = as_torchrun(words) or ([words[0], "-m", "torch.distributed.run"], words[1:])
+    if not set(torchrun_options(rest)) & NPROC:
         ours.append(f"--nproc-per-node={nproc}")
     return shlex.join(head + ours + rest)
 
@@ -119,16 +50,16 @@ def single_box_command(command: str, gpus: int) -> str | None:
     """A one-box torchrun command with ``--standalone`` and ``--nproc-per-node`` filled in,
     or None when ``command`` is not torchrun or already chooses its rendezvous."""
     try:
-        torchrun = _as_torchrun(shlex.split(command))
+        torchrun = as_torchrun(shlex.split(command))
     except ValueError:
         return None
     if torchrun is None:
         return None
     head, rest = torchrun
-    options = set(_torchrun_options(rest))
-    if options & _OWNED:
+    options = set(torchrun_options(rest))
+    if options & OWNED:
         return None
-    ours = ["--standalone"] + ([] if options & _NPROC else [f"--nproc-per-node={max(1, gpus)}"])
+    ours = ["--standalone"] + ([] if options & NPROC else [f"--nproc-per-node={max(1, gpus)}"])
     return shlex.join(head + ours + rest)
 
 

@@ -19,7 +19,8 @@ One module per concept, each importing only those above it:
 - ``restart``: restart policies and the durations they are written in;
 - ``spec``: the spec a job runs with and its stored form;
 - ``job``: a placed job's parts (where each runs, on which GPUs);
-- ``submission``: the request bodies that make a job (a submission, a restart's changes).
+- ``submission``: the request bodies that make a job (a submission, a restart's changes);
+- ``gangcommand``: what the command of a job over several boxes may be (torchrun's rendezvous is floydd's).
 
 Every name is imported from here (``from floydd.model import JobKey``), not from its module.
 """
@@ -43,6 +44,7 @@ from floydd.model.spec import RECORD_FIELDS, SPEC_FIELDS, JobSpec
 from floydd.model.job import JobPart
 from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
                                      Submission, check_max_runtime)
+from floydd.model.gangcommand import check_gang_command
 
 __all__ = [
     "STATES", "FINAL_STATES", "ACTIVE_STATES", "OPEN_STATES", "WAITING_STATES", "UNSUCCESSFUL_STATES", "RUN_OUTCOMES",
@@ -59,5 +61,5 @@ __all__ = [
     "MAX_RUNTIME", "check_max_runtime", "RECORD_FIELDS", "RestartPolicy", "RESTART_POLICIES",
     "DEFAULT_MAX_ATTEMPTS", "DEFAULT_RESTART", "DEFAULT_LOST_AFTER", "DEFAULT_ENV", "DEFAULT_MODE",
     "DEFAULT_CHECKPOINT_INTERVAL", "DEFAULT_STOP_GRACE", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "parse_duration",
-    "CODE_UPLOAD_PATTERN",
+    "CODE_UPLOAD_PATTERN", "check_gang_command",
 ]

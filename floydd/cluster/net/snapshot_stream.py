@@ -35,6 +35,7 @@ from floydd.cluster.net.wire import MSGPACK, SNAPSHOT_PATH
 from floydd.cluster.raft import InstallSnapshot, decode_message, encode_message
 from floydd.cluster.raft.errors import CodecError
 from floydd.unreachable import why
+from floydd.cluster.net.routes import SNAPSHOT_PATH
 from floydd.errors import FloyddError, InternalError, InvalidSpec, Unauthorized, Unavailable
 from floydd.security.tls import peer_node_id
 

@@ -49,6 +49,7 @@ from floydd import log
 from floydd.cluster.state import versions
 from floydd.cluster.net.inbound import Inbound
 from floydd.cluster.net.link import Receiver
+from floydd.cluster.net.routes import raft_routes
 from floydd.cluster.net.snapshot_stream import SnapshotStream
 from floydd.cluster.net.wire import (BY_STATUS, MSGPACK, PROPOSE_PATH, RAFT_PATH, READ_PATH, SNAPSHOT_PATH,
                                      error_from, error_response, protocol_middleware)
@@ -106,8 +107,9 @@ class Transport:
         return self._receiver
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post(RAFT_PATH, self.inbound.handle_raft), web.post(PROPOSE_PATH, self.inbound.handle_propose),
-                web.post(READ_PATH, self.inbound.handle_read), web.post(SNAPSHOT_PATH, self.snapshots.handle)]
+        """Raft and forwarding (:func:`floydd.cluster.net.routes.raft_routes`)."""
+        return raft_routes(raft=self.inbound.handle_raft, propose=self.inbound.handle_propose,
+                           read=self.inbound.handle_read, snapshot=self.snapshots.handle)
 
     def ssl_context(self, verify_node_id: bool) -> ssl.SSLContext:
         """Made on first use: a box alone (a cluster of one) has no certificate and no peers."""

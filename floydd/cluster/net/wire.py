@@ -17,16 +17,13 @@ from aiohttp import web
 from floydd import log
 from floydd.cluster.raft import ProposalDropped
 from floydd.cluster.state import versions
+from floydd.cluster.net.routes import PROPOSE_PATH, RAFT_PATH, READ_PATH, SNAPSHOT_PATH
 from floydd.errors import Conflict, FloyddError, InternalError, NotFound, Unauthorized, Unavailable, UserError, \
     from_payload
 
 __all__ = ["RAFT_PATH", "PROPOSE_PATH", "READ_PATH", "SNAPSHOT_PATH", "MSGPACK", "protocol_middleware",
            "error_response", "fail", "error_from", "BY_STATUS", "timeout_of"]
 
-RAFT_PATH = "/cluster/v1/raft"
-PROPOSE_PATH = "/cluster/v1/propose"
-READ_PATH = "/cluster/v1/read"
-SNAPSHOT_PATH = "/cluster/v1/snapshot"
 MSGPACK = "application/msgpack"
 
 

@@ -36,6 +36,7 @@ from typing import Callable, Iterable, Protocol
 from aiohttp import web
 
 from floydd import log
+from floydd.cluster.net.routes import OBJECTS_PATH, object_routes
 from floydd.cluster.net.transport import error_response
 from floydd.errors import FloyddError, IntegrityError, NotFound, Unavailable
 from floydd.store.catalog import UPLOAD_LEASE_S
@@ -46,7 +47,6 @@ from floydd.store.tree import Tree
 
 __all__ = ["store_routes", "fetch_tree", "fetch_manifest", "fetch_objects", "OBJECTS_PATH", "FETCH_CONCURRENCY"]
 
-OBJECTS_PATH = "/cluster/v1/store/objects/"
 FETCH_CONCURRENCY = 4
 """Objects fetched at the same time by one :func:`fetch_tree`."""
 
@@ -72,7 +72,7 @@ def store_routes(store: Store) -> list[web.RouteDef]:
             return error_response(exc)
         return web.Response(body=data, content_type="application/octet-stream")
 
-    return [web.get(OBJECTS_PATH + "{hex}", get_object)]
+    return object_routes(get_object)
 
 
 async def fetch_tree(store: Store, tree: str, sources: Iterable[str], transport: Fetcher, *,

@@ -18,7 +18,7 @@ from floydd.cluster.state import versions
 from floydd.daemon.joining import CA_KEY_PATH, Trust
 from floydd.errors import Unauthorized
 from floydd.security.identity import NodeIdentity
-from floydd.security.join import join
+from floydd.cluster.net.join import join
 from floydd.security.tls import client_context
 
 SECRET = os.urandom(32)

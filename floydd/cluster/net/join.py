@@ -40,6 +40,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
+from floydd.cluster.net import routes
+from floydd.cluster.net.routes import CA_PATH, JOIN_PATH
 from floydd.cluster.state.versions import HEADER, PROTOCOL
 from floydd.unreachable import cannot_reach
 from floydd.errors import (Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, Unavailable, UserError,
@@ -55,8 +57,6 @@ __all__ = ["JoinResult", "JoinedNode", "JoinTokens", "StoreTokens", "join", "fet
 
 log = logging.getLogger("floydd.security")
 
-JOIN_PATH = "/cluster/v1/join"
-CA_PATH = "/cluster/v1/ca"
 _MAX_BODY = 64 * 1024
 
 
@@ -275,7 +275,7 @@ def join_handler(ca: ClusterCA | CAProvider, tokens: TokenStore | JoinTokens, *,
 
 def join_routes(ca: ClusterCA, tokens: TokenStore | JoinTokens, **kwargs: Any) -> list[web.RouteDef]:
     """Both routes a CA-holding node serves to joining boxes; ``kwargs`` go to :func:`join_handler`."""
-    return [web.get(CA_PATH, ca_handler(ca)), web.post(JOIN_PATH, join_handler(ca, tokens, **kwargs))]
+    return routes.join_routes(ca=ca_handler(ca), join=join_handler(ca, tokens, **kwargs))
 
 
 def _shown(text: str) -> str:
