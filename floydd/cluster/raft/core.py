@@ -19,7 +19,7 @@ The public calls are :meth:`campaign`, :meth:`propose`, :meth:`propose_conf_chan
 :meth:`report_unreachable`, :meth:`report_snapshot` and :meth:`status`. The node holds
 the raft state (term, vote, role, log, tracker, outbox) and the follower's side; two parts,
 given the log, tracker and config in their constructors, do the rest: ``replication``, the
-leader's half (:mod:`floydd.cluster.raft.replication`), and ``elections``
+leader's half (:mod:`floydd.cluster.raft.leading`), and ``elections``
 (:mod:`floydd.cluster.raft.election`).
 """
 
@@ -39,7 +39,7 @@ from .messages import (AppendEntries, AppendResponse, Entry, EntryKind, HardStat
 from .progress import ProgressState
 from .readonly import ReadOnly
 from .ready import PeerStatus, Ready, Role, SoftState, Status
-from .replication import Replication
+from .leading import Replication
 from .storage import DurableState
 from .tracker import Tracker
 
