@@ -181,7 +181,7 @@ async def test_recover_turns_a_survivor_into_a_new_one_node_cluster_loudly(clust
     assert keys in (["k0", "k1", "k2", "stuck", "after-recover"], ["k0", "k1", "k2", "after-recover"])
     assert job["id"] == f"m/{len(keys)}"
     assert set(survivor.service.state.removed) == {n.id for n in nodes[1:]}
-    assert not survivor.service.is_member_cert(nodes[1].id)
+    assert not survivor.service.listener.is_member_cert(nodes[1].id)
 
 
 async def test_a_node_that_left_for_good_is_refused(cluster):
