@@ -44,14 +44,15 @@ from floydd.cluster.replication.codecopies import likely_sources
 from floydd.cluster.driver.loop import Applied
 from floydd.cluster.replication.replicas import Liveness, ranked_sources
 from floydd.cluster.service import ClusterService
-from floydd.errors import Conflict, FloyddError, Unavailable
+from floydd.errors import Conflict, FloyddError
 from floydd.jobs.decide import (GIVEN_UP, Action, EndLocal, Local, Report, ReportFinal, ReportProgress, Start,
                                 Stop, call_off, decide, part_of, unsettled)
 from floydd.jobs.checkpoints import Checkpoints
-from floydd.jobs.gang import free_port, gang_env, interface_for, single_box_command, torchrun_command
+from floydd.jobs.gang import single_box_command
+from floydd.jobs.rendezvous import gang_part
 from floydd.scheduler.placer import REPORT_TIMEOUT, every_second_or_sooner
 from floydd.jobs.local import LocalJobs, code_pin
-from floydd.model import ACTIVE_STATES, DEFAULT_CHECKPOINT_INTERVAL, RECORD_FIELDS, DatasetRef, JobKey, JobPart
+from floydd.model import ACTIVE_STATES, DEFAULT_CHECKPOINT_INTERVAL, RECORD_FIELDS, DatasetRef, JobKey
 from floydd.runtime import fence
 from floydd.runtime import NodeRuntime
 from floydd.store import ObjectId, Store
@@ -208,7 +209,7 @@ class Reconciler:
             part = part_of(job, self.node_id)
             command, env = single_box_command(spec["command"], len(part.gpu_ids)), None
             if part.rank is not None:
-                command, env = await self._gang_part(job, part)
+                command, env = await gang_part(self.cluster, job, part, lambda: self.job_changed)
                 if command is None:
                     await asyncio.to_thread(self.local.end_unstarted, key, "stopped",
                                             "the job ended or was stopped before this part started")
@@ -246,52 +247,6 @@ class Reconciler:
                 project, number = JobKey.parse(key)
                 if self.runtime.request_stop(project, number, why):
                     _log.info("%s: its start here is called off: %s", key, why)
-
-    async def _gang_part(self, job: dict, part: JobPart) -> tuple[str | None, dict | None]:
-        """This part's torchrun command and environment, once the rendezvous is committed."""
-        spec = job["spec"]
-        endpoint = await self._rendezvous(job, part.rank)
-        if endpoint is None:
-            return None, None
-        host, _, port = endpoint.rpartition(":")
-        nnodes = len(job["parts"])
-        command = torchrun_command(spec["command"], nnodes=nnodes, rank=part.rank,
-                                   nproc=max(1, len(part.gpu_ids)), host=host, port=int(port))
-        mine = self.cluster.state.nodes[self.node_id]["address"]
-        env = gang_env(nnodes=nnodes, rank=part.rank, host=host, port=int(port),
-                       ifname=await asyncio.to_thread(interface_for, mine))
-        for name in spec.get("params") or {}:       # the job's own choice wins
-            env.pop(name, None)
-        return command, env
-
-    async def _rendezvous(self, job: dict, rank: int) -> str | None:
-        """The gang's ``host:port``: rank 0 picks a free port on this box and commits it;
-        the other ranks wait until it is committed. None when the attempt is over first."""
-        key = job["id"]
-        endpoint = None
-        if rank == 0 and not job.get("endpoint"):
-            host = self.cluster.state.nodes[self.node_id]["address"]
-            endpoint = f"{host}:{await asyncio.to_thread(free_port)}"
-        while True:
-            changed = self.job_changed
-            current = self.cluster.state.jobs.get(key)
-            if current is None or current["attempts"] != job["attempts"] or current["state"] not in ACTIVE_STATES \
-                    or current["stop_requested"]:
-                return None
-            if current.get("endpoint"):
-                return current["endpoint"]
-            if endpoint is not None:
-                try:                                 # retried through a change of leader
-                    await self.cluster.update_job(key, attempt=job["attempts"], node=self.node_id, rank=0,
-                                                  endpoint=endpoint, timeout=REPORT_TIMEOUT)
-                    endpoint = None                  # committed: wait below until it is applied here
-                    continue
-                except Unavailable as exc:
-                    _log.info("committing the rendezvous of %s: %s (trying again)", key, exc)
-            try:
-                await asyncio.wait_for(changed.wait(), 1.0)
-            except asyncio.TimeoutError:
-                pass
 
     async def _fetch_inputs(self, job: dict) -> None:
         spec = job["spec"]

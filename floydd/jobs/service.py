@@ -33,11 +33,10 @@ the box it was submitted from is gone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import msgpack
 
@@ -48,42 +47,25 @@ from floydd.cluster.state.authz import check_job_owner
 from floydd.cluster.replication.codecopies import CodeCopies, likely_sources
 from floydd.cluster.replication.datasets import ClusterDatasets
 from floydd.cluster.service import ClusterService
-from floydd.errors import Conflict, FloyddError, NotFound, StoreFull, TooMany, Unavailable, UserError
+from floydd.errors import Conflict, NotFound, Unavailable, UserError
+from floydd.jobs.adopting import adopt_queued_history, reserve_history_numbers
 from floydd.jobs.codesnap import CodeUploads, snapshot_code
-from floydd.jobs.gang import check_gang_command
+from floydd.jobs.admission import Admission
 from floydd.scheduler.placer import ClusterScheduler
 from floydd.jobs.local import LocalJobs, code_pin, output_ref
 from floydd.jobs.reconcile import FetchTree, Reconciler
+from floydd.jobs.views import job_view
 from floydd.jobs.waiting import WaitingReasons
-from floydd.model import (DEFAULT_LOST_AFTER, FINAL_STATES, SPEC_FIELDS, JobKey, JobSpec, Mount, Resources, Restart,
-                          Submission, check_project, format_size)
+from floydd.model import DEFAULT_LOST_AFTER, FINAL_STATES, JobKey, Mount, Restart, Submission, check_project
 from floydd.records import Records
 from floydd.runtime import NodeRuntime
 from floydd.runtime.sandboxing import Sandboxing
-from floydd.scheduler import unplaceable
 from floydd.store import ObjectId, Store
 from floydd.tasks import cancel_and_wait
 
-__all__ = ["JobService", "job_view"]
+__all__ = ["JobService"]
 
 _log = log.scheduler.getChild("jobs")
-_JOB_FIELDS = ("id", "project", "number", "state", "reason", "waiting_for", "created", "started", "ended",
-               "gpus", "exit_code", "output_version", "attempts", "stop_requested", "user", "origin", "endpoint",
-               "unknown_since", "imported")
-
-
-def job_view(job: dict, node_names: dict[str, str]) -> dict:
-    """A replicated job in the shape of a local job record (what the API and CLI show)."""
-    view = {name: job["spec"].get(name) for name in SPEC_FIELDS}
-    view.update({name: job.get(name) for name in _JOB_FIELDS})
-    view.update(node=node_names.get(job["node"], job["node"] or ""), node_id=job["node"],
-                metrics=dict(job["summary"].get("metrics") or {}), workspace="", agent_pid=None,
-                latest=None, attempt=job["attempts"], reruns=job.get("reruns") or 0,
-                archived=job.get("archived_at") is not None,
-                parts=[{**part, "node": node_names.get(part["node"], part["node"]), "node_id": part["node"]}
-                       for part in job.get("parts") or ()], history=False)
-    view["data"] = view["data"] or []
-    return view
 
 
 class JobService:
@@ -101,6 +83,9 @@ class JobService:
                                      checkpoint_interval=config.checkpoint_interval)
         self.scheduler = ClusterScheduler(cluster, lost_after=lost_after, ages=cluster.heard_ages)   # monotonic
         self.waiting = WaitingReasons(cluster, self.scheduler)
+        self.admission = Admission(config=config, cluster=cluster, datasets=datasets, runtime=runtime,
+                                   scheduler=self.scheduler, clock=clock)
+        """What a submit is refused for before it is committed."""
         self.code = CodeCopies(cluster, store, replicas=datasets.replicas, grace=datasets.grace,
                                copy_wait=config.code_copy_wait, has_tree=self.local.has_tree)
         """Every job's code kept on R boxes like a dataset version (issue 21)."""
@@ -110,7 +95,6 @@ class JobService:
         """Who reads what a job made through this box (:mod:`floydd.cluster.state.access`)."""
         cluster.on_apply(self._on_apply)
         self._ended = asyncio.Condition()            # a run of this node ended (history waits)
-        self._submitting: dict[str, int] = {}        # person -> submits checked here and not yet committed
         self._tasks: set[asyncio.Task] = set()
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -122,10 +106,10 @@ class JobService:
 
     async def start(self) -> None:
         await self.runtime.reattach()
-        await self._adopt_queued_history()
+        await adopt_queued_history(self.cluster, self.local.records, self.node_id)
         self.code.start()
         self.reconciler.start()
-        for name, loop in (("lead", self.scheduler.run), ("reserve", self._reserve_history_numbers)):
+        for name, loop in (("lead", self.scheduler.run), ("reserve", lambda: reserve_history_numbers(self.cluster, self.local.records))):
             task = asyncio.create_task(loop(), name=f"floydd.jobs.{name}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -149,31 +133,8 @@ class JobService:
     # -- submission ------------------------------------------------------------------------------
 
     async def check(self, submission: Submission, *, user: str = "") -> tuple[Submission, list[Mount], Sandboxing]:
-        """Everything :meth:`submit` refuses a job for before it looks at the code: no sandbox
-        where one is required, a gang command torchrun cannot run, data ``user`` may not mount,
-        resources no box has, a full disk. Answers the submission with this box's defaults, the
-        mounts pinned to versions and the sandboxing in force. A client sending its code from
-        another machine asks this first (``POST /v1/jobs/check``), so a refusal costs no upload."""
-        sandboxing = await asyncio.to_thread(lambda: self.runtime.sandboxing)
-        sandboxing.check()   # sandbox = require and no working bwrap: refused here, said plainly
-        submission = submission.with_defaults(cpus=self.config.job_cpus, memory=self.config.job_memory_bytes)
-        resources = submission.resources
-        if resources.nodes > 1:
-            check_gang_command(submission.command)
-        if (cut_off := self.cluster.leader_unreachable()) is not None:
-            raise cut_off   # issue 21: said first; a cut-off box's stale view of the others says "no healthy node"
-        mounts = []
-        for item in submission.mounts:         # floydd.cluster.state.access: someone else's private data or output refused
-            version = await self.datasets.resolve_readable(item.ref, user, "mount")
-            mounts.append(Mount(ref=version["ref"], tree=version["tree"], mount=item.mount))
-        self._check_placeable(resources)
-        self._check_queue(user, submission.idem_key)
-        # what the runtime freed is for recording and cleaning up; look again (one statvfs) so
-        # space freed a moment ago counts at once
-        if self.runtime.disk.full and await asyncio.to_thread(self.runtime.disk.check):
-            raise StoreFull(f"{self.runtime.disk.why()}: no new job until there is room",
-                            hint="free space: floyd delete an old job, floyd data delete NAME, then floyd data gc")
-        return submission, mounts, sandboxing
+        """What :meth:`submit` refuses before it looks at the code (:meth:`~floydd.jobs.admission.Admission.check`)."""
+        return await self.admission.check(submission, user=user)
 
     async def submit(self, submission: Submission, *, user: str = "", code_tree: str | None = None) -> dict:
         """Check, snapshot the code here, pin the data versions, commit; the job as committed.
@@ -192,7 +153,7 @@ class JobService:
         spec = submission.spec(code_tree=code_tree, data=tuple(mounts)).to_dict()
         held = await asyncio.to_thread(self.code.has_tree, code_tree)   # its first copy, listed with the job
         try:
-            with self._queue_slot(user, submission.idem_key):    # counted with the queue until committed
+            with self.admission.queue_slot(user, submission.idem_key):    # counted with the queue until committed
                 job = await self.cluster.submit_job(spec, submission.idem_key or uuid.uuid4().hex,
                                                     project=submission.project, user=user, code_held=held)
         except Unavailable as exc:
@@ -212,55 +173,6 @@ class JobService:
         if warnings:             # floyd run prints them on stderr, every time
             view["warnings"] = warnings
         return view
-
-    @contextlib.contextmanager
-    def _queue_slot(self, user: str, idem_key: str | None) -> Iterator[None]:
-        """Check ``user``'s queue (:meth:`_check_queue`) and count this submit with it until it is
-        committed or refused, so that many submits at once cannot all pass the same count."""
-        self._check_queue(user, idem_key)
-        self._submitting[user] = self._submitting.get(user, 0) + 1
-        try:
-            yield
-        finally:
-            self._submitting[user] -= 1
-            if not self._submitting[user]:
-                del self._submitting[user]
-
-    def _check_queue(self, user: str, idem_key: str | None) -> None:
-        """Refuse a submit past ``max_queued_per_person``: ``user``'s queued jobs in the replicated
-        state plus those being submitted through this box (issue 20: 200 submits in 4 s were all
-        taken). Checked here, at the edge, not on apply: the limit is this box's setting, not
-        replicated state; each box counts the whole cluster's queue, so a person's flood through
-        boxes at once overshoots by at most what is in flight on the others. A retry of a job
-        already taken (its idempotency key) is never refused."""
-        limit = self.config.max_queued_per_person
-        state = self.cluster.state
-        if not limit or (idem_key and idem_key in state.idem):
-            return
-        queued = sum(1 for job in state.jobs.values() if job["state"] == "queued" and job.get("user", "") == user)
-        queued += self._submitting.get(user, 0)
-        if queued >= limit:
-            who = user or "this caller"
-            raise TooMany(f"{who} has {queued:,} jobs queued, the lab's limit for one person "
-                          f"(max_queued_per_person = {limit:,}); this job was not submitted",
-                          hint="wait for some to start or stop some: floyd stop PROJECT/N "
-                               "(floyd status --all --mine lists them)", code="too_many_queued")
-
-    def _check_placeable(self, resources: Resources) -> None:
-        """Refuse a job no node could ever hold (not one that only has to wait)."""
-        gpus, nodes = resources.gpu_count, resources.nodes
-        why = unplaceable(list(self.scheduler.snapshots(self._clock()).values()), gpus, nodes,
-                          resources.cpu_milli, resources.memory)
-        if why:
-            flags = [f"--gpu {gpus}" if gpus else "", f"--cpu {resources.cpus:g}" if resources.cpus else "",
-                     f"--memory {format_size(resources.memory).replace(' ', '')}" if resources.memory else "",
-                     f"--nodes {nodes}" if nodes > 1 else ""]
-            asked = " ".join(flag for flag in flags if flag) or "these resources"
-            hint = "use --cpu, or fewer GPUs, cores, memory or nodes (floyd nodes lists what every node has)"
-            if nodes > len(self.cluster.state.nodes):
-                hint = ("join other boxes first (floydd token create, then floydd join on each; "
-                        "docs/operations.md), or ask for fewer --nodes")
-            raise UserError(f"cannot run with {asked}: {why}", hint=hint, code="no_such_resources")
 
     async def restart(self, key: str, changes: Restart, *, user: str = "") -> dict:
         """A new job from ``key`` (with ``changes``), for its owner or an admin (authz)."""
@@ -469,35 +381,6 @@ class JobService:
             except NotFound:
                 pass
         return job
-
-    async def _adopt_queued_history(self) -> None:
-        """Jobs this node queued before it had a control plane (the release before: a lone box
-        kept its queue in its records) enter the cluster's queue under their own numbers."""
-        queued = [j for j in await asyncio.to_thread(self.local.records.list_jobs, None, ["queued"])
-                  if j.get("attempt", 0) == 0]
-        for record in sorted(queued, key=lambda j: (j["created"] or 0, j["number"])):
-            key = JobKey(record["project"], record["number"])
-            spec = JobSpec.from_dict(record).to_dict()
-            try:
-                await self.cluster.submit_job(spec, f"adopted:{self.node_id}:{key}", project=key.project,
-                                              user=record.get("user") or "", number=key.number)
-            except FloyddError as exc:              # it stays queued here; tried again at the next start
-                _log.warning("job %s stays in this box's old queue for now: %s", key, exc)
-                continue
-            await asyncio.to_thread(self.local.records.delete_job, key.project, key.number)
-            _log.info("job %s, queued before this box had a control plane, is in the cluster's queue", key)
-
-    async def _reserve_history_numbers(self) -> None:
-        """Have the cluster number new jobs above this node's history (once, retried)."""
-        projects = await asyncio.to_thread(self.local.records.list_projects)
-        for project in projects:
-            while project["last_number"] > self.cluster.state.counters.get(project["name"], 0):
-                try:
-                    await self.cluster.reserve_numbers(project["name"], project["last_number"])
-                except FloyddError as exc:
-                    _log.debug("reserving job numbers of %s: %s", project["name"], exc)
-                    await asyncio.sleep(1.0)
-
 
 def _newest(job: dict) -> tuple:
     return job.get("created") or 0, job["number"]

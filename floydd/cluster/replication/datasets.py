@@ -24,7 +24,7 @@ of the heartbeats' ages::
        (``store_watch``: :class:`floydd.runtime.disk.StoreWatch`) says so in a heartbeat at
        once; every node then passes this box over (:mod:`floydd.scheduler.storehealth`) and the
        next one in the order takes the copy
-    a copy that fails here PASS_AFTER times otherwise (the holders cannot be reached from
+    a copy that fails here PASS_AFTER (:mod:`floydd.cluster.replication.following`) times otherwise (the holders cannot be reached from
        here, say) -> dataset.holders holds=False failed=why (level 3): every node passes this
        box over for that version for a while, and the next one in the order takes it
     the leader, on any of the above, for a version with more than R copies that count
@@ -48,12 +48,10 @@ from typing import Any, Callable, Iterable
 from floydd import log
 from floydd.cluster.state import access
 from floydd.cluster.state.access import ReadRules
-from floydd.cluster.driver.loop import Applied
 from floydd.cluster.replication.peerstore import fetch_manifest, fetch_tree
-from floydd.cluster.replication.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, refused, silent
-from floydd.scheduler.storehealth import trouble
+from floydd.cluster.replication.following import Follower
+from floydd.cluster.replication.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
 from floydd.cluster.replication.trimming import Trimmer
-from floydd.cluster.state.versions import at_least
 from floydd.errors import Conflict, FloyddError, NotFound
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
 from floydd.store.ids import ObjectId
@@ -68,8 +66,6 @@ DEFAULT_GRACE = 300.0
 """Seconds a holder may stay silent before its copies stop counting (``replica_grace``)."""
 DEFAULT_COPY_WAIT = 60.0
 """Seconds an upload waits for R copies before it answers with fewer (``dataset_copy_wait``)."""
-PASS_AFTER = 3
-"""Failed attempts at a copy (not the store's fault) after which a box passes it to the next."""
 _PUBLIC = ("name", "version", "ref", "tree", "created", "size", "files", "message", "holders", "owner", "visibility")
 
 _log = log.cluster.getChild("datasets")
@@ -95,14 +91,12 @@ class ClusterDatasets:
         self.copy_wait = copy_wait
         self._clock = clock
         self._holders_changed = asyncio.Event()
-        self._windows: tuple[frozenset, ...] | None = None
         self._retry, self._attempts = retry, attempts
-        self._replicating: dict[tuple[str, int], asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
         self._catalog_lock = asyncio.Lock()     # mirrors and drops of the local catalog, in order
-        self._statuses: dict[str, tuple[str, str]] = {}
         self._trimmer = Trimmer(self)
-        self._polled = 0.0
+        self._follower = Follower(self)
+        self._replicating = self._follower.replicating      # the copies under way (tests wait on it)
         self._closed = False
 
     @property
@@ -111,9 +105,9 @@ class ClusterDatasets:
 
     def start(self) -> None:
         """Follow committed entries from now on, and catch up with the state as it is."""
-        self.cluster.on_apply(self._on_apply)
-        self._scan(repair=True)
-        self._spawn(self._watch(), f"datasets-watch-{self.node_id[:6]}")
+        self.cluster.on_apply(self._follower.on_apply)
+        self._follower.scan(repair=True)
+        self._spawn(self._follower.watch(), f"datasets-watch-{self.node_id[:6]}")
 
     async def close(self) -> None:
         self._closed = True
@@ -281,153 +275,7 @@ class ClusterDatasets:
             _log.info("[%s] imported %s into the cluster as %s%s", self.node_id, v.ref, added["ref"], renumbered)
         return imported
 
-    # -- following the log ---------------------------------------------------------------------
-
-    def _on_apply(self, event: Applied) -> None:
-        if self._closed:
-            return
-        if event.restored:
-            self._scan(repair=True)
-            return
-        cmd = event.command
-        if cmd is None or event.error is not None:
-            return
-        op = cmd["op"]
-        if op == "dataset.add_version":
-            self._check(event.result["name"], event.result["version"])
-        elif op == "dataset.holders":
-            self._holders_changed.set()
-            self._holders_changed = asyncio.Event()
-            if not cmd["holds"] and cmd["node"] == self.node_id and "failed" not in cmd:
-                self._trimmed(cmd["name"], cmd["version"])
-            self._check(cmd["name"], cmd["version"])
-        elif op == "dataset.delete":
-            self._dropped(cmd["name"], cmd.get("version"))
-        elif op == "node.remove":
-            if self.cluster.is_leader:      # its copies are gone with it: say so, which re-replicates
-                self._spawn(self._forget_holder(cmd["id"]), f"datasets-forget-holder-{cmd['id'][:6]}")
-            self._scan()
-        elif op == "node.upsert":
-            self._scan()
-        elif op == "node.health" and \
-                self._statuses.get(cmd["id"]) != _standing(self.cluster.state.nodes.get(cmd["id"])):
-            self._scan()
-
-    async def _watch(self) -> None:
-        """Scan again whenever a node crosses a window (a holder's grace, a taker's
-        freshness) without an entry saying so: a crash is silence, not a command."""
-        period = max(0.05, min(1.0, self.grace / 4, self.cluster.config.stale_after / 4))   # O(nodes) a look
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(period)
-            if self.store_watch is not None and loop.time() - self._polled >= 1.0:
-                self._polled = loop.time()
-                if await asyncio.to_thread(self.store_watch.poll):      # full, failing, or well again
-                    _log.info("[%s] this box's store: %s", self.node_id,
-                              self.store_watch.report()["why"] or "takes new data again")
-                    self.cluster.beat_soon()
-            live, nodes = self.liveness(), self.cluster.state.nodes
-            windows = (frozenset(n for n, node in nodes.items() if live.holds(node)),
-                       frozenset(n for n, node in nodes.items() if live.takes(node)),
-                       frozenset((name, v["version"], n) for name, d in self.cluster.state.datasets.items()
-                                 for v in d["versions"].values() if "refused" in v for n in refused(v, live)))
-            if windows != self._windows:
-                if self._windows is not None:
-                    _log.info("[%s] copies counted on %d nodes, %d may take copies: checking every version",
-                              self.node_id, len(windows[0]), len(windows[1]))
-                self._windows = windows
-                self._scan()
-
-    def _scan(self, *, repair: bool = False) -> None:
-        """Check every version; ``repair`` also re-mirrors versions this node holds (after a
-        restart or a restored snapshot the local catalog may lag behind the state)."""
-        state = self.cluster.state
-        self._statuses = {nid: _standing(n) for nid, n in state.nodes.items()}
-        for name, dataset in state.datasets.items():
-            for version in dataset["versions"].values():
-                if repair and self.node_id in version["holders"]:
-                    self._replicate_soon(name, version["version"])
-                else:
-                    self._check(name, version["version"])
-        if repair:
-            self._spawn(self._forget_deleted(), f"datasets-forget-{self.node_id[:6]}")
-
-    def _check(self, name: str, number: int) -> None:
-        version = self._version(name, number)
-        if version is not None and self.node_id in choose_replicas(self.cluster.state.nodes, version,
-                                                                   self.replicas, self.liveness()):
-            self._replicate_soon(name, number)
-        if version is not None:
-            self._trimmer.check(version)
-
-    def _trimmed(self, name: str, number: int) -> None:
-        """The leader dropped this node's copy of ``name:number`` (one too many): drop the mirror."""
-        version = self._version(name, number)
-        if version is None or self.node_id in version["holders"]:
-            return
-        task = self._replicating.get((name, number))
-        if task is not None:
-            task.cancel()
-        self._spawn(self._drop_local(name, [number]), f"datasets-drop-{name}:{number}")
-
-    def _replicate_soon(self, name: str, number: int) -> None:
-        key = (name, number)
-        if key in self._replicating or self._closed:
-            return
-        task = asyncio.create_task(self._replicate(name, number), name=f"datasets-replicate-{name}:{number}")
-        self._replicating[key] = task
-        task.add_done_callback(lambda t: self._replicating.pop(key, None) if self._replicating.get(key) is t
-                               else None)
-
-    async def _replicate(self, name: str, number: int) -> None:
-        """Fetch, mirror, then tell the cluster this node holds it (each step re-checked)."""
-        delay = self._retry[0]
-        for attempt in range(1, self._attempts + 1):
-            version = self._version(name, number)
-            if version is None:
-                return
-            holder = self.node_id in version["holders"]
-            if not holder and self.node_id not in choose_replicas(self.cluster.state.nodes, version,
-                                                                  self.replicas, self.liveness()):
-                return
-            try:
-                fetched = 0
-                if not await asyncio.to_thread(self._mirrored, version):   # else fetched before a restart
-                    fetched = await self.ensure_local(version["tree"], version["holders"])
-                    if not await self._mirror(version):
-                        return
-                if self.store_watch is not None and fetched:
-                    self.store_watch.succeeded()
-                if not holder:
-                    await self.cluster.set_dataset_holder(name, number, holds=True)
-                    _log.info("[%s] now holds %s:%d (%d bytes fetched)", self.node_id, name, number, fetched)
-                return
-            except (FloyddError, OSError) as exc:
-                said = self.store_watch is not None and self.store_watch.failed(exc)
-                _log.warning("[%s] keeping a copy of %s:%d failed (attempt %d of %d): %s%s", self.node_id,
-                             name, number, attempt, self._attempts, getattr(exc, "message", None) or exc,
-                             "; this box takes no new copies until its store recovers" if said else "")
-                if said:            # a heartbeat says so now: the next box in the order takes the copy
-                    await asyncio.to_thread(self.store_watch.poll)
-                    self.cluster.beat_soon()
-                elif attempt >= PASS_AFTER and not holder and await self._pass(name, number, exc):
-                    return
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, self._retry[1])
-
-    async def _pass(self, name: str, number: int, exc: BaseException) -> bool:
-        """Say in the version that this box could not keep a copy (level 3), so the next box in
-        the order takes it (:func:`~floydd.cluster.replication.replicas.refused`); whether it was said."""
-        if not at_least(self.cluster.state, 3):
-            return False
-        why = str(getattr(exc, "message", None) or exc)
-        try:
-            await self.cluster.set_dataset_holder(name, number, holds=False, failed=why)
-        except FloyddError as said:
-            _log.info("[%s] saying that %s:%d could not be kept here: %s", self.node_id, name, number, said)
-            return False
-        _log.warning("[%s] passing the copy of %s:%d to the next box: %s", self.node_id, name, number, why)
-        return True
+    # -- the local catalog ---------------------------------------------------------------------
 
     async def _mirror(self, version: dict, *, committed: bool = False) -> bool:
         """Add ``version`` to the local catalog (idempotent); False if the cluster deleted it
@@ -445,14 +293,6 @@ class ClusterDatasets:
                 await asyncio.to_thread(self.store.catalog.pin, tree, _pin(name, number))
         return True
 
-    def _dropped(self, name: str, number: int | None) -> None:
-        for key, task in list(self._replicating.items()):
-            if key[0] == name and (number is None or key[1] == number):
-                task.cancel()
-        numbers = [number] if number is not None else \
-            list(range(1, self.cluster.state.datasets.get(name, {}).get("next", 1)))
-        self._spawn(self._drop_local(name, numbers, whole=number is None), f"datasets-drop-{name}")
-
     async def _drop_local(self, name: str, numbers: list[int], *, whole: bool = False) -> None:
         catalog = self.store.catalog
 
@@ -466,17 +306,6 @@ class ClusterDatasets:
         async with self._catalog_lock:
             await asyncio.to_thread(drop)
         _log.info("[%s] dropped the local copy of %s%s", self.node_id, name, "" if whole else f":{numbers[0]}")
-
-    async def _forget_holder(self, node: str) -> None:
-        """Drop a node that left the cluster for good from every version's holders."""
-        for name, dataset in list(self.cluster.state.datasets.items()):
-            for version in list(dataset["versions"].values()):
-                if node in version["holders"]:
-                    try:
-                        await self.cluster.set_dataset_holder(name, version["version"], holds=False, node=node)
-                    except FloyddError as exc:   # the next leader's scan does not retry: log it
-                        _log.warning("[%s] %s:%d still lists %s as a holder: %s", self.node_id, name,
-                                     version["version"], node, exc)
 
     async def _forget_deleted(self) -> None:
         """Drop local versions that the cluster numbered and has deleted since (this node was
@@ -522,11 +351,6 @@ class ClusterDatasets:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _standing(node: dict | None) -> tuple[str, str]:
-    """What of a node's heartbeat changes who takes copies: its status and its store's trouble."""
-    return ((node or {}).get("status", ""), trouble(node))
 
 
 def _touch(path: Path) -> None:
