@@ -28,9 +28,7 @@ ended, even when the disk filled up before it wrote its first status.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import fcntl
 import logging
 import os
 import selectors
@@ -40,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from floydd.agent import jobuser, sandbox
+from floydd.agent import jobuser, procs, sandbox
 from floydd.agent.capture import LogWriter
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import Status, process_start_time, write_status
@@ -52,7 +50,6 @@ __all__ = ["Supervisor", "main", "outcome_of"]
 log = logging.getLogger("floydd.agent")
 
 READ_SIZE = 64 * 1024
-PIPE_SIZE = 1024 * 1024
 NAP = 0.01
 """Pause after a burst so the job's many small writes pile up into one big read."""
 DRAIN_LIMIT = 2.0
@@ -60,8 +57,6 @@ DRAIN_LIMIT = 2.0
 WAIT_MAX = 60.0
 """Longest single wait for the job's output: poll(2) takes at most ~24 days in ms, and a
 long --max-runtime must not overflow it (the loop simply waits again)."""
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -128,18 +123,18 @@ class Supervisor:
         except FloyddError as exc:
             return self._finish("failed", exc.message)
         log.info("job %s: %s (sandbox %s)", spec.job, spec.command, launch.sandbox)
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        procs.prctl(procs.PR_SET_CHILD_SUBREAPER, 1)
         try:
             log_fd = os.open(self.ws / "job.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             why = self._disk_full if exc.errno in _NO_SPACE else f"cannot open job.log: {exc}"
             return self._finish("failed", why)
-        out_r, out_w = _pipe()
-        err_r, err_w = _pipe()
+        out_r, out_w = procs.pipe()
+        err_r, err_w = procs.pipe()
         try:
             proc = subprocess.Popen(
                 launch.argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, cwd=launch.cwd,
-                env=launch.env, start_new_session=True, close_fds=True, preexec_fn=_die_with_agent)
+                env=launch.env, start_new_session=True, close_fds=True, preexec_fn=procs.die_with_agent)
         except OSError as exc:
             return self._finish("failed", f"could not start the job: {exc}")
         finally:
@@ -195,7 +190,7 @@ class Supervisor:
                 if fd in streams:
                     got += self._read(fd, streams, writer, sel)
                 elif fd == wake_r:
-                    _drain_fd(wake_r)
+                    procs.drain_fd(wake_r)
                 elif fd == pidfd:
                     sel.unregister(pidfd)
             if not self._write_log(writer) and returncode is None and self._ending is None:
@@ -213,7 +208,7 @@ class Supervisor:
                 log.info("job still running %gs after SIGTERM; sending SIGKILL", spec.stop_grace)
                 self._signal_job(proc, signal.SIGKILL, sandboxed=False)
                 self._killed = True
-            if returncode is None and _exited(proc, pidfd, sel):
+            if returncode is None and procs.exited(proc, pidfd, sel):
                 # the main process is over: whatever it left behind goes too, then reap
                 self._kill_leftovers(proc)
                 returncode = proc.wait()
@@ -228,7 +223,7 @@ class Supervisor:
         sel.close()
         if pidfd is not None:
             os.close(pidfd)
-        _reap_orphans()
+        procs.reap_orphans()
         return returncode
 
     def _read(self, fd: int, streams: dict[int, bytes], writer: LogWriter, sel: selectors.BaseSelector) -> int:
@@ -274,7 +269,7 @@ class Supervisor:
             except (ProcessLookupError, PermissionError):
                 pass
         import psutil
-        for child in _descendants():
+        for child in procs.descendants():
             try:
                 if sandboxed and child.name() == "bwrap":
                     continue
@@ -288,7 +283,7 @@ class Supervisor:
         except (ProcessLookupError, PermissionError):
             pass
         import psutil
-        for child in _descendants():
+        for child in procs.descendants():
             if child.pid != proc.pid:
                 try:
                     child.kill()
@@ -338,90 +333,8 @@ class Supervisor:
         return wake_r
 
 
-def _exited(proc: subprocess.Popen, pidfd: int | None, sel: selectors.BaseSelector) -> bool:
-    """Whether the job's main process has ended, without reaping it (its group id stays ours)."""
-    if pidfd is not None:
-        try:
-            sel.get_key(pidfd)
-            return False  # still registered: not readable yet
-        except KeyError:
-            return True
-    try:
-        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _descendants() -> list:
-    """Every process below the agent (psutil is imported only when a job is ended)."""
-    import psutil
-    try:
-        return psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return []
-
-
-def _reap_orphans() -> None:
-    """Reap processes the job left behind (they were re-parented to us, the subreaper)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _pipe() -> tuple[int, int]:
-    r, w = os.pipe2(os.O_CLOEXEC)
-    os.set_blocking(r, False)
-    for size in (PIPE_SIZE, 256 * 1024):
-        try:
-            fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, size)
-            break
-        except (OSError, AttributeError):
-            continue
-    return r, w
-
-
-def _drain_fd(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except BlockingIOError:
-        pass
-
-
 def _signame(num: int) -> str:
     try:
         return signal.Signals(num).name
     except ValueError:
         return f"signal {num}"
-
-
-_libc: ctypes.CDLL | None = None
-
-
-def _prctl(option: int, value: int) -> None:
-    global _libc
-    try:
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.prctl(option, value, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-_agent_pid = os.getpid()
-
-
-def _die_with_agent() -> None:
-    """In the child (between fork and exec): die when the agent dies.
-
-    Without a sandbox this is the job's --die-with-parent. Under bubblewrap it closes
-    the window before bwrap sets its own: an agent killed in that moment would
-    otherwise leave the sandbox running. If the agent is already gone, give up.
-    """
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != _agent_pid:  # the agent is the process that imported this module
-        os._exit(137)

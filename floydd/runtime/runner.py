@@ -44,19 +44,18 @@ and a final state is set only from starting/running.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 from floydd import log
 from floydd.agent.jobenv import pass_list
 from floydd.agent.sandbox import probe_bwrap
-from floydd.agent.spec import AgentSpec
 from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
 from floydd.model import DEFAULT_STOP_GRACE, FINAL_STATES
 from floydd.runtime import checkpoint, envs, fence, spawn, workspace
 from floydd.runtime.catchup import CatchUps
+from floydd.runtime.prestart import Prestart
 from floydd.runtime.sandboxing import Sandboxing, resolve
 from floydd.runtime.disk import CHECK_INTERVAL, Disk, no_space
 from floydd.runtime.watch import JobWatch
@@ -66,10 +65,6 @@ __all__ = ["NodeRuntime"]
 
 Key = tuple[str, int]
 _SETTINGS = ("auto", "require", "prefer", "bwrap", "none")
-
-
-class _StopRequested(Exception):
-    pass
 
 
 class NodeRuntime:
@@ -108,6 +103,10 @@ class NodeRuntime:
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self.disk = Disk(self.state_dir)
+        self._prestart = Prestart(state_dir=self.state_dir, store=store, records=records, disk=self.disk,
+                                  sandboxing=lambda: self.sandboxing, builds=self._builds, env_pass=self._env_pass,
+                                  stop_grace=stop_grace, job_user=job_user, max_log_bytes=max_log_bytes,
+                                  stop_requests=self._stop_requests, end=self._end_before_start, watch=self._watch)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -180,7 +179,7 @@ class NodeRuntime:
         except BaseException:
             self._release(key, notify=False)
             raise
-        await self._prestart(job, ws, gpus, command=command, env=env or {}, resume=resume)
+        await self._prestart.run(job, ws, gpus, command=command, env=env or {}, resume=resume)
 
     def request_stop(self, project: str, number: int, reason: str = "stopped by user", *,
                      outcome: str = "stopped") -> bool:
@@ -247,72 +246,6 @@ class NodeRuntime:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    async def _prestart(self, job: dict, ws: Path, gpu_ids: tuple[int, ...], *, command: str | None = None,
-                        env: dict[str, str] | None = None, resume: str | None = None) -> None:
-        project, number = job["project"], job["number"]
-        key = (project, number)
-        started = time.monotonic()
-        if await asyncio.to_thread(self.disk.check):  # what is free is for recording and cleaning up
-            await self._end_before_start(key, "failed", f"{self.disk.why()}: the job was not started")
-            return
-        try:
-            sandboxing = await asyncio.to_thread(lambda: self.sandboxing)
-            sandboxing.check()   # a job placed here from another box, while this one requires a sandbox
-            mounts = await asyncio.to_thread(workspace.prepare, ws, job, self._store, resume=resume)
-            self._check_stop(key)
-            if sandboxing.warning:
-                await asyncio.to_thread(self._say_unsandboxed, project, number, ws, sandboxing.warning)
-            python_bin = await asyncio.to_thread(envs.python_bin_for, self.state_dir, ws / "code",
-                                                 job.get("env") or "default", log_path=ws / "job.log",
-                                                 bwrap=sandboxing.bwrap, policy=self._builds)
-            self._check_stop(key)
-            spec = AgentSpec(job=f"{project}/{number}", command=command or job["command"],
-                             env={**{str(k): str(v) for k, v in (job.get("params") or {}).items()}, **(env or {}),
-                                  **fence.placement_env(self.state_dir, job.get("attempt") or 0)},
-                             gpu_ids=gpu_ids, max_runtime=job.get("max_runtime"),
-                             python_bin=python_bin, mounts=mounts,
-                             sandbox=sandboxing.mode, stop_grace=self._stop_grace, state_dir=str(self.state_dir),
-                             uid=self._job_user[0] if self._job_user else None,
-                             gid=self._job_user[1] if self._job_user else None,
-                             max_log_bytes=self._max_log_bytes)
-            handle = await asyncio.to_thread(spawn.start_agent, ws, spec, env_pass=self._env_pass)
-        except _StopRequested:
-            await self._end_before_start(key, *self._stop_requests.get(key, ("stopped", "stopped")))
-            return
-        except FloyddError as exc:
-            await self._end_before_start(key, "failed", exc.message)
-            return
-        except Exception as exc:
-            if no_space(exc):
-                await asyncio.to_thread(self.disk.check)
-                await self._end_before_start(key, "failed", f"{self.disk.why()}: the job could not be started")
-                return
-            log.runtime.exception("job %s/%d: prestart failed", project, number)
-            await self._end_before_start(key, "failed", f"could not start the job: {exc!r}")
-            return
-        try:
-            await asyncio.to_thread(self._records.set_state, project, number, "running", "", agent_pid=handle.pid)
-        except Exception:  # the agent runs regardless: watch it, the exited steps settle the record
-            log.runtime.exception("job %s/%d: recording running failed", project, number)
-        log.runtime.info("job %s/%d running (agent %d, %.0f ms to start)", project, number, handle.pid,
-                         (time.monotonic() - started) * 1000)
-        if key in self._stop_requests:  # stop_job came while the agent was being started
-            outcome, reason = self._stop_requests[key]
-            await asyncio.to_thread(spawn.request_stop, ws, reason, outcome)
-        self._watch(project, number, ws, handle.process)
-
-    def _say_unsandboxed(self, project: str, number: int, ws: Path, warning: str) -> None:
-        """In the job's log and events: it runs without a sandbox, and what that means."""
-        workspace.note(ws / "job.log", f"floydd: WARNING: {warning}", stream=b"e")
-        try:
-            self._records.add_event(project, number, "sandbox", warning)
-        except Exception as exc:   # the job runs all the same; the daemon's log said it at start-up
-            log.runtime.warning("job %s/%d: event not recorded: %s", project, number, exc)
-
-    def _check_stop(self, key: Key) -> None:
-        if key in self._stop_requests:
-            raise _StopRequested
-
     async def _end_before_start(self, key: Key, state: str, reason: str) -> None:
         log.runtime.info("job %s/%d %s before it ran: %s", *key, state, reason)
         try:
@@ -333,7 +266,7 @@ class NodeRuntime:
             if status is None:
                 if job["state"] == "starting":  # the daemon died before the agent started: redo the steps
                     log.runtime.info("job %s/%d: resuming its start", project, number)
-                    self._spawn(self._prestart(job, ws, gpus), f"floydd.runtime.prestart {project}/{number}")
+                    self._spawn(self._prestart.run(job, ws, gpus), f"floydd.runtime.prestart {project}/{number}")
                 else:
                     await self._end_before_start(key, "lost", "the job's agent never reported (see agent.log)")
                 return

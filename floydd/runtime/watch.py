@@ -45,15 +45,14 @@ from typing import Callable
 
 from floydd import log
 from floydd.agent.status import Status, read_status
-from floydd.errors import FloyddError, NotFound, Unavailable
-from floydd.runtime import outputs, spawn, tail, workspace
+from floydd.errors import NotFound, Unavailable
+from floydd.runtime import spawn, tail, workspace
 from floydd.runtime.disk import Disk, no_space
 from floydd.runtime.limits import JobLimits
+from floydd.runtime.output_save import OutputSaver
 
 __all__ = ["JobWatch", "Outcome"]
 
-MAX_NAMED = 20
-"""The most skipped /output entries named one by one (in the job's log and its events)."""
 DRAIN_BUDGET = 1.0
 """Seconds the exited steps spend recording what is left of the log before the final state is
 set; the rest is recorded behind it."""
@@ -115,6 +114,8 @@ class JobWatch:
         """Whether the exited steps left part of the log to :meth:`catch_up`."""
         self._stalled = False  # a batch could not be recorded for lack of space
         self._attempt: int | None = None  # of the record being filled (read with the log offset)
+        self._saver = OutputSaver(project=project, number=number, ws=self.ws, records=records, store=store,
+                                  disk=disk, event=self._event, note=self._note, fail=self._fail)
 
     async def run(self) -> Outcome:
         """Watch until the job ended; then record it. Returns the final outcome. Called again
@@ -355,71 +356,10 @@ class JobWatch:
         return replace(outcome, state="failed", reason=f"{why} ({outcome.reason})" if outcome.reason else why)
 
     def _save_output(self) -> None:
-        output = self.ws / "output"
-        if not output.is_dir() and not output.is_symlink():
-            return
-        fd = outputs.open_output(output)   # all that follows goes through this descriptor
-        if fd is None:                     # a link: not followed, nothing saved, said why
-            self._name_skipped(outputs.screen(output).skipped)
-            return
-        try:
-            self._save_output_from(output, fd)
-        finally:
-            os.close(fd)
+        self._saver.save()
 
-    def _save_output_from(self, output: Path, fd: int) -> None:
-        name = f"{self.project}/{self.number}/output"
-        if self._disk.check() and not outputs.empty(output, outputs.Screened(), dir_fd=fd):
-            self._output_not_saved(self._disk.why())       # a snapshot would only eat the reserve
-            return
-        screened = outputs.screen(output, dir_fd=fd)
-        self._name_skipped(screened.skipped)
-        if screened.everything:
-            return
-        if outputs.empty(output, screened, dir_fd=fd):   # nothing to keep: no dataset version, no raft entry
-            self._records.update_job(self.project, self.number, output_version="")
-            self._event("output", "/output is empty: nothing saved")
-            return
-        try:
-            tree = self._store.snapshot(output, ignore=screened.ignore, dir_fd=fd)
-            version = self._store.catalog.add_version(name, tree, message=f"output of {self.key}")
-        except Exception as exc:  # the job's result stands; say what happened to its output
-            if no_space(exc):
-                self._disk.check()
-                self._output_not_saved(self._disk.why(self._store.root))
-            elif isinstance(exc, FloyddError):   # e.g. a folder swapped for a link while being saved
-                log.runtime.warning("job %s: saving /output failed: %s", self.key, exc)
-                self._event("output", f"saving /output failed: {exc}")
-            else:
-                log.runtime.exception("job %s: saving /output failed", self.key)
-                self._event("output", f"saving /output failed: {exc}")
-            return
-        self._records.update_job(self.project, self.number, output_version=version.ref)
-        skipped = f" ({len(screened.skipped)} entries skipped)" if screened.skipped else ""
-        self._event("output", f"/output saved as {version.ref}{skipped}", {"tree": str(tree)})
-
-    def _output_not_saved(self, why: str) -> None:
-        """/output could not be stored for lack of space: the job fails, its files stay in the
-        workspace until the job is deleted."""
-        self._failure = self._failure or f"{why}: /output was not saved"
-        self._event("output", f"/output was not saved: {why}")
-        self._note(f"floydd: /output was not saved: {why}")
-
-    def _name_skipped(self, skipped: list[outputs.Skipped]) -> None:
-        """Say, in the job's log and events, which entries of /output are not saved and why."""
-        if not skipped:
-            return
-        lines = []
-        for item in skipped[:MAX_NAMED]:
-            where = f"/output/{item.path}" if item.path else "/output"
-            lines.append(f"floydd: {where} is not saved: {item.why}")
-            self._event("output", f"{where} is not saved: {item.why}", {"path": item.path, "why": item.why})
-        if len(skipped) > MAX_NAMED:
-            more = f"floydd: and {len(skipped) - MAX_NAMED} more entries of /output are not saved"
-            lines.append(more)
-            self._event("output", more.removeprefix("floydd: "), {"more": len(skipped) - MAX_NAMED})
-        log.runtime.warning("job %s: %d entries of /output skipped, e.g. %s", self.key, len(skipped), lines[0])
-        self._note(*lines)
+    def _fail(self, why: str) -> None:
+        self._failure = self._failure or why
 
     def _event(self, kind: str, message: str, data: dict | None = None) -> None:
         """Add an event; on a full disk it is only logged (the job's reason says what matters)."""
