@@ -73,7 +73,7 @@ def count_rekey_steps(setattr_, after_step) -> None:
     from contextlib import contextmanager
 
     from floydd.store import local
-    from floydd.store.keys import rekey, rekey_journal
+    from floydd.store.keys import rekey_journal, rekey_run
     from floydd.store.catalog import Catalog
 
     def wrap(owner, name):
@@ -86,7 +86,7 @@ def count_rekey_steps(setattr_, after_step) -> None:
         setattr_(owner, name, step)
 
     for owner, name in [(local._LocalBatch, "save"), (local._LocalBatch, "commit"), (Catalog, "remap_trees"),
-                        (rekey, "_drop_cache"), (rekey, "_switch_key"), (local.LocalBackend, "remove")]:
+                        (rekey_run, "_drop_cache"), (rekey_run, "_switch_key"), (local.LocalBackend, "remove")]:
         wrap(owner, name)
     real_tx = rekey_journal.Journal.transaction
 
