@@ -50,7 +50,7 @@ from floydd.cluster.state.versions import at_least, check_joiner
 from floydd.errors import Conflict, FloyddError, InvalidSpec, NotFound, Unauthorized, UserError
 from floydd.security.ca import ClusterCA
 from floydd.security.identity import NodeIdentity
-from floydd.cluster.net.admission import ca_handler, join_handler
+from floydd.cluster.net.join_voter import ca_handler, join_handler
 from floydd.cluster.net.routes import CA_KEY_PATH, EPOCH_KEY_PATH, RENEW_PATH, TRUST_ROUTES, trust_routes
 from floydd.security.ratelimit import RateLimiter
 from floydd.security.tls import peer_node_id

@@ -54,7 +54,7 @@ from floydd.jobs.admission import Admission
 from floydd.scheduler.placer import ClusterScheduler
 from floydd.jobs.local import LocalJobs, code_pin, output_ref
 from floydd.jobs.reconcile import FetchTree, Reconciler
-from floydd.jobs.views import job_view
+from floydd.jobs.listing import job_view
 from floydd.jobs.waiting import WaitingReasons
 from floydd.model import DEFAULT_LOST_AFTER, FINAL_STATES, JobKey, Mount, Restart, Submission, check_project
 from floydd.records import Records

@@ -19,7 +19,7 @@ and how it gets there) and the tokens are replicated records, used up through ra
 join works through whichever voter is up (give its address: ``floydd join TOKEN HOST:PORT``)
 and two voters cannot both accept one token. Attempts are rate-limited per source address
 and each one is logged (address, token id, node id, accepted or why refused). The voter's
-side, its two routes, is :mod:`floydd.cluster.net.admission`.
+side, its two routes, is :mod:`floydd.cluster.net.join_voter`.
 """
 
 from __future__ import annotations

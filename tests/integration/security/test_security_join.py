@@ -14,7 +14,7 @@ from aiohttp import web
 from floydd.errors import Conflict, InvalidSpec, Unauthorized, Unavailable
 from floydd.security._x509 import new_node_id
 from floydd.security.identity import NodeIdentity
-from floydd.cluster.net.admission import ca_handler, join_routes
+from floydd.cluster.net.join_voter import ca_handler, join_routes
 from floydd.cluster.net.join import join
 from floydd.security.tls import client_context, peer_node_id, require_peer_cert
 from floydd.security.tokens import TOKEN_SHAPE, TokenStore, parse_token
