@@ -75,7 +75,7 @@ class Boxes(DataCluster):
 
 async def watched(c: Boxes, node) -> StoreWatch:
     watch = StoreWatch([c.store(node).root])
-    node.service._usage = lambda: {"store": watch.report()}
+    node.service.upkeep.usage = lambda: {"store": watch.report()}
     failed = watch.failed
 
     def noted(exc):

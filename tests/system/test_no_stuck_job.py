@@ -182,7 +182,8 @@ def test_a_job_filling_the_disk_fails_with_why_and_stop_delete_gc_free_it_for_th
     job = _final(d, filler)
     assert job["state"] == "failed" and job["reason"].startswith(f"disk full at {d.state}"), job
     other = _final(d, sleeper)            # every job here ends: whatever writes would take the reserve
-    assert (other["state"], other["reason"]) == ("failed", f"disk full at {d.state}"), other
+    # at the state folder, or at the file whose write found it full first (its samples in records.db)
+    assert other["state"] == "failed" and other["reason"].startswith(f"disk full at {d.state}"), other
     assert _free(d.state) < 2**20 and not (d.state / RESERVE_NAME).exists()
     assert "disk full at" in d.floyd("info", filler).stdout
 
