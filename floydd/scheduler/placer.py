@@ -75,9 +75,9 @@ class ClusterScheduler:
         held GPUs, cores, memory and loads (O(nodes + held GPUs), no look at the jobs)."""
         state = self.cluster.state
         return node_snapshots(state.nodes, held={nid: state.held_gpus(nid) for nid in state.nodes},
-                              load={nid: state.node_load(nid) for nid in state.nodes},
+                              load={nid: state.active_index.node_load(nid) for nid in state.nodes},
                               health=state.node_health(now, self.cluster.config.stale_after, self.ages(now)),
-                              set_aside={nid: state.set_aside(nid) for nid in state.nodes},
+                              set_aside={nid: state.active_index.set_aside(nid) for nid in state.nodes},
                               trouble={nid: why for nid, n in state.nodes.items() if (why := trouble(n))})
 
     async def lead_once(self) -> None:
@@ -132,7 +132,7 @@ class ClusterScheduler:
                 _log.warning("box %s is out of touch: suspect", state.nodes[nid]["name"])
             except FloyddError as exc:
                 _log.info("marking %s suspect: %s", nid, exc)
-        troubled = outages.troubled(state.nodes, state.busy_nodes(), quiet, suspect_after)
+        troubled = outages.troubled(state.nodes, state.active_index.busy_nodes(), quiet, suspect_after)
         if not troubled:
             return                                  # the usual round: no look at the jobs
         for key, fields in outages.judge(list(state.jobs.values()), state.nodes, troubled, self.lost_after):

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from floydd import log
 from floydd.cluster.net.link import Link, SnapshotSink
-from floydd.cluster.net.wire import MSGPACK, SNAPSHOT_PATH
+from floydd.cluster.net.wire import MSGPACK
 from floydd.cluster.raft import InstallSnapshot, decode_message, encode_message
 from floydd.cluster.raft.errors import CodecError
 from floydd.unreachable import why

@@ -7,7 +7,7 @@ visibility (:func:`floydd.cluster.state.people.own_dataset`); from level 3 a job
 key is found again by it (``idem``). Which boxes hold a version's tree is ``holders``
 (``dataset.holders``); what replicates them is :mod:`floydd.cluster.replication.datasets`.
 
-Mixed into :class:`~floydd.cluster.state.machine.ClusterState`, which calls these on apply after
+:class:`~floydd.cluster.state.machine.ClusterState` calls these with itself on apply, after
 :mod:`floydd.cluster.state.authz` decided the proposer may say them; pure, like the rest of it.
 """
 
@@ -16,77 +16,76 @@ from __future__ import annotations
 import re
 
 from floydd.cluster.state import access, people, versions
-from floydd.cluster.state.queries import copy_of
+from floydd.cluster.state.copies import copy_of
 from floydd.errors import Conflict, InvalidSpec, NotFound
 from floydd.model import check_dataset_name
 
-__all__ = ["DatasetCommands"]
+__all__ = ["add", "delete", "holders"]
 
 _TREE = re.compile(r"[0-9a-f]{16,128}")
 
 
-class DatasetCommands:
-    """The handlers of the ``dataset.*`` commands."""
+def add(state, cmd: dict, term: int) -> dict:
+    name, tree, idem_key = cmd["name"], cmd["tree"], cmd.get("idem_key")
+    if idem_key is not None and idem_key not in state.idem and state.archive.by_idem(idem_key, state._index) is not None:
+        raise Conflict(f"idempotency key {idem_key!r} was used for a job", code="idempotency_key_reused")
+    if idem_key is not None and idem_key in state.idem:
+        seen = state.idem[idem_key]
+        version = state.datasets.get(seen[1], {}).get("versions", {}).get(str(seen[2]))
+        if seen[0] != "dataset" or version is None:
+            raise Conflict(f"idempotency key {idem_key!r} was used for something else",
+                           code="idempotency_key_reused")
+        return copy_of(version)
+    check_dataset_name(name)
+    if not _TREE.fullmatch(tree):
+        raise InvalidSpec(f"{tree!r:.80} is not a tree id (hex)")
+    dataset = state.datasets.setdefault(name, {"next": 1, "versions": {}})
+    if versions.at_least(state, 2):      # owners came with level 2: every box writes them from then
+        people.own_dataset(dataset, cmd)  # owner, visibility (authz checked who may change them)
+    if versions.at_least(state, 3):      # a job's output is its job's owner's, whoever published it
+        _owned_by_its_job(state, name, dataset)
+    number = dataset["next"]
+    dataset["next"] = number + 1
+    version = {"name": name, "version": number, "ref": f"{name}:{number}", "tree": tree,
+               "created": cmd["ts"], "size": cmd.get("size", 0), "files": cmd.get("files", 0),
+               "message": cmd.get("message", ""), "holders": [cmd["node"]] if "node" in cmd else [],
+               "idem_key": idem_key, "user": cmd.get("user", "")}
+    if "owner" in dataset:
+        version.update(owner=dataset["owner"], visibility=dataset["visibility"])
+    dataset["versions"][str(number)] = version
+    if idem_key is not None:
+        state.idem[idem_key] = ["dataset", name, number]
+    return copy_of(version)
 
-    def _dataset_add(self, cmd: dict, term: int) -> dict:
-        name, tree, idem_key = cmd["name"], cmd["tree"], cmd.get("idem_key")
-        if idem_key is not None and idem_key not in self.idem and self.archive.by_idem(idem_key, self._index) is not None:
-            raise Conflict(f"idempotency key {idem_key!r} was used for a job", code="idempotency_key_reused")
-        if idem_key is not None and idem_key in self.idem:
-            seen = self.idem[idem_key]
-            version = self.datasets.get(seen[1], {}).get("versions", {}).get(str(seen[2]))
-            if seen[0] != "dataset" or version is None:
-                raise Conflict(f"idempotency key {idem_key!r} was used for something else",
-                               code="idempotency_key_reused")
-            return copy_of(version)
-        check_dataset_name(name)
-        if not _TREE.fullmatch(tree):
-            raise InvalidSpec(f"{tree!r:.80} is not a tree id (hex)")
-        dataset = self.datasets.setdefault(name, {"next": 1, "versions": {}})
-        if versions.at_least(self, 2):      # owners came with level 2: every box writes them from then
-            people.own_dataset(dataset, cmd)  # owner, visibility (authz checked who may change them)
-        if versions.at_least(self, 3):      # a job's output is its job's owner's, whoever published it
-            _owned_by_its_job(self, name, dataset)
-        number = dataset["next"]
-        dataset["next"] = number + 1
-        version = {"name": name, "version": number, "ref": f"{name}:{number}", "tree": tree,
-                   "created": cmd["ts"], "size": cmd.get("size", 0), "files": cmd.get("files", 0),
-                   "message": cmd.get("message", ""), "holders": [cmd["node"]] if "node" in cmd else [],
-                   "idem_key": idem_key, "user": cmd.get("user", "")}
-        if "owner" in dataset:
-            version.update(owner=dataset["owner"], visibility=dataset["visibility"])
-        dataset["versions"][str(number)] = version
+
+def delete(state, cmd: dict, term: int) -> None:
+    name, number = cmd["name"], cmd.get("version")
+    versions = state.datasets.get(name, {}).get("versions", {})
+    doomed = list(versions) if number is None else [str(number)]
+    if not doomed or doomed[0] not in versions:
+        raise NotFound(f"dataset {name}{'' if number is None else f':{number}'} does not exist",
+                       code="dataset_not_found", hint="floyd data list shows the datasets")
+    for n in doomed:
+        idem_key = versions.pop(n)["idem_key"]
         if idem_key is not None:
-            self.idem[idem_key] = ["dataset", name, number]
-        return copy_of(version)
+            state.idem.pop(idem_key, None)
 
-    def _dataset_delete(self, cmd: dict, term: int) -> None:
-        name, number = cmd["name"], cmd.get("version")
-        versions = self.datasets.get(name, {}).get("versions", {})
-        doomed = list(versions) if number is None else [str(number)]
-        if not doomed or doomed[0] not in versions:
-            raise NotFound(f"dataset {name}{'' if number is None else f':{number}'} does not exist",
-                           code="dataset_not_found", hint="floyd data list shows the datasets")
-        for n in doomed:
-            idem_key = versions.pop(n)["idem_key"]
-            if idem_key is not None:
-                self.idem.pop(idem_key, None)
 
-    def _dataset_holders(self, cmd: dict, term: int) -> dict:
-        name, number = cmd["name"], cmd["version"]
-        version = self.datasets.get(name, {}).get("versions", {}).get(str(number))
-        if version is None:
-            raise NotFound(f"dataset {name}:{number} does not exist", code="dataset_not_found")
-        holders = set(version["holders"])
-        (holders.add if cmd["holds"] else holders.discard)(cmd["node"])
-        version["holders"] = sorted(holders)
-        if "failed" in cmd:                 # level 3: passed over for this copy a while (replicas)
-            version.setdefault("refused", {})[cmd["node"]] = {"why": cmd["failed"], "ts": cmd["ts"]}
-        elif cmd["holds"] and cmd["node"] in version.get("refused", {}):
-            del version["refused"][cmd["node"]]
-            if not version["refused"]:
-                del version["refused"]
-        return copy_of(version)
+def holders(state, cmd: dict, term: int) -> dict:
+    name, number = cmd["name"], cmd["version"]
+    version = state.datasets.get(name, {}).get("versions", {}).get(str(number))
+    if version is None:
+        raise NotFound(f"dataset {name}:{number} does not exist", code="dataset_not_found")
+    holders = set(version["holders"])
+    (holders.add if cmd["holds"] else holders.discard)(cmd["node"])
+    version["holders"] = sorted(holders)
+    if "failed" in cmd:                 # level 3: passed over for this copy a while (replicas)
+        version.setdefault("refused", {})[cmd["node"]] = {"why": cmd["failed"], "ts": cmd["ts"]}
+    elif cmd["holds"] and cmd["node"] in version.get("refused", {}):
+        del version["refused"][cmd["node"]]
+        if not version["refused"]:
+            del version["refused"]
+    return copy_of(version)
 
 
 def _owned_by_its_job(state, name: str, dataset: dict) -> None:

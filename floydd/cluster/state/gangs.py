@@ -11,89 +11,87 @@ a part is unknown the job waits for it, and a part lost with its box is named as
 before any part that failed meanwhile (its peers fail when it vanishes). A gang reruns whole
 (:mod:`floydd.cluster.state.jobs`).
 
-Mixed into :class:`~floydd.cluster.state.machine.ClusterState`; pure, like the rest of it.
+Called by ``job.update`` (:mod:`floydd.cluster.state.jobs`) with the state; pure, like the rest of it.
 """
 
 from __future__ import annotations
 
-from floydd.cluster.state.jobs import remember
-from floydd.cluster.state.queries import copy_of
+from floydd.cluster.state import moves
+from floydd.cluster.state.copies import copy_of
 from floydd.errors import Conflict, InvalidSpec
 from floydd.model import ACTIVE_STATES, FINAL_STATES, TRANSITIONS
 
-__all__ = ["GangParts"]
+__all__ = ["part_update"]
 
 
-class GangParts:
-    """A box's report on its part of a gang (``job.update`` with ``rank``), and what follows."""
-
-    def _part_update(self, job: dict, cmd: dict) -> dict:
-        """A box's report on its part of a gang; the job's state follows its parts."""
-        key, rank, parts = job["id"], cmd["rank"], job.get("parts") or []
-        if not 0 <= rank < len(parts):
-            raise Conflict(f"job {key} has no part of rank {rank}", code="no_such_part")
-        part = parts[rank]
-        if "node" in cmd and cmd["node"] != part["node"]:
-            raise Conflict(f"rank {rank} of {key} is placed on {part['node']}, not {cmd['node']}",
-                           code="wrong_node")
-        new, old = cmd.get("state"), part["state"]
-        if new is not None and new != old:
-            if new not in TRANSITIONS:
-                raise InvalidSpec(f"{new!r} is not a job state")
-            if new not in TRANSITIONS[old]:
-                raise Conflict(f"rank {rank} of {key} is {old}; it cannot become {new}", code="bad_transition")
-            part["state"] = new
-            why = cmd.get("reason") or ""
-            remember(job, cmd["ts"], f"rank {rank} on {self._name(part['node'])}: {old} → {new}"
-                                      + (f": {why}" if why else ""))
-        for name in ("reason", "exit_code"):
+def part_update(state, job: dict, cmd: dict) -> dict:
+    """A box's report on its part of a gang; the job's state follows its parts."""
+    key, rank, parts = job["id"], cmd["rank"], job.get("parts") or []
+    if not 0 <= rank < len(parts):
+        raise Conflict(f"job {key} has no part of rank {rank}", code="no_such_part")
+    part = parts[rank]
+    if "node" in cmd and cmd["node"] != part["node"]:
+        raise Conflict(f"rank {rank} of {key} is placed on {part['node']}, not {cmd['node']}",
+                       code="wrong_node")
+    new, old = cmd.get("state"), part["state"]
+    if new is not None and new != old:
+        if new not in TRANSITIONS:
+            raise InvalidSpec(f"{new!r} is not a job state")
+        if new not in TRANSITIONS[old]:
+            raise Conflict(f"rank {rank} of {key} is {old}; it cannot become {new}", code="bad_transition")
+        part["state"] = new
+        why = cmd.get("reason") or ""
+        moves.remember(job, cmd["ts"], f"rank {rank} on {state.name_of(part['node'])}: {old} → {new}"
+                                  + (f": {why}" if why else ""))
+    for name in ("reason", "exit_code"):
+        if name in cmd:
+            part[name] = cmd[name]
+    if "endpoint" in cmd:
+        if rank != 0:
+            raise InvalidSpec(f"job.update: only rank 0 sets the rendezvous of {key}")
+        job["endpoint"] = cmd["endpoint"]
+    if rank == 0:
+        for name in ("exit_code", "output_version"):
             if name in cmd:
-                part[name] = cmd[name]
-        if "endpoint" in cmd:
-            if rank != 0:
-                raise InvalidSpec(f"job.update: only rank 0 sets the rendezvous of {key}")
-            job["endpoint"] = cmd["endpoint"]
-        if rank == 0:
-            for name in ("exit_code", "output_version"):
-                if name in cmd:
-                    job[name] = cmd[name]
-            if "summary" in cmd:
-                job["summary"].update(cmd["summary"])
-        job["updated"] = cmd["ts"]
-        if job["state"] in ACTIVE_STATES:
-            self._follow_parts(job, cmd["ts"])
-        return copy_of(job)
+                job[name] = cmd[name]
+        if "summary" in cmd:
+            job["summary"].update(cmd["summary"])
+    job["updated"] = cmd["ts"]
+    if job["state"] in ACTIVE_STATES:
+        follow_parts(state, job, cmd["ts"])
+    return copy_of(job)
 
-    def _follow_parts(self, job: dict, ts: float) -> None:
-        """The job's state from its parts'. While a part is ``unknown`` (its box out of touch)
-        the job waits for it; a part lost with its box names that box."""
-        parts, old = job["parts"], job["state"]
-        if any(p["state"] == "unknown" for p in parts):
+
+def follow_parts(state, job: dict, ts: float) -> None:
+    """The job's state from its parts'. While a part is ``unknown`` (its box out of touch)
+    the job waits for it; a part lost with its box names that box."""
+    parts, old = job["parts"], job["state"]
+    if any(p["state"] == "unknown" for p in parts):
+        return
+    ended = [p for p in parts if p["state"] == "lost"] or \
+        [p for p in parts if p["state"] in FINAL_STATES and p["state"] != "success"]
+    if ended:
+        first = ended[0]
+        new = first["state"]
+        why = f"rank {first['rank']} on {state.name_of(first['node'])} {new}" + \
+              (f": {first['reason']}" if first["reason"] else "")
+    elif all(p["state"] == "success" for p in parts):
+        new, why = "success", ""
+    elif old in ("starting", "unknown") and all(p["state"] in ("running", "success") for p in parts):
+        new, why = "running", ""
+    elif old == "unknown":
+        new, why = "starting", ""       # every box is back; some part has yet to start
+    else:
+        return
+    if new != "running" and new != "starting":
+        job["reason"] = why
+        if moves.rerun(state, job, new, why, ts):
             return
-        ended = [p for p in parts if p["state"] == "lost"] or \
-            [p for p in parts if p["state"] in FINAL_STATES and p["state"] != "success"]
-        if ended:
-            first = ended[0]
-            new = first["state"]
-            why = f"rank {first['rank']} on {self._name(first['node'])} {new}" + \
-                  (f": {first['reason']}" if first["reason"] else "")
-        elif all(p["state"] == "success" for p in parts):
-            new, why = "success", ""
-        elif old in ("starting", "unknown") and all(p["state"] in ("running", "success") for p in parts):
-            new, why = "running", ""
-        elif old == "unknown":
-            new, why = "starting", ""       # every box is back; some part has yet to start
-        else:
-            return
-        if new != "running" and new != "starting":
-            job["reason"] = why
-            if self._rerun(job, new, why, ts):
-                return
-        job["state"] = new              # derived, so starting -> success is fine: no part skipped running
-        job["unknown_since"] = None
-        if job["started"] is None and new in ("running", "success", "timeout"):
-            job["started"] = ts
-        if new not in ("running", "starting"):
-            job["ended"] = ts
-            self._deactivate(job)
-        remember(job, ts, f"{old} → {new}" + (f": {why}" if why else ""))
+    job["state"] = new              # derived, so starting -> success is fine: no part skipped running
+    job["unknown_since"] = None
+    if job["started"] is None and new in ("running", "success", "timeout"):
+        job["started"] = ts
+    if new not in ("running", "starting"):
+        job["ended"] = ts
+        state.active_index.deactivate(job)
+    moves.remember(job, ts, f"{old} → {new}" + (f": {why}" if why else ""))

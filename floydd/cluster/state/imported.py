@@ -75,7 +75,7 @@ def import_job(state: Any, cmd: dict) -> dict:
     origin = cmd["imported"]
     history.append([ts, f"imported from {origin.get('origin_name') or 'another site'} "
                         f"(its {origin.get('job', '?')}) by {cmd.get('user') or 'someone'} on "
-                        f"{state._name(cmd['node'])}"])
+                        f"{state.name_of(cmd['node'])}"])
     job = {"id": job_id, "project": project, "number": number, "idem_key": key, "spec": cmd["spec"],
            "state": cmd["state"], "reason": cmd.get("reason", ""), "waiting_for": "", "created": cmd["created"],
            "updated": ts, "started": cmd.get("started"), "ended": cmd.get("ended"), "node": cmd["node"],

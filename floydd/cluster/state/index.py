@@ -10,11 +10,14 @@ still active, and should it rejoin its GPUs are still held.
 
 Nodes report with each heartbeat the runs whose processes are alive on them (``procs``:
 job, attempt, GPUs); GPUs of a run the cluster gave up or replaced count as held
-(:meth:`ActiveIndex.held_gpus`) until the node reports them gone, so nothing new is placed
-on a GPU an older placement's processes still use. The leader's ``suspect`` (it lost touch
-with a node) makes the node unplaceable until its own next heartbeat, which carries them.
+(:meth:`~floydd.cluster.state.machine.ClusterState.held_gpus`, which adds them to this index's)
+until the node reports them gone, so nothing new is placed on a GPU an older placement's
+processes still use. The leader's ``suspect`` (it lost touch with a node) makes the node
+unplaceable until its own next heartbeat, which carries them.
 
-Mixed into :class:`~floydd.cluster.state.machine.ClusterState`; pure, like the rest of it.
+A part of :class:`~floydd.cluster.state.machine.ClusterState` (``state.active_index``), made
+new by ``restore``; it knows nothing of the state but the jobs it is given. Pure, like the
+rest of the state.
 """
 
 from __future__ import annotations
@@ -28,87 +31,88 @@ __all__ = ["ActiveIndex"]
 class ActiveIndex:
     """The derived index of active jobs: its reads, its upkeep and the room check on it."""
 
-    def held_gpus(self, node: str) -> dict[int, str]:
-        """GPU index -> id of the active job holding it, on ``node`` (O(its GPUs)), and the GPUs
-        the node last reported in use by processes of a placement the cluster gave up or
-        replaced (GPU fencing: until those processes are gone, no job is placed there)."""
-        held = dict(self._held.get(node) or {})
-        for proc in (self.nodes.get(node) or {}).get("procs") or ():
-            if self._given_up(proc):
-                for gpu in proc["gpus"]:
-                    held.setdefault(gpu, f"{proc['job']} (attempt {proc['attempt']}, ending)")
-        return held
+    def __init__(self) -> None:
+        self.active: dict[str, None] = {}
+        """Ids of the jobs counted (those in ACTIVE_STATES)."""
+        self.held: dict[str, dict[int, str]] = {}
+        """Node id -> GPU index -> id of the active job holding it."""
+        self.load: dict[str, int] = {}
+        """Node id -> how many active jobs have a part there."""
+        self.cpu: dict[str, int] = {}
+        """Node id -> thousandths of a core asked by its active jobs."""
+        self.memory: dict[str, int] = {}
+        """Node id -> bytes asked by its active jobs."""
 
-    def _given_up(self, proc: dict) -> bool:
-        """Whether a run a node reported (job, attempt) is one the cluster no longer counts
-        as the job's placement: the job deleted, requeued, lost, or at another attempt."""
-        job = self.jobs.get(proc["job"])
-        return job is None or job["attempts"] != proc["attempt"] or job["state"] in ("queued", "lost")
+    def __contains__(self, key: str) -> bool:
+        return key in self.active
+
+    def held_on(self, node: str) -> dict[int, str]:
+        """GPU index -> id of the active job holding it, on ``node`` (a copy, O(its GPUs))."""
+        return dict(self.held.get(node) or {})
 
     def set_aside(self, node: str) -> tuple[int, int]:
         """(thousandths of a core, bytes of memory) the active jobs with a part on ``node``
         asked for there."""
-        return self._cpu.get(node, 0), self._memory.get(node, 0)
+        return self.cpu.get(node, 0), self.memory.get(node, 0)
 
     def node_load(self, node: str) -> int:
         """How many active jobs have a part on ``node``."""
-        return self._load.get(node, 0)
+        return self.load.get(node, 0)
 
     def busy_nodes(self) -> list[str]:
         """Ids of the nodes where active jobs have a part (removed nodes among them)."""
-        return list(self._load)
+        return list(self.load)
 
-    def _check_room(self, key: str, nid: str, node: dict, spec: dict) -> None:
+    def check_room(self, key: str, nid: str, node: dict, spec: dict) -> None:
         """Conflict unless ``node`` has the cores and memory job ``key`` asks for on each box
         beside what its active jobs asked (a node that reported neither is never short)."""
         cpu, memory = asked_per_box(spec)
         resources = node["resources"]
         for asked, held, have, say in (
-                (cpu, self._cpu.get(nid, 0), known_count(resources.get("cpus"), 1000), format_cpus),
-                (memory, self._memory.get(nid, 0), known_count(resources.get("memory"), 1), format_size)):
+                (cpu, self.cpu.get(nid, 0), known_count(resources.get("cpus"), 1000), format_cpus),
+                (memory, self.memory.get(nid, 0), known_count(resources.get("memory"), 1), format_size)):
             if asked and have is not None and held + asked > have:
                 raise Conflict(f"node {nid} has {say(max(0, have - held))} of {say(have)} free; job {key} asks for "
                                f"{say(asked)}", code="no_room", hint="the leader plans again from the current state")
 
-    def _activate(self, job: dict) -> None:
-        """Count an active job in the derived index: a gang holds every part's GPUs, cores and
-        memory while active."""
+    def activate(self, job: dict) -> None:
+        """Count an active job: a gang holds every part's GPUs, cores and memory while active."""
         key = job["id"]
-        if key in self._active:
+        if key in self.active:
             return
-        self._active[key] = None
+        self.active[key] = None
         cpu, memory = asked_per_box(job["spec"])
         for part in job.get("parts") or (job,):
             nid = part["node"]
-            self._load[nid] = self._load.get(nid, 0) + 1
+            self.load[nid] = self.load.get(nid, 0) + 1
             if part["gpus"]:
-                self._held.setdefault(nid, {}).update((g, key) for g in part["gpus"])
+                self.held.setdefault(nid, {}).update((g, key) for g in part["gpus"])
             if cpu:
-                self._cpu[nid] = self._cpu.get(nid, 0) + cpu
+                self.cpu[nid] = self.cpu.get(nid, 0) + cpu
             if memory:
-                self._memory[nid] = self._memory.get(nid, 0) + memory
+                self.memory[nid] = self.memory.get(nid, 0) + memory
 
-    def _deactivate(self, job: dict) -> None:
-        """Take a job that stops being active out of the derived index (its placement is the
-        one it was counted with: a job is placed only while queued)."""
+    def deactivate(self, job: dict) -> None:
+        """Take a job that stops being active out of the index (its placement is the one it
+        was counted with: a job is placed only while queued)."""
         key = job["id"]
-        if key not in self._active:
+        if key not in self.active:
             return
-        del self._active[key]
+        del self.active[key]
         cpu, memory = asked_per_box(job["spec"])
         for part in job.get("parts") or (job,):
             nid = part["node"]
-            self._load[nid] -= 1
-            if not self._load[nid]:
-                del self._load[nid]
-            for index, asked in ((self._cpu, cpu), (self._memory, memory)):
+            self.load[nid] -= 1
+            if not self.load[nid]:
+                del self.load[nid]
+            for index, asked in ((self.cpu, cpu), (self.memory, memory)):
                 if asked:
                     index[nid] -= asked
                     if not index[nid]:
                         del index[nid]
-            held = self._held.get(nid, {})
+            held = self.held.get(nid, {})
             for g in part["gpus"]:
                 if held.get(g) == key:
                     del held[g]
             if not held:
-                self._held.pop(nid, None)
+                self.held.pop(nid, None)

@@ -25,256 +25,203 @@ indices, none of them held by an active job, and the cores and memory the job as
 each box not set aside for other active jobs there, where the node reported its own; a spec
 without ``cpus``/``memory`` asks for none: :mod:`floydd.cluster.state.index`).
 
-Mixed into :class:`~floydd.cluster.state.machine.ClusterState`, which calls these on apply after
-:mod:`floydd.cluster.state.authz` decided the proposer may say them; pure, like the rest of it.
+:class:`~floydd.cluster.state.machine.ClusterState` calls these with itself on apply, after
+:mod:`floydd.cluster.state.authz` decided the proposer may say them; a job's state moves are
+:mod:`floydd.cluster.state.moves`'. Pure, like the rest of the state.
 """
 
 from __future__ import annotations
 
-from floydd.cluster.state import code as state_code, versions
+from floydd.cluster.state import code as state_code, gangs, moves, versions
 from floydd.cluster.state.archive import archived_form
 from floydd.cluster.state.nodes import gpu_indices
-from floydd.cluster.state.queries import copy_of
-from floydd.errors import Conflict, InvalidSpec, NotFound
-from floydd.model import (ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, RestartPolicy, asked_gpu_count,
+from floydd.cluster.state.copies import copy_of
+from floydd.errors import Conflict, InvalidSpec
+from floydd.model import (ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, asked_gpu_count,
                           asked_nodes, check_project)
 
-__all__ = ["JobCommands", "remember"]
+__all__ = ["submit", "place", "update", "delete", "archive", "reserve"]
 
 
-class JobCommands:
-    """The handlers of the ``job.*`` commands (but ``job.import``) and ``project.reserve``."""
-
-    def _job_submit(self, cmd: dict, term: int) -> dict:
-        seen = self.idem.get(cmd["idem_key"])
-        if seen is not None:
-            if seen[0] != "job" or seen[1] not in self.jobs:
-                raise Conflict(f"idempotency key {cmd['idem_key']!r} was used for something else",
-                               code="idempotency_key_reused", hint="use a fresh key for a new submission")
-            return copy_of(self.jobs[seen[1]])
-        archived = self.archive.by_idem(cmd["idem_key"], self._index)
-        if archived is not None:                  # a retry long after: the same job, archived since
-            return copy_of(archived)
-        project = check_project(cmd["project"])
-        number = cmd.get("number", self.counters.get(project, 0) + 1)
-        if not 1 <= number < 10**18:
-            raise InvalidSpec(f"job.submit: number {number} is not a job number")
-        key = f"{project}/{number}"
-        if key in self.jobs or self.archive.get(key, self._index) is not None:
-            raise Conflict(f"job {key} exists", code="job_exists", hint="adopt it under another number")
-        ts = cmd["ts"]
-        job = {"id": key, "project": project, "number": number, "idem_key": cmd["idem_key"],
-               "spec": cmd["spec"], "state": "queued", "reason": "", "waiting_for": "",
-               "created": ts, "updated": ts, "started": None, "ended": None, "node": None,
-               "gpus": [], "attempts": 0, "placed_term": None, "exit_code": None,
-               "output_version": None, "summary": {}, "stop_requested": "", "origin": cmd.get("origin", ""),
-               "user": cmd.get("user", "")}
-        job["history"] = [[ts, f"submitted on {self._name(cmd.get('origin', ''))}"]]
-        self.counters[project] = max(self.counters.get(project, 0), number)
-        self.jobs[key] = job
-        self.idem[cmd["idem_key"]] = ["job", key]
-        if versions.at_least(self, 3):            # its code is kept like a dataset version's (issue 21)
-            state_code.submitted(self, job, held=bool(cmd.get(state_code.HELD_FIELD)))
-        return copy_of(job)
-
-    def _job_place(self, cmd: dict, term: int) -> dict:
-        key = cmd["job"]
-        parts = list(cmd.get("parts") or [{"node": cmd["node"], "gpus": cmd["gpus"]}])
-        job = self._job(key)
-        if job["state"] != "queued":
-            raise Conflict(f"job {key} is {job['state']}, not queued: it cannot be placed",
-                           code="job_not_queued")
-        if (parts[0]["node"], list(parts[0]["gpus"])) != (cmd["node"], list(cmd["gpus"])):
-            raise InvalidSpec(f"placement of {key}: node and gpus must be those of rank 0")
-        wanted_nodes = asked_nodes(job["spec"])
-        if len(parts) != wanted_nodes:
-            raise InvalidSpec(f"job {key} spans {wanted_nodes} nodes, the placement gives {len(parts)}")
-        if len({p["node"] for p in parts}) != len(parts):
-            raise InvalidSpec(f"placement of {key} names a node twice")
-        wanted = asked_gpu_count(job["spec"])
-        for part in parts:
-            nid, gpus = part["node"], list(part["gpus"])
-            node = self._node(nid)
-            if node["status"] != "up":
-                raise Conflict(f"node {nid} is {node['status']}: no new jobs go there", code="node_not_up")
-            if len(set(gpus)) != len(gpus):
-                raise InvalidSpec(f"placement of {key} names a GPU twice: {gpus}")
-            if wanted is not None and wanted != len(gpus):
-                raise InvalidSpec(f"job {key} wants {wanted} GPUs, the placement gives {len(gpus)}")
-            missing = sorted(set(gpus) - set(gpu_indices(node["resources"])))
-            if missing:
-                raise Conflict(f"node {nid} has no GPU {missing}", code="no_such_gpu")
-            held = self.held_gpus(nid)
-            busy = sorted(g for g in gpus if g in held)
-            if busy:
-                raise Conflict(f"GPU {busy} of node {nid} held by {held[busy[0]]}", code="gpu_busy",
-                               hint="the leader plans again from the current state")
-            self._check_room(key, nid, node, job["spec"])
-        job.update(state="starting", node=parts[0]["node"], gpus=list(parts[0]["gpus"]),
-                   attempts=job["attempts"] + 1, placed_term=term, waiting_for="", reason="",
-                   updated=cmd["ts"], endpoint=None,
-                   parts=[] if len(parts) == 1 else [
-                       {"rank": rank, "node": p["node"], "gpus": list(p["gpus"]), "state": "starting",
-                        "exit_code": None, "reason": ""} for rank, p in enumerate(parts)])
-        self._activate(job)
-        where = ", ".join(f"{self._name(p['node'])} ({_where(p['gpus'])})" for p in parts)
-        remember(job, cmd["ts"], f"placed on {where} by the leader of term {term}, attempt {job['attempts']}")
-        return copy_of(job)
-
-    def _job_update(self, cmd: dict, term: int) -> dict:
-        key = cmd["job"]
-        job = self._job(key)
-        if "note" in cmd and set(cmd) <= _NOTE_FIELDS and cmd.get("attempt", 0) <= job["attempts"]:
-            return self._note(job, cmd)         # a box's word, e.g. on a run the cluster replaced
-        if "attempt" in cmd and cmd["attempt"] != job["attempts"]:
-            raise Conflict(f"update for attempt {cmd['attempt']} of {key}, which is at attempt "
-                           f"{job['attempts']}", code="stale_attempt")
-        if "note" in cmd:
-            raise InvalidSpec("job.update: a note goes alone (with job, attempt and node)")
-        if "rank" in cmd:
-            return self._part_update(job, cmd)
-        if "node" in cmd and cmd["node"] != job["node"]:
-            raise Conflict(f"job {key} is placed on {job['node']}, not {cmd['node']}", code="wrong_node")
-        if "endpoint" in cmd:
-            raise InvalidSpec("job.update: endpoint is set by rank 0 of a gang (with rank)")
-        new, old = cmd.get("state"), job["state"]
-        if new is not None and new != old:
-            if new not in TRANSITIONS:
-                raise InvalidSpec(f"{new!r} is not a job state")
-            if new not in TRANSITIONS[old] and (old, new) not in REQUEUE:
-                raise Conflict(f"job {key} is {old}; it cannot become {new}", code="bad_transition")
-        if "output_version" in cmd:                  # before a rerun, which starts from it
-            job["output_version"] = cmd["output_version"]
-        if "summary" in cmd:
-            job["summary"].update(cmd["summary"])
-        rerun = False
-        if new is not None and new != old:
-            why = cmd.get("reason") or ""
-            if new in ("unknown", "lost"):           # the leader names the silent boxes of a gang
-                for part in job.get("parts") or ():
-                    if part["node"] in (cmd.get("silent") or ()) and part["state"] in ACTIVE_STATES:
-                        part.update(state=new, reason=why)
-            rerun = self._rerun(job, new, why, cmd["ts"])
-            if not rerun:
-                self._move(job, new, why, cmd["ts"])
-        if cmd.get("stop_requested") and not job.get("stop_requested"):
-            remember(job, cmd["ts"], f"stop requested: {cmd['stop_requested']}")
-        for name in ("waiting_for", "stop_requested") + (() if rerun else ("reason", "exit_code")):
-            if name in cmd:
-                job[name] = cmd[name]
-        job["updated"] = cmd["ts"]
-        return copy_of(job)
-
-    def _move(self, job: dict, new: str, why: str, ts: float) -> None:
-        """Set the job's state (a move already checked) and what goes with it: the index of
-        active jobs, start and end times, the placement a requeue forgets, the history."""
-        old = job["state"]
-        job["state"] = new
-        if new in ACTIVE_STATES:
-            self._activate(job)
-        else:
-            self._deactivate(job)           # before a requeue forgets where the job was placed
-        if new == "running" and (old != "unknown" or job["started"] is None):
-            job["started"] = ts
-        elif new in FINAL_STATES:
-            job["ended"] = ts
-        elif new == "queued":
-            job.update(node=None, gpus=[], parts=[], endpoint=None)
-        job["unknown_since"] = ts if new == "unknown" else None
-        remember(job, ts, f"{old} → {new}" + (f": {why}" if why else ""))
-
-    def _rerun(self, job: dict, new: str, why: str, ts: float) -> bool:
-        """Run the job again (queued, a new attempt to come) if its restart policy says so for a
-        run that ended ``new``, it has runs left and no stop was asked; True if it does. A gang
-        reruns whole; the rerun starts from the job's last ``/output`` (``output_version``)."""
-        if new not in FINAL_STATES or job["state"] not in ACTIVE_STATES or job.get("stop_requested"):
-            return False
-        try:
-            policy = RestartPolicy.from_dict(job["spec"].get("restart"))
-        except InvalidSpec:                  # not a spec this version can read: never rerun
-            return False
-        reruns = job.get("reruns", 0)
-        if not policy.reruns(new) or reruns + 1 >= policy.max_attempts:
-            return False
-        old, attempt = job["state"], job["attempts"]
-        self._deactivate(job)
-        job.update(state="queued", node=None, gpus=[], parts=[], endpoint=None, started=None, ended=None,
-                   exit_code=None, unknown_since=None, reruns=reruns + 1, waiting_for="",
-                   reason=f"attempt {attempt} {new}" + (f": {why}" if why else "") + "; it runs again")
-        start = f", from the /output of {job['output_version']}" if job.get("output_version") else ""
-        remember(job, ts, f"{old} → {new}" + (f": {why}" if why else "") +
-                  f"; run {reruns + 2} of at most {policy.max_attempts} follows (--restart {policy.policy}){start}")
-        return True
-
-    def _note(self, job: dict, cmd: dict) -> dict:
-        """A line from a box in the job's history (e.g. it stopped a run the cluster replaced)."""
-        who = self._name(cmd["node"]) if cmd.get("node") else "a box"
-        remember(job, cmd["ts"], f"{who}: {cmd['note']}")
-        job["updated"] = cmd["ts"]
-        return copy_of(job)
-
-    def _job_delete(self, cmd: dict, term: int) -> None:
-        key = cmd["job"]
-        if key not in self.jobs:
-            archived = self.archive.drop(key, self._index)
-            if archived is not None:              # an archived job: its row goes
-                if versions.at_least(self, 3):
-                    state_code.job_gone(self, archived)
-                return
-        job = self._job(key)
-        if job["state"] in ACTIVE_STATES:
-            raise Conflict(f"job {key} is {job['state']}", code="job_active",
-                           hint=f"stop it first: floyd stop {key}")
-        del self.jobs[key]
-        self.idem.pop(job["idem_key"], None)
-        if versions.at_least(self, 3):            # its code goes with its last job (issue 21)
-            state_code.job_gone(self, job)
-
-    def _job_archive(self, cmd: dict, term: int) -> dict:
-        """Move finished jobs (every part final) to the archive; any other named job stays
-        (decided again here: the leader chose from an older state). Their idempotency keys
-        move with them, so a retried submission still finds its job."""
-        moved = []
-        for key in cmd["jobs"]:
-            job = self.jobs.get(key)
-            if job is None or key in self._active or job["state"] not in FINAL_STATES \
-                    or any(p["state"] not in FINAL_STATES for p in job.get("parts") or ()):
-                continue
-            del self.jobs[key]
-            if self.idem.get(job["idem_key"]) == ["job", key]:
-                del self.idem[job["idem_key"]]
-            self.archive.put(archived_form(job, self._index))
-            moved.append(key)
-        return {"archived": moved}
-
-    def _project_reserve(self, cmd: dict, term: int) -> int:
-        """Number later jobs of a project above ``number`` (a node's own history from before
-        it joined uses the numbers up to it)."""
-        project, number = check_project(cmd["project"]), cmd["number"]
-        if number < 0:
-            raise InvalidSpec(f"project.reserve: number {number} is negative")
-        self.counters[project] = max(self.counters.get(project, 0), number)
-        return self.counters[project]
-
-    def _job(self, key: str) -> dict:
-        job = self.jobs.get(key)
-        if job is None:
-            raise NotFound(f"job {key} does not exist", code="job_not_found", hint="floyd status lists jobs")
-        return job
+def submit(state, cmd: dict, term: int) -> dict:
+    seen = state.idem.get(cmd["idem_key"])
+    if seen is not None:
+        if seen[0] != "job" or seen[1] not in state.jobs:
+            raise Conflict(f"idempotency key {cmd['idem_key']!r} was used for something else",
+                           code="idempotency_key_reused", hint="use a fresh key for a new submission")
+        return copy_of(state.jobs[seen[1]])
+    archived = state.archive.by_idem(cmd["idem_key"], state._index)
+    if archived is not None:                  # a retry long after: the same job, archived since
+        return copy_of(archived)
+    project = check_project(cmd["project"])
+    number = cmd.get("number", state.counters.get(project, 0) + 1)
+    if not 1 <= number < 10**18:
+        raise InvalidSpec(f"job.submit: number {number} is not a job number")
+    key = f"{project}/{number}"
+    if key in state.jobs or state.archive.get(key, state._index) is not None:
+        raise Conflict(f"job {key} exists", code="job_exists", hint="adopt it under another number")
+    ts = cmd["ts"]
+    job = {"id": key, "project": project, "number": number, "idem_key": cmd["idem_key"],
+           "spec": cmd["spec"], "state": "queued", "reason": "", "waiting_for": "",
+           "created": ts, "updated": ts, "started": None, "ended": None, "node": None,
+           "gpus": [], "attempts": 0, "placed_term": None, "exit_code": None,
+           "output_version": None, "summary": {}, "stop_requested": "", "origin": cmd.get("origin", ""),
+           "user": cmd.get("user", "")}
+    job["history"] = [[ts, f"submitted on {state.name_of(cmd.get('origin', ''))}"]]
+    state.counters[project] = max(state.counters.get(project, 0), number)
+    state.jobs[key] = job
+    state.idem[cmd["idem_key"]] = ["job", key]
+    if versions.at_least(state, 3):            # its code is kept like a dataset version's (issue 21)
+        state_code.submitted(state, job, held=bool(cmd.get(state_code.HELD_FIELD)))
+    return copy_of(job)
 
 
-_HISTORY = 32
-"""Entries of a job's cluster history kept (the first one, submission, always stays)."""
+def place(state, cmd: dict, term: int) -> dict:
+    key = cmd["job"]
+    parts = list(cmd.get("parts") or [{"node": cmd["node"], "gpus": cmd["gpus"]}])
+    job = state.live_job(key)
+    if job["state"] != "queued":
+        raise Conflict(f"job {key} is {job['state']}, not queued: it cannot be placed",
+                       code="job_not_queued")
+    if (parts[0]["node"], list(parts[0]["gpus"])) != (cmd["node"], list(cmd["gpus"])):
+        raise InvalidSpec(f"placement of {key}: node and gpus must be those of rank 0")
+    wanted_nodes = asked_nodes(job["spec"])
+    if len(parts) != wanted_nodes:
+        raise InvalidSpec(f"job {key} spans {wanted_nodes} nodes, the placement gives {len(parts)}")
+    if len({p["node"] for p in parts}) != len(parts):
+        raise InvalidSpec(f"placement of {key} names a node twice")
+    wanted = asked_gpu_count(job["spec"])
+    for part in parts:
+        nid, gpus = part["node"], list(part["gpus"])
+        node = state.node_record(nid)
+        if node["status"] != "up":
+            raise Conflict(f"node {nid} is {node['status']}: no new jobs go there", code="node_not_up")
+        if len(set(gpus)) != len(gpus):
+            raise InvalidSpec(f"placement of {key} names a GPU twice: {gpus}")
+        if wanted is not None and wanted != len(gpus):
+            raise InvalidSpec(f"job {key} wants {wanted} GPUs, the placement gives {len(gpus)}")
+        missing = sorted(set(gpus) - set(gpu_indices(node["resources"])))
+        if missing:
+            raise Conflict(f"node {nid} has no GPU {missing}", code="no_such_gpu")
+        held = state.held_gpus(nid)
+        busy = sorted(g for g in gpus if g in held)
+        if busy:
+            raise Conflict(f"GPU {busy} of node {nid} held by {held[busy[0]]}", code="gpu_busy",
+                           hint="the leader plans again from the current state")
+        state.active_index.check_room(key, nid, node, job["spec"])
+    job.update(state="starting", node=parts[0]["node"], gpus=list(parts[0]["gpus"]),
+               attempts=job["attempts"] + 1, placed_term=term, waiting_for="", reason="",
+               updated=cmd["ts"], endpoint=None,
+               parts=[] if len(parts) == 1 else [
+                   {"rank": rank, "node": p["node"], "gpus": list(p["gpus"]), "state": "starting",
+                    "exit_code": None, "reason": ""} for rank, p in enumerate(parts)])
+    state.active_index.activate(job)
+    where = ", ".join(f"{state.name_of(p['node'])} ({_where(p['gpus'])})" for p in parts)
+    moves.remember(job, cmd["ts"], f"placed on {where} by the leader of term {term}, attempt {job['attempts']}")
+    return copy_of(job)
+
+
+def update(state, cmd: dict, term: int) -> dict:
+    key = cmd["job"]
+    job = state.live_job(key)
+    if "note" in cmd and set(cmd) <= _NOTE_FIELDS and cmd.get("attempt", 0) <= job["attempts"]:
+        return note(state, job, cmd)         # a box's word, e.g. on a run the cluster replaced
+    if "attempt" in cmd and cmd["attempt"] != job["attempts"]:
+        raise Conflict(f"update for attempt {cmd['attempt']} of {key}, which is at attempt "
+                       f"{job['attempts']}", code="stale_attempt")
+    if "note" in cmd:
+        raise InvalidSpec("job.update: a note goes alone (with job, attempt and node)")
+    if "rank" in cmd:
+        return gangs.part_update(state, job, cmd)
+    if "node" in cmd and cmd["node"] != job["node"]:
+        raise Conflict(f"job {key} is placed on {job['node']}, not {cmd['node']}", code="wrong_node")
+    if "endpoint" in cmd:
+        raise InvalidSpec("job.update: endpoint is set by rank 0 of a gang (with rank)")
+    new, old = cmd.get("state"), job["state"]
+    if new is not None and new != old:
+        if new not in TRANSITIONS:
+            raise InvalidSpec(f"{new!r} is not a job state")
+        if new not in TRANSITIONS[old] and (old, new) not in REQUEUE:
+            raise Conflict(f"job {key} is {old}; it cannot become {new}", code="bad_transition")
+    if "output_version" in cmd:                  # before a rerun, which starts from it
+        job["output_version"] = cmd["output_version"]
+    if "summary" in cmd:
+        job["summary"].update(cmd["summary"])
+    again = False
+    if new is not None and new != old:
+        why = cmd.get("reason") or ""
+        if new in ("unknown", "lost"):           # the leader names the silent boxes of a gang
+            for part in job.get("parts") or ():
+                if part["node"] in (cmd.get("silent") or ()) and part["state"] in ACTIVE_STATES:
+                    part.update(state=new, reason=why)
+        again = moves.rerun(state, job, new, why, cmd["ts"])
+        if not again:
+            moves.move(state, job, new, why, cmd["ts"])
+    if cmd.get("stop_requested") and not job.get("stop_requested"):
+        moves.remember(job, cmd["ts"], f"stop requested: {cmd['stop_requested']}")
+    for name in ("waiting_for", "stop_requested") + (() if again else ("reason", "exit_code")):
+        if name in cmd:
+            job[name] = cmd[name]
+    job["updated"] = cmd["ts"]
+    return copy_of(job)
+
+
+def note(state, job: dict, cmd: dict) -> dict:
+    """A line from a box in the job's history (e.g. it stopped a run the cluster replaced)."""
+    who = state.name_of(cmd["node"]) if cmd.get("node") else "a box"
+    moves.remember(job, cmd["ts"], f"{who}: {cmd['note']}")
+    job["updated"] = cmd["ts"]
+    return copy_of(job)
+
+
+def delete(state, cmd: dict, term: int) -> None:
+    key = cmd["job"]
+    if key not in state.jobs:
+        archived = state.archive.drop(key, state._index)
+        if archived is not None:              # an archived job: its row goes
+            if versions.at_least(state, 3):
+                state_code.job_gone(state, archived)
+            return
+    job = state.live_job(key)
+    if job["state"] in ACTIVE_STATES:
+        raise Conflict(f"job {key} is {job['state']}", code="job_active",
+                       hint=f"stop it first: floyd stop {key}")
+    del state.jobs[key]
+    state.idem.pop(job["idem_key"], None)
+    if versions.at_least(state, 3):            # its code goes with its last job (issue 21)
+        state_code.job_gone(state, job)
+
+
+def archive(state, cmd: dict, term: int) -> dict:
+    """Move finished jobs (every part final) to the archive; any other named job stays
+    (decided again here: the leader chose from an older state). Their idempotency keys
+    move with them, so a retried submission still finds its job."""
+    moved = []
+    for key in cmd["jobs"]:
+        job = state.jobs.get(key)
+        if job is None or key in state.active_index or job["state"] not in FINAL_STATES \
+                or any(p["state"] not in FINAL_STATES for p in job.get("parts") or ()):
+            continue
+        del state.jobs[key]
+        if state.idem.get(job["idem_key"]) == ["job", key]:
+            del state.idem[job["idem_key"]]
+        state.archive.put(archived_form(job, state._index))
+        moved.append(key)
+    return {"archived": moved}
+
+
+def reserve(state, cmd: dict, term: int) -> int:
+    """Number later jobs of a project above ``number`` (a node's own history from before
+    it joined uses the numbers up to it)."""
+    project, number = check_project(cmd["project"]), cmd["number"]
+    if number < 0:
+        raise InvalidSpec(f"project.reserve: number {number} is negative")
+    state.counters[project] = max(state.counters.get(project, 0), number)
+    return state.counters[project]
+
+
 _NOTE_FIELDS = frozenset({"op", "ts", "job", "attempt", "node", "note", "proposer", "v"})
 """What a box's note on an older attempt may carry (nothing that changes the job)."""
-
-
-def remember(job: dict, ts: float, text: str) -> None:
-    """Add a line to the job's history (what the cluster decided: placements, requeues, stops)."""
-    history = job.setdefault("history", [])
-    history.append([ts, text])
-    if len(history) > _HISTORY:
-        del history[1:len(history) - _HISTORY + 1]
 
 
 def _where(gpus: list) -> str:

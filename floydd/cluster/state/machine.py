@@ -30,23 +30,23 @@ jobs, what each node's GPUs, cores and memory are held by (:mod:`floydd.cluster.
 Leader actions are fenced: a command with a ``term`` (``job.place`` always has one) is
 refused unless that is the term of the log entry that carries it.
 
-This module is the container (what it holds, ``apply``, ``snapshot``, ``restore``); each
-family of commands is applied by a module of its own, mixed into :class:`ClusterState` or
-called with it::
+This module is the container (what it holds, ``apply``, ``snapshot``, ``restore``, the reads,
+and the lookups its command modules share); each family of commands is a module of
+functions that ``apply`` calls with the state::
 
-    state_nodes      node.upsert, node.health, node.remove
-    state_jobs       job.submit, job.place, job.update, job.delete, job.archive,
-                     project.reserve: the jobs' states and their moves
-    state_gangs      a gang job's parts (job.update with rank)
-    state_datasets   dataset.add_version, dataset.delete, dataset.holders
-    state_code       code.holders, and the code table's side of job.submit and job.delete
-    state_index      the derived index of active jobs (held_gpus, set_aside, node_load, ...)
-    state_queries    the reads (copies): job, list_jobs, list_nodes, node_health, query, ...
+    nodes            node.upsert, node.health, node.remove
+    jobs             job.submit, job.place, job.update, job.delete, job.archive, project.reserve
+    moves            a job's state moves (index, times, history) and its reruns
+    gangs            a gang job's parts (job.update with rank)
+    datasets         dataset.add_version, dataset.delete, dataset.holders
+    code             code.holders, and the code table's side of job.submit and job.delete
+    index            the derived index of active jobs (a part: ``active_index``)
+    copies           copy_of: every read and answer hands out a copy
     imported         project.allocate, job.import
-    trust            token.create, token.use, token.revoke, node.cert
+    credentials      token.create, token.use, token.revoke, node.cert (a part: ``trust``)
     people           admin.grant, person.add, person.role, person.remove, person.map, person.boxes
     signin           who is signed in on which box (level 3), and what changes with it
-    apitokens        apitoken.create, apitoken.revoke
+    apitokens        apitoken.create, apitoken.revoke (a part: ``apitokens``)
     versions         cluster.protocol
     audit_guard      audit.tamper (changes nothing but the chain: its entry is the record)
     keyepochs        store.epoch (a new store key epoch: its number and fingerprint)
@@ -54,24 +54,21 @@ called with it::
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import msgpack
 
-from floydd.cluster.state import code as state_code, imported, keyepochs, people, signin, versions
+from floydd.cluster.state import (code as state_code, datasets, imported, jobs, keyepochs, nodes, people, signin,
+                                  versions)
 from floydd.cluster.state.archive import MemoryArchive
 from floydd.cluster.state.audit import MemoryAudit
 from floydd.cluster.state.apitokens import ApiTokens
 from floydd.cluster.state.authz import authorize
 from floydd.cluster.state.commands import check
-from floydd.cluster.state.datasets import DatasetCommands
-from floydd.cluster.state.gangs import GangParts
 from floydd.cluster.state.index import ActiveIndex
-from floydd.cluster.state.jobs import JobCommands
-from floydd.cluster.state.nodes import NodeCommands
-from floydd.cluster.state.queries import Queries
+from floydd.cluster.state.copies import copy_of
 from floydd.cluster.state.credentials import TrustState
-from floydd.errors import Conflict, InvalidSpec
+from floydd.errors import Conflict, InvalidSpec, NotFound
 from floydd.model import ACTIVE_STATES
 
 __all__ = ["ClusterState", "StaleTerm", "SNAPSHOT_VERSION"]
@@ -85,7 +82,9 @@ class StaleTerm(Conflict):
     code = "stale_term"
 
 
-class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, ActiveIndex, Queries):
+class ClusterState:
+    """The replicated state (module docstring): what it holds, its commands, its reads."""
+
     def __init__(self, archive: Any = None, audit: Any = None, *, protocol: int = 1) -> None:
         self.archive = archive if archive is not None else MemoryArchive()
         self.audit = audit if audit is not None else MemoryAudit()   # the audit chain (floydd.cluster.state.audit)
@@ -108,23 +107,24 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
         self.revoked: dict[str, dict] = {}  # certificate serial (hex) -> {node, ts}: removed nodes' (authz)
         self.people: dict[str, dict] = {}   # the lab's people (floydd.cluster.state.people; authz reads roles)
         self.store_epochs: list[dict] = []  # store key epochs after the first (floydd.cluster.state.keyepochs)
-        # derived, never serialised (rebuilt by restore): ids of the jobs in ACTIVE_STATES, and
-        # per node id the GPUs they hold (index -> job id) and how many of them have a part there
-        self._active: dict[str, None] = {}
-        self._held: dict[str, dict[int, str]] = {}
-        self._load: dict[str, int] = {}
-        self._cpu: dict[str, int] = {}          # node id -> thousandths of a core asked by its active jobs
-        self._memory: dict[str, int] = {}       # node id -> bytes asked by its active jobs
+        self.active_index = ActiveIndex()
+        """Derived from the jobs, never serialised (rebuilt by restore): the active jobs and what
+        they hold on each node (:mod:`floydd.cluster.state.index`)."""
         self._handlers: dict[str, Callable[[dict, int], Any]] = {
-            "node.upsert": self._node_upsert, "node.health": self._node_health,
-            "node.remove": self._node_remove, "job.submit": self._job_submit,
-            "job.place": self._job_place, "job.update": self._job_update,
-            "job.delete": self._job_delete, "job.archive": self._job_archive,
-            "project.reserve": self._project_reserve,
+            "node.upsert": lambda cmd, term: nodes.upsert(self, cmd, term),
+            "node.health": lambda cmd, term: nodes.health(self, cmd, term),
+            "node.remove": lambda cmd, term: nodes.remove(self, cmd, term),
+            "job.submit": lambda cmd, term: jobs.submit(self, cmd, term),
+            "job.place": lambda cmd, term: jobs.place(self, cmd, term),
+            "job.update": lambda cmd, term: jobs.update(self, cmd, term),
+            "job.delete": lambda cmd, term: jobs.delete(self, cmd, term),
+            "job.archive": lambda cmd, term: jobs.archive(self, cmd, term),
+            "project.reserve": lambda cmd, term: jobs.reserve(self, cmd, term),
             "project.allocate": lambda cmd, term: imported.allocate(self, cmd),
             "job.import": lambda cmd, term: imported.import_job(self, cmd),
-            "dataset.add_version": self._dataset_add,
-            "dataset.delete": self._dataset_delete, "dataset.holders": self._dataset_holders,
+            "dataset.add_version": lambda cmd, term: datasets.add(self, cmd, term),
+            "dataset.delete": lambda cmd, term: datasets.delete(self, cmd, term),
+            "dataset.holders": lambda cmd, term: datasets.holders(self, cmd, term),
             "code.holders": lambda cmd, term: state_code.set_holder(self, cmd),    # level 3: copies of job code
             "token.create": lambda cmd, term: signin.token_create(self, cmd),     # level 3: whom it signs in
             "token.use": lambda cmd, term: signin.token_use(self, cmd),
@@ -185,7 +185,99 @@ class ClusterState(NodeCommands, JobCommands, GangParts, DatasetCommands, Active
         self.store_epochs = list(raw.get("store_epochs") or [])
         self.protocol = int(raw.get("protocol") or 1)        # an 0.1 box's snapshot says none
         self.code = dict(raw.get("code") or {})              # an 0.2 box's says none
-        self._active, self._held, self._load, self._cpu, self._memory = {}, {}, {}, {}, {}
+        self.active_index = ActiveIndex()
         for job in self.jobs.values():
             if job["state"] in ACTIVE_STATES:
-                self._activate(job)
+                self.active_index.activate(job)
+
+    # -- the lookups the command modules share (the state's own dicts, not copies) ----------
+
+    def live_job(self, key: str) -> dict:
+        """The job in the hot state (NotFound if it is not there)."""
+        job = self.jobs.get(key)
+        if job is None:
+            raise NotFound(f"job {key} does not exist", code="job_not_found", hint="floyd status lists jobs")
+        return job
+
+    def node_record(self, nid: str) -> dict:
+        """The node's record (NotFound if it is not a member)."""
+        node = self.nodes.get(nid)
+        if node is None:
+            raise NotFound(f"node {nid} is not in the cluster", code="node_not_found",
+                           hint="floydd members lists the nodes")
+        return node
+
+    def name_of(self, nid: str) -> str:
+        """The node's name, for history lines and errors (its id if it is gone)."""
+        node = self.nodes.get(nid)
+        return node["name"] if node else (nid or "an unknown node")
+
+    # -- reads (copies: a caller can never change the state through what it was given) ----
+
+    @property
+    def admins(self) -> list[str]:
+        """The admins' names (people with role admin): none in a lab of one."""
+        return people.admins(self.people)
+
+    def job(self, key: str) -> dict:
+        """The job, from the hot state or else the archive (NotFound if in neither)."""
+        job = self.jobs.get(key)
+        if job is None:
+            job = self.archive.get(key)
+        return copy_of(job if job is not None else self.live_job(key))
+
+    def list_jobs(self, project: str | None = None, states=None) -> list[dict]:
+        """Jobs in submission order."""
+        return copy_of([j for j in self.jobs.values()
+                        if (project is None or j["project"] == project) and (not states or j["state"] in states)])
+
+    def list_nodes(self) -> list[dict]:
+        return copy_of(list(self.nodes.values()))
+
+    def list_datasets(self) -> list[dict]:
+        return copy_of([v for d in self.datasets.values() for v in d["versions"].values()])
+
+    def node_health(self, now: float, stale_after: float, ages: Mapping[str, float] | None = None) -> dict[str, str]:
+        """Each node's status (``suspect``: the leader lost touch with it), ``stale`` when it
+        says it is up but was last heard from over ``stale_after`` seconds ago: by ``ages``
+        (node id -> seconds, this box's monotonic clock: :class:`floydd.cluster.heard.Heard`)
+        when given, else by its last heartbeat's ``ts`` against ``now`` (same clock only)."""
+        def age(nid: str, n: dict) -> float:
+            return ages[nid] if ages is not None and nid in ages else now - n["last_heartbeat"]
+        return {nid: ("stale" if n["status"] == "up" and age(nid, n) > stale_after
+                      else n["status"]) for nid, n in self.nodes.items()}
+
+    def held_gpus(self, node: str) -> dict[int, str]:
+        """GPU index -> id of the active job holding it, on ``node`` (O(its GPUs)), and the GPUs
+        the node last reported in use by processes of a placement the cluster gave up or
+        replaced (GPU fencing: until those processes are gone, no job is placed there)."""
+        held = self.active_index.held_on(node)
+        for proc in (self.nodes.get(node) or {}).get("procs") or ():
+            if self._given_up(proc):
+                for gpu in proc["gpus"]:
+                    held.setdefault(gpu, f"{proc['job']} (attempt {proc['attempt']}, ending)")
+        return held
+
+    def _given_up(self, proc: dict) -> bool:
+        """Whether a run a node reported (job, attempt) is one the cluster no longer counts
+        as the job's placement: the job deleted, requeued, lost, or at another attempt."""
+        job = self.jobs.get(proc["job"])
+        return job is None or job["attempts"] != proc["attempt"] or job["state"] in ("queued", "lost")
+
+    def query(self, name: str, args: dict | None = None) -> Any:
+        """A named read, for reads forwarded to the leader (``/cluster/v1/read``)."""
+        args = args or {}
+        if name == "jobs":
+            return self.list_jobs(args.get("project"), args.get("states"))
+        if name == "job":
+            return self.job(str(args.get("job")))
+        if name == "nodes":
+            return self.list_nodes()
+        if name == "datasets":
+            return self.list_datasets()
+        if name == "tokens":
+            return copy_of(self.trust.list_tokens())
+        if name == "counts":
+            return {"nodes": len(self.nodes), "jobs": len(self.jobs), "archived": self.archive.count(),
+                    "datasets": sum(len(d["versions"]) for d in self.datasets.values())}
+        raise InvalidSpec(f"unknown query {name!r}", hint="queries: jobs, job, nodes, datasets, counts, tokens")

@@ -60,7 +60,7 @@ async def test_a_two_core_box_runs_two_one_core_jobs_at_a_time(two_cores):
                              what="the half-core one at the head")
     box.runtime.finish(("mnist", 2))
     await two_cores.wait_for(lambda: box.job(small)["state"] != "queued", what="the half-core one placed")
-    assert box.service.state.set_aside(box.service.node_id) == (1500, 1 << 30)     # mnist/3 and the half core
+    assert box.service.state.active_index.set_aside(box.service.node_id) == (1500, 1 << 30)     # mnist/3 and the half core
     with pytest.raises(UserError, match="no node has 4 CPUs") as err:
         await box.run("train", cpus=4)
     assert "--cpu 4" in err.value.message and err.value.hint

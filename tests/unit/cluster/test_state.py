@@ -13,7 +13,6 @@ import pytest
 import floydd.cluster
 from floydd.cluster.state import commands
 from floydd.cluster.state.machine import ClusterState, StaleTerm
-from floydd.model import TRANSITIONS
 from floydd.errors import Conflict, InvalidName, InvalidSpec, NotFound
 
 TERM = 3

@@ -47,7 +47,7 @@ def test_an_imported_job_is_finished_held_by_its_box_and_notes_its_origin(log):
     assert job["attempts"] == 1 and job["parts"] == [] and job["gpus"] == []
     assert job["imported"]["job"] == "mnist/3" and job["user"] == "bob"
     assert job["history"][-1][1].startswith("imported from lab-a (its mnist/3) by bob")
-    assert log.state.held_gpus("n1") == {} and log.state.node_load("n1") == 0   # never active
+    assert log.state.held_gpus("n1") == {} and log.state.active_index.node_load("n1") == 0   # never active
 
 
 def test_the_same_key_again_answers_the_job_it_made(log):

@@ -105,13 +105,13 @@ def from_scratch(state: ClusterState) -> tuple[dict, dict, dict]:
 
 def assert_index_is_fresh(state: ClusterState) -> None:
     held, load, aside = from_scratch(state)
-    assert (state._held, state._load) == (held, load)
-    assert set(state._active) == {k for k, j in state.jobs.items() if j["state"] in ACTIVE_STATES}
+    assert (state.active_index.held, state.active_index.load) == (held, load)
+    assert set(state.active_index.active) == {k for k, j in state.jobs.items() if j["state"] in ACTIVE_STATES}
     for nid in (*NODES, None, "elsewhere"):
-        assert (state.held_gpus(nid), state.node_load(nid)) == (held.get(nid, {}), load.get(nid, 0))
-        assert state.set_aside(nid) == aside.get(nid, (0, 0))
-    assert not any(v == 0 for v in (*state._cpu.values(), *state._memory.values()))   # no empty entries
-    assert sorted(state.busy_nodes(), key=str) == sorted(load, key=str)
+        assert (state.held_gpus(nid), state.active_index.node_load(nid)) == (held.get(nid, {}), load.get(nid, 0))
+        assert state.active_index.set_aside(nid) == aside.get(nid, (0, 0))
+    assert not any(v == 0 for v in (*state.active_index.cpu.values(), *state.active_index.memory.values()))   # no empty entries
+    assert sorted(state.active_index.busy_nodes(), key=str) == sorted(load, key=str)
 
 
 @settings(max_examples=300, deadline=None)
@@ -124,9 +124,9 @@ def test_the_index_equals_a_recomputation_after_every_command(log):
     restored = ClusterState()
     restored.restore(state.snapshot())
     assert_index_is_fresh(restored)
-    assert (restored._held, restored._load) == (state._held, state._load)
+    assert (restored.active_index.held, restored.active_index.load) == (state.active_index.held, state.active_index.load)
     restored.restore(b"")
-    assert (restored._held, restored._load, restored._active) == ({}, {}, {})
+    assert (restored.active_index.held, restored.active_index.load, restored.active_index.active) == ({}, {}, {})
 
 
 @pytest.mark.parametrize("what", ["job.place", "job.place (a gang)", "job.update (a part) to running",
@@ -153,9 +153,9 @@ def test_a_removed_node_that_rejoins_still_has_its_gpus_held():
                              {"op": "job.place", "job": "p/1", "node": "n1", "gpus": [1], "term": 1, "ts": 1.0},
                              {"op": "node.remove", "id": "n1", "ts": 2.0}, {**node, "rejoin": True, "ts": 3.0})):
         state.apply(cmd, index=i + 1, term=1)
-    assert (state.held_gpus("n1"), state.node_load("n1")) == ({1: "p/1"}, 1)
+    assert (state.held_gpus("n1"), state.active_index.node_load("n1")) == ({1: "p/1"}, 1)
     state.apply({"op": "job.update", "job": "p/1", "state": "queued", "ts": 4.0}, index=9, term=1)   # requeue
-    assert (state.held_gpus("n1"), state.node_load("n1")) == ({}, 0)
+    assert (state.held_gpus("n1"), state.active_index.node_load("n1")) == ({}, 0)
 
 
 def test_a_placement_that_would_set_aside_more_cores_or_memory_than_a_node_has_is_refused():
@@ -185,6 +185,6 @@ def test_a_placement_that_would_set_aside_more_cores_or_memory_than_a_node_has_i
     assert place("p/3") == "placed"
     assert place("p/4") == "no_room: node n1 has 2 GiB of 8 GiB free; job p/4 asks for 4 GiB"
     assert (place("p/5"), place("p/6")) == ("placed", "placed")     # the last half core; a job asking none
-    assert state.set_aside("n1") == (2000, 6 << 30)
+    assert state.active_index.set_aside("n1") == (2000, 6 << 30)
     state.apply({"op": "job.update", "job": "p/3", "state": "stopped", "ts": 3.0}, index=100, term=1)
-    assert place("p/4") == "placed" and state.set_aside("n1") == (2000, 4 << 30)
+    assert place("p/4") == "placed" and state.active_index.set_aside("n1") == (2000, 4 << 30)

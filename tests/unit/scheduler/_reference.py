@@ -13,7 +13,7 @@ from floydd.scheduler import NodeSnapshot, PendingJob, Placement, Plan
 def held_gpus(state, node: str) -> dict[int, str]:
     """``ClusterState.held_gpus`` before the index: GPU index -> id of the active job holding it."""
     held: dict[int, str] = {}
-    for key in state._active:
+    for key in state.active_index.active:
         job = state.jobs[key]
         for part in job.get("parts") or (job,):     # a gang holds every part's GPUs while active
             if part["node"] == node:
