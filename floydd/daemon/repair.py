@@ -45,8 +45,7 @@ from floydd.cluster.state.machine import ClusterState
 from floydd.config import Config
 from floydd.daemon.integrity import IMPORTED_MARKER, Finding, findings, raft_path
 from floydd.errors import FloyddError
-from floydd.jobs.decide import part_of
-from floydd.model import ACTIVE_STATES
+from floydd.model import ACTIVE_STATES, Job
 from floydd.records import Records
 from floydd.store.catalog import DatasetVersion
 from floydd.store.dbfile import copy_rows, readable, salvage, set_aside
@@ -138,8 +137,9 @@ def _repair_records(config: Config, report: RepairReport, suffix: str) -> None:
 def _unrecorded_jobs(config: Config, report: RepairReport, state: ClusterState, node_id: str) -> None:
     """Say which jobs the cluster has placed here and not seen end, whose records were lost."""
     kept = {f"{j['project']}/{j['number']}" for j in _record_jobs(config)}
-    lost = sorted(key for key, job in state.jobs.items()
-                  if job["state"] in ACTIVE_STATES and part_of(job, node_id) is not None and key not in kept)
+    lost = sorted(key for key, raw in state.jobs.items()
+                  if key not in kept and (job := Job.from_dict(raw)).state in ACTIVE_STATES
+                  and job.part_on(node_id) is not None)
     if lost:
         report.lost.append(f"{config.records_path}: the record of {len(lost)} job(s) placed here that had not "
                            f"ended is gone; the cluster starts them again: {', '.join(lost[:10])}")

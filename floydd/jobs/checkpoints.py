@@ -27,7 +27,7 @@ from typing import Awaitable, Callable
 
 from floydd import log
 from floydd.errors import FloyddError
-from floydd.model import DatasetRef, JobKey
+from floydd.model import DatasetRef, Job, JobKey
 from floydd.store import ObjectId
 
 __all__ = ["Checkpoints"]
@@ -46,9 +46,9 @@ class Checkpoints:
         self._published: dict[str, tuple[int, str, str]] = {}    # key -> (attempt, tree, ref)
         self._saving: set[str] = set()
 
-    def soon(self, job: dict) -> None:
+    def soon(self, job: Job) -> None:
         """Save a checkpoint of ``job`` (running here) if one is due and none is being saved."""
-        key = job["id"]
+        key = job.id
         now = time.monotonic()
         if key in self._saving or self.interval <= 0:
             return
@@ -59,8 +59,8 @@ class Checkpoints:
             self._saving.add(key)
             self._spawn(self._save(job), f"floydd.jobs.checkpoint {key}")
 
-    async def _save(self, job: dict) -> None:
-        key, attempt = job["id"], job["attempts"]
+    async def _save(self, job: Job) -> None:
+        key, attempt = job.id, job.attempts
         parsed = JobKey.parse(key)
         last = self._published.get(key)
         try:
@@ -72,11 +72,11 @@ class Checkpoints:
             added = await self.cluster.add_dataset_version(
                 parsed.output_name, saved.tree, idem_key=f"checkpoint:{key}:{attempt}:{saved.tree}",
                 size=saved.size, files=saved.files, message=f"checkpoint of {key}, attempt {attempt}",
-                user=job.get("user") or "", timeout=_TIMEOUT)
+                user=job.user, timeout=_TIMEOUT)
             await self._report(job, output_version=added["ref"])
             self._published[key] = (attempt, saved.tree, added["ref"])
             if last and last[0] == attempt and last[2] != added["ref"]:
-                await self._delete(last[2], job.get("user") or "")
+                await self._delete(last[2], job.user)
             _log.info("%s: checkpoint %s (%d files, %d bytes)", key, added["ref"], saved.files, saved.size)
         except FloyddError as exc:
             _log.info("%s: saving a checkpoint: %s (trying again later)", key, exc)
@@ -86,34 +86,34 @@ class Checkpoints:
             self._saving.discard(key)
             self.due[key] = time.monotonic() + self.interval
 
-    async def superseded(self, job: dict, final_ref: str | None) -> None:
+    async def superseded(self, job: Job, final_ref: str | None) -> None:
         """The run of ``job`` ended with its final output ``final_ref``: its last checkpoint
         version goes (when there is a final output to replace it) and so does its pin."""
-        key = job["id"]
+        key = job.id
         last = self._published.pop(key, None)
         self.due.pop(key, None)
         if last is None or not final_ref or last[2] == final_ref:
             return
-        await self._delete(last[2], job.get("user") or "")
+        await self._delete(last[2], job.user)
         await asyncio.to_thread(self.store.catalog.unpin, _pin(key))
 
-    async def resume_from(self, job: dict) -> str | None:
+    async def resume_from(self, job: Job) -> str | None:
         """The tree this placement's /output starts from (its job's ``output_version``),
         complete in this store; None when it starts empty."""
-        ref = DatasetRef.stored(job.get("output_version"))
+        ref = DatasetRef.stored(job.output_version)
         if ref is None:
             return None
         version = (self.cluster.state.datasets.get(ref.name) or {}).get("versions", {}).get(ref.version_key)
         if version is None:
-            _log.warning("%s: its last output %s is gone; this run's /output starts empty", job["id"], ref)
+            _log.warning("%s: its last output %s is gone; this run's /output starts empty", job.id, ref)
             return None
         try:
             await self._ensure_tree(version["tree"], list(version.get("holders") or ()))
         except FloyddError as exc:
             _log.warning("%s: its last output %s cannot be fetched (%s); this run's /output starts empty",
-                         job["id"], ref, exc)
+                         job.id, ref, exc)
             return None
-        _log.info("%s: attempt %d starts from %s", job["id"], job["attempts"], ref)
+        _log.info("%s: attempt %d starts from %s", job.id, job.attempts, ref)
         return version["tree"]
 
     async def _delete(self, ref: str, user: str) -> None:

@@ -2,7 +2,8 @@
 
 Each node *reconciles* (level-triggered, like a kubelet): it compares what the cluster
 committed about a job with its own record of it and its runtime, and acts on the
-difference. :func:`decide` is that comparison, over plain values, so every combination
+difference. :func:`decide` is that comparison, over plain values (the committed job typed:
+:class:`~floydd.model.Job`), so every combination
 is tested directly; :class:`~floydd.jobs.reconcile.Reconciler` carries the actions out.
 
     committed (my part)        local record here          runtime     actions
@@ -44,12 +45,12 @@ reconciler tells the runtime at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Union
+from typing import Union
 
-from floydd.model import ACTIVE_STATES, FINAL_STATES, JobPart
+from floydd.model import ACTIVE_STATES, FINAL_STATES, Job, JobPart
 
 __all__ = ["Local", "Start", "Stop", "EndLocal", "Report", "ReportFinal", "ReportProgress", "Action", "decide",
-           "call_off", "part_of", "unsettled", "GIVEN_UP", "NEVER_STARTED", "BACK", "NO_RUN_HERE"]
+           "call_off", "GIVEN_UP", "NEVER_STARTED", "BACK", "NO_RUN_HERE"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,23 +109,23 @@ BACK = "this box is back in touch and the run went on"
 NO_RUN_HERE = "this box is back in touch without this run (it never ran here, or its record is gone)"
 
 
-def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
+def decide(job: Job | None, local: Local | None, node: str, *, held: bool,
            gpus_taken: bool = False) -> tuple[Action, ...]:
     """The actions that bring this node in line with the committed ``job`` (None: the cluster
     has no such job), given its ``local`` record (None: none), whether the runtime ``held``
     it (starting or running here), and whether another run here still holds one of the GPUs
     its part was given (``gpus_taken``: it starts only once they are free; the node is the
     final authority over its GPUs)."""
-    part = part_of(job, node) if job is not None else None
+    part = job.part_on(node) if job is not None else None
     if local is not None and local.attempt == 0:                 # this node's own history
         if part is not None and part.state in ACTIVE_STATES:
-            return (Report("failed", f"this box already has a job {job['id']} from before it joined the "
+            return (Report("failed", f"this box already has a job {job.id} from before it joined the "
                                      "cluster; submit it again"),)
         return ()
-    if part is None or job["state"] == "queued":
+    if part is None or job.state == "queued":
         return (Stop(GIVEN_UP),) if held and local is not None else ()
-    attempts = job["attempts"]
-    if job["state"] in FINAL_STATES:
+    attempts = job.attempts
+    if job.state in FINAL_STATES:
         return _ended(job, part, local, held)
     if part.state not in ACTIVE_STATES:       # this part of a gang is over; the others run on
         return (Stop("this part of the job ended"),) if held and local is not None else ()
@@ -136,7 +137,7 @@ def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
         return () if gpus_taken else (Start(replace=local is not None),)
     if local.attempt > attempts:
         return ()
-    stop = job.get("stop_requested") or ""
+    stop = job.stop_requested
     if local.state == "queued" and not held:
         if stop:
             return (EndLocal("stopped", stop),)
@@ -153,10 +154,10 @@ def decide(job: Mapping | None, local: Local | None, node: str, *, held: bool,
     return tuple(actions)
 
 
-def _back(job: Mapping, local: Local | None, held: bool) -> tuple[Action, ...]:
+def _back(job: Job, local: Local | None, held: bool) -> tuple[Action, ...]:
     """This box is back in touch and the cluster calls its part ``unknown``: say what became
     of the run (never start it: a start here would be a second run of the same attempt)."""
-    attempts = job["attempts"]
+    attempts = job.attempts
     if local is not None and local.attempt > attempts:
         return ()
     if local is None or local.attempt < attempts:
@@ -166,60 +167,49 @@ def _back(job: Mapping, local: Local | None, held: bool) -> tuple[Action, ...]:
     if local.state in FINAL_STATES:
         return (ReportFinal(),)
     if local.state == "running" and held:
-        stop = job.get("stop_requested") or ""
+        stop = job.stop_requested
         return ((Stop(stop),) if stop else ()) + (Report("running", BACK),)
     if local.state == "queued" and not held:
         return (Report("lost", NO_RUN_HERE),)
     return ()                                   # being started or re-adopted here: look again
 
 
-def _ended(job: Mapping, part: Mapping, local: Local | None, held: bool) -> tuple[Action, ...]:
+def _ended(job: Job, part: JobPart, local: Local | None, held: bool) -> tuple[Action, ...]:
     """A gang that ended (its first part to stop ended it): settle this node's part."""
     mine_active = part.state in ACTIVE_STATES
-    if local is None or local.attempt < job["attempts"]:
+    if local is None or local.attempt < job.attempts:
         if held and local is not None:
-            return (Stop(f"the job ended ({job.get('reason') or job['state']})"),)
+            return (Stop(_ended_why(job)),)
         return (Report("stopped", NEVER_STARTED),) if mine_active else ()
-    if local.attempt > job["attempts"]:
+    if local.attempt > job.attempts:
         return ()
     if local.state in FINAL_STATES:
         return (ReportFinal(),) if mine_active else ()
     if held:
-        return (Stop(f"the job ended ({job.get('reason') or job['state']})"),)
+        return (Stop(_ended_why(job)),)
     if local.state == "queued":
         return (EndLocal("stopped", NEVER_STARTED),)
     return ()
 
 
-def call_off(job: Mapping | None, node: str, attempt: int) -> str:
+def call_off(job: Job | None, node: str, attempt: int) -> str:
     """Why a start of ``attempt`` of ``job`` still in progress on ``node`` must end before the
     job runs ("" when it goes on): the reason it ends ``stopped`` with."""
     if job is None:
         return "the job was deleted"
-    if job["attempts"] != attempt:
-        return f"attempt {attempt} was replaced by attempt {job['attempts']}"
-    part = part_of(job, node)
-    if part is None or job["state"] == "queued":
+    if job.attempts != attempt:
+        return f"attempt {attempt} was replaced by attempt {job.attempts}"
+    part = job.part_on(node)
+    if part is None or job.state == "queued":
         return GIVEN_UP
-    if job.get("stop_requested"):
-        return job["stop_requested"]
-    if job["state"] in FINAL_STATES:
-        return f"the job ended ({job.get('reason') or job['state']})"
+    if job.stop_requested:
+        return job.stop_requested
+    if job.state in FINAL_STATES:
+        return _ended_why(job)
     if part.state not in ACTIVE_STATES:
         return "this part of the job ended"
     return ""
 
 
-def part_of(job: Mapping, node: str) -> JobPart | None:
-    """``node``'s part of a placed job (:class:`~floydd.model.JobPart`: rank, None for a job on
-    one node, node, gpu_ids, state), or None."""
-    return JobPart.of(job, node)
-
-
-def unsettled(job: Mapping, node: str) -> bool:
-    """Is there something for ``node`` to do about this job: run or report its part (a gang's
-    part is reported even after the job ended, so every part ends up final)?"""
-    part = part_of(job, node)
-    if part is None:
-        return False
-    return job["state"] in ACTIVE_STATES or (part.rank is not None and part.state in ACTIVE_STATES)
+def _ended_why(job: Job) -> str:
+    return f"the job ended ({job.reason or job.state})"

@@ -39,20 +39,21 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
-from floydd import log
+from floydd import __version__, log
 from floydd.cluster.replication.codecopies import likely_sources
 from floydd.cluster.driver.loop import Applied
 from floydd.cluster.replication.replicas import Liveness, ranked_sources
 from floydd.cluster.service import ClusterService
 from floydd.errors import Conflict, FloyddError
 from floydd.jobs.decide import (GIVEN_UP, Action, EndLocal, Local, Report, ReportFinal, ReportProgress, Start,
-                                Stop, call_off, decide, part_of, unsettled)
+                                Stop, call_off, decide)
 from floydd.jobs.checkpoints import Checkpoints
 from floydd.jobs.gang import single_box_command
 from floydd.jobs.rendezvous import gang_part
 from floydd.scheduler.placer import REPORT_TIMEOUT, every_second_or_sooner
 from floydd.jobs.local import LocalJobs, code_pin
-from floydd.model import ACTIVE_STATES, DEFAULT_CHECKPOINT_INTERVAL, RECORD_FIELDS, DatasetRef, JobKey
+from floydd.model import (ACTIVE_STATES, DEFAULT_CHECKPOINT_INTERVAL, RECORD_FIELDS, DatasetRef, Job, JobKey,
+                          unsettled_on)
 from floydd.runtime import fence
 from floydd.runtime import NodeRuntime
 from floydd.store import ObjectId, Store
@@ -120,22 +121,22 @@ class Reconciler:
         running = self.runtime.running()
         held = {f"{p}/{n}" for p, n in running}
         gpu_holder = {g: f"{p}/{n}" for (p, n), gpus in running.items() for g in gpus}
-        keys = [k for k, j in list(state.jobs.items()) if unsettled(j, self.node_id)]
+        keys = [k for k, j in list(state.jobs.items()) if unsettled_on(j, self.node_id)]
         keys += sorted(held - set(keys))
         self._call_off_starts(held)
         scanned: dict | None = None                  # the processes of every run here, looked at once
         for key in keys:
             if key in self._busy:
                 continue
-            job = state.jobs.get(key)
+            job = self._committed(key)
             record = await asyncio.to_thread(self.local.record, JobKey.parse(key))
             local = None if record is None else Local(record["state"], record.get("attempt", 0))
-            part = part_of(job, self.node_id) if job is not None else None
+            part = job.part_on(self.node_id) if job is not None else None
             gpus = part.gpu_ids if part is not None else ()
             taken = sorted({gpu_holder[g] for g in gpus if gpu_holder.get(g, key) != key})
-            if gpus and not taken and key not in held and job["state"] in ACTIVE_STATES:
+            if gpus and not taken and key not in held and job.state in ACTIVE_STATES:
                 scanned = await self.runtime.scan_runs() if scanned is None else scanned
-                taken = fence.taken(scanned, key, job["attempts"], gpus)
+                taken = fence.taken(scanned, key, job.attempts, gpus)
             if taken:
                 self._note_waiting(key, taken)
             for action in decide(job, local, self.node_id, held=key in held, gpus_taken=bool(taken)):
@@ -158,10 +159,10 @@ class Reconciler:
             _log.warning("looking for leftover job processes: %s", exc)
 
     async def _do(self, action: Action, key: str, record: dict | None) -> None:
-        job = self.cluster.state.job(key) if key in self.cluster.state.jobs else None
+        job = self._committed(key)
         if isinstance(action, Start):
             self._busy.add(key)
-            self._starting[key] = job["attempts"]
+            self._starting[key] = job.attempts
             self._spawn(self._start(job, replace=action.replace), f"floydd.jobs.start {key}")
         elif isinstance(action, Stop):
             self._busy.add(key)
@@ -189,13 +190,16 @@ class Reconciler:
 
     # -- starting ---------------------------------------------------------------------------------
 
-    async def _start(self, job: dict, *, replace: bool) -> None:
+    async def _start(self, job: Job, *, replace: bool) -> None:
         """Make the local record of this placement, bring its inputs here, start it."""
-        key = JobKey.parse(job["id"])
+        key = JobKey.parse(job.id)
         try:
-            spec = job["spec"]
-            fields = {name: spec[name] for name in RECORD_FIELDS if spec.get(name) is not None}
-            fields.update(attempt=job["attempts"], user=job["user"], node=self.node_name, created=job["created"])
+            spec = job.spec
+            if spec is None:
+                raise FloyddError(f"this box's floydd ({__version__}) cannot read the job's spec: upgrade it")
+            stored = spec.to_dict()
+            fields = {name: stored[name] for name in RECORD_FIELDS if stored[name] is not None}
+            fields.update(attempt=job.attempts, user=job.user, node=self.node_name, created=job.created)
             await asyncio.to_thread(self.local.make_record, key, fields, replace=replace)
             try:
                 await self._fetch_inputs(job)
@@ -206,8 +210,8 @@ class Reconciler:
             if await self._called_off(job):
                 return
             resume = await self.checkpoints.resume_from(job)
-            part = part_of(job, self.node_id)
-            command, env = single_box_command(spec["command"], len(part.gpu_ids)), None
+            part = job.part_on(self.node_id)
+            command, env = single_box_command(spec.command, len(part.gpu_ids)), None
             if part.rank is not None:
                 command, env = await gang_part(self.cluster, job, part, lambda: self.job_changed)
                 if command is None:
@@ -227,37 +231,41 @@ class Reconciler:
             except FloyddError:
                 pass
         finally:
-            self._busy.discard(job["id"])
-            self._starting.pop(job["id"], None)
+            self._busy.discard(job.id)
+            self._starting.pop(job.id, None)
             self.wake()
 
-    async def _called_off(self, job: dict) -> bool:
+    def _committed(self, key: str) -> Job | None:
+        """The job as the committed state has it now (None: it has none)."""
+        return Job.of(self.cluster.state.jobs.get(key))
+
+    async def _called_off(self, job: Job) -> bool:
         """End the local record of a start the cluster called off meanwhile (True), if it did."""
-        why = call_off(self.cluster.state.jobs.get(job["id"]), self.node_id, job["attempts"])
+        why = call_off(self._committed(job.id), self.node_id, job.attempts)
         if why:
-            await asyncio.to_thread(self.local.end_unstarted, JobKey.parse(job["id"]), "stopped", why)
+            await asyncio.to_thread(self.local.end_unstarted, JobKey.parse(job.id), "stopped", why)
         return bool(why)
 
     def _call_off_starts(self, held: set[str]) -> None:
         """Starts in progress that the cluster called off: the runtime ends them before the job
         runs (it holds them from its first step; until then ``_start`` looks itself)."""
         for key, attempt in list(self._starting.items()):
-            why = call_off(self.cluster.state.jobs.get(key), self.node_id, attempt)
+            why = call_off(self._committed(key), self.node_id, attempt)
             if why and key in held:
                 project, number = JobKey.parse(key)
                 if self.runtime.request_stop(project, number, why):
                     _log.info("%s: its start here is called off: %s", key, why)
 
-    async def _fetch_inputs(self, job: dict) -> None:
-        spec = job["spec"]
-        tree = spec["code_tree"]
+    async def _fetch_inputs(self, job: Job) -> None:
+        spec = job.spec
+        tree = spec.code_tree
         state = self.cluster.state
         await self.ensure_tree(tree, likely_sources(state, tree))   # its copies' holders first (issue 21)
-        await asyncio.to_thread(self.store.catalog.pin, ObjectId.from_hex(tree), code_pin(JobKey.parse(job["id"])))
-        for mount in spec.get("data") or ():
-            ref = DatasetRef.stored(mount["ref"])
+        await asyncio.to_thread(self.store.catalog.pin, ObjectId.from_hex(tree), code_pin(JobKey.parse(job.id)))
+        for mount in spec.data:
+            ref = DatasetRef.stored(mount.ref)
             version = state.datasets.get(ref.name, {}).get("versions", {}).get(ref.version_key, {}) if ref else {}
-            await self.ensure_tree(mount["tree"], version.get("holders", []))
+            await self.ensure_tree(mount.tree, version.get("holders", []))
 
     async def ensure_tree(self, tree: str, likely: list[str]) -> None:
         """Make ``tree`` complete here: from the ``likely`` holders first, then any node; those
@@ -293,21 +301,21 @@ class Reconciler:
 
     # -- reporting --------------------------------------------------------------------------------
 
-    async def _report(self, job: dict, **fields: Any) -> None:
+    async def _report(self, job: Job, **fields: Any) -> None:
         """Tell the cluster what happened to this node's attempt (fenced by attempt and node)."""
-        key = job["id"]
-        part = part_of(job, self.node_id)
+        key = job.id
+        part = job.part_on(self.node_id)
         rank = part.rank if part is not None else None
         if rank is not None:
             fields["rank"] = rank
         # sent, and the job has not changed since: not again yet (once it changed, a report that
         # is still due is due again: e.g. its state went back while this box was away)
-        stamp = (job["attempts"], job.get("updated"), tuple(sorted((k, repr(v)) for k, v in fields.items())))
+        stamp = (job.attempts, job.updated, tuple(sorted((k, repr(v)) for k, v in fields.items())))
         if self._reported.get(key) == stamp:
             return
         self._reported[key] = stamp
         try:
-            await self.cluster.update_job(key, attempt=job["attempts"], node=self.node_id,
+            await self.cluster.update_job(key, attempt=job.attempts, node=self.node_id,
                                           timeout=REPORT_TIMEOUT, **fields)
         except Conflict as exc:
             _log.info("report on %s refused: %s", key, exc)
@@ -315,8 +323,8 @@ class Reconciler:
             _log.info("report on %s not committed (will retry): %s", key, exc)
             self._reported.pop(key, None)
 
-    async def _report_final(self, job: dict, record: dict) -> None:
-        part = part_of(job, self.node_id)
+    async def _report_final(self, job: Job, record: dict) -> None:
+        part = job.part_on(self.node_id)
         if part.state == "starting" and record["state"] in ("success", "timeout"):
             await self._report(job, state="running")  # it ran and ended between two looks
         fields: dict[str, Any] = {"state": record["state"], "reason": record["reason"] or "",
@@ -337,28 +345,28 @@ class Reconciler:
         self._spawn(self._report_summary(JobKey(project, number)), f"floydd.jobs.summary {project}/{number}")
 
     async def _report_summary(self, key: JobKey) -> None:
-        job = self.cluster.state.job(str(key)) if str(key) in self.cluster.state.jobs else None
+        job = self._committed(str(key))
         record = await asyncio.to_thread(self.local.record, key)
-        part = part_of(job, self.node_id) if job is not None else None
-        if part is None or record is None or record.get("attempt") != job["attempts"] or part.rank not in (None, 0):
+        part = job.part_on(self.node_id) if job is not None else None
+        if part is None or record is None or record.get("attempt") != job.attempts or part.rank not in (None, 0):
             return                                   # not this box's run (any more), or not its rank 0
         await self._report(job, summary=await self._summary(job))
 
-    async def _summary(self, job: dict) -> dict:
-        summary = await asyncio.to_thread(self.local.metric_summary, JobKey.parse(job["id"]))
+    async def _summary(self, job: Job) -> dict:
+        summary = await asyncio.to_thread(self.local.metric_summary, JobKey.parse(job.id))
         return {"metrics": dict(list(summary.items())[:_MAX_SUMMARY_METRICS]), "ran_on": self.cluster.name}
 
-    async def _publish_output(self, job: dict, ref: str) -> str:
+    async def _publish_output(self, job: Job, ref: str) -> str:
         """Put the job's /output version in the cluster catalog (this node holds it)."""
         version = await asyncio.to_thread(self.store.catalog.resolve, ref)
         try:
             added = await self.cluster.add_dataset_version(
-                version.name, str(version.tree), idem_key=f"output:{job['id']}:{job['attempts']}",
-                size=int(version.size or 0), files=int(version.files or 0), message=f"output of {job['id']}",
-                user=job.get("user") or "", timeout=REPORT_TIMEOUT)
+                version.name, str(version.tree), idem_key=f"output:{job.id}:{job.attempts}",
+                size=int(version.size or 0), files=int(version.files or 0), message=f"output of {job.id}",
+                user=job.user, timeout=REPORT_TIMEOUT)
             return added["ref"]
         except FloyddError as exc:
-            _log.info("publishing the output of %s: %s", job["id"], exc)
+            _log.info("publishing the output of %s: %s", job.id, exc)
             return ref
 
     def _spawn(self, coro, name: str) -> asyncio.Task:

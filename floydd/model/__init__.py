@@ -18,7 +18,7 @@ One module per concept, each importing only those above it:
 - ``resources``: what a job asks for on each box, and sizes and counts as people write them;
 - ``restart``: restart policies and the durations they are written in;
 - ``spec``: the spec a job runs with and its stored form;
-- ``job``: a placed job's parts (where each runs, on which GPUs);
+- ``job``: a job as the cluster keeps it, typed, and its placement's parts (where each runs, on which GPUs);
 - ``submission``: the request bodies that make a job (a submission, a restart's changes);
 - ``gangcommand``: what the command of a job over several boxes may be (torchrun's rendezvous is floydd's).
 
@@ -41,7 +41,7 @@ from floydd.model.defaults import (DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_ENV, DEF
                                    DEFAULT_MODE, DEFAULT_RESTART, DEFAULT_STOP_GRACE)
 from floydd.model.restart import MAX_ATTEMPTS, MAX_LOST_AFTER, RESTART_POLICIES, RestartPolicy, parse_duration
 from floydd.model.spec import RECORD_FIELDS, SPEC_FIELDS, JobSpec
-from floydd.model.job import JobPart
+from floydd.model.job import Job, JobPart, unsettled_on
 from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
                                      Submission, check_max_runtime)
 from floydd.model.gangcommand import check_gang_command
@@ -53,7 +53,7 @@ __all__ = [
     "MAX_PATH", "check_abs_path",
     "JobKey", "parse_job_key", "DatasetRef", "parse_ref",
     "MountRequest", "Mount", "parse_data", "check_mounts", "check_mount_target", "WORKSPACE_NAMES",
-    "parse_param", "check_params", "Resources", "JobSpec", "JobPart", "Submission", "SPEC_FIELDS", "ENVIRONMENTS",
+    "parse_param", "check_params", "Resources", "JobSpec", "Job", "JobPart", "unsettled_on", "Submission", "SPEC_FIELDS", "ENVIRONMENTS",
     "check_cpus", "asked_per_box", "asked_gpu_count", "asked_nodes", "known_count", "parse_size", "format_size",
     "format_cpus", "describe_needs",
     "MAX_CPUS", "MAX_MEMORY",

@@ -1,13 +1,28 @@
-"""A placed job's parts: where each runs and on which GPUs, as the replicated state keeps them
-(``job.place``). One box's part is what it starts, reports and stops; a job on one box has one
-part, rank None (a gang's parts are ranked from 0, rank 0 speaking for the job)."""
+"""A job as the cluster keeps it: its spec, its state and its placement's parts, typed.
+
+The replicated state stores a job as plain data (a msgpack map in its snapshot, a row in the
+archive); :meth:`Job.from_dict` reads that stored form once, where a job enters a part of
+the code that decides about it, and :meth:`Job.to_dict` writes it back. What the stored form
+calls ``gpus`` is the GPU indices a placement gave the job (:attr:`JobPart.gpu_ids`), never
+the count it asked for (:attr:`~floydd.model.Resources.gpu_count`, in its spec).
+
+A placed job has parts, one per box: a job on one box has one part, rank None (its own
+``node``/``gpus``/``state``); a gang's parts are ranked from 0, rank 0 speaking for the job.
+Keys this version does not know (a newer box's, the archive's ``archived_at``) are kept in
+:attr:`Job.extra` and written back unchanged.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping
 
-__all__ = ["JobPart"]
+from floydd.errors import InvalidSpec
+from floydd.model.states import ACTIVE_STATES
+from floydd.model.spec import JobSpec
+
+__all__ = ["Job", "JobPart", "unsettled_on"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,16 +38,146 @@ class JobPart:
     :attr:`~floydd.model.Resources.gpu_count`; this is which ones it holds)."""
     state: str
     """Its state (a job on one box: the job's)."""
+    exit_code: int | None = None
+    """How its process exited (a gang's part; a job on one box: the job's)."""
+    reason: str = ""
+    """Why it is in its state (a gang's part; a job on one box: the job's)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A gang part's stored form."""
+        return {"rank": self.rank, "node": self.node, "gpus": list(self.gpu_ids), "state": self.state,
+                "exit_code": self.exit_code, "reason": self.reason}
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A job as the replicated state keeps it (module docstring). Frozen: a change is a new
+    value (:func:`dataclasses.replace`)."""
+
+    id: str
+    """Its key, ``project/number``."""
+    project: str
+    number: int
+    idem_key: str = ""
+    """The submission's idempotency key: a retried submission finds this job."""
+    spec: JobSpec | None
+    """What it runs with; None for a spec this version cannot read (a newer box's): such a job
+    is listed and kept, never rerun."""
+    state: str
+    reason: str = ""
+    waiting_for: str = ""
+    """Why it is still queued (the placer's words), if it is."""
+    created: float
+    updated: float
+    started: float | None = None
+    ended: float | None = None
+    node: str | None = None
+    """The box of its placement (a gang: rank 0's); None while queued."""
+    gpu_ids: tuple[int, ...] = ()
+    """The GPU indices its placement holds there (a gang: rank 0's)."""
+    attempts: int = 0
+    """Placements so far: the attempt of its current (or last) run."""
+    reruns: int = 0
+    """Runs its restart policy started again."""
+    placed_term: int | None = None
+    exit_code: int | None = None
+    output_version: str | None = None
+    """The version of its ``/output`` saved last (a rerun starts from it)."""
+    summary: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Its metrics' last values, as its box reported them."""
+    stop_requested: str = ""
+    """Why a stop was asked ("" if none)."""
+    origin: str = ""
+    """The id of the box it was submitted on."""
+    user: str = ""
+    """Who submitted it."""
+    parts: tuple[JobPart, ...] = ()
+    """A gang's parts, by rank (empty for a job on one box)."""
+    endpoint: str | None = None
+    """A gang's rendezvous, committed by rank 0's box before any part starts."""
+    unknown_since: float | None = None
+    """Since when its box is out of touch, while it is ``unknown``."""
+    history: tuple[tuple[float, str], ...] = ()
+    """What the cluster decided about it, oldest first (an archived job keeps none)."""
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Stored keys this version does not know, written back unchanged."""
+
+    @property
+    def is_gang(self) -> bool:
+        return bool(self.parts)
+
+    def part_on(self, node: str) -> JobPart | None:
+        """``node``'s part of this job, or None if it has none there. The state checked the
+        GPU indices when it committed the placement."""
+        for part in self.parts:
+            if part.node == node:
+                return part
+        if not self.parts and self.node == node:
+            return JobPart(rank=None, node=node, gpu_ids=self.gpu_ids, state=self.state,
+                           exit_code=self.exit_code, reason=self.reason)
+        return None
 
     @classmethod
-    def of(cls, job: Mapping[str, Any], node: str) -> JobPart | None:
-        """``node``'s part of ``job`` as the replicated state stores it (a dict: ``parts`` for
-        a gang, else ``node``/``gpus``/``state``), or None if it has none there. The state
-        checked the GPU indices when it committed the placement."""
-        parts = job.get("parts") or ()
-        for part in parts:
-            if part["node"] == node:
-                return cls(rank=part["rank"], node=node, gpu_ids=tuple(part["gpus"]), state=part["state"])
-        if not parts and job.get("node") == node:
-            return cls(rank=None, node=node, gpu_ids=tuple(job["gpus"]), state=job["state"])
-        return None
+    def of(cls, raw: Mapping[str, Any] | None) -> Job | None:
+        """:meth:`from_dict`, None for None (a job the state does not have)."""
+        return None if raw is None else cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Job:
+        """From the stored form (replicated state, archive, a forwarded read)."""
+        try:
+            spec = JobSpec.from_dict(raw["spec"])
+        except (InvalidSpec, KeyError, TypeError, ValueError, AttributeError):
+            spec = None
+        parts = tuple(JobPart(rank=p["rank"], node=p["node"], gpu_ids=tuple(p["gpus"]), state=p["state"],
+                              exit_code=p.get("exit_code"), reason=p.get("reason") or "")
+                      for p in raw.get("parts") or ())
+        return cls(id=raw["id"], project=raw["project"], number=raw["number"], idem_key=raw.get("idem_key") or "",
+                   spec=spec, state=raw["state"], reason=raw.get("reason") or "",
+                   waiting_for=raw.get("waiting_for") or "", created=raw["created"], updated=raw["updated"],
+                   started=raw.get("started"), ended=raw.get("ended"), node=raw.get("node"),
+                   gpu_ids=tuple(raw.get("gpus") or ()), attempts=raw.get("attempts") or 0,
+                   reruns=raw.get("reruns") or 0, placed_term=raw.get("placed_term"), exit_code=raw.get("exit_code"),
+                   output_version=raw.get("output_version"),
+                   summary=MappingProxyType(dict(raw.get("summary") or {})),
+                   stop_requested=raw.get("stop_requested") or "", origin=raw.get("origin") or "",
+                   user=raw.get("user") or "", parts=parts, endpoint=raw.get("endpoint"),
+                   unknown_since=raw.get("unknown_since"),
+                   history=tuple((h[0], h[1]) for h in raw.get("history") or ()),
+                   extra=MappingProxyType({k: v for k, v in raw.items() if k not in _KNOWN}))
+
+    def to_dict(self, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The stored form (``spec``: the stored spec to write when this version could not read it)."""
+        out = {"id": self.id, "project": self.project, "number": self.number, "idem_key": self.idem_key,
+               "spec": self.spec.to_dict() if self.spec is not None else dict(spec or {}),
+               "state": self.state, "reason": self.reason, "waiting_for": self.waiting_for,
+               "created": self.created, "updated": self.updated, "started": self.started, "ended": self.ended,
+               "node": self.node, "gpus": list(self.gpu_ids), "attempts": self.attempts, "reruns": self.reruns,
+               "placed_term": self.placed_term, "exit_code": self.exit_code, "output_version": self.output_version,
+               "summary": dict(self.summary), "stop_requested": self.stop_requested, "origin": self.origin,
+               "user": self.user, "parts": [p.to_dict() for p in self.parts], "endpoint": self.endpoint,
+               "unknown_since": self.unknown_since, "history": [[ts, text] for ts, text in self.history]}
+        out.update(self.extra)
+        return out
+
+
+_KNOWN = frozenset({"id", "project", "number", "idem_key", "spec", "state", "reason", "waiting_for", "created",
+                    "updated", "started", "ended", "node", "gpus", "attempts", "reruns", "placed_term", "exit_code",
+                    "output_version", "summary", "stop_requested", "origin", "user", "parts", "endpoint",
+                    "unknown_since", "history"})
+"""The stored keys :class:`Job` has a field for."""
+
+
+def unsettled_on(raw: Mapping[str, Any], node: str) -> bool:
+    """Whether ``node`` has something to do about a job, read off its stored form without
+    decoding it (a box's reconciler asks this of every job each round): it has a part there
+    and the job is active, or it is a gang whose part there is still active (a gang's part
+    is reported even after the job ended, so every part ends up final)."""
+    parts = raw.get("parts")
+    if parts:
+        return any(p["node"] == node and (raw["state"] in ACTIVE_STATES or p["state"] in ACTIVE_STATES)
+                   for p in parts)
+    return raw.get("node") == node and raw["state"] in ACTIVE_STATES

@@ -43,8 +43,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from floydd.errors import InvalidSpec
-from floydd.model import ACTIVE_STATES, RestartPolicy
+from floydd.model import ACTIVE_STATES, Job
 
 __all__ = ["quiet", "suspects", "answers", "troubled", "judge"]
 
@@ -88,7 +87,7 @@ def troubled(nodes: Mapping[str, dict], busy: Iterable[str], quiet: Mapping[str,
     return out
 
 
-def judge(jobs: Iterable[dict], nodes: Mapping[str, dict], troubled: Mapping[str, float],
+def judge(jobs: Iterable[Job], nodes: Mapping[str, dict], troubled: Mapping[str, float],
           lost_after: float) -> list[tuple[str, dict]]:
     """``(job id, job.update fields)`` for each active job with a part on a ``troubled`` box
     (node id -> seconds quiet): requeue it if no part started, else make it ``unknown``, and
@@ -96,17 +95,16 @@ def judge(jobs: Iterable[dict], nodes: Mapping[str, dict], troubled: Mapping[str
     cluster's default, for a job whose policy gives none)."""
     out = []
     for job in jobs:
-        if job["state"] not in ACTIVE_STATES:
+        if job.state not in ACTIVE_STATES:
             continue
         silent = [nid for nid in _nodes_of(job) if nid in troubled]
         if not silent:
             continue
         name = ", ".join((nodes.get(nid) or {}).get("name") or nid for nid in silent)
-        parts = job.get("parts") or ()
         # a gang whose parts have not started yet is placed again whole; once any part runs,
         # the run is unknown (its other parts run on, or fail when their peers vanish)
-        started = job["state"] in ("running", "unknown") or any(p["state"] != "starting" for p in parts)
-        fields: dict = {"attempt": job["attempts"], "silent": silent}
+        started = job.state in ("running", "unknown") or any(p.state != "starting" for p in job.parts)
+        fields: dict = {"attempt": job.attempts, "silent": silent}
         window, for_s = _window(job, lost_after), max(troubled[nid] for nid in silent)
         took = "" if for_s == _NEVER else f" for {_seconds(for_s)}"
         if all((nodes.get(nid) or {}).get("status") == "off" for nid in silent):
@@ -119,29 +117,28 @@ def judge(jobs: Iterable[dict], nodes: Mapping[str, dict], troubled: Mapping[str
                                  f"(the job's lost-after window is {_seconds(window)})")
         elif not started:
             fields.update(state="queued", reason=f"box {name} went silent before the job started")
-        elif job["state"] != "unknown":
+        elif job.state != "unknown":
             fields.update(state="unknown", reason=f"box {name} is out of touch; the job may still run there")
         else:
             if for_s < window:
                 continue
             fields.update(state="lost", reason=f"box {name} was out of touch{took} "
                                                f"(the job's lost-after window is {_seconds(window)})")
-        out.append((job["id"], fields))
+        out.append((job.id, fields))
     return out
 
 
-def _window(job: dict, default: float) -> float:
-    try:
-        policy = RestartPolicy.from_dict(job["spec"].get("restart"))
-    except InvalidSpec:         # a spec this version cannot read: the cluster's default
+def _window(job: Job, default: float) -> float:
+    if job.spec is None:        # a spec this version cannot read: the cluster's default
         return default
-    return default if policy.lost_after is None else policy.lost_after
+    lost_after = job.spec.restart.lost_after
+    return default if lost_after is None else lost_after
 
 
 def _seconds(value: float) -> str:
     return f"{value:.0f}s" if value < 120 else f"{value / 60:.1f} min"
 
 
-def _nodes_of(job: dict) -> list[str]:
+def _nodes_of(job: Job) -> list[str]:
     """The nodes a placed job runs on: every part's for a gang."""
-    return [p["node"] for p in job.get("parts") or ()] or [job["node"]]
+    return [p.node for p in job.parts] or [job.node]

@@ -24,7 +24,7 @@ from floydd import log
 from floydd.scheduler.storehealth import trouble
 from floydd.errors import Conflict, FloyddError
 from floydd.scheduler import outages
-from floydd.model import DEFAULT_LOST_AFTER, DatasetRef, asked_gpu_count, asked_nodes, asked_per_box
+from floydd.model import DEFAULT_LOST_AFTER, DatasetRef, Job, asked_gpu_count, asked_nodes, asked_per_box
 from floydd.scheduler import NodeSnapshot, PendingJob, node_snapshots, place
 
 __all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "every_second_or_sooner"]
@@ -79,6 +79,11 @@ class ClusterScheduler:
                               health=state.node_health(now, self.cluster.config.stale_after, self.ages(now)),
                               set_aside={nid: state.active_index.set_aside(nid) for nid in state.nodes},
                               trouble={nid: why for nid, n in state.nodes.items() if (why := trouble(n))})
+
+    def _active_jobs(self) -> list[Job]:
+        """The active jobs, typed (those the state's index counts)."""
+        jobs = self.cluster.state.jobs
+        return [Job.from_dict(jobs[key]) for key in self.cluster.state.active_index.active]
 
     async def lead_once(self) -> None:
         """One round: judge silent nodes, then place what is queued and keep why the rest
@@ -135,7 +140,7 @@ class ClusterScheduler:
         troubled = outages.troubled(state.nodes, state.active_index.busy_nodes(), quiet, suspect_after)
         if not troubled:
             return                                  # the usual round: no look at the jobs
-        for key, fields in outages.judge(list(state.jobs.values()), state.nodes, troubled, self.lost_after):
+        for key, fields in outages.judge(self._active_jobs(), state.nodes, troubled, self.lost_after):
             try:
                 await self.cluster.leader_update_job(key, timeout=REPORT_TIMEOUT, **fields)   # fenced
                 _log.warning("job %s: %s", key, fields["reason"])

@@ -10,6 +10,7 @@ from floydd.cluster.state.machine import ClusterState
 from floydd.scheduler.placer import ClusterScheduler
 from floydd.jobs.local import LocalJobs
 from floydd.jobs.reconcile import Reconciler
+from floydd.model import Job
 
 
 class FakeCluster:
@@ -260,10 +261,10 @@ def test_judging_an_off_box_keeps_every_job_until_its_window_then_requeues_or_lo
     from floydd.scheduler import outages
     nodes = {"n2": {"id": "n2", "name": "box-b", "status": "off"}, "n3": {"id": "n3", "name": "box-c",
                                                                           "status": "suspect"}}
-    spec = {"restart": {"policy": "on-lost", "lost_after": 20}}
-    jobs = [{"id": "p/1", "state": "running", "attempts": 1, "node": "n2", "spec": spec},
-            {"id": "p/2", "state": "starting", "attempts": 1, "node": "n2", "spec": spec},
-            {"id": "p/3", "state": "running", "attempts": 1, "node": "n3", "spec": spec}]
+    spec = {"command": "x", "code_tree": "ab" * 32, "restart": {"policy": "on-lost", "lost_after": 20}}
+    jobs = [Job.from_dict({"id": f"p/{n}", "project": "p", "number": n, "created": 1.0, "updated": 1.0,
+                           "state": state, "attempts": 1, "node": node, "spec": spec})
+            for n, state, node in ((1, "running", "n2"), (2, "starting", "n2"), (3, "running", "n3"))]
     assert outages.troubled(nodes, ["n2", "n3"], {"n2": 2.0, "n3": 2.0}, 3.0) == {}       # not quiet long enough
     early = dict(outages.judge(jobs, nodes, {"n2": 19.0, "n3": 19.0}, 300.0))
     assert set(early) == {"p/3"} and early["p/3"]["state"] == "unknown"   # the suspect box's job only

@@ -7,24 +7,30 @@ import itertools
 import pytest
 
 from floydd.jobs.decide import (BACK, GIVEN_UP, NEVER_STARTED, NO_RUN_HERE, EndLocal, Local, Report, ReportFinal,
-                                ReportProgress, Start, Stop, call_off, decide, part_of, unsettled)
-from floydd.model import ACTIVE_STATES, FINAL_STATES, STATES, TRANSITIONS
+                                ReportProgress, Start, Stop, call_off, decide)
+from floydd.model import ACTIVE_STATES, FINAL_STATES, STATES, TRANSITIONS, Job, unsettled_on
 
 ME, OTHER = "me", "other"
 ATTEMPT = 2
 
 
-def job(state: str, *, gang: bool = False, mine: bool = True, part: str | None = None, stop: str = "",
-        attempts: int = ATTEMPT) -> dict:
+def stored(state: str, *, gang: bool = False, mine: bool = True, part: str | None = None, stop: str = "",
+           attempts: int = ATTEMPT) -> dict:
+    """The job as the replicated state stores it."""
     node = ME if mine else OTHER
     placed = state != "queued"
-    j = {"id": "p/1", "state": state, "attempts": attempts, "stop_requested": stop, "reason": "",
+    j = {"id": "p/1", "project": "p", "number": 1, "created": 1.0, "updated": 2.0, "spec": {}, "state": state,
+         "attempts": attempts, "stop_requested": stop, "reason": "",
          "node": node if placed else None, "gpus": [0] if placed else [], "parts": []}
     if gang and placed:
         j["parts"] = [{"rank": 0, "node": OTHER, "gpus": [], "state": "running"},
                       {"rank": 1, "node": node, "gpus": [], "state": part or state}]
         j["node"] = OTHER
     return j
+
+
+def job(state: str, **how) -> Job:
+    return Job.from_dict(stored(state, **how))
 
 
 JOBS = [None] + [job(s, gang=g, mine=m, part=p, stop=st)
@@ -35,7 +41,7 @@ CASES = list(itertools.product(JOBS, LOCALS, (False, True), (False, True)))
 
 
 def _mine(j) -> dict | None:
-    return None if j is None else part_of(j, ME)
+    return None if j is None else j.part_on(ME)
 
 
 def test_every_combination_keeps_the_rules():
@@ -55,11 +61,11 @@ def _check_rules(j, local, held, taken) -> None:
     assert not (Start in kinds and Stop in kinds)
     if Start in kinds:
         assert not taken, "never on a GPU another run here still holds"
-        assert not held and part is not None and j["state"] in ACTIVE_STATES and part.state in ACTIVE_STATES
-        assert local is None or local.attempt < j["attempts"] or (local.attempt == j["attempts"]
+        assert not held and part is not None and j.state in ACTIVE_STATES and part.state in ACTIVE_STATES
+        assert local is None or local.attempt < j.attempts or (local.attempt == j.attempts
                                                                   and local.state == "queued")
-        assert not j["stop_requested"] or local is None or local.attempt < j["attempts"]
-        assert actions[0].replace == (local is not None and local.attempt < j["attempts"])
+        assert not j.stop_requested or local is None or local.attempt < j.attempts
+        assert actions[0].replace == (local is not None and local.attempt < j.attempts)
     if Stop in kinds:
         assert held and local is not None and local.attempt != 0
     if local is not None and local.attempt == 0:                  # history: never run, stopped or reported here
@@ -70,7 +76,7 @@ def _check_rules(j, local, held, taken) -> None:
         if isinstance(a, Report):
             assert part is not None and a.state in TRANSITIONS[part.state] or a.state == part.state
         if isinstance(a, ReportFinal):
-            assert local.state in FINAL_STATES and local.attempt == j["attempts"]
+            assert local.state in FINAL_STATES and local.attempt == j.attempts
             assert part.state in ACTIVE_STATES
         if isinstance(a, ReportProgress):
             assert local.state == "running" and part.state == "running" and part.rank in (None, 0)
@@ -127,10 +133,10 @@ def test_a_part_whose_gpus_another_run_holds_waits_and_starts_once_they_are_free
 
 
 def test_unsettled_is_an_active_job_or_a_gang_part_still_active_here():
-    assert unsettled(job("running"), ME) and not unsettled(job("running", mine=False), ME)
-    assert not unsettled(job("success"), ME) and not unsettled(job("queued"), ME)
-    assert unsettled(job("failed", gang=True, part="running"), ME)
-    assert not unsettled(job("failed", gang=True, part="stopped"), ME)
+    assert unsettled_on(stored("running"), ME) and not unsettled_on(stored("running", mine=False), ME)
+    assert not unsettled_on(stored("success"), ME) and not unsettled_on(stored("queued"), ME)
+    assert unsettled_on(stored("failed", gang=True, part="running"), ME)
+    assert not unsettled_on(stored("failed", gang=True, part="stopped"), ME)
 
 
 def test_a_start_in_progress_is_called_off_when_the_cluster_no_longer_wants_it():
@@ -154,7 +160,7 @@ def test_call_off_agrees_with_decide_once_the_start_is_over():
             called_off += 1
             actions = decide(j, Local("running", ATTEMPT), ME, held=True)
             assert any(isinstance(a, Stop) for a in actions), (j, actions)
-        elif j is not None and part_of(j, ME) is not None:
+        elif j is not None and j.part_on(ME) is not None:
             assert not any(isinstance(a, Stop) for a in decide(j, Local("running", ATTEMPT), ME, held=True)), j
     assert called_off > 10
 
