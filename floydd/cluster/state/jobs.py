@@ -16,8 +16,8 @@ the next attempt, starting from the job's ``output_version``)::
 ``unknown``: the leader lost touch with the job's box (the node is ``suspect``); the job
 keeps its GPUs and ``unknown_since`` says since when. A box's note on an older attempt
 (``job.update`` with ``note`` and a past ``attempt``: e.g. it stopped a run that was replaced
-while it was away) is added to the history and changes nothing else. A gang job's parts are
-:mod:`floydd.cluster.state.gangs`'.
+while it was away) is added to the history and changes nothing else. A job's moves, reruns
+and a gang job's parts are :mod:`floydd.cluster.state.moves`'.
 
 A placement (``job.place``, fenced by its ``term`` like every leader action) is re-checked
 against the state it lands on (the job still queued, the node up and holding those GPU
@@ -26,13 +26,12 @@ each box not set aside for other active jobs there, where the node reported its 
 without ``cpus``/``memory`` asks for none: :mod:`floydd.cluster.state.index`).
 
 :class:`~floydd.cluster.state.machine.ClusterState` calls these with itself on apply, after
-:mod:`floydd.cluster.state.authz` decided the proposer may say them; a job's state moves are
-:mod:`floydd.cluster.state.moves`'. Pure, like the rest of the state.
+:mod:`floydd.cluster.state.authz` decided the proposer may say them. Pure, like the rest of the state.
 """
 
 from __future__ import annotations
 
-from floydd.cluster.state import code as state_code, gangs, moves, versions
+from floydd.cluster.state import code as state_code, moves, versions
 from floydd.cluster.state.archive import archived_form
 from floydd.cluster.state.nodes import gpu_indices
 from floydd.cluster.state.copies import copy_of
@@ -132,7 +131,7 @@ def update(state, cmd: dict, term: int) -> dict:
     if "note" in cmd:
         raise InvalidSpec("job.update: a note goes alone (with job, attempt and node)")
     if "rank" in cmd:
-        return gangs.part_update(state, job, cmd)
+        return moves.part_update(state, job, cmd)
     if "node" in cmd and cmd["node"] != job["node"]:
         raise Conflict(f"job {key} is placed on {job['node']}, not {cmd['node']}", code="wrong_node")
     if "endpoint" in cmd:

@@ -36,8 +36,7 @@ functions that ``apply`` calls with the state::
 
     nodes            node.upsert, node.health, node.remove
     jobs             job.submit, job.place, job.update, job.delete, job.archive, project.reserve
-    moves            a job's state moves (index, times, history) and its reruns
-    gangs            a gang job's parts (job.update with rank)
+    moves            a job's state moves (index, times, history), its reruns, a gang's parts
     datasets         dataset.add_version, dataset.delete, dataset.holders
     code             code.holders, and the code table's side of job.submit and job.delete
     index            the derived index of active jobs (a part: ``active_index``)
