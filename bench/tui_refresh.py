@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 from floydd.client import Client  # noqa: E402
 from floydd.tui.app import FloydTop, SnapshotReady  # noqa: E402
+from floydd.tui.poll import View, Want  # noqa: E402
 from floydd.tui.poller import Poller  # noqa: E402
-from floydd.tui.snapshot import View, Want  # noqa: E402
 
 SIZE = (160, 50)
 NODES, GPUS, JOBS = 64, 8, 1000

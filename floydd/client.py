@@ -266,7 +266,7 @@ class Client(Connection):
     def gc(self) -> dict:
         return self._call("POST", "/v1/store/gc", {}, timeout=None)
 
-    # -- export files between sites (floydd.exchange, floydd.api.exchange) --------------
+    # -- export files between sites (floydd.bundle, floydd.api.exchange) ----------------
 
     @contextlib.contextmanager
     def export(self, *, jobs: list[str] = (), datasets: list[str] = (), key_hex: str,
@@ -274,7 +274,7 @@ class Client(Connection):
         """The export file of ``jobs`` (PROJECT or PROJECT/N) and dataset versions ``datasets``,
         sealed under the export key ``key_hex``: ``(stream, about how many bytes)``. The stream
         raises :data:`GONE` when the daemon stops answering; a file that ends early or with an
-        error record is for :class:`floydd.exchange.Reader` to refuse."""
+        error record is for :class:`floydd.bundle.Reader` to refuse."""
         conn, resp = self._open("POST", "/v1/export", {"jobs": list(jobs), "datasets": list(datasets),
                                                        "key": key_hex, "kdf": kdf or {"kind": "random"}},
                                 timeout=None)

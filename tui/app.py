@@ -31,6 +31,7 @@ from textual.message import Message
 from textual.worker import get_current_worker
 
 from floydd.model import OPEN_STATES
+from floydd.tui.poll import Snapshot, Want
 from floydd.tui.poller import Outcome, Poller, Restart, Stop
 from floydd.tui.screens.base import SnapshotScreen
 from floydd.tui.screens.cluster import ClusterScreen
@@ -38,7 +39,6 @@ from floydd.tui.screens.confirm import Confirm
 from floydd.tui.screens.experiments import ExperimentsScreen
 from floydd.tui.screens.job_detail import JobDetailScreen
 from floydd.tui.screens.jobs import JobsScreen
-from floydd.tui.snapshot import Snapshot, Want
 
 __all__ = ["FloydTop", "SnapshotReady", "main"]
 

@@ -2,8 +2,8 @@
 
 :class:`Poller` is plain synchronous code (no Textual): the app calls
 :meth:`Poller.poll` from a single thread worker about once a second and posts
-the :class:`~floydd.tui.snapshot.Snapshot` it returns. It fetches only what the
-visible screen needs (:class:`~floydd.tui.snapshot.Want`), keeps what must
+the :class:`~floydd.tui.poll.Snapshot` it returns. It fetches only what the
+visible screen needs (:class:`~floydd.tui.poll.Want`), keeps what must
 outlive one poll (GPU utilisation history, the log offset and tail of the job
 in detail, metric series of finished jobs) and carries the last good data over
 while the daemon is unreachable, so the screens can keep showing it under the
@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 from floydd.client import GONE
 from floydd.errors import FloyddError, Forbidden, Unavailable
 from floydd.model import OPEN_STATES
-from floydd.tui.snapshot import Comparison, Detail, LogLine, Points, Snapshot, View, Want
+from floydd.tui.poll import Comparison, Detail, LogLine, Points, Snapshot, View, Want
 
 __all__ = ["Poller", "Stop", "Restart", "Outcome"]
 

@@ -9,7 +9,7 @@ passphrase, and prints it: the daemon never stores it.
 
 An export finds everything before its status line (a job still running, a box away, a
 private dataset: a JSON error, as any request); a failure after that (a disk error midway)
-ends the file with an error record (:func:`~floydd.exchange.container.error_frame`) that the
+ends the file with an error record (:func:`~floydd.bundle.container.error_frame`) that the
 client raises, never with a file that looks complete.
 """
 
@@ -23,10 +23,11 @@ from floydd.api import keys
 from floydd.api.params import text_field
 from floydd.api.request import acting_user, body, error_event, reply
 from floydd.api.tarstream import scratch
+from floydd.bundle import ExportKey
+from floydd.bundle.container import error_frame
 from floydd.errors import InvalidSpec, UserError
-from floydd.exchange import ExportKey, check_kdf
+from floydd.exchange import check_kdf
 from floydd.exchange.commit import commit
-from floydd.exchange.container import error_frame
 from floydd.exchange.export import gather, write
 from floydd.exchange.stage import stage
 

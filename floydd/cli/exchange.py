@@ -80,7 +80,7 @@ def import_(file: Path, key_text: str | None, key_file: Path | None, expect_orig
     where they came from (floyd info shows it); nothing runs. Importing the same file
     again adds nothing.
     """
-    from floydd.exchange import Reader, read_header      # here: plain floyd commands start faster without it
+    from floydd.bundle import Reader, read_header        # here: plain floyd commands start faster without it
     file = file.expanduser().absolute()
     with open(file, "rb") as f:
         header = read_header(f, file.name)
@@ -119,7 +119,7 @@ def import_(file: Path, key_text: str | None, key_file: Path | None, expect_orig
 def write_export(*, jobs: list[str], datasets: list[str], dest: Path, key_file: Path | None, passphrase: bool,
                  force: bool, as_json: bool) -> None:
     """What ``floyd export`` and ``floyd data export`` share: key, stream, verify, rename."""
-    from floydd.exchange import Reader
+    from floydd.bundle import Reader
     dest = new_file(dest, force=force, what="the export")
     key, kdf, how = _export_key(key_file, passphrase)
     client = connect()
@@ -169,7 +169,7 @@ def _echo_contents(contents: dict) -> None:
 
 def _export_key(key_file: Path | None, passphrase: bool) -> tuple:
     """(key, the header's kdf, how the person gets it: printed, new file, file, passphrase)."""
-    from floydd.exchange import SCRYPT, ExportKey, new_salt
+    from floydd.bundle import SCRYPT, ExportKey, new_salt
     if passphrase and key_file:
         fail("give --passphrase or --key-file, not both")
     if passphrase:
@@ -192,7 +192,7 @@ def _export_key(key_file: Path | None, passphrase: bool) -> tuple:
 
 
 def _import_key(header: dict, key_text: str | None, key_file: Path | None):
-    from floydd.exchange import ExportKey
+    from floydd.bundle import ExportKey
     kdf = header.get("kdf") or {}
     if kdf.get("kind") == "scrypt":
         text = os.environ.get(PASSPHRASE_ENV)

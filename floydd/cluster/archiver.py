@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from floydd import log
+from floydd.cluster.config import ClusterConfig
 from floydd.cluster.state.commands import MAX_ARCHIVE
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import FloyddError
 from floydd.model import FINAL_STATES, DatasetRef
 
-__all__ = ["Archiver", "choose", "finished", "referenced"]
+__all__ = ["Archiver", "Leading", "choose", "finished", "referenced"]
 
 _log = log.cluster.getChild("archiver")
 _LOOK = 0.5
@@ -67,13 +69,25 @@ def choose(jobs: Iterable[dict], *, now: float, keep: int, after: float, batch: 
     return out
 
 
-class Archiver:
-    """The loop the leader runs (every node runs it; only the leader acts)."""
+class Leading(Protocol):
+    """What the archiver uses of the raft driver: whether this node leads, and a leader's
+    (fenced) proposal."""
 
-    def __init__(self, service, *, clock: Callable[[], float] = time.time) -> None:
-        self.service = service
-        self.config = service.config
-        self._clock = clock
+    @property
+    def is_leader(self) -> bool: ...
+
+    async def propose(self, cmd: dict, *, timeout: float | None = None, fenced: bool = False) -> Any: ...
+
+
+class Archiver:
+    """The loop the leader runs (every node runs it; only the leader acts). ``state``: the
+    replicated state (its hot jobs); ``driver``: whether this node leads, and the proposal of
+    ``job.archive``; ``config``: the archive's knobs (``archive_*``)."""
+
+    def __init__(self, *, node_id: str, config: ClusterConfig, state: ClusterState, driver: Leading,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.node_id, self.config = node_id, config
+        self._state, self._driver, self._clock = state, driver, clock
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -81,25 +95,25 @@ class Archiver:
         while True:
             config = self.config
             batch = min(config.archive_batch, MAX_ARCHIVE)
-            crowded = len(self.service.state.jobs) >= config.archive_keep + batch    # a burst of jobs
-            if self.service.is_leader and (crowded or loop.time() >= due):
+            crowded = len(self._state.jobs) >= config.archive_keep + batch    # a burst of jobs
+            if self._driver.is_leader and (crowded or loop.time() >= due):
                 due = loop.time() + config.archive_interval
                 try:
                     if await self.archive_once() >= batch:
                         due = 0.0                   # a full batch: the next one at once
                 except FloyddError as exc:          # a lost leadership, a full disk: next round
-                    _log.info("[%s] archiving finished jobs: %s", self.service.node_id, exc)
+                    _log.info("[%s] archiving finished jobs: %s", self.node_id, exc)
             await asyncio.sleep(0 if due == 0.0 else min(_LOOK, config.archive_interval))
 
     async def archive_once(self) -> int:
         """Commit one batch; how many jobs moved."""
         config = self.config
-        keys = choose(self.service.state.jobs.values(), now=self._clock(), keep=config.archive_keep,
+        keys = choose(self._state.jobs.values(), now=self._clock(), keep=config.archive_keep,
                       after=config.archive_after, batch=min(config.archive_batch, MAX_ARCHIVE))
         if not keys:
             return 0
-        result = await self.service.driver.propose({"op": "job.archive", "jobs": keys, "ts": self._clock()},
-                                                   fenced=True)      # a leader action (authz)
+        result = await self._driver.propose({"op": "job.archive", "jobs": keys, "ts": self._clock()},
+                                            fenced=True)      # a leader action (authz)
         moved = len(result["archived"])
-        _log.info("[%s] archived %d finished jobs (%s ... %s)", self.service.node_id, moved, keys[0], keys[-1])
+        _log.info("[%s] archived %d finished jobs (%s ... %s)", self.node_id, moved, keys[0], keys[-1])
         return moved

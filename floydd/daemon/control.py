@@ -94,7 +94,8 @@ async def control_ctx(app: web.Application):
     pending = settings.pending if settings is not None else ""
     await service.start(bootstrap=settings is None or pending == "bootstrap", join=settings.join if settings else (),
                         rejoin=pending == "join", recover=pending == "recover")
-    datasets = ClusterDatasets(service, app[keys.STORE], grace=config.replica_grace,
+    datasets = ClusterDatasets(service, app[keys.STORE], state=service.state,
+                               grace=config.replica_grace,
                                copy_wait=config.dataset_copy_wait,
                                import_marker=config.state_dir / "cluster" / "imported-datasets",
                                rules=ReadRules.of(config),          # who reads job outputs through this box

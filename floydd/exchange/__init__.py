@@ -5,17 +5,9 @@
 the first) checks it and adds the jobs under the same project names with new numbers and a
 note of their origin. Decisions, and why (the module that holds each)::
 
-    file        container   a framed stream, not a tar: header, parts, trailer. Each part is
-                reader      named ("log of mnist/3") and hashed, each record in it sealed, so a
-                            flipped byte is refused *naming the part*; it is written and read
-                            in one pass (an HTTP body, a pipe), in bounded memory
-    keys        crypto      the importing site has another store secret, so chunks are opened
-                            with the exporter's key and sealed again under a random export key
-                            for the journey (printed once, a --key-file, or a passphrase with
-                            scrypt); a wrong key is refused by a check value, before anything
-    signature   signing     the manifest is signed by the exporting box's node key, with the
-                            chain to its cluster CA; the origin is the CA's fingerprint (a box
-                            never init-ed signs with its node key alone, and says so)
+    format      bundle      the file framed, sealed and signed (:mod:`floydd.bundle`:
+                            container, reader, crypto, signing); the CLI loads it alone to
+                            check a file and make its key, never what follows here
     what        parts       records (params, metrics, events, samples, logs), code trees,
                             outputs and the dataset versions the jobs mounted, each chunk once
     export      export      gather on the loop (peers' records, trees made local), then one
@@ -39,13 +31,9 @@ import asyncio
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from floydd.exchange.container import Damaged, NotAnExport, Truncated, WrongKey
-from floydd.exchange.reader import Reader, read_header
-from floydd.exchange.crypto import SCRYPT, ExportKey, new_salt
-from floydd.exchange.signing import Origin
+from floydd.bundle import ExportKey
 
-__all__ = ["export_to", "import_from", "ExportKey", "Origin", "Reader", "read_header", "Damaged", "Truncated",
-           "NotAnExport", "WrongKey", "SCRYPT", "new_salt", "check_kdf"]
+__all__ = ["export_to", "import_from", "check_kdf"]
 
 
 async def export_to(out: IO[bytes], *, jobs: Any, selection: Iterable[str] = (), refs: Iterable[str] = (),

@@ -12,7 +12,7 @@ Two steps, so that nothing is streamed before everything was found::
     the export, naming it); their code, output and   tree, the dataset and job documents,
     mounted dataset versions made complete here      the records from the spool; then the
     (fetched from their holders); the records        manifest, its MAC and the signature
-    spooled to a scratch folder                      (:mod:`floydd.exchange.signing`)
+    spooled to a scratch folder                      (:mod:`floydd.bundle.signing`)
 
 Memory stays bounded: a job's records are spooled one job at a time, chunks are read a few
 ahead, and ``out`` gets the file as it is written (the API streams it to the client). Trees
@@ -38,9 +38,9 @@ import msgpack
 from floydd.cluster.state import access
 from floydd.errors import Conflict, NotFound, UserError
 from floydd.exchange import parts
-from floydd.exchange.container import MAX_RECORD, Writer
-from floydd.exchange.crypto import FILE_ID_SIZE, ExportKey
-from floydd.exchange.signing import sign, signer
+from floydd.bundle.container import MAX_RECORD, Writer
+from floydd.bundle.crypto import FILE_ID_SIZE, ExportKey
+from floydd.bundle.signing import sign, signer
 from floydd.model import FINAL_STATES, JobKey, check_project
 from floydd.store.keys.crypto import OVERHEAD
 from floydd.store.ids import ObjectId

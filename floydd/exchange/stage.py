@@ -23,10 +23,10 @@ from typing import IO, Any
 
 from floydd.errors import FloyddError, StoreFull
 from floydd.exchange import parts
-from floydd.exchange.container import Damaged, NotAnExport
-from floydd.exchange.reader import Reader
-from floydd.exchange.crypto import ExportKey
-from floydd.exchange.signing import Origin
+from floydd.bundle.container import Damaged, NotAnExport
+from floydd.bundle.reader import Reader
+from floydd.bundle.crypto import ExportKey
+from floydd.bundle.signing import Origin
 from floydd.store.catalog import UPLOAD_LEASE_S
 from floydd.store.ids import ID_SIZE, ObjectId
 from floydd.store.tree import Tree

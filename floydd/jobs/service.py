@@ -86,7 +86,8 @@ class JobService:
         self.admission = Admission(config=config, cluster=cluster, datasets=datasets, runtime=runtime,
                                    scheduler=self.scheduler, clock=clock)
         """What a submit is refused for before it is committed."""
-        self.code = CodeCopies(cluster, store, replicas=datasets.replicas, grace=datasets.grace,
+        self.code = CodeCopies(cluster, store, state=cluster.state, replicas=datasets.replicas,
+                               grace=datasets.grace,
                                copy_wait=config.code_copy_wait, has_tree=self.local.has_tree)
         """Every job's code kept on R boxes like a dataset version (issue 21)."""
         self.uploads = CodeUploads()

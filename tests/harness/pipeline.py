@@ -146,7 +146,7 @@ class Box:
     async def attach(self) -> None:
         """Start the dataset catalog and the job service over ``service`` (started)."""
         grace = {} if self.replica_grace is None else {"grace": self.replica_grace}
-        self.datasets = ClusterDatasets(self.service, self.store, retry=(0.05, 0.2),
+        self.datasets = ClusterDatasets(self.service, self.store, state=self.service.state, retry=(0.05, 0.2),
                                         import_marker=self.folder / "cluster" / "imported-datasets", **grace)
         self.datasets.start()
         config = preset_for_tests(self.folder, node_name=self.name, checkpoint_interval=0.3)

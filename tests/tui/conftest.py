@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from floydd.tui.app import FloydTop
+from floydd.tui.poll import Want
 from floydd.tui.poller import Poller
-from floydd.tui.snapshot import Want
 from tests.conftest import wait_until_async
 from tests.tui.fake_cluster import NOW, FakeClient, FakeCluster
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from floydd.tui.format import bar, duration, job_seconds, metric_summary, spark, used_total
+from floydd.tui.poll import Snapshot, View, Want
 from floydd.tui.poller import Poller
 from floydd.tui.screens.cluster import cluster_rows
 from floydd.tui.screens.jobs import STATE_FILTERS, job_rows
-from floydd.tui.snapshot import Snapshot, View, Want
 from floydd.tui.widgets.banner import banner_text
 from floydd.tui.widgets.chart import Series, plot_lines
 from tests.tui.fake_cluster import GIB, NOW, FakeClient

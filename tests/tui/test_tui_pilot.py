@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from floydd.tui.poll import View
 from floydd.tui.screens.cluster import ClusterScreen
 from floydd.tui.screens.confirm import Confirm
 from floydd.tui.screens.experiments import ExperimentsScreen
 from floydd.tui.screens.job_detail import JobDetailScreen
 from floydd.tui.screens.jobs import JobsScreen
-from floydd.tui.snapshot import View
 from floydd.tui.widgets.banner import Banner
 from floydd.tui.widgets.chart import LineChart
 from floydd.tui.widgets.table import RowTable

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from floydd.errors import Forbidden, Unavailable
+from floydd.tui.poll import View, Want
 from floydd.tui.poller import Poller, Restart, Stop
-from floydd.tui.snapshot import View, Want
 from tests.tui.fake_cluster import NOW, FakeClient
 
 

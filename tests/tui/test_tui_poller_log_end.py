@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from floydd.client import GONE
 from floydd.errors import Unavailable
+from floydd.tui.poll import View, Want
 from floydd.tui.poller import Poller
-from floydd.tui.snapshot import View, Want
 from tests.tui.fake_cluster import NOW, FakeClient
 
 

@@ -9,7 +9,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Header
 
-from floydd.tui.snapshot import Snapshot, View, Want
+from floydd.tui.poll import Snapshot, View, Want
 from floydd.tui.widgets.banner import Banner
 
 __all__ = ["SnapshotScreen"]

@@ -8,8 +8,8 @@ from typing import Any, Iterable, Mapping
 from textual.widget import Widget
 
 from floydd.tui.format import bar, health_style, human_bytes, level_style, spark, state_style, used_total
+from floydd.tui.poll import Snapshot, View
 from floydd.tui.screens.base import SnapshotScreen
-from floydd.tui.snapshot import Snapshot, View
 from floydd.tui.widgets.panel import Panel
 from floydd.tui.widgets.table import Column, Row, RowTable
 

@@ -12,8 +12,8 @@ from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
 
 from floydd.tui.format import metric_summary, number, state_style
+from floydd.tui.poll import Comparison, Snapshot, View, Want
 from floydd.tui.screens.base import SnapshotScreen
-from floydd.tui.snapshot import Comparison, Snapshot, View, Want
 from floydd.tui.widgets.chart import COLORS, LineChart, Series
 from floydd.tui.widgets.panel import Panel
 from floydd.tui.widgets.table import Column, Row, RowTable

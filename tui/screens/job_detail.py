@@ -13,8 +13,8 @@ from textual.widgets import RichLog
 
 from floydd.model import WAITING_STATES
 from floydd.tui.format import duration, human_bytes, job_seconds, number, state_style
+from floydd.tui.poll import Detail, LogLine, Snapshot, View, Want
 from floydd.tui.screens.base import SnapshotScreen
-from floydd.tui.snapshot import Detail, LogLine, Snapshot, View, Want
 from floydd.tui.widgets.chart import LineChart, Series
 from floydd.tui.widgets.panel import Panel
 

@@ -9,10 +9,10 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input
 
-from floydd.tui.format import duration, job_seconds, metric_summary, state_style
-from floydd.tui.screens.base import SnapshotScreen
 from floydd.model import FINAL_STATES, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES
-from floydd.tui.snapshot import Snapshot, View
+from floydd.tui.format import duration, job_seconds, metric_summary, state_style
+from floydd.tui.poll import Snapshot, View
+from floydd.tui.screens.base import SnapshotScreen
 from floydd.tui.widgets.panel import Panel
 from floydd.tui.widgets.table import Column, Row, RowTable
 

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from floydd.tui.format import duration
-from floydd.tui.snapshot import Snapshot
+from floydd.tui.poll import Snapshot
 
 __all__ = ["Banner", "banner_text"]
 

@@ -36,6 +36,8 @@ from floydd import log
 from floydd.cluster.driver.loop import Applied
 from floydd.cluster.replication.peerstore import fetch_tree
 from floydd.cluster.replication.replicas import Liveness, choose_replicas, copies_note, counted, extra_copies, ranked_sources
+from floydd.cluster.replication.seam import Cluster
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import FloyddError, NotFound
 from floydd.model import ACTIVE_STATES
 from floydd.store.ids import ObjectId
@@ -51,13 +53,16 @@ _log = log.cluster.getChild("code")
 
 
 class CodeCopies:
-    """One node's part in keeping every job's code on ``replicas`` boxes; ``start()`` on the loop."""
+    """One node's part in keeping every job's code on ``replicas`` boxes; ``start()`` on the loop.
+    ``cluster``: the service's calls it makes, copies fetched through it included
+    (:class:`~floydd.cluster.replication.seam.Cluster`); ``state``: the replicated state (its
+    code table, nodes, jobs)."""
 
-    def __init__(self, cluster: Any, store: Store, *, replicas: int, grace: float,
+    def __init__(self, cluster: Cluster, store: Store, *, state: ClusterState, replicas: int, grace: float,
                  copy_wait: float = DEFAULT_CODE_COPY_WAIT, has_tree: Callable[[ObjectId], bool] | None = None,
                  retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
                  clock: Callable[[], float] = time.time) -> None:
-        self.cluster, self.store = cluster, store
+        self.cluster, self.store, self.state = cluster, store, state
         self.replicas, self.grace, self.copy_wait = replicas, grace, copy_wait
         self._has_tree = has_tree or (lambda oid: _complete(store, oid))
         self._retry, self._attempts, self._clock = retry, attempts, clock
@@ -99,15 +104,15 @@ class CodeCopies:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.copy_wait if timeout is None else timeout)
         try:                        # committed through the leader: applied here too, first
-            await self.cluster.driver.read_index(timeout=max(0.1, min(5.0, deadline - loop.time())))
+            await self.cluster.read_index(timeout=max(0.1, min(5.0, deadline - loop.time())))
         except FloyddError:
             return ""
         while True:
             changed = self._changed
-            entry = self.cluster.state.code.get(tree)
+            entry = self.state.code.get(tree)
             if entry is None:
                 return ""
-            nodes, live = self.cluster.state.nodes, self.liveness()
+            nodes, live = self.state.nodes, self.liveness()
             if loop.time() >= deadline or not choose_replicas(nodes, entry, self.replicas, live):
                 good = len(counted(nodes, entry["holders"], live))
                 if good >= min(self.replicas, len(nodes)):
@@ -156,7 +161,7 @@ class CodeCopies:
         period = max(0.05, min(1.0, self.grace / 4, self.cluster.config.stale_after / 4))
         while True:
             await asyncio.sleep(period)
-            live, nodes = self.liveness(), self.cluster.state.nodes
+            live, nodes = self.liveness(), self.state.nodes
             windows = (frozenset(n for n, node in nodes.items() if live.holds(node)),
                        frozenset(n for n, node in nodes.items() if live.takes(node)))
             if windows != self._windows:
@@ -166,7 +171,7 @@ class CodeCopies:
     def _scan(self, *, repair: bool = False) -> None:
         """Check every tree; ``repair``: also look again at the trees this node is listed for
         (after a restart its store may have lost one: it is fetched again)."""
-        state = self.cluster.state
+        state = self.state
         self._statuses = {nid: n.get("status", "") for nid, n in state.nodes.items()}
         for tree, entry in getattr(state, "code", {}).items():
             if repair and self.node_id in entry["holders"]:
@@ -175,10 +180,10 @@ class CodeCopies:
                 self._check(tree)
 
     def _check(self, tree: str) -> None:
-        entry = self.cluster.state.code.get(tree)
+        entry = self.state.code.get(tree)
         if entry is None:
             return
-        if self.node_id in choose_replicas(self.cluster.state.nodes, entry, self.replicas, self.liveness()):
+        if self.node_id in choose_replicas(self.state.nodes, entry, self.replicas, self.liveness()):
             self._replicate_soon(tree)
         elif len(entry["holders"]) > self.replicas and self.cluster.is_leader and tree not in self._trimming \
                 and self.extra(tree):
@@ -189,7 +194,7 @@ class CodeCopies:
         """The holders of ``tree`` whose copies may go now (copies beyond R, as a dataset
         version's are trimmed: :func:`~floydd.cluster.replication.replicas.extra_copies`), never on a box
         running a job of that code, nothing while such a job is starting."""
-        state = self.cluster.state
+        state = self.state
         entry = state.code.get(tree)
         if entry is None:
             return []
@@ -225,7 +230,7 @@ class CodeCopies:
         """Fetch the tree, then tell the cluster this node holds it (each step re-checked)."""
         delay = self._retry[0]
         for attempt in range(1, self._attempts + 1):
-            state = self.cluster.state
+            state = self.state
             entry = state.code.get(tree)
             if entry is None:
                 return
@@ -238,7 +243,7 @@ class CodeCopies:
                 if not await asyncio.to_thread(self.has_tree, tree):
                     sources = ranked_sources(state.nodes, likely_sources(state, tree), self.liveness(),
                                              skip=self.node_id)
-                    fetched = await fetch_tree(self.store, tree, sources, self.cluster.transport)
+                    fetched = await fetch_tree(self.store, tree, sources, self.cluster)
                 if not holder:
                     await self.cluster.set_code_holder(tree, holds=True)
                     _log.info("[%s] now holds code tree %s (%d bytes fetched)", self.node_id, tree[:12], fetched)
@@ -256,7 +261,7 @@ class CodeCopies:
 
     async def _forget_holder(self, node: str) -> None:
         """Drop a node that left the cluster for good from every tree's holders."""
-        for tree, entry in list(self.cluster.state.code.items()):
+        for tree, entry in list(self.state.code.items()):
             if node in entry["holders"]:
                 try:
                     await self.cluster.set_code_holder(tree, holds=False, node=node)

@@ -48,9 +48,11 @@ from typing import Any, Callable, Iterable
 from floydd import log
 from floydd.cluster.state import access
 from floydd.cluster.state.access import ReadRules
+from floydd.cluster.state.machine import ClusterState
 from floydd.cluster.replication.peerstore import fetch_manifest, fetch_tree
 from floydd.cluster.replication.following import Follower
 from floydd.cluster.replication.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
+from floydd.cluster.replication.seam import Cluster
 from floydd.cluster.replication.trimming import Trimmer
 from floydd.errors import Conflict, FloyddError, NotFound
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
@@ -74,12 +76,16 @@ _log = log.cluster.getChild("datasets")
 class ClusterDatasets:
     """One node's view of the cluster catalog; ``start()`` after the cluster service started."""
 
-    def __init__(self, cluster: Any, store: Store, *, replicas: int = DEFAULT_REPLICAS,
-                 grace: float = DEFAULT_GRACE, copy_wait: float = DEFAULT_COPY_WAIT,
-                 retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
+    def __init__(self, cluster: Cluster, store: Store, *, state: ClusterState, replicas: int = DEFAULT_REPLICAS,
+                 grace: float = DEFAULT_GRACE,
+                 copy_wait: float = DEFAULT_COPY_WAIT, retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
                  import_marker: Path | None = None, clock: Callable[[], float] = time.time,
                  rules: ReadRules = ReadRules(), store_watch: Any = None) -> None:
         self.cluster = cluster
+        """The service's calls it makes, copies fetched through it included
+        (:class:`~floydd.cluster.replication.seam.Cluster`)."""
+        self.state = state
+        """The replicated state: the catalog, the nodes, the jobs that mount versions."""
         self.store_watch = store_watch
         """This box's :class:`~floydd.runtime.disk.StoreWatch` (None: its store is not watched)."""
         self.rules = rules
@@ -123,7 +129,7 @@ class ClusterDatasets:
         ``everything``: every version, for the daemon itself."""
         if name is not None:
             check_name(name)
-        state = self.cluster.state
+        state = self.state
         versions = [v for v in await self.cluster.datasets() if name is None or v["name"] == name]
         if not everything:
             versions = [v for v in versions
@@ -134,7 +140,7 @@ class ClusterDatasets:
         """``version`` with its copies: the holders' names (``held_by``), those not counted now
         (``silent_holders``), how many count (``copies``) of the ``replicas`` kept (R, or fewer
         on a cluster of fewer boxes), and ``copies_note``."""
-        nodes, live = self.cluster.state.nodes, self.liveness()
+        nodes, live = self.state.nodes, self.liveness()
         holders = version["holders"]
         name = {nid: n.get("name") or nid for nid, n in nodes.items()}
         return {**_public(version), **self._visibility(version), "held_by": [name.get(h, h) for h in holders],
@@ -167,7 +173,7 @@ class ClusterDatasets:
         :mod:`floydd.cluster.state.access` says (someone else's private dataset; the output of
         someone else's job unless this box lets the lab read outputs)."""
         version = await self.resolve(ref)
-        state = self.cluster.state
+        state = self.state
         access.check(state, user, access.dataset_target(state, version["name"], version["ref"]), verb, self.rules,
                      doing=doing)
         return version
@@ -175,18 +181,18 @@ class ClusterDatasets:
     def check_may_add(self, name: str, user: str) -> None:
         """Refuse at once a version of ``name`` that ``user`` may not add (every box checks it
         again on apply): before an upload is read, not after it was stored."""
-        state = self.cluster.state
+        state = self.state
         access.check(state, user, access.dataset_target(state, name), "add")
 
     def check_may_delete(self, name: str, ref: str, user: str) -> None:
         """Refuse at once a delete ``user`` may not make (checked again on apply)."""
-        state = self.cluster.state
+        state = self.state
         access.check(state, user, access.dataset_target(state, name, ref), "delete")
 
     async def manifest(self, version: dict) -> Tree:
         """The file list of ``version``, fetching only its manifest when the tree is not here."""
         return await fetch_manifest(self.store, version["tree"], self._sources(version["holders"]),
-                                    self.cluster.transport)
+                                    self.cluster)
 
     # -- moving data ---------------------------------------------------------------------------
 
@@ -194,7 +200,7 @@ class ClusterDatasets:
                            progress: Callable[[int, int], object] | None = None) -> int:
         """Make ``tree`` complete in this node's store, fetching what is missing from its
         ``holders`` first, then from any other node; bytes fetched (0: all was here)."""
-        return await fetch_tree(self.store, tree, self._sources(holders), self.cluster.transport,
+        return await fetch_tree(self.store, tree, self._sources(holders), self.cluster,
                                 progress=progress)
 
     async def register(self, name: str, tree: str, *, size: int, files: int, message: str = "",
@@ -218,7 +224,7 @@ class ClusterDatasets:
         while True:
             changed = self._holders_changed
             current = self._version(version["name"], version["version"]) or version
-            nodes, live = self.cluster.state.nodes, self.liveness()
+            nodes, live = self.state.nodes, self.liveness()
             if loop.time() >= deadline or not choose_replicas(nodes, current, self.replicas, live):
                 return self.describe(current)
             try:                    # also look again now and then: a taker may go stale
@@ -263,7 +269,7 @@ class ClusterDatasets:
             if (v.name, str(v.tree)) in known:
                 continue
             name = v.name
-            if not access.allowed(self.cluster.state, "", access.dataset_target(self.cluster.state, name), "add"):
+            if not access.allowed(self.state, "", access.dataset_target(self.state, name), "add"):
                 name = f"{v.name[:44]}-from-{self.node_id[:8]}"     # the name is someone's in the cluster
                 _log.warning("[%s] %s is someone else's dataset in the cluster: this box's %s goes in as %s",
                              self.node_id, v.name, v.ref, name)
@@ -310,7 +316,7 @@ class ClusterDatasets:
     async def _forget_deleted(self) -> None:
         """Drop local versions that the cluster numbered and has deleted since (this node was
         away, and the log entries were compacted into a snapshot)."""
-        datasets = self.cluster.state.datasets
+        datasets = self.state.datasets
         if self._import_marker is not None and not await asyncio.to_thread(self._import_marker.exists):
             return                      # versions made before joining are not the cluster's yet
         async with self._catalog_lock:
@@ -331,7 +337,7 @@ class ClusterDatasets:
         return {"visibility": "lab" if self.rules.job_outputs == "lab" else "private"}
 
     def _version(self, name: str, number: int) -> dict | None:
-        return self.cluster.state.datasets.get(name, {}).get("versions", {}).get(str(number))
+        return self.state.datasets.get(name, {}).get("versions", {}).get(str(number))
 
     def _mirrored(self, version: dict) -> bool:
         """Whether the local catalog has ``version`` (so its tree was complete here)."""
@@ -342,7 +348,7 @@ class ClusterDatasets:
 
     def _sources(self, holders: Iterable[str]) -> list[str]:
         """Holders that count first, then nodes heard from lately, silent ones last; never this node."""
-        return ranked_sources(self.cluster.state.nodes, holders, self.liveness(), skip=self.node_id)
+        return ranked_sources(self.state.nodes, holders, self.liveness(), skip=self.node_id)
 
     def _spawn(self, coro, name: str) -> None:
         if self._closed:

@@ -64,7 +64,7 @@ class Follower:
         elif op == "node.upsert":
             self.scan()
         elif op == "node.health" and \
-                self._statuses.get(cmd["id"]) != _standing(ds.cluster.state.nodes.get(cmd["id"])):
+                self._statuses.get(cmd["id"]) != _standing(ds.state.nodes.get(cmd["id"])):
             self.scan()
 
     async def watch(self) -> None:
@@ -81,10 +81,10 @@ class Follower:
                     _log.info("[%s] this box's store: %s", ds.node_id,
                               ds.store_watch.report()["why"] or "takes new data again")
                     ds.cluster.beat_soon()
-            live, nodes = ds.liveness(), ds.cluster.state.nodes
+            live, nodes = ds.liveness(), ds.state.nodes
             windows = (frozenset(n for n, node in nodes.items() if live.holds(node)),
                        frozenset(n for n, node in nodes.items() if live.takes(node)),
-                       frozenset((name, v["version"], n) for name, d in ds.cluster.state.datasets.items()
+                       frozenset((name, v["version"], n) for name, d in ds.state.datasets.items()
                                  for v in d["versions"].values() if "refused" in v for n in refused(v, live)))
             if windows != self._windows:
                 if self._windows is not None:
@@ -97,7 +97,7 @@ class Follower:
         """Check every version; ``repair`` also re-mirrors versions this node holds (after a
         restart or a restored snapshot the local catalog may lag behind the state)."""
         ds = self.datasets
-        state = ds.cluster.state
+        state = ds.state
         self._statuses = {nid: _standing(n) for nid, n in state.nodes.items()}
         for name, dataset in state.datasets.items():
             for version in dataset["versions"].values():
@@ -111,7 +111,7 @@ class Follower:
     def _check(self, name: str, number: int) -> None:
         ds = self.datasets
         version = ds._version(name, number)
-        if version is not None and ds.node_id in choose_replicas(ds.cluster.state.nodes, version,
+        if version is not None and ds.node_id in choose_replicas(ds.state.nodes, version,
                                                                  ds.replicas, ds.liveness()):
             self._replicate_soon(name, number)
         if version is not None:
@@ -147,7 +147,7 @@ class Follower:
             if version is None:
                 return
             holder = ds.node_id in version["holders"]
-            if not holder and ds.node_id not in choose_replicas(ds.cluster.state.nodes, version,
+            if not holder and ds.node_id not in choose_replicas(ds.state.nodes, version,
                                                                 ds.replicas, ds.liveness()):
                 return
             try:
@@ -179,7 +179,7 @@ class Follower:
         """Say in the version that this box could not keep a copy (level 3), so the next box in
         the order takes it (:func:`~floydd.cluster.replication.replicas.refused`); whether it was said."""
         ds = self.datasets
-        if not at_least(ds.cluster.state, 3):
+        if not at_least(ds.state, 3):
             return False
         why = str(getattr(exc, "message", None) or exc)
         try:
@@ -196,13 +196,13 @@ class Follower:
             if key[0] == name and (number is None or key[1] == number):
                 task.cancel()
         numbers = [number] if number is not None else \
-            list(range(1, ds.cluster.state.datasets.get(name, {}).get("next", 1)))
+            list(range(1, ds.state.datasets.get(name, {}).get("next", 1)))
         ds._spawn(ds._drop_local(name, numbers, whole=number is None), f"datasets-drop-{name}")
 
     async def _forget_holder(self, node: str) -> None:
         """Drop a node that left the cluster for good from every version's holders."""
         ds = self.datasets
-        for name, dataset in list(ds.cluster.state.datasets.items()):
+        for name, dataset in list(ds.state.datasets.items()):
             for version in list(dataset["versions"].values()):
                 if node in version["holders"]:
                     try:

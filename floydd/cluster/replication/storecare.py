@@ -112,7 +112,7 @@ class StoreCare:
     async def _fetch(self, oid: ObjectId, order: list[str]) -> str:
         why = NO_SOURCE
         if order:
-            why = (await fetch_objects(self.store, [oid], order, self.datasets.cluster.transport,
+            why = (await fetch_objects(self.store, [oid], order, self.datasets.cluster,
                                        executor=self._saves))[oid]
         if why:
             _log.error("[%s] object %s stays damaged: %s", self.datasets.node_id, oid.short, why)
@@ -159,7 +159,7 @@ def sources(datasets: Any, *, trees: Iterable[str] = (), versions: Iterable[str]
     """Nodes to ask for an object of ``trees`` / version refs ``versions``: the holders of those
     versions (and of versions with those trees) and the nodes that ran or sent jobs with that
     code, those that count first; then every other node, silent ones last; never this node."""
-    state = datasets.cluster.state
+    state = datasets.state
     trees, refs = set(trees), set(versions)
     likely: list[str] = []
     for name, dataset in state.datasets.items():
@@ -179,7 +179,7 @@ async def repair_damaged(report: VerifyReport, datasets: Any) -> dict:
         order = sources(datasets, versions=damage.versions)
         why = NO_SOURCE
         if order:
-            why = (await fetch_objects(datasets.store, [damage.object], order, datasets.cluster.transport))[
+            why = (await fetch_objects(datasets.store, [damage.object], order, datasets.cluster))[
                 damage.object]
         if why:
             left.append({**damage.to_dict(), "repair": why})

@@ -36,7 +36,7 @@ class Trimmer:
         ds = self.datasets
         key = (version["name"], version["version"])
         if len(version["holders"]) <= ds.replicas or not ds.cluster.is_leader or key in self._busy \
-                or not at_least(ds.cluster.state, 3) or not self.extra(version):
+                or not at_least(ds.state, 3) or not self.extra(version):
             return
         self._busy.add(key)
         ds._spawn(self._trim(*key), f"datasets-trim-{key[0]}:{key[1]}")
@@ -44,7 +44,7 @@ class Trimmer:
     def extra(self, version: dict) -> list[str]:
         """The holders of ``version`` whose copies may go now (the leader's view)."""
         ds = self.datasets
-        state = ds.cluster.state
+        state = ds.state
         active = (j for j in state.jobs.values() if j.get("state") in ACTIVE_STATES and j.get("spec", {}).get("data"))
         return extra_copies(state.nodes, version, ds.replicas, ds.liveness(), jobs=active)
 
@@ -60,7 +60,7 @@ class Trimmer:
                 await ds.cluster.set_dataset_holder(name, number, holds=False, node=extra[0])
                 _log.info("[%s] %s:%d had %d copies (%d kept): dropped the one on %s", ds.node_id, name, number,
                           len(version["holders"]), ds.replicas,
-                          ds.cluster.state.nodes.get(extra[0], {}).get("name") or extra[0])
+                          ds.state.nodes.get(extra[0], {}).get("name") or extra[0])
         except FloyddError as exc:          # not the leader any more, or no quorum: the next scan tries again
             _log.info("[%s] trimming the copies of %s:%d: %s", ds.node_id, name, number, exc)
         finally:

@@ -12,7 +12,7 @@ import pytest
 from floydd.api.schemas import ImportResult
 from floydd.client import Client
 from floydd.errors import FloyddError, NotFound
-from floydd.exchange import ExportKey, Reader
+from floydd.bundle import ExportKey, Reader
 
 KEY = ExportKey.new()
 

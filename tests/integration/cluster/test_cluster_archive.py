@@ -97,7 +97,8 @@ async def test_the_archiver_picks_the_oldest_finished_jobs_and_skips_what_is_liv
     cluster = make_cluster(fast(archive_keep=1000, archive_after=1e9, archive_interval=3600))
     (node,) = await cluster.start(1)
     await _finished_jobs(node, 3)
-    archiver = Archiver(node.service)
+    service = node.service
+    archiver = Archiver(node_id=service.node_id, config=service.config, state=service.state, driver=service.driver)
     assert await archiver.archive_once() == 0               # young, and few
     node.service.config = archiver.config = fast(archive_keep=1, archive_after=1e9, archive_batch=500)
     assert await archiver.archive_once() == 2

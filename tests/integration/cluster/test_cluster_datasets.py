@@ -61,7 +61,8 @@ class DataCluster(Cluster):
         (``scrub_rate``, ``scrub_every``), replacing those it had."""
         care_kw = {k: kw.pop(k) for k in ("scrub_rate", "scrub_every") if k in kw}
         await self.detach(node)
-        ds = self.datasets[node.name] = ClusterDatasets(node.service, self.store(node), retry=(0.05, 0.2), **kw)
+        ds = self.datasets[node.name] = ClusterDatasets(node.service, self.store(node), state=node.service.state,
+                                                        retry=(0.05, 0.2), **kw)
         ds.start()
         care = self.cares[node.name] = StoreCare(ds, **care_kw)
         care.start()

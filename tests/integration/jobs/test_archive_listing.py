@@ -14,7 +14,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 async def _archive(box, keep: int) -> int:
-    archiver = Archiver(box.service)
+    service = box.service
+    archiver = Archiver(node_id=service.node_id, config=service.config, state=service.state, driver=service.driver)
     archiver.config = dataclasses.replace(box.service.config, archive_keep=keep, archive_after=1e9)
     return await archiver.archive_once()
 

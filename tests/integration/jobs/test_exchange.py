@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from floydd.errors import IntegrityError
-from floydd.exchange import ExportKey, WrongKey, export_to, import_from
-from floydd.exchange.container import Truncated
-from floydd.exchange.reader import Reader
+from floydd.bundle import ExportKey, WrongKey
+from floydd.bundle.container import Truncated
+from floydd.bundle.reader import Reader
+from floydd.exchange import export_to, import_from
 from floydd.store import ObjectId
 from tests.harness.pipeline import Boxes
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from floydd.errors import StoreFull
-from floydd.exchange import ExportKey
+from floydd.bundle import ExportKey
 from floydd.exchange.export import DatasetItem, Plan, write
 from floydd.exchange.stage import LEASE, stage
 from floydd.security.identity import NodeIdentity

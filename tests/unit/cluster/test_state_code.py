@@ -121,13 +121,16 @@ class _Cluster:
         self.node_id = "n1"
         self.state = SimpleNamespace(nodes=nodes, code=code, jobs={})
         self.config = SimpleNamespace(stale_after=5.0)
-        self.driver = SimpleNamespace(read_index=self._read_index)
 
-    async def _read_index(self, timeout: float) -> int:
+    async def read_index(self, *, timeout: float | None = None) -> int:
         return 1
 
     def heard_ages(self) -> dict[str, float]:
         return {}           # heard from no box yet: their heartbeats' ts decide
+
+
+def _copies(cluster: _Cluster) -> CodeCopies:
+    return CodeCopies(cluster, store=None, state=cluster.state, replicas=2, grace=30.0, clock=lambda: 101.0)
 
 
 def _up(*ids: str) -> dict:
@@ -136,18 +139,16 @@ def _up(*ids: str) -> dict:
 
 async def test_a_submit_says_how_many_copies_its_code_has_when_the_second_did_not_come_in_time():
     entry = {TREE: {"tree": TREE, "holders": ["n1"], "jobs": ["mnist/1"]}}
-    copies = CodeCopies(_Cluster(_up("n1", "n2"), entry), store=None, replicas=2, grace=30.0, clock=lambda: 101.0)
+    copies = _copies(_Cluster(_up("n1", "n2"), entry))
     said = await copies.wait_for_copies(TREE, timeout=0.05)
     assert said == "the job's code is stored on 1 of 2 boxes; the second copy follows"
     entry[TREE]["holders"].append("n2")
     assert await copies.wait_for_copies(TREE, timeout=5.0) == ""           # two copies: said nothing
-    alone = CodeCopies(_Cluster(_up("n1"), {TREE: {"tree": TREE, "holders": ["n1"], "jobs": []}}), store=None,
-                       replicas=2, grace=30.0, clock=lambda: 101.0)
+    alone = _copies(_Cluster(_up("n1"), {TREE: {"tree": TREE, "holders": ["n1"], "jobs": []}}))
     assert await alone.wait_for_copies(TREE, timeout=5.0) == ""            # a box alone keeps one copy
     stale = _up("n1", "n2")
     stale["n2"]["last_heartbeat"] = 0.0                                        # nobody to take a copy: at once
-    lonely = CodeCopies(_Cluster(stale, {TREE: {"tree": TREE, "holders": ["n1"], "jobs": []}}), store=None,
-                        replicas=2, grace=30.0, clock=lambda: 101.0)
+    lonely = _copies(_Cluster(stale, {TREE: {"tree": TREE, "holders": ["n1"], "jobs": []}}))
     said = await asyncio.wait_for(lonely.wait_for_copies(TREE, timeout=30.0), 5.0)
     assert said.startswith("the job's code is stored on 1 of 2 boxes; no other box is up"), said
 
@@ -155,7 +156,7 @@ async def test_a_submit_says_how_many_copies_its_code_has_when_the_second_did_no
 def test_copies_beyond_r_are_trimmed_but_never_from_a_box_running_that_code():
     entry = {TREE: {"tree": TREE, "holders": ["n1", "n2", "n3"], "jobs": ["mnist/1"]}}
     cluster = _Cluster(_up("n1", "n2", "n3"), entry)
-    copies = CodeCopies(cluster, store=None, replicas=2, grace=30.0, clock=lambda: 101.0)
+    copies = _copies(cluster)
     extra = copies.extra(TREE)
     assert len(extra) == 1 and extra[0] in ("n1", "n2", "n3")        # three copies, R = 2: one goes
     for runner in ("n1", "n2", "n3"):                                 # a running job's box keeps its copy

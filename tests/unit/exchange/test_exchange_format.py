@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from floydd.exchange.container import Damaged, NotAnExport, Truncated, WrongKey, Writer, error_frame
-from floydd.exchange.reader import Reader
-from floydd.exchange.crypto import SCRYPT, ExportKey, new_salt
-from floydd.exchange.signing import sign, signer
+from floydd.bundle.container import Damaged, NotAnExport, Truncated, WrongKey, Writer, error_frame
+from floydd.bundle.reader import Reader
+from floydd.bundle.crypto import SCRYPT, ExportKey, new_salt
+from floydd.bundle.signing import sign, signer
 from floydd.errors import IntegrityError, NotFound
 from floydd.security.identity import NodeIdentity, init_cluster
 

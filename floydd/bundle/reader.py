@@ -1,4 +1,4 @@
-"""Reading an export file (the format: :mod:`floydd.exchange.container`), trusting nothing.
+"""Reading an export file (the format: :mod:`floydd.bundle.container`), trusting nothing.
 
 The :class:`Reader` names what is wrong: a file without the magic is not an export; a wrong
 key is refused by the header's check value before any part is read; a flipped byte is refused
@@ -21,10 +21,10 @@ from typing import IO, Iterator
 import blake3
 
 from floydd.errors import from_payload
-from floydd.exchange.container import (FORMAT, LAST, MAGIC, MAX_RECORD, Damaged, NotAnExport, Truncated, WrongKey,
+from floydd.bundle.container import (FORMAT, LAST, MAGIC, MAX_RECORD, Damaged, NotAnExport, Truncated, WrongKey,
                                        _ERROR, _FOOTER, _HINT, _PART, _PART_END, _TRAILER, _U32, _U64)
-from floydd.exchange.crypto import RECORD_OVERHEAD, ExportKey, RecordSealer
-from floydd.exchange.signing import Origin, verify
+from floydd.bundle.crypto import RECORD_OVERHEAD, ExportKey, RecordSealer
+from floydd.bundle.signing import Origin, verify
 
 __all__ = ["Reader", "Part", "read_header"]
 

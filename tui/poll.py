@@ -1,10 +1,11 @@
-"""What the poller hands the screens: one immutable picture of the cluster.
+"""One poll of the daemon: what the visible screen asks for, and the picture the poller hands back.
 
-A :class:`Snapshot` is made by :class:`floydd.tui.poller.Poller` about once a
-second and only ever replaced, never changed; screens draw from the latest one
-and nothing else. ``now`` is the poller's clock at the time of the poll, so a
-duration shown on screen is a pure function of the snapshot (tests inject the
-clock and get the same picture every time).
+A :class:`Want` says what the visible screen needs. A :class:`Snapshot` (the TUI's picture
+of the cluster; raft's snapshots are another thing) is made by
+:class:`floydd.tui.poller.Poller` about once a second and only ever replaced, never
+changed; screens draw from the latest one and nothing else. ``now`` is the poller's clock
+at the time of the poll, so a duration shown on screen is a pure function of the snapshot
+(tests inject the clock and get the same picture every time).
 
 The dicts inside (nodes, jobs, ...) are the API's JSON as the client returned
 it; treat them as read-only.

@@ -12,14 +12,14 @@
     trailer   "FXTR" | u32 n | manifest JSON | u32 n | seal JSON
               manifest: the header's hash, every part (index, kind, name, records, bytes,
               hash), what the file holds, where it comes from; seal: the manifest's MAC
-              (export key) and its signature (:mod:`floydd.exchange.signing`)
+              (export key) and its signature (:mod:`floydd.bundle.signing`)
     footer    u64 offset of the trailer | "FXEND01\\n"
 
 A writer that fails after it started (the daemon's export stream) ends the file with
 ``"FXER" | u32 n | {"error": ...}`` instead of a trailer, so the receiver says why, not
 merely that the file is short.
 
-Writing is here (:class:`Writer`); reading and every check is :mod:`floydd.exchange.reader`.
+Writing is here (:class:`Writer`); reading and every check is :mod:`floydd.bundle.reader`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import IO, Callable
 import blake3
 
 from floydd.errors import IntegrityError, UserError
-from floydd.exchange.crypto import FILE_ID_SIZE, ExportKey
+from floydd.bundle.crypto import FILE_ID_SIZE, ExportKey
 
 __all__ = ["Writer", "PartWriter", "Damaged", "Truncated", "NotAnExport", "WrongKey", "MAGIC", "FORMAT", "MAX_RECORD",
            "LAST", "error_frame"]
