@@ -44,10 +44,10 @@ async def test_finished_jobs_are_archived_everywhere_and_a_late_node_gets_them(m
     keys = await _finished_jobs(nodes[0], 40)
     running = await nodes[1].service.submit_job(SPEC, "live")           # queued: never archived
     lead = await cluster.wait_leader()
-    await cluster.wait_for(lambda: all(len(n.service.state.jobs) == 6 for n in nodes), timeout=20,
+    hot = set(keys[-5:]) | {running["id"]}      # 6 hot jobs can also be m/35..40 before the live one is applied
+    await cluster.wait_for(lambda: all(set(n.service.state.jobs) == hot for n in nodes), timeout=20,
                            what="every node to keep 5 finished jobs and the live one hot")
     for n in nodes:
-        assert set(n.service.state.jobs) == set(keys[-5:]) | {running["id"]}
         assert n.service.state.archive.count() == 35
         assert not any(i[0] == "job" and i[1] in keys[:35] for i in n.service.state.idem.values())
     # still readable, still numbered, and a retried submission finds its archived job
