@@ -30,11 +30,13 @@ def test_only_the_last_column_is_cut_and_only_to_a_width():
     assert cut("line one\nline two", 40) == "line one line two"
 
 
-def test_ten_thousand_rows_render_in_well_under_a_second():
+def test_ten_thousand_rows_render_without_quadratic_work():
     headers, rows = _status_table([_job(n) for n in range(10_000)])
     t0 = time.perf_counter()
     text = render(headers, rows)
-    assert time.perf_counter() - t0 < 0.5 and text.count("\n") == 10_002
+    # ~0.1 s on a quiet CI box; a guard against work per row growing with the rows (which would
+    # take minutes), not a benchmark: loaded machines took over 0.5 s
+    assert time.perf_counter() - t0 < 3.0 and text.count("\n") == 10_002
     assert "loss=0.25" in text and "1m" in text
 
 
