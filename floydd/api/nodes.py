@@ -9,7 +9,7 @@ from aiohttp import web
 
 from floydd.api.request import reply
 from floydd.scheduler import storehealth
-from floydd.cluster.service import node_health_word
+from floydd.cluster.roster import node_health_word
 
 import floydd
 from floydd.api import keys

@@ -1,50 +1,24 @@
-"""Operator verbs for the cluster: ``floydd init``, ``token create|list|revoke``, ``join``,
-``members``, ``leave``, ``recover``."""
+"""Operator verbs for the cluster: ``floydd init``, ``join``, ``members``, ``drain``,
+``leave``, ``remove``, ``recover``, ``rotate-store-key`` (join tokens: :mod:`floydd.cli.tokens`)."""
 
 from __future__ import annotations
 
 import asyncio
-import re
-import os
 import time
-from pathlib import Path
 
 import click
 
-from floydd.cli.common import echo_json, fail, handle_errors
-from floydd.client import Client
-from floydd.config import load
-from floydd.errors import Conflict, InvalidSpec, UserError
+from floydd.cli.common import (box_client, box_config, echo_json, fail, format_when, handle_errors, parse_ttl,
+                               state_option)
+from floydd.errors import Conflict, UserError
 from floydd.security.owned_dirs import claim_state_dir
 from floydd.present import clock_column, skew_warnings
 
-__all__ = ["init", "token", "join", "members", "leave", "remove", "recover"]
-
-
-def _state_option(fn):
-    fn = click.option("--system", is_flag=True, expose_value=False, callback=_system_mode,
-                      help="The daemon installed as a service (state /var/lib/floydd; env FLOYDD_SYSTEM=1).")(fn)
-    return click.option("--state-dir", type=click.Path(path_type=Path), default=None,
-                        help="State folder (default: the user's data dir; env FLOYDD_STATE_DIR).")(fn)
-
-
-def _system_mode(ctx, param, value) -> None:
-    """``--system``: as ``FLOYDD_SYSTEM=1``, which :func:`floydd.config.load` reads (this
-    process's own environment: one command)."""
-    if value:
-        os.environ["FLOYDD_SYSTEM"] = "1"
-
-
-def _config(state_dir):
-    return load({"state_dir": state_dir})
-
-
-def _client(config) -> Client:
-    return Client(config.socket_path, timeout=30.0)
+__all__ = ["init", "join", "members", "drain", "leave", "remove", "recover", "rotate_store_key"]
 
 
 def _refuse_if_running(config, what: str) -> None:
-    if _client(config).ping():
+    if box_client(config).ping():
         raise Conflict(f"floydd is running on {config.state_dir}", hint=f"stop it first (floydd stop), then {what}")
 
 
@@ -70,7 +44,7 @@ def _api_listen(text: str) -> str:
 
 
 @click.command()
-@_state_option
+@state_option
 @click.option("--name", "cluster_name", default="floydd", show_default=True, help="Cluster name.")
 @_network_options
 @handle_errors
@@ -78,7 +52,7 @@ def init(state_dir, cluster_name, listen, advertise, seeds, api_listen) -> None:
     """Make this box the first node of a new cluster (CA, certificate, raft log)."""
     from floydd.daemon.cluster_files import ClusterSettings, api_address, guess_address, split_address, write_settings
     from floydd.security.identity import init_cluster
-    config = _config(state_dir)
+    config = box_config(state_dir)
     api_listen = _api_listen(api_listen)
     _refuse_if_running(config, "run floydd init again")
     if (config.state_dir / "cluster.json").exists() or (config.state_dir / "tls" / "node.crt").exists():
@@ -102,85 +76,8 @@ def init(state_dir, cluster_name, listen, advertise, seeds, api_listen) -> None:
                    f"{adv_host}:{api[1]} --fingerprint {ca.short_fingerprint}")
 
 
-def _parse_ttl(text: str) -> float:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
-    if not m:
-        raise InvalidSpec(f"--ttl {text!r} is not a duration", hint="e.g. 3600, 30m, 24h or 7d")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-
-
-@click.group()
-def token() -> None:
-    """One-time join tokens for new nodes (made, listed and revoked on any voter)."""
-
-
-@token.command(name="create")
-@_state_option
-@click.option("--ttl", default="24h", show_default=True, help="How long the token works (e.g. 30m, 24h).")
-@click.option("--sign-in", "sign_in", multiple=True, metavar="PERSON",
-              help="A person signed in on the new box once it joins (their login name acts as them there). "
-                   "Repeatable; default: you; 'none': nobody.")
-@handle_errors
-def token_create(state_dir, ttl, sign_in) -> None:
-    """Print a one-time join token carrying the cluster CA's fingerprint.
-
-    The new box acts for the people the token signs in (you, unless --sign-in says otherwise)
-    and for nobody else until an admin runs floydd user map NAME BOX."""
-    if "none" in sign_in and len(sign_in) > 1:
-        raise UserError("--sign-in none means nobody: give it alone", hint="floydd token create --sign-in none")
-    names = None if not sign_in else [] if sign_in == ("none",) else list(sign_in)
-    answer = _client(_config(state_dir)).create_token(_parse_ttl(ttl), sign_in=names)
-    click.echo(answer["token"])
-    click.echo(f"on the new box: floydd join {answer['token']}   (works once, for {ttl}; if this box is down, "
-               "add the address of another voter: floydd join TOKEN HOST:PORT)", err=True)
-
-
-@token.command(name="list")
-@_state_option
-@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
-@handle_errors
-def token_list(state_dir, as_json) -> None:
-    """The cluster's join tokens: id, who made it where, expiry, and which node used it (or revoked)."""
-    tokens = _client(_config(state_dir)).tokens()
-    if as_json:
-        echo_json(tokens)
-        return
-    if not tokens:
-        click.echo("no join tokens (floydd token create makes one)")
-        return
-    click.echo(f"{'ID':<16}  {'STATE':<8} {'MADE':<16} {'BY':<12} {'ON':<16} {'EXPIRES':<16} USED BY / REVOKED")
-    for t in tokens:
-        used = (f"node {t['used_by']} at {_when(t['used'])}" + (" (join cancelled)" if t.get("revoked") else "")
-                if t.get("used") is not None else
-                f"revoked at {_when(t['revoked'])} by {t.get('revoked_by') or '?'}" if t.get("revoked") is not None
-                else "-")
-        click.echo(f"{t['id']:<16}  {t['state']:<8} {_when(t['created']):<16} {t['made_by'] or '?':<12} "
-                   f"{t['made_on'] or '?':<16} {_when(t['expires']):<16} {used}")
-
-
-@token.command(name="revoke")
-@_state_option
-@click.argument("token_id", metavar="ID")
-@handle_errors
-def token_revoke(state_dir, token_id) -> None:
-    """Revoke join token ID (the third part of the token, as floydd token list shows it).
-
-    A token already used by a box that is not a member yet (its daemon not started) cancels
-    that join: the box can never become a member with it."""
-    record = _client(_config(state_dir)).revoke_token(token_id)
-    if record.get("cancelled_join"):
-        click.echo(f"join token {record['id']} revoked; the join of node {record['cancelled_join']} it made is "
-                   "cancelled: that box can never become a member with it")
-        return
-    click.echo(f"join token {record['id']} revoked: no voter accepts it any more")
-
-
-def _when(ts: float | None, shape: str = "%Y-%m-%d %H:%M") -> str:
-    return "-" if ts is None else time.strftime(shape, time.localtime(ts))
-
-
 @click.command()
-@_state_option
+@state_option
 @click.argument("join_token", metavar="TOKEN")
 @click.argument("address", required=False)
 @_network_options
@@ -198,7 +95,7 @@ def join(state_dir, join_token, address, listen, advertise, seeds, api_listen) -
     from floydd.security.identity import NodeIdentity
     from floydd.cluster.net.join import join as do_join
     from floydd.security.tokens import parse_token
-    config = _config(state_dir)
+    config = box_config(state_dir)
     api_listen = _api_listen(api_listen)
     _refuse_if_running(config, "join")
     if (config.state_dir / "cluster.json").exists():
@@ -225,21 +122,21 @@ def join(state_dir, join_token, address, listen, advertise, seeds, api_listen) -
 
 
 @click.command()
-@_state_option
+@state_option
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def members(state_dir, as_json) -> None:
     """The cluster's nodes with their raft role (voter, learner), the leader, each one's health
     (the same word as ``floyd nodes``: healthy, suspect, stale, off...) and when its node
     certificate expires (renewed by itself well before)."""
-    data = _client(_config(state_dir)).cluster()
+    data = box_client(box_config(state_dir)).cluster()
     if as_json:
         echo_json(data)
         return
     for m in data["members"]:
         role = "leader" if m["leader"] else m["role"]
         here = "  (this node)" if m["id"] == data["node_id"] else ""
-        expires = f"cert until {_when(m['cert_expires'], '%Y-%m-%d %H:%M:%S')}" if m.get("cert_expires") else "cert -"
+        expires = f"cert until {format_when(m['cert_expires'], '%Y-%m-%d %H:%M:%S')}" if m.get("cert_expires") else "cert -"
         click.echo(f"{m['id']}  {m['name'] or '-':<16} {role:<8} {m['address'] or '-':<22} {m['health']:<8} "
                    f"{m.get('version') or '-':<7} {expires}  {clock_column(m)}{here}")
     for line in skew_warnings(data["members"]):
@@ -263,7 +160,7 @@ def members(state_dir, as_json) -> None:
 
 
 @click.command()
-@_state_option
+@state_option
 @click.option("--off", is_flag=True, help="Take jobs again (a restart of the daemon does too).")
 @click.option("--wait", is_flag=True, help="Then wait until no job runs here any more.")
 @click.option("--timeout", "wait_for", default="12h", show_default=True, help="How long --wait waits (30m, 12h, 2d).")
@@ -275,7 +172,7 @@ def drain(state_dir, off, wait, wait_for) -> None:
     unit's KillMode=process), and the new daemon picks them up. Upgrading a lab box by box:
     docs/operations.md, "Upgrades".
     """
-    client = _client(_config(state_dir))
+    client = box_client(box_config(state_dir))
     answer = client.drain(not off)
     box = answer.get("name") or answer["node"]
     if off:
@@ -288,7 +185,7 @@ def drain(state_dir, off, wait, wait_for) -> None:
                + "; floydd drain --off undoes it")
     if not wait or not running:
         return
-    deadline = time.monotonic() + _parse_ttl(wait_for)
+    deadline = time.monotonic() + parse_ttl(wait_for)
     while client.info()["running"]:
         if time.monotonic() > deadline:
             fail(f"jobs still run here after {wait_for}", "they carry on; upgrade and restart floydd anyway, "
@@ -298,19 +195,19 @@ def drain(state_dir, off, wait, wait_for) -> None:
 
 
 @click.command()
-@_state_option
+@state_option
 @click.option("-y", "--yes", is_flag=True, help="Do not ask.")
 @handle_errors
 def leave(state_dir, yes) -> None:
     """Leave the cluster for good (running jobs here keep running)."""
     if not yes:
         click.confirm("leave the cluster for good? this node's certificate will be refused afterwards", abort=True)
-    answer = _client(_config(state_dir)).leave()
+    answer = box_client(box_config(state_dir)).leave()
     click.echo(f"node {answer['left']} left the cluster")
 
 
 @click.command()
-@_state_option
+@state_option
 @click.argument("node_id", metavar="NODE")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask.")
 @handle_errors
@@ -321,7 +218,7 @@ def remove(state_dir, node_id, yes) -> None:
     cancelled the same way. Admins only."""
     if not yes:
         click.confirm(f"remove node {node_id} for good? it must join again with a new token", abort=True)
-    answer = _client(_config(state_dir)).remove_node(node_id)
+    answer = box_client(box_config(state_dir)).remove_node(node_id)
     if answer.get("cancelled_join"):
         click.echo(f"the join of node {answer['removed']} is cancelled: its certificate is refused by every box and "
                    "it can never become a member with it")
@@ -337,7 +234,7 @@ def remove(state_dir, node_id, yes) -> None:
 
 
 @click.command(name="rotate-store-key")
-@_state_option
+@state_option
 @click.option("--show", is_flag=True, help="Only show the epochs and this box's re-seal.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
@@ -347,7 +244,7 @@ def rotate_store_key(state_dir, show, as_json) -> None:
     (store_reseal_rate MB/s) while the daemons serve. floydd remove does it too. Object ids
     stay: a removed box can still recognise content it had, not open what is sealed anew.
     Admins only."""
-    client = _client(_config(state_dir))
+    client = box_client(box_config(state_dir))
     answer = client.store_key() if show else client.rotate_store_key()
     if as_json:
         echo_json(answer)
@@ -380,13 +277,13 @@ def _me() -> str:
 
 
 @click.command()
-@_state_option
+@state_option
 @click.option("--yes-i-know", is_flag=True, help="Confirm that the other voters are gone for good.")
 @handle_errors
 def recover(state_dir, yes_i_know) -> None:
     """Turn this survivor into a new single-node cluster (when quorum is lost for good)."""
     from floydd.daemon.cluster_files import read_settings, write_settings
-    config = _config(state_dir)
+    config = box_config(state_dir)
     _refuse_if_running(config, "recover")
     settings = read_settings(config.state_dir)
     if settings is None:

@@ -1,21 +1,28 @@
-"""What every CLI command shares: the daemon to talk to (:func:`floydd.reach.connect`), errors, output."""
+"""What every CLI command shares: the daemon to talk to (:func:`floydd.reach.connect`), errors, output;
+and what the box's own verbs (``floydd init``, ``token``, ``join`` ...) share: ``--state-dir`` and
+``--system`` (:func:`state_option`), this box's config and daemon, durations and times as said."""
 
 from __future__ import annotations
 
 import functools
 import json
 import os
+import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 from floydd.cli import exits
-from floydd.errors import FloyddError
+from floydd.client import Client
+from floydd.config import Config, load
+from floydd.errors import FloyddError, InvalidSpec
 from floydd.reach import connect
 
-__all__ = ["STALE", "pass_where", "connect", "handle_errors", "new_file", "echo_json", "fail", "SYSTEM_STATE_DIR"]
+__all__ = ["STALE", "pass_where", "connect", "handle_errors", "new_file", "echo_json", "fail", "SYSTEM_STATE_DIR",
+           "state_option", "box_config", "box_client", "parse_ttl", "format_when"]
 
 SYSTEM_STATE_DIR = Path("/var/lib/floydd")
 """Where a daemon installed as a system service keeps its state (:mod:`floydd.system`)."""
@@ -85,3 +92,45 @@ def new_file(dest: Path, *, force: bool = False, what: str = "the file") -> Path
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+# -- the box's own verbs (floydd init, token, join, members ...) ------------------------------
+
+
+def state_option(fn):
+    """``--state-dir`` and ``--system`` on a verb: the verb gets ``state_dir`` (``--system``
+    sets ``FLOYDD_SYSTEM=1`` for :func:`box_config`)."""
+    fn = click.option("--system", is_flag=True, expose_value=False, callback=_system_mode,
+                      help="The daemon installed as a service (state /var/lib/floydd; env FLOYDD_SYSTEM=1).")(fn)
+    return click.option("--state-dir", type=click.Path(path_type=Path), default=None,
+                        help="State folder (default: the user's data dir; env FLOYDD_STATE_DIR).")(fn)
+
+
+def _system_mode(ctx, param, value) -> None:
+    """``--system``: as ``FLOYDD_SYSTEM=1``, which :func:`floydd.config.load` reads (this
+    process's own environment: one command)."""
+    if value:
+        os.environ["FLOYDD_SYSTEM"] = "1"
+
+
+def box_config(state_dir) -> Config:
+    """This box's config, for ``--state-dir`` (None: the default)."""
+    return load({"state_dir": state_dir})
+
+
+def box_client(config) -> Client:
+    """A client of this box's daemon, on its socket."""
+    return Client(config.socket_path, timeout=30.0)
+
+
+def parse_ttl(text: str) -> float:
+    """Seconds in ``3600``, ``30m``, ``24h``, ``7d`` (``--ttl``, ``--timeout``)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
+    if not m:
+        raise InvalidSpec(f"--ttl {text!r} is not a duration", hint="e.g. 3600, 30m, 24h or 7d")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def format_when(ts: float | None, shape: str = "%Y-%m-%d %H:%M") -> str:
+    """``ts`` in local time, ``-`` for None."""
+    return "-" if ts is None else time.strftime(shape, time.localtime(ts))

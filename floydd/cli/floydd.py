@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 import floydd
-from floydd.cli import cluster
+from floydd.cli import cluster, tokens
 from floydd.cli.audit import make_audit
 from floydd.cli.people import make_user
 from floydd.cli.common import echo_json, handle_errors
@@ -162,7 +162,7 @@ def repair(state_dir, config_file, system, dry_run) -> None:
 
 cli.add_command(make_audit(_config_options, _client))
 cli.add_command(make_user(_config_options, _client))
-for _command in (cluster.init, cluster.token, cluster.join, cluster.members, cluster.drain, cluster.leave,
+for _command in (cluster.init, tokens.token, cluster.join, cluster.members, cluster.drain, cluster.leave,
                  cluster.remove, cluster.recover, cluster.rotate_store_key):
     cli.add_command(_command)
 

@@ -39,14 +39,16 @@ heartbeats, :class:`~floydd.cluster.upkeep.Upkeep` (``upkeep``); peers' addresse
 ``peers.json`` and discovery, :class:`~floydd.cluster.net.addressbook.AddressBook`
 (``addresses``); the audit chain's evidence (its start check, the heads the heartbeats
 carry), :class:`~floydd.cluster.audit_guard.AuditGuard` (``audit_guard``); this box's clock
-against the leader's, :class:`~floydd.cluster.clockwatch.ClockWatch` (``clocks``). Code
-outside the cluster package calls the service, never its driver or transport.
+against the leader's, :class:`~floydd.cluster.clockwatch.ClockWatch` (``clocks``); the nodes
+as this box reports them (members, health, removal), :class:`~floydd.cluster.roster.Roster`
+(``roster``). Code outside the cluster package calls the service, never its driver or transport.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import random
 import time
 from pathlib import Path
@@ -55,7 +57,6 @@ from typing import Any, Callable, Iterable, Mapping
 from aiohttp import web
 
 from floydd import log
-from floydd.scheduler import storehealth
 from floydd.cluster.state import versions
 from floydd.cluster.net.addressbook import AddressBook
 from floydd.cluster.tables.archive_db import SqliteArchive
@@ -67,27 +68,31 @@ from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.driver.loop import Applied, DriverStatus, RaftDriver
 from floydd.cluster.heard import Heard
 from floydd.cluster.recover import recover as recover_log
+from floydd.cluster.roster import Roster
 from floydd.cluster.state.machine import ClusterState
 from floydd.cluster.net.listener import PeerListener
 from floydd.cluster.net.transport import Transport
 from floydd.cluster.upkeep import Upkeep
 from floydd.cluster.writes import Commands
-from floydd.errors import Conflict, FloyddError, NotFound, Unavailable
+from floydd.errors import Conflict, FloyddError, Unavailable
 from floydd.security.identity import NodeIdentity
 from floydd.tasks import cancel_and_wait
 
-__all__ = ["ClusterService", "node_health_word"]
+__all__ = ["ClusterService"]
 
 _log = log.cluster.getChild("service")
 
 
 def _part(part: str, method: Callable) -> Callable:
     """``name = _part("commands", Commands.name)``: a call the service offers that its part
-    answers (the same signature and docstring)."""
-    @functools.wraps(method)
-    async def call(self, *args: Any, **kwargs: Any) -> Any:
-        return await getattr(getattr(self, part), method.__name__)(*args, **kwargs)
-    return call
+    answers (the same signature and docstring; a coroutine if the part's is)."""
+    if inspect.iscoroutinefunction(method):
+        async def call(self, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(getattr(self, part), method.__name__)(*args, **kwargs)
+    else:
+        def call(self, *args: Any, **kwargs: Any) -> Any:
+            return getattr(getattr(self, part), method.__name__)(*args, **kwargs)
+    return functools.wraps(method)(call)
 
 
 class ClusterService:
@@ -137,6 +142,9 @@ class ClusterService:
         self.upkeep = Upkeep(self, node_id=self.node_id, config=config, driver=self.driver, state=self.state,
                              transport=self.transport, commands=self.commands, clocks=self.clocks,
                              usage=usage, live=live)
+        self.roster = Roster(node_id=self.node_id, config=config, driver=self.driver, state=self.state,
+                             transport=self.transport, heard=self.heard, propose=self.commands.propose,
+                             views=(self.clocks.view, self.audit_guard.view), clock=clock)
         self.listener = PeerListener(identity, driver=self.driver, state=self.state, transport=self.transport)
         self.transport.on_peer = self.addresses.peer_learnt
         self.transport.name_of = lambda peer: (self.state.nodes.get(peer) or {}).get("name")   # in its errors
@@ -366,7 +374,7 @@ class ClusterService:
         (and static seeds, which have no node id yet: they become contacts to ask)."""
         self.addresses.on_discovered(peers)
 
-    # -- reads and the nodes ------------------------------------------------------------------------
+    # -- reads, and the nodes (floydd.cluster.roster.Roster answers for them) -----------------------
 
     async def job(self, job: str, *, stale: bool = False) -> dict:
         return await self.driver.read(lambda s: s.job(job), stale=stale)
@@ -376,89 +384,18 @@ class ClusterService:
         states = tuple(states) if states else None
         return await self.driver.read(lambda s: s.list_jobs(project, states), stale=stale)
 
-    async def nodes(self, *, stale: bool = False) -> list[dict]:
-        now = self._clock()
-        return await self.driver.read(lambda s: _with_health(s, now, self.config.stale_after,
-                                                             self.heard_ages()), stale=stale)
-
     async def datasets(self, *, stale: bool = False) -> list[dict]:
         return await self.driver.read(lambda s: s.list_datasets(), stale=stale)
 
-    def heard_ages(self) -> dict[str, float]:
-        """Node id -> seconds since this box last heard from it (its own entry applied here),
-        on this box's monotonic clock, for every node in the table (:mod:`floydd.cluster.heard`)."""
-        return self.heard.ages(self.state.nodes)
-
-    def silence(self) -> dict[str, float]:
-        """Leader only: node id -> seconds since this leader last heard from that member over
-        raft (0 for itself; since it was elected for a member it has not heard from). Nodes
-        that are not members are left out: nothing is heard from them. Empty elsewhere."""
-        if not self.is_leader:
-            return {}
-        view = self.driver.autopilot_view()
-        return {m.id: view.now - (view.leader_since if m.last_contact is None
-                                  else max(m.last_contact, view.leader_since)) for m in view.members}
-
-    async def suspect(self, node_id: str, *, timeout: float | None = None) -> None:
-        """Leader only: mark ``node_id`` suspect (it lost touch with it; :mod:`floydd.scheduler.outages`)."""
-        await self.driver.propose({"op": "node.health", "id": node_id, "status": "suspect", "ts": self._clock()},
-                                  timeout=timeout, fenced=True)
-
-    async def remove_node(self, node_id: str, *, user: str, timeout: float | None = None) -> None:
-        """``floydd remove NODE``, an admin's command: take the node out of raft, tombstone it
-        and revoke its certificates (each box refuses them from then on). A join that was
-        redeemed but whose box never started (a certificate recorded, not a member) is
-        cancelled the same way: it can never become a member with that certificate."""
-        if node_id == self.node_id:
-            raise Conflict("this is the node you are on", hint="use floydd leave here instead")
-        if node_id not in self.state.nodes and not self.driver.in_conf(node_id):
-            trust = self.state.trust
-            if node_id in self.state.removed and (node_id not in trust.certs
-                                                  or trust.join_cancelled(node_id, self.state.revoked)):
-                return                                      # removed, or its join cancelled, already
-            if node_id not in trust.certs:                  # else a join redeemed, not started: cancelled below
-                raise NotFound(f"node {node_id} is not a member", code="node_not_found",
-                               hint="floydd members lists the nodes and their ids; floydd token list the joins")
-        else:
-            await self.driver.change_membership("remove", node_id, timeout=timeout, user=user)
-        await self.commands.propose({"op": "node.remove", "id": node_id, "user": user}, timeout=timeout)
-
-    def members(self) -> list[dict]:
-        """Raft membership as this node sees it, with each member's name, address and health
-        (the same as ``floyd nodes`` shows: :meth:`ClusterState.node_health`)."""
-        st = self.driver.status()
-        health = self.state.node_health(self._clock(), self.config.stale_after, self.heard_ages())
-        out = []
-        for node_id in sorted(set(st.voters) | set(st.learners) | set(self.state.nodes)):
-            record = self.state.nodes.get(node_id, {})
-            pr = st.progress.get(node_id)
-            out.append({"id": node_id, "name": record.get("name", ""),
-                        "address": self.transport.address_of(node_id) or (self.transport.advertise
-                                                                          if node_id == self.node_id else None),
-                        "role": "voter" if node_id in st.voters else "learner" if node_id in st.learners else "none",
-                        "leader": node_id == st.leader, "status": record.get("status"),
-                        "health": storehealth.health_word(node_health_word(health.get(node_id)), record),
-                        "store_why": storehealth.why(record), "match": pr.match if pr else None,
-                        "cert_expires": (self.state.trust.certs.get(node_id) or {}).get("not_after"),
-                        "version": (record.get("labels") or {}).get(versions.VERSION_LABEL, "0.1.x") if record else None,
-                        "protocol": versions.node_protocol(record) if record else None,
-                        **self.clocks.view(node_id),
-                        **self.audit_guard.view(node_id)})
-        return out
+    nodes = _part("roster", Roster.nodes)
+    heard_ages = _part("roster", Roster.heard_ages)
+    silence = _part("roster", Roster.silence)
+    suspect = _part("roster", Roster.suspect)
+    remove_node = _part("roster", Roster.remove_node)
+    members = _part("roster", Roster.members)
 
     def _spawn(self, coro, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-
-def _with_health(state: ClusterState, now: float, stale_after: float, ages: Mapping[str, float]) -> list[dict]:
-    health = state.node_health(now, stale_after, ages)
-    return [{**n, "health": health[n["id"]]} for n in state.list_nodes()]
-
-
-def node_health_word(status: str | None) -> str:
-    """A node's health as ``floyd nodes`` and ``floydd members`` both show it: ``healthy``
-    (up), ``suspect`` (the leader lost touch), ``stale`` (its heartbeats stopped coming), its
-    status otherwise (``draining``, ``off``, ``down``), ``unknown`` before its first report."""
-    return "healthy" if status == "up" else status or "unknown"

@@ -17,10 +17,10 @@ Roles::
 The public calls are :meth:`campaign`, :meth:`propose`, :meth:`propose_conf_change`,
 :meth:`transfer_leadership`, :meth:`read_index`, :meth:`compact`,
 :meth:`report_unreachable`, :meth:`report_snapshot` and :meth:`status`. The node holds
-the raft state (term, vote, role, log, tracker, outbox) and the follower's side; two parts,
-given the log, tracker and config in their constructors, do the rest: ``replication``, the
-leader's half (:mod:`floydd.cluster.raft.leading`), and ``elections``
-(:mod:`floydd.cluster.raft.election`).
+the raft state (term, vote, role, log, tracker, outbox); three parts, given the log and
+tracker in their constructors, do the rest: ``replication``, the leader's half
+(:mod:`.leading`), ``elections`` (:mod:`.election`) and ``following``, the follower's
+half (:mod:`.following`). Its test-only bugs are listed in :mod:`.mutations`.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ from typing import Protocol
 from .config import DEFAULT_CONFIG, RaftConfig
 from .confchange import ConfChange, ConfChangeOp, apply_conf_change, validate_conf_change
 from .errors import ConfChangeRejected, ProposalDropped
-from .election import ELECTION, PRE_ELECTION, TRANSFER, Elections
+from .election import ELECTION, PRE_ELECTION, Elections
+from .following import Following
 from .log import RaftLog
 from .messages import (AppendEntries, AppendResponse, Entry, EntryKind, HardState, Heartbeat,
                        HeartbeatResponse, InstallSnapshot, Message, NodeId, ReadIndexRequest,
                        ReadIndexResponse, ReadState, RequestVote, Snapshot, TimeoutNow,
                        VoteResponse)
+from .mutations import MUTATIONS
 from .progress import ProgressState
 from .readonly import ReadOnly
 from .ready import PeerStatus, Ready, Role, SoftState, Status
@@ -44,17 +46,6 @@ from .storage import DurableState
 from .tracker import Tracker
 
 __all__ = ["RaftNode", "Rng", "MUTATIONS"]
-
-MUTATIONS = frozenset({
-    "stale_votes",             # tally votes from earlier rounds: older terms, the pre-vote
-    "commit_previous_term",    # commit an older term's entry by counting replicas (fig. 8)
-    "vote_without_log_check",  # grant votes to candidates whose log is behind ours
-    "append_without_match",    # accept AppendEntries without checking (index, log_term)
-    "read_without_quorum",     # answer ReadIndex without confirming leadership
-    "count_self_unsynced",     # a leader counts its own entries before they are durable
-})
-"""Deliberate bugs for the simulator's mutation tests; never set outside tests."""
-
 
 class Rng(Protocol):
     def randrange(self, start: int, stop: int) -> int: ...
@@ -79,6 +70,7 @@ class RaftNode:
         self.tracker = Tracker(state.snapshot.conf, self.log.last_index() + 1)
         self.elections = Elections(self, log=self.log, tracker=self.tracker, config=config, rng=rng)
         self.replication = Replication(self, log=self.log, tracker=self.tracker, config=config)
+        self.following = Following(self, log=self.log, tracker=self.tracker, elections=self.elections)
         self._conf_history: list = [(state.snapshot.index, state.snapshot.conf)]
         self.role = Role.FOLLOWER
         self.lead: NodeId | None = None
@@ -102,13 +94,13 @@ class RaftNode:
         self._mut_read_no_quorum = "read_without_quorum" in mutations
         self._mut_count_unsynced = "count_self_unsynced" in mutations
         self._handlers = {
-            AppendEntries: self._on_append, Heartbeat: self._on_heartbeat,
-            InstallSnapshot: self._on_snapshot, RequestVote: self.elections.on_request_vote,
+            AppendEntries: self.following.on_append, Heartbeat: self.following.on_heartbeat,
+            InstallSnapshot: self.following.on_snapshot, RequestVote: self.elections.on_request_vote,
             VoteResponse: self.elections.on_vote_response,
             AppendResponse: self.replication.on_append_response,
-            HeartbeatResponse: self.replication.on_heartbeat_response, TimeoutNow: self._on_timeout_now,
+            HeartbeatResponse: self.replication.on_heartbeat_response, TimeoutNow: self.following.on_timeout_now,
             ReadIndexRequest: self.replication.on_read_index_request,
-            ReadIndexResponse: self._on_read_index_response,
+            ReadIndexResponse: self.following.on_read_index_response,
         }
         for i in range(self.log.snapshot.index + 1, self.log.applied + 1):
             entry = self.log.entry(i)       # membership the application already applied
@@ -382,62 +374,6 @@ class RaftNode:
             self.read_only = ReadOnly()
         self._pending_reads = []
         self._bcast_pending = False
-
-    # -- follower side -------------------------------------------------------------------
-
-    def _heard_from_leader(self, m: Message) -> None:
-        if self.role != Role.FOLLOWER:
-            self._become_follower(self.term, m.frm)
-        self.election_elapsed = 0
-        self.lead = m.frm
-
-    def _on_append(self, m: AppendEntries) -> None:
-        if self.role == Role.LEADER:
-            return
-        self._heard_from_leader(m)
-        log = self.log
-        if m.index < log.committed:
-            self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=log.committed))
-            return
-        last_new = log.maybe_append(m.index, m.log_term, m.commit, m.entries,
-                                    check_match=not self._mut_no_match)
-        if last_new is not None:
-            self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=last_new))
-            return
-        hint, hint_term = log.find_conflict_by_term(min(m.index, log.last_index()), m.log_term)
-        self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=m.index,
-                                  reject=True, reject_hint=hint, log_term=hint_term))
-
-    def _on_heartbeat(self, m: Heartbeat) -> None:
-        if self.role == Role.LEADER:
-            return
-        self._heard_from_leader(m)
-        self.log.commit_to(m.commit)
-        self._send(HeartbeatResponse(frm=self.id, to=m.frm, term=self.term, context=m.context))
-
-    def _on_snapshot(self, m: InstallSnapshot) -> None:
-        if self.role == Role.LEADER:
-            return
-        self._heard_from_leader(m)
-        snap, log = m.snapshot, self.log
-        if snap.index <= log.committed:
-            index = log.committed
-        elif log.match_term(snap.index, snap.term):
-            log.commit_to(snap.index)
-            index = log.last_index()
-        else:
-            log.restore(snap)
-            self.tracker.set_conf(snap.conf, log.last_index() + 1)
-            self._conf_history = [(snap.index, snap.conf)]
-            index = log.last_index()
-        self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=index))
-
-    def _on_timeout_now(self, m: TimeoutNow) -> None:
-        if self.role == Role.FOLLOWER:
-            self.elections.hup(TRANSFER)
-
-    def _on_read_index_response(self, m: ReadIndexResponse) -> None:
-        self.read_states.append(ReadState(m.index, m.context))
 
     # -- membership ----------------------------------------------------------------------
 

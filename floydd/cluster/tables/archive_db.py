@@ -3,22 +3,24 @@
 What it holds and the rules it keeps: :mod:`floydd.cluster.state.archive` (whose
 :class:`~floydd.cluster.state.archive.MemoryArchive` is the model this one is held to).
 
-Its connections, transactions and the staging of a received snapshot's rows are a
-:class:`~floydd.cluster.tables.sidetable.SideTable`'s: point reads in the loop while commands are
-applied (an indexed lookup each), writes on the raft writer thread (pending rows, purges,
-staged snapshots, fsynced like the log), listings and export pages in a worker thread.
+Its connections, transactions and the staging of a received snapshot's rows are its part
+``table``, a :class:`~floydd.cluster.tables.sidetable.SideTable`: point reads in the loop
+while commands are applied (an indexed lookup each), writes on the raft writer thread
+(pending rows, purges, staged snapshots, fsynced like the log), listings and export pages
+in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
-from typing import AsyncIterator, Iterable
+from typing import Any, AsyncIterator, Iterable
 
 import msgpack
 
 from floydd.cluster.state.archive import EXPORT_ROWS, ArchiveRules, Run, decode_chunk, newest_first, row_of, visible
-from floydd.cluster.tables.sidetable import SideTable
+from floydd.cluster.tables.sidetable import SideTable, StagedSink
 
 __all__ = ["SqliteArchive", "ARCHIVE_TABLES"]
 
@@ -37,13 +39,11 @@ _SCHEMA = [
 ]
 
 
-class SqliteArchive(SideTable, ArchiveRules):
+class SqliteArchive(ArchiveRules):
     """The archive in ``path`` (the raft log's database), see the module docstring."""
 
-    TABLE, COLUMNS, SCHEMA = "archive", _COLUMNS, _SCHEMA
-
     def __init__(self, path: str | Path) -> None:
-        super().__init__(path)
+        self.table = SideTable(path, name="archive", columns=_COLUMNS, schema=_SCHEMA, decode_chunk=decode_chunk)
         self._pending: dict[str, dict] = {}          # rows applied, not yet written
         self._pending_idem: dict[str, set[str]] = {}  # their idempotency keys (a replay queues thousands)
 
@@ -58,11 +58,11 @@ class SqliteArchive(SideTable, ArchiveRules):
         """The archived job as a command at log ``before`` sees it (None: as it is now)."""
         if key in self._pending:
             return visible(self._pending[key], before)
-        row = self._loop().execute("SELECT job FROM archive WHERE id = ?", (key,)).fetchone()
+        row = self.table.loop().execute("SELECT job FROM archive WHERE id = ?", (key,)).fetchone()
         return None if row is None else visible(msgpack.unpackb(row[0], raw=False), before)
 
     def _idem_keys(self, idem_key: str) -> set[str]:
-        stored = {k for (k,) in self._loop().execute("SELECT id FROM archive WHERE idem_key = ?", (idem_key,))}
+        stored = {k for (k,) in self.table.loop().execute("SELECT id FROM archive WHERE idem_key = ?", (idem_key,))}
         return stored | self._pending_idem.get(idem_key, set())
 
     def count(self) -> int:
@@ -71,7 +71,7 @@ class SqliteArchive(SideTable, ArchiveRules):
         fall between them (the rows it writes would be counted by neither)."""
         pending = self._pending
         marks = ", ".join("?" * len(pending)) or "NULL"
-        live, stored = self._loop().execute(
+        live, stored = self.table.loop().execute(
             "SELECT (SELECT count(*) FROM archive WHERE deleted IS NULL), "
             f"(SELECT count(*) FROM archive WHERE deleted IS NULL AND id IN ({marks}))", list(pending)).fetchone()
         return live - stored + sum(1 for j in pending.values() if j.get("deleted_at") is None)
@@ -108,7 +108,7 @@ class SqliteArchive(SideTable, ArchiveRules):
             args.append(float(since))
         sql = f"SELECT job FROM archive WHERE {' AND '.join(where)} ORDER BY created DESC, number DESC" + \
             ("" if limit is None else f" LIMIT {int(limit)}")
-        with self._reader() as db:
+        with self.table.reader() as db:
             return [msgpack.unpackb(blob, raw=False) for (blob,) in db.execute(sql, args)]
 
     # -- durability ----------------------------------------------------------------------------
@@ -133,10 +133,10 @@ class SqliteArchive(SideTable, ArchiveRules):
 
     async def purge(self, upto: int, run: Run) -> None:
         """Drop the tombstones of deletions at or before log ``upto`` (a durable snapshot's index)."""
-        await run(self._transaction, [("DELETE FROM archive WHERE deleted IS NOT NULL AND deleted <= ?", (upto,))])
+        await run(self.table.transaction, [("DELETE FROM archive WHERE deleted IS NOT NULL AND deleted <= ?", (upto,))])
 
     def _write(self, batch: list[dict]) -> None:
-        self._transaction([(self.insert("archive"), row_of(job)) for job in batch])
+        self.table.transaction([(self.table.insert("archive"), row_of(job)) for job in batch])
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -153,13 +153,22 @@ class SqliteArchive(SideTable, ArchiveRules):
             yield msgpack.packb([list(r) for r in page], use_bin_type=True)
 
     def _export_page(self, after: str, rows: int) -> list[tuple]:
-        with self._reader() as db:
+        with self.table.reader() as db:
             return db.execute(f"SELECT {_COLUMNS} FROM archive WHERE id > ? ORDER BY id LIMIT ?",
                               (after, rows)).fetchall()
 
-    def decode_chunk(self, chunk: bytes) -> list[tuple]:
-        return decode_chunk(chunk)
+    def receive(self, index: int, term: int, run: Run) -> StagedSink:
+        """Stage a received snapshot's rows (:meth:`SideTable.receive`)."""
+        return self.table.receive(index, term, run)
+
+    def saved(self, db: sqlite3.Connection, snapshot: Any) -> None:
+        """SqliteStorage's ``on_snapshot`` hook: the rows staged with ``snapshot`` replace the
+        table's (:meth:`SideTable.saved`)."""
+        self.table.saved(db, snapshot)
 
     def installed(self, index: int, term: int) -> None:
         """The state was replaced by a snapshot: what was pending is superseded."""
         self._pending, self._pending_idem = {}, {}
+
+    def close(self) -> None:
+        self.table.close()

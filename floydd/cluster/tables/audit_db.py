@@ -31,7 +31,7 @@ import msgpack
 
 from floydd.cluster.state.audit import AuditRules, decode_audit_chunk
 from floydd.cluster.audit_evidence import Head, StartCheck, Tamper, first_bad, marker_finding
-from floydd.cluster.tables.sidetable import SideTable
+from floydd.cluster.tables.sidetable import SideTable, StagedSink
 
 __all__ = ["SqliteAudit", "read_chain"]
 
@@ -74,13 +74,14 @@ def read_chain(path: str | Path, since: float | None = None) -> list[Any]:
         db.close()
 
 
-class SqliteAudit(SideTable, AuditRules):
-    """The chain in ``path`` (the raft log's database), see the module docstring."""
-
-    TABLE, COLUMNS, SCHEMA = "audit", "idx, seq, entry", _SCHEMA
+class SqliteAudit(AuditRules):
+    """The chain in ``path`` (the raft log's database), see the module docstring; its
+    connections, transactions and staged snapshot rows are its part ``table``
+    (:class:`~floydd.cluster.tables.sidetable.SideTable`)."""
 
     def __init__(self, path: str | Path) -> None:
-        super().__init__(path)
+        self.table = SideTable(path, name="audit", columns="idx, seq, entry", schema=_SCHEMA,
+                               decode_chunk=decode_audit_chunk)
         self._pending: dict[int, dict] = {}
         self._last = None
         self._check: StartCheck | None = None
@@ -98,7 +99,7 @@ class SqliteAudit(SideTable, AuditRules):
 
     def _last_before(self, index: int) -> dict | None:
         pending = [i for i in self._pending if i < index]
-        row = self._loop().execute("SELECT idx, entry FROM audit WHERE idx < ? ORDER BY idx DESC LIMIT 1",
+        row = self.table.loop().execute("SELECT idx, entry FROM audit WHERE idx < ? ORDER BY idx DESC LIMIT 1",
                                    (index,)).fetchone()
         best = max(pending) if pending else None
         if row is not None and (best is None or row[0] > best):
@@ -112,7 +113,7 @@ class SqliteAudit(SideTable, AuditRules):
         entries after the snapshot (``after``: its index), and check the head record, for
         :meth:`start_findings`. Point reads and the replayed part only: the whole chain is
         checked later, off the start's path (:meth:`verify_stored`)."""
-        with self._reader() as db:
+        with self.table.reader() as db:
             marker = db.execute("SELECT idx, seq, hash FROM audit_head WHERE id = 0").fetchone()
             head = None if marker is None else Head(index=marker[0], seq=marker[1], hash=marker[2])
             at_marker = None if head is None else db.execute("SELECT entry FROM audit WHERE idx = ?",
@@ -142,7 +143,7 @@ class SqliteAudit(SideTable, AuditRules):
                 yield _parsed(text)
             for idx in sorted(tail):
                 yield _parsed(tail[idx])
-        with self._reader() as db:
+        with self.table.reader() as db:
             db.execute("BEGIN")                  # one consistent read
             try:
                 found = first_bad(rows(db))
@@ -169,7 +170,7 @@ class SqliteAudit(SideTable, AuditRules):
         """Write the chain as it was stored at start to ``dest`` (JSON lines, as ``floydd audit
         export`` writes: ``floydd audit verify --file`` reads it); how many entries."""
         after, tail = self._found or (0, {})
-        with self._reader() as db:
+        with self.table.reader() as db:
             rows = db.execute("SELECT entry FROM audit WHERE idx <= ? ORDER BY idx", (after,)).fetchall()
         lines = [text for (text,) in rows] + [tail[i] for i in sorted(tail)]
         tmp = dest.with_name(f".{dest.name}.partial")
@@ -188,7 +189,7 @@ class SqliteAudit(SideTable, AuditRules):
         if self._pending:
             return Head.of(self._pending[max(self._pending)])
         try:
-            row = self._loop().execute("SELECT entry FROM audit ORDER BY idx DESC LIMIT 1").fetchone()
+            row = self.table.loop().execute("SELECT entry FROM audit ORDER BY idx DESC LIMIT 1").fetchone()
         except sqlite3.Error:
             return None
         entry = None if row is None else _parsed(row[0])
@@ -201,13 +202,13 @@ class SqliteAudit(SideTable, AuditRules):
         for entry in self._pending.values():
             if entry["seq"] == seq:
                 return entry
-        row = self._loop().execute("SELECT entry FROM audit WHERE seq = ? ORDER BY idx LIMIT 1", (seq,)).fetchone()
+        row = self.table.loop().execute("SELECT entry FROM audit WHERE seq = ? ORDER BY idx LIMIT 1", (seq,)).fetchone()
         return None if row is None else _parsed(row[0])
 
     async def page(self, since: float | None = None) -> list[Any]:
         """Every entry (from ``since``), in order: the table's with the pending laid over."""
         pending = dict(self._pending)
-        stored = await asyncio.to_thread(read_chain, self.path, since)
+        stored = await asyncio.to_thread(read_chain, self.table.path, since)
         if not pending:
             return stored
         have = {e["index"]: e for e in stored if isinstance(e, dict)}
@@ -224,7 +225,7 @@ class SqliteAudit(SideTable, AuditRules):
     async def flush(self, run: Any) -> None:
         batch = list(self._pending.values())
         newest = max(batch, key=lambda e: e["index"])
-        await run(self._transaction, [(self.insert("audit"), _row(e)) for e in batch]
+        await run(self.table.transaction, [(self.table.insert("audit"), _row(e)) for e in batch]
                   + [(_MARK, (newest["index"], newest["seq"], newest["hash"]))])
         for entry in batch:
             if self._pending.get(entry["index"]) is entry:
@@ -242,20 +243,21 @@ class SqliteAudit(SideTable, AuditRules):
             yield msgpack.packb({"audit": [list(r) for r in page]}, use_bin_type=True)
 
     def _export_page(self, after: int) -> list[tuple]:
-        with self._reader() as db:
+        with self.table.reader() as db:
             return db.execute("SELECT idx, seq, entry FROM audit WHERE idx > ? ORDER BY idx LIMIT ?",
                               (after, _ROWS)).fetchall()
 
-    def decode_chunk(self, chunk: bytes) -> list[tuple]:
-        return decode_audit_chunk(chunk)
+    def receive(self, index: int, term: int, run: Any) -> StagedSink:
+        """Stage a received snapshot's rows (:meth:`SideTable.receive`)."""
+        return self.table.receive(index, term, run)
 
     def saved(self, db: sqlite3.Connection, snapshot: Any) -> None:
         """The rows staged with ``snapshot`` replace the table's (:meth:`SideTable.saved`), and
         the head record is theirs."""
-        for statement in self.SCHEMA:
+        for statement in self.table.schema:
             db.execute(statement)
         meta = db.execute("SELECT idx, term, complete FROM audit_incoming_meta").fetchone()
-        super().saved(db, snapshot)
+        self.table.saved(db, snapshot)
         if meta is None or tuple(meta) != (snapshot.index, snapshot.term, 1):
             return
         db.execute("DELETE FROM audit_head")
@@ -269,6 +271,9 @@ class SqliteAudit(SideTable, AuditRules):
         self._installs += 1
         if self._check is not None:          # the rows it compared are the leader's now
             self._check = StartCheck(after=index, stored={}, verified=None, marker=None, written=0)
+
+    def close(self) -> None:
+        self.table.close()
 
 
 def _parsed(text: str) -> Any:

@@ -171,9 +171,9 @@ def test_the_count_stays_whole_while_the_writer_commits_the_pending_rows(tmp_pat
             fired.append(True)
             archive._write(pending)                       # the writer's connection commits them
         return 0
-    archive._loop().set_progress_handler(commit_meanwhile, 1)
+    archive.table.loop().set_progress_handler(commit_meanwhile, 1)
     try:
         assert archive.count() == 3
     finally:
-        archive._loop().set_progress_handler(None, 1)
+        archive.table.loop().set_progress_handler(None, 1)
     assert fired and archive.count() == 3
