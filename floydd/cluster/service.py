@@ -201,9 +201,8 @@ class ClusterService:
                 _log.warning("[%s] announcing this node: %s (trying again)", self.node_id, exc)
         self._spawn(self.upkeep.keep_membership(), f"cluster-membership-{self.node_id[:6]}")
         self._spawn(self.audit_guard.check_at_start(), f"cluster-audit-check-{self.node_id[:6]}")
-        archiver = Archiver(node_id=self.node_id, config=self.config, state=self.state, driver=self.driver,
-                            clock=self._clock)
-        self._spawn(archiver.run(), f"cluster-archiver-{self.node_id[:6]}")
+        self._spawn(Archiver(node_id=self.node_id, config=self.config, state=self.state, driver=self.driver,
+                             clock=self._clock).run(), f"cluster-archiver-{self.node_id[:6]}")
 
     async def say_off(self, timeout: float | None = None) -> bool:
         """Tell the cluster this box is stopping cleanly (``off``: its jobs are judged from now

@@ -7,7 +7,9 @@ stamped as it entered the log (a fencing token: the state machine refuses it unl
 the term of its entry); ``job.place`` always does, and such commands are never forwarded.
 :func:`check` validates a command before it is proposed (and again when applied, so a
 malformed entry is rejected the same way on every node); :func:`encode` / :func:`decode`
-turn it into the bytes of a raft entry. Nothing is pickled.
+turn it into the bytes of a raft entry. Nothing is pickled. What comes back, a command's
+answer or a read of the state, is a deep copy (:func:`copy_of`): a caller can never change the
+state by changing what it was given.
 
     op                    fields (besides op, ts)                          idempotent by
     node.upsert           id, name, address, cluster_port, api_port?,       being an upsert
@@ -102,7 +104,7 @@ import msgpack
 from floydd.errors import InvalidSpec
 
 __all__ = ["OPS", "FENCED_OPS", "CONF_OP", "CONF_CHANGES", "NODE_STATUSES", "MAX_ARCHIVE", "PERSON_OPS", "check",
-           "encode", "decode"]
+           "encode", "decode", "copy_of"]
 
 CONF_OP = "raft.conf"
 """A membership change forwarded to the leader: ``{"op": "raft.conf", "change", "node"}``."""
@@ -318,3 +320,8 @@ def decode(data: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidSpec("a log entry is not a command")
     return value
+
+
+def copy_of(value: Any) -> Any:
+    """A deep copy of plain data (dicts, lists, scalars): callers never hold the state's own."""
+    return msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False)

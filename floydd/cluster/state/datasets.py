@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from floydd.cluster.state import access, people, versions
-from floydd.cluster.state.copies import copy_of
+from floydd.cluster.state.commands import copy_of
 from floydd.errors import Conflict, InvalidSpec, NotFound
 from floydd.model import check_dataset_name
 

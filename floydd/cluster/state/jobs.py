@@ -34,7 +34,7 @@ from __future__ import annotations
 from floydd.cluster.state import code as state_code, moves, versions
 from floydd.cluster.state.archive import archived_form
 from floydd.cluster.state.nodes import gpu_indices
-from floydd.cluster.state.copies import copy_of
+from floydd.cluster.state.commands import copy_of
 from floydd.errors import Conflict, InvalidSpec
 from floydd.model import (ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, asked_gpu_count,
                           asked_nodes, check_project)

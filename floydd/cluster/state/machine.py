@@ -40,7 +40,6 @@ functions that ``apply`` calls with the state::
     datasets         dataset.add_version, dataset.delete, dataset.holders
     code             code.holders, and the code table's side of job.submit and job.delete
     index            the derived index of active jobs (a part: ``active_index``)
-    copies           copy_of: every read and answer hands out a copy
     imported         project.allocate, job.import
     credentials      token.create, token.use, token.revoke, node.cert (a part: ``trust``)
     people           admin.grant, person.add, person.role, person.remove, person.map, person.boxes
@@ -65,7 +64,7 @@ from floydd.cluster.state.apitokens import ApiTokens
 from floydd.cluster.state.authz import authorize
 from floydd.cluster.state.commands import check
 from floydd.cluster.state.index import ActiveIndex
-from floydd.cluster.state.copies import copy_of
+from floydd.cluster.state.commands import copy_of
 from floydd.cluster.state.credentials import TrustState
 from floydd.errors import Conflict, InvalidSpec, NotFound
 from floydd.model import ACTIVE_STATES

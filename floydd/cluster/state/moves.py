@@ -18,7 +18,7 @@ before any part that failed meanwhile (its peers fail when it vanishes). A gang 
 
 from __future__ import annotations
 
-from floydd.cluster.state.copies import copy_of
+from floydd.cluster.state.commands import copy_of
 from floydd.errors import Conflict, InvalidSpec
 from floydd.model import ACTIVE_STATES, FINAL_STATES, TRANSITIONS, RestartPolicy
 

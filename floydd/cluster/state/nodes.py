@@ -12,7 +12,7 @@ Removing a node tombstones it (``removed``) and revokes its certificates (``revo
 from __future__ import annotations
 
 from floydd.cluster.state import versions
-from floydd.cluster.state.copies import copy_of
+from floydd.cluster.state.commands import copy_of
 from floydd.errors import Conflict, InvalidSpec
 
 __all__ = ["upsert", "health", "remove", "gpu_indices"]
