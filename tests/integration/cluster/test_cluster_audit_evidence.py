@@ -178,7 +178,8 @@ async def test_clean_and_abrupt_restarts_report_nothing(make_cluster, caplog):
         await how(node)
         await _people_act((await cluster.wait_leader()), 2, who="bob")
         node = await _restarted(cluster, node)
-        await cluster.wait_for(lambda: _chain(node) == _chain(cluster.leader()), timeout=20,
+        await cluster.wait_for(lambda: (leader := cluster.leader()) is not None and _chain(node) == _chain(leader),
+                               timeout=20,
                                what="the restarted box to hold the leader's chain")
         assert node.service.audit_guard.found is None and node.service.audit_guard.warnings() == []
     # a box that got the chain with the leader's snapshot (and its head record with it)
