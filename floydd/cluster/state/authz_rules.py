@@ -144,7 +144,7 @@ def _dataset_add(state, cmd, proposer, leader) -> None:
         raise Forbidden(f"{_box(state, proposer)} may not add a version held by {_box(state, cmd['node'])}",
                         code="not_its_own", hint="a box adds the versions it holds")
     if at_least(state, 3):          # a dataset's owner or an admin (a job's output: its job's owner)
-        at = getattr(state, "_index", None)        # the archive as of this entry: every box alike
+        at = state.applying                        # the archive as of this entry: every box alike
         access.check(state, cmd.get("user", ""), access.dataset_target(state, cmd["name"], before=at), "add")
         return
     dataset = state.datasets.get(cmd["name"])
@@ -163,7 +163,7 @@ def _dataset_add(state, cmd, proposer, leader) -> None:
 def _dataset_delete(state, cmd, proposer, leader) -> None:
     user = cmd.get("user", "")
     if at_least(state, 3):          # the dataset's owner or an admin (a job's output: its job's owner)
-        at = getattr(state, "_index", None)        # the archive as of this entry: every box alike
+        at = state.applying                        # the archive as of this entry: every box alike
         access.check(state, user, access.dataset_target(state, cmd["name"], before=at), "delete")
         return
     if is_admin(state, user):

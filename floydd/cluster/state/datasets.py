@@ -27,7 +27,7 @@ _TREE = re.compile(r"[0-9a-f]{16,128}")
 
 def add(state, cmd: dict, term: int) -> dict:
     name, tree, idem_key = cmd["name"], cmd["tree"], cmd.get("idem_key")
-    if idem_key is not None and idem_key not in state.idem and state.archive.by_idem(idem_key, state._index) is not None:
+    if idem_key is not None and idem_key not in state.idem and state.archive.by_idem(idem_key, state.applying) is not None:
         raise Conflict(f"idempotency key {idem_key!r} was used for a job", code="idempotency_key_reused")
     if idem_key is not None and idem_key in state.idem:
         seen = state.idem[idem_key]
@@ -91,7 +91,7 @@ def holders(state, cmd: dict, term: int) -> dict:
 def _owned_by_its_job(state, name: str, dataset: dict) -> None:
     """Level 3: the dataset ``PROJECT/N/output`` of a job the state knows is owned by that
     job's owner (:func:`floydd.cluster.state.access.output_owner`), every version saying so."""
-    owner = access.output_owner(state, name, state._index)     # the archive as of this entry
+    owner = access.output_owner(state, name, state.applying)     # the archive as of this entry
     if owner is None or dataset.get("owner") == owner:
         return
     dataset["owner"] = owner

@@ -59,7 +59,7 @@ def import_job(state: Any, cmd: dict) -> dict:
     seen = state.idem.get(key)
     if seen is not None and seen[0] == "job" and seen[1] in state.jobs:
         return state.job(seen[1])
-    archived = state.archive.by_idem(key, state._index)
+    archived = state.archive.by_idem(key, state.applying)
     if archived is not None:
         return dict(archived)
     if seen != ["number", project, number]:
@@ -68,7 +68,7 @@ def import_job(state: Any, cmd: dict) -> dict:
     if cmd["state"] not in FINAL_STATES:
         raise InvalidSpec(f"job.import: an imported job has ended; {cmd['state']!r} is not a final state")
     job_id = f"{project}/{number}"
-    if job_id in state.jobs or state.archive.get(job_id, state._index) is not None:
+    if job_id in state.jobs or state.archive.get(job_id, state.applying) is not None:
         raise Conflict(f"job {job_id} exists", code="job_exists")
     ts = cmd["ts"]
     history = [[float(h[0]), str(h[1])] for h in cmd.get("history") or () if _is_line(h)][-(_HISTORY - 1):]
@@ -100,7 +100,7 @@ def _number_of(state: Any, key: str, project: str) -> int | None:
         if seen[0] == "job" and seen[1] in state.jobs and state.jobs[seen[1]]["project"] == project:
             return state.jobs[seen[1]]["number"]
         raise Conflict(f"idempotency key {key[:80]!r} was used for something else", code="idempotency_key_reused")
-    archived = state.archive.by_idem(key, state._index)
+    archived = state.archive.by_idem(key, state.applying)
     if archived is not None and archived["project"] == project:
         return archived["number"]
     return None

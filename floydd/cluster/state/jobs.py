@@ -49,7 +49,7 @@ def submit(state, cmd: dict, term: int) -> dict:
             raise Conflict(f"idempotency key {cmd['idem_key']!r} was used for something else",
                            code="idempotency_key_reused", hint="use a fresh key for a new submission")
         return copy_of(state.jobs[seen[1]])
-    archived = state.archive.by_idem(cmd["idem_key"], state._index)
+    archived = state.archive.by_idem(cmd["idem_key"], state.applying)
     if archived is not None:                  # a retry long after: the same job, archived since
         return copy_of(archived)
     project = check_project(cmd["project"])
@@ -57,7 +57,7 @@ def submit(state, cmd: dict, term: int) -> dict:
     if not 1 <= number < 10**18:
         raise InvalidSpec(f"job.submit: number {number} is not a job number")
     key = f"{project}/{number}"
-    if key in state.jobs or state.archive.get(key, state._index) is not None:
+    if key in state.jobs or state.archive.get(key, state.applying) is not None:
         raise Conflict(f"job {key} exists", code="job_exists", hint="adopt it under another number")
     ts = cmd["ts"]
     job = {"id": key, "project": project, "number": number, "idem_key": cmd["idem_key"],
@@ -176,7 +176,7 @@ def note(state, job: dict, cmd: dict) -> dict:
 def delete(state, cmd: dict, term: int) -> None:
     key = cmd["job"]
     if key not in state.jobs:
-        archived = state.archive.drop(key, state._index)
+        archived = state.archive.drop(key, state.applying)
         if archived is not None:              # an archived job: its row goes
             if versions.at_least(state, 3):
                 state_code.job_gone(state, archived)
@@ -204,7 +204,7 @@ def archive(state, cmd: dict, term: int) -> dict:
         del state.jobs[key]
         if state.idem.get(job["idem_key"]) == ["job", key]:
             del state.idem[job["idem_key"]]
-        state.archive.put(archived_form(job, state._index))
+        state.archive.put(archived_form(job, state.applying))
         moved.append(key)
     return {"archived": moved}
 

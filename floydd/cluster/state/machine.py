@@ -90,9 +90,10 @@ class ClusterState:
         """The cluster's level (:mod:`floydd.cluster.state.versions`): 1 for a log that starts empty
         (it may be an 0.1 cluster's), raised by ``cluster.protocol``; tests of level-2 behaviour
         alone start a state at 2."""
-        self._index = 0
-        """Finished jobs moved out by ``job.archive`` (:mod:`floydd.cluster.state.archive`): not in
-        the snapshot's data, shipped beside it."""
+        self.applying = 0
+        """The log index of the command being applied: the command modules read the archive as
+        of it (:func:`floydd.cluster.state.archive.visible`; the archive is not in the snapshot's
+        data, it is shipped beside it)."""
         self.nodes: dict[str, dict] = {}
         self.removed: dict[str, float] = {}
         self.jobs: dict[str, dict] = {}
@@ -147,7 +148,7 @@ class ClusterState:
         """Apply one committed command (log ``index``, entry ``term``); its result, or a
         FloyddError with nothing changed."""
         cmd = check(command)
-        self._index = index                 # the archive as of this entry (archive.visible)
+        self.applying = index               # the archive as of this entry (archive.visible)
         if "term" in cmd and cmd["term"] != term:
             raise StaleTerm(f"{cmd['op']} was decided by the leader of term {cmd['term']} but committed in "
                             f"term {term}: a former leader's action", hint="the current leader decides again")
