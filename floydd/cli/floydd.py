@@ -99,17 +99,35 @@ def status(state_dir, config_file, system, as_json) -> None:
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for it to exit.")
 @handle_errors
 def stop(state_dir, config_file, system, timeout) -> None:
-    """Stop the daemon (running jobs keep running and are picked up on the next start)."""
+    """Stop the daemon (running jobs keep running and are picked up on the next start).
+
+    Returns once the daemon's process has exited: its API closes first, then it tells the
+    cluster it is off and leaves the voters, which takes a moment more."""
+    import psutil
     client, config = _client(state_dir, config_file, system)
     pid = client.info()["pid"]
+    try:
+        process = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        click.echo(f"floydd (pid {pid}) stopped")
+        return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not client.ping():
+        if _exited(process):
             click.echo(f"floydd (pid {pid}) stopped")
             return
         time.sleep(0.05)
     raise Unavailable(f"floydd (pid {pid}) did not stop within {timeout:.0f}s", hint=f"kill {pid}")
+
+
+def _exited(process) -> bool:
+    """Whether the daemon's process is gone (or a zombie its parent has not reaped yet)."""
+    import psutil
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 @cli.command()
