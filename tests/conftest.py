@@ -40,12 +40,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slow system tests run in CI (CI set) or with --slow; locally the default run stays fast.
 
-    When they run, their files go first (each file kept whole, in its own order): the workers
-    (a file each, ``--dist loadfile``) start the minutes-long ones at once and end on the short
-    ones, instead of one worker finishing a system test long after the other ran dry."""
+    When they run, their files go first, those allowed the longest (``timeout`` marker) first of
+    all, each file kept whole in its own order: the workers (a file each, ``--dist loadfile``
+    without xdist's reordering by test count, which put the one-test system files last) start
+    the minutes-long ones at once and end on short ones, instead of one worker finishing a
+    system test long after the other ran dry."""
     if config.getoption("--slow") or os.environ.get("CI"):
-        slow = {item.path for item in items if "slow" in item.keywords}
-        items.sort(key=lambda item: item.path not in slow)      # stable: files and tests keep their order
+        weight: dict = {}
+        for item in items:
+            if "slow" in item.keywords:
+                marker = item.get_closest_marker("timeout")
+                allowed = float(marker.args[0]) if marker and marker.args else 0.0
+                weight[item.path] = max(weight.get(item.path, 0.0), 1.0 + allowed)
+        items.sort(key=lambda item: -weight.get(item.path, 0.0))    # stable: files and tests keep their order
         return
     skip = pytest.mark.skip(reason="slow: runs in CI, or locally with --slow")
     for item in items:
