@@ -38,21 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Slow system tests run in CI (CI set) or with --slow; locally the default run stays fast.
-
-    When they run, their files go first, those allowed the longest (``timeout`` marker) first of
-    all, each file kept whole in its own order: the workers (a file each, ``--dist loadfile``
-    without xdist's reordering by test count, which put the one-test system files last) start
-    the minutes-long ones at once and end on short ones, instead of one worker finishing a
-    system test long after the other ran dry."""
+    """Slow system tests run in CI (CI set) or with --slow; locally the default run stays fast."""
     if config.getoption("--slow") or os.environ.get("CI"):
-        weight: dict = {}
-        for item in items:
-            if "slow" in item.keywords:
-                marker = item.get_closest_marker("timeout")
-                allowed = float(marker.args[0]) if marker and marker.args else 0.0
-                weight[item.path] = max(weight.get(item.path, 0.0), 1.0 + allowed)
-        items.sort(key=lambda item: -weight.get(item.path, 0.0))    # stable: files and tests keep their order
         return
     skip = pytest.mark.skip(reason="slow: runs in CI, or locally with --slow")
     for item in items:
