@@ -9,7 +9,8 @@ From the daemon's environment only these pass (site settings a job needs to run)
                                 (CUDA_VISIBLE_DEVICES is then set by floydd)
     job_env_pass (config)       names the site adds, e.g. HTTPS_PROXY or LD_LIBRARY_PATH
 
-Then the job's own values: ``--param`` values (and a gang's torchrun settings), the
+Then the job's own values: the thread counts of its maths libraries (:func:`threads_env`),
+``--param`` values (which may replace them; and a gang's torchrun settings), the
 ``FLOYD_BOX``/``FLOYD_ATTEMPT`` fencing tags (:mod:`floydd.runtime.fence`); then, set by
 floydd and not overridable: ``PATH`` (the job's Python first, then SANE_PATH), ``HOME`` (a
 folder of the job's own), ``TMPDIR``, ``FLOYD_JOB``, ``FLOYD_CODE``/``FLOYD_INPUT``/
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-__all__ = ["PASSED", "PASSED_PREFIXES", "SANE_PATH", "FIXED", "passed", "agent_env", "pass_list", "extra_from"]
+__all__ = ["PASSED", "PASSED_PREFIXES", "SANE_PATH", "FIXED", "THREAD_VARS", "passed", "agent_env", "pass_list",
+           "extra_from", "threads_env"]
 
 PASSED = ("LANG", "LANGUAGE", "TZ")
 PASSED_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_")
@@ -30,6 +32,10 @@ SANE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FIXED = ("PATH", "HOME", "TMPDIR", "FLOYD_JOB", "FLOYD_CODE", "FLOYD_INPUT", "FLOYD_OUTPUT",
          "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTHONUNBUFFERED")
 """Set by floydd for every job; neither the daemon's environment nor ``--param`` changes them."""
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+"""How PyTorch, NumPy and their BLAS are told how many threads to start (each starts one per
+core of the box otherwise: two such jobs on a box then spin against each other, several times
+slower than one thread each)."""
 _AGENT_EXTRA = "FLOYDD_JOB_ENV_PASS"
 """How the daemon hands ``job_env_pass`` to the agent (the agent reads no config)."""
 
@@ -64,6 +70,17 @@ def agent_env(base: Mapping[str, str], extra: Iterable[str] = ()) -> dict[str, s
     if extra:
         env[_AGENT_EXTRA] = " ".join(extra)
     return env
+
+
+def threads_env(cpus: object, gpus: int) -> dict[str, str]:
+    """:data:`THREAD_VARS` for a job that asked for ``cpus`` cores on its box and holds ``gpus``
+    GPUs there: the cores shared among its GPUs (torchrun starts a process for each), at least
+    one. Nothing when it asked for no cores (a spec from before ``--cpu``, or ``--cpu 0``):
+    the libraries then choose, as outside floydd."""
+    if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not cpus > 0:
+        return {}
+    threads = str(max(1, int(cpus // max(1, gpus))))
+    return dict.fromkeys(THREAD_VARS, threads)
 
 
 def extra_from(base: Mapping[str, str]) -> tuple[str, ...]:

@@ -41,7 +41,6 @@ def load(root: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 def main() -> None:
     torch.manual_seed(SEED)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1)))
     x, y = load(INPUT)
     order = torch.randperm(len(x))
     x, y = x[order], y[order]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from floydd import log
+from floydd.agent.jobenv import threads_env
 from floydd.agent.spec import AgentSpec
 from floydd.errors import FloyddError
 from floydd.runtime import envs, fence, spawn, workspace
@@ -65,7 +66,8 @@ class Prestart:
                                                  bwrap=sandboxing.bwrap, policy=self._builds)
             self._check_stop(key)
             spec = AgentSpec(job=f"{project}/{number}", command=command or job["command"],
-                             env={**{str(k): str(v) for k, v in (job.get("params") or {}).items()}, **(env or {}),
+                             env={**threads_env((job.get("resources") or {}).get("cpus"), len(gpu_ids)),
+                                  **{str(k): str(v) for k, v in (job.get("params") or {}).items()}, **(env or {}),
                                   **fence.placement_env(self._state_dir, job.get("attempt") or 0)},
                              gpu_ids=gpu_ids, max_runtime=job.get("max_runtime"),
                              python_bin=python_bin, mounts=mounts,

@@ -149,6 +149,27 @@ async def test_a_job_runs_and_its_metrics_logs_samples_and_output_are_recorded(n
     assert node.finished == [("p", number)] and node.runtime.running() == {}
 
 
+THREADS = "import os; print(*(os.environ.get(v) for v in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS')))"
+
+
+async def test_a_jobs_maths_libraries_get_the_cores_it_asked_for_shared_among_its_gpus(node):
+    """Two jobs on a box must not both start a thread per core of the box (one job each
+    spinning against the other ran the digits example several times slower)."""
+    asked = [({"gpus": 0, "cpus": 1.0}, [], {}, "1 1"),
+             ({"gpus": 2, "cpus": 6.0}, [0, 1], {}, "3 3"),          # torchrun: a process per GPU
+             ({"gpus": 4, "cpus": 2.0}, [0, 1, 2, 3], {}, "1 1"),    # at least one
+             ({"gpus": 0, "cpus": 4.0}, [], {"OMP_NUM_THREADS": "7"}, "7 4"),  # a --param wins
+             ({"gpus": 0}, [], {}, "None None")]                     # no cores asked: the libraries choose
+    numbers = []
+    for resources, gpus, params, _ in asked:
+        numbers.append(node.submit(f'python -c "{THREADS}"', resources=resources, params=params))
+        await node.runtime.start_job("p", numbers[-1], gpus)
+    for number, (_, _, _, expected) in zip(numbers, asked):
+        job = await ended(node, number)
+        log = (Path(job["workspace"]) / "job.log").read_text()
+        assert job["state"] == "success" and log.split(" o ", 1)[1].strip() == expected, log
+
+
 async def test_running_shows_the_gpus_held_and_the_samples_are_taken(node):
     number = node.submit("python wait.py", {"wait.py": WAIT_FOR_GO})
     await node.runtime.start_job("p", number, [3])
