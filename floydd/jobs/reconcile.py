@@ -225,7 +225,10 @@ class Reconciler:
             await self.runtime.start_job(key.project, key.number, part.gpu_ids, command=command, env=env,
                                          resume=resume)
         except Exception as exc:
-            _log.exception("starting %s failed", key)
+            if isinstance(exc, FloyddError):      # said in words (e.g. a spec this version cannot read)
+                _log.warning("starting %s failed: %s", key, exc.message)
+            else:
+                _log.exception("starting %s failed", key)
             try:
                 await asyncio.to_thread(self.local.end_unstarted, key, "failed", f"could not start: {exc}")
             except FloyddError:
