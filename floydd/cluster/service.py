@@ -75,6 +75,7 @@ from floydd.cluster.net.transport import Transport
 from floydd.cluster.upkeep import Upkeep
 from floydd.cluster.writes import Commands
 from floydd.errors import Conflict, FloyddError, Unavailable
+from floydd.model import Job
 from floydd.security.identity import NodeIdentity
 from floydd.tasks import cancel_and_wait
 
@@ -375,11 +376,11 @@ class ClusterService:
 
     # -- reads, and the nodes (floydd.cluster.roster.Roster answers for them) -----------------------
 
-    async def job(self, job: str, *, stale: bool = False) -> dict:
+    async def job(self, job: str, *, stale: bool = False) -> Job:
         return await self.driver.read(lambda s: s.job(job), stale=stale)
 
     async def jobs(self, *, project: str | None = None, states: Iterable[str] | None = None,
-                   stale: bool = False) -> list[dict]:
+                   stale: bool = False) -> list[Job]:
         states = tuple(states) if states else None
         return await self.driver.read(lambda s: s.list_jobs(project, states), stale=stale)
 

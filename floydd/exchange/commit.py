@@ -66,7 +66,7 @@ async def commit(staged: Staged, *, jobs: Any, person: str) -> dict:
             continue
         made_jobs.append({"origin_job": job.doc["id"], "job": existing, "new": False})
         output = (job.doc.get("output") or {})
-        version = _version_of(state, state.job(existing).get("output_version"))
+        version = _version_of(state, state.job(existing).output_version)
         if output and version is not None:
             run.versions[(output["ref"], output["tree"])] = version
     numbers: dict[str, int] = {}

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-from floydd.model import SPEC_FIELDS
+import msgpack
+
+from floydd.model import SPEC_FIELDS, Job
 
 __all__ = ["job_view"]
 
-_JOB_FIELDS = ("id", "project", "number", "state", "reason", "waiting_for", "created", "started", "ended",
-               "gpus", "exit_code", "output_version", "attempts", "stop_requested", "user", "origin", "endpoint",
-               "unknown_since", "imported")
 
-
-def job_view(job: dict, node_names: dict[str, str]) -> dict:
-    """A replicated job in the shape of a local job record (what the API and CLI show)."""
-    view = {name: job["spec"].get(name) for name in SPEC_FIELDS}
-    view.update({name: job.get(name) for name in _JOB_FIELDS})
-    view.update(node=node_names.get(job["node"], job["node"] or ""), node_id=job["node"],
-                metrics=dict(job["summary"].get("metrics") or {}), workspace="", agent_pid=None,
-                latest=None, attempt=job["attempts"], reruns=job.get("reruns") or 0,
-                archived=job.get("archived_at") is not None,
-                parts=[{**part, "node": node_names.get(part["node"], part["node"]), "node_id": part["node"]}
-                       for part in job.get("parts") or ()], history=False)
-    view["data"] = view["data"] or []
-    return view
+def job_view(job: Job, node_names: dict[str, str]) -> dict:
+    """A replicated job in the shape of a local job record (what the API and CLI show); its
+    nested values are copies (the job's stored spec and summary are the state's own)."""
+    spec, metrics, imported = msgpack.unpackb(msgpack.packb(
+        ({name: job.stored_spec.get(name) for name in SPEC_FIELDS}, job.summary.get("metrics") or {},
+         job.extra.get("imported")), use_bin_type=True), raw=False)
+    return {**spec, "data": spec["data"] or [],
+            "id": job.id, "project": job.project, "number": job.number, "state": job.state, "reason": job.reason,
+            "waiting_for": job.waiting_for, "created": job.created, "started": job.started, "ended": job.ended,
+            "gpus": list(job.gpu_ids), "exit_code": job.exit_code, "output_version": job.output_version,
+            "attempts": job.attempts, "stop_requested": job.stop_requested, "user": job.user, "origin": job.origin,
+            "endpoint": job.endpoint, "unknown_since": job.unknown_since, "imported": imported,
+            "node": node_names.get(job.node, job.node or ""), "node_id": job.node, "metrics": metrics,
+            "workspace": "", "agent_pid": None, "latest": None, "attempt": job.attempts, "reruns": job.reruns,
+            "archived": job.extra.get("archived_at") is not None,
+            "parts": [{"rank": p.rank, "node": node_names.get(p.node, p.node), "gpus": list(p.gpu_ids),
+                       "state": p.state, "exit_code": p.exit_code, "reason": p.reason, "node_id": p.node}
+                      for p in job.parts],
+            "history": False}

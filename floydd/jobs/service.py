@@ -36,7 +36,7 @@ import asyncio
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import msgpack
 
@@ -56,7 +56,7 @@ from floydd.jobs.local import LocalJobs, code_pin, output_ref
 from floydd.jobs.reconcile import FetchTree, Reconciler
 from floydd.jobs.listing import job_view
 from floydd.jobs.waiting import WaitingReasons
-from floydd.model import DEFAULT_LOST_AFTER, FINAL_STATES, JobKey, Mount, Restart, Submission, check_project
+from floydd.model import DEFAULT_LOST_AFTER, FINAL_STATES, Job, JobKey, Mount, Restart, Submission, check_project
 from floydd.records import Records
 from floydd.runtime import NodeRuntime
 from floydd.runtime.sandboxing import Sandboxing
@@ -155,16 +155,17 @@ class JobService:
         held = await asyncio.to_thread(self.code.has_tree, code_tree)   # its first copy, listed with the job
         try:
             with self.admission.queue_slot(user, submission.idem_key):    # counted with the queue until committed
-                job = await self.cluster.submit_job(spec, submission.idem_key or uuid.uuid4().hex,
-                                                    project=submission.project, user=user, code_held=held)
+                job = Job.from_dict(await self.cluster.submit_job(spec, submission.idem_key or uuid.uuid4().hex,
+                                                                  project=submission.project, user=user,
+                                                                  code_held=held))
         except Unavailable as exc:
             raise Unavailable(f"the cluster did not take the job: {exc.message}",
                               hint="a majority of the voting boxes must be up and reachable (floydd members); "
                                    "resubmitting is safe: floyd run retries with the same key") from exc
         tree = ObjectId.from_hex(code_tree)
         if await asyncio.to_thread(self.store.backend.has, tree):   # this node holds the code: keep it
-            await asyncio.to_thread(self.store.catalog.pin, tree, code_pin(JobKey.parse(job["id"])))
-        _log.info("submitted %s: %s", job["id"], submission.command)
+            await asyncio.to_thread(self.store.catalog.pin, tree, code_pin(JobKey.parse(job.id)))
+        _log.info("submitted %s: %s", job.id, submission.command)
         self.scheduler.wake()
         # answered once its code is as durable as an uploaded version (R copies, or as many as
         # there are boxes to take them), or saying how many copies it has (issue 21)
@@ -183,7 +184,7 @@ class JobService:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def _view(self, job: dict) -> dict:
+    def _view(self, job: Job) -> dict:
         return job_view(job, {nid: n["name"] for nid, n in self.cluster.state.nodes.items()})
 
     async def get(self, key: str, *, stale: bool = False) -> dict:
@@ -221,22 +222,22 @@ class JobService:
         want = None if limit is None else offset + limit
         source_limit = want if user is None else None
 
-        def theirs(jobs: list[dict]) -> list[dict]:
-            return jobs if user is None else [j for j in jobs if (j.get("user") or "") == user]
-        hot = theirs([j for j in await self.cluster.jobs(project=project, states=states, stale=stale)
-                      if since is None or (j.get("created") or 0) >= since])
-        archived = theirs(await self.cluster.state.archive.page(project=project, states=states, since=since,
-                                                                limit=source_limit))
-        history = theirs(await self.local.history(project, states, since=since, limit=source_limit))
+        hot = [j for j in await self.cluster.jobs(project=project, states=states, stale=stale)
+               if since is None or j.created >= since]
+        archived = [Job.from_dict(raw) for raw in await self.cluster.state.archive.page(
+            project=project, states=states, since=since, limit=source_limit)]
+        history = await self.local.history(project, states, since=since, limit=source_limit)   # views
+        rows = [_Row(j.created, j.number, j.id, j.user, j) for j in hot + archived] + \
+               [_Row(v.get("created") or 0, v["number"], v["id"], v.get("user") or "", v) for v in history]
         seen: set[str] = set()
         merged = []
-        for job in sorted(hot + archived + history, key=_newest, reverse=True):   # a job both hot and in the
-            if job["id"] not in seen:                                            # archive (a replay): the hot one
-                seen.add(job["id"])
-                merged.append(job)
+        for row in sorted(rows, key=lambda r: (r.created, r.number), reverse=True):   # a job both hot and in
+            if row.id not in seen and (user is None or row.user == user):          # the archive (a replay):
+                seen.add(row.id)                                                     # the hot one
+                merged.append(row.item)
         page = merged[offset:want]
         names = {nid: n["name"] for nid, n in self.cluster.state.nodes.items()}
-        jobs = [job if job.get("history") is True else job_view(job, names) for job in page]   # raw jobs
+        jobs = [job_view(item, names) if isinstance(item, Job) else item for item in page]
         cluster_jobs = [job for job in jobs if not _history(job)]                         # hold a list
         await self.waiting.fill(cluster_jobs, stale=stale)
 
@@ -254,11 +255,11 @@ class JobService:
         while True:
             changed = self.reconciler.job_changed
             if history:
-                job = await self.get(key)
+                state = (await self.get(key))["state"]
             else:
-                job = self.cluster.state.jobs.get(key) or await self.cluster.job(key)   # NotFound if deleted
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if job["state"] in FINAL_STATES or (remaining is not None and remaining <= 0):
+                state = (Job.of(self.cluster.state.jobs.get(key)) or await self.cluster.job(key)).state  # NotFound:
+            remaining = None if deadline is None else deadline - time.monotonic()                       # deleted
+            if state in FINAL_STATES or (remaining is not None and remaining <= 0):
                 return await self.get(key, stale=key in self.cluster.state.jobs)
             try:
                 if history:
@@ -278,13 +279,13 @@ class JobService:
         except NotFound:
             return await self.local.events(parsed)    # this node's history
         decided = [{"seq": None, "ts": ts, "kind": "cluster", "message": text, "data": None}
-                   for ts, text in job.get("history") or ()]
+                   for ts, text in job.history]
         ran: list[dict] = []
-        if job["node"] == self.node_id:
+        if job.node == self.node_id:
             ran = await self.local.events(parsed)
-        elif job["node"]:
+        elif job.node:
             try:
-                ran = await self._from_peer(job["node"], f"{key}/events")
+                ran = await self._from_peer(job.node, f"{key}/events")
             except (Unavailable, NotFound) as exc:
                 ran = [{"seq": None, "ts": self._clock(), "kind": "note", "data": None,
                         "message": f"the events of the box that ran it are unavailable: {exc.message}"}]
@@ -383,8 +384,15 @@ class JobService:
                 pass
         return job
 
-def _newest(job: dict) -> tuple:
-    return job.get("created") or 0, job["number"]
+class _Row(NamedTuple):
+    """A job in a listing, by what the listing sorts and filters on: a cluster job (``item`` a
+    :class:`~floydd.model.Job`) or one of this node's history (``item`` its view)."""
+
+    created: float
+    number: int
+    id: str
+    user: str
+    item: Job | dict
 
 
 def _history(job: dict) -> bool:

@@ -50,6 +50,8 @@ class JobPart:
 
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_UNREAD = object()
+"""A :class:`Job`'s spec not read yet."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,9 +65,9 @@ class Job:
     number: int
     idem_key: str = ""
     """The submission's idempotency key: a retried submission finds this job."""
-    spec: JobSpec | None
-    """What it runs with; None for a spec this version cannot read (a newer box's): such a job
-    is listed and kept, never rerun."""
+    stored_spec: Mapping[str, Any]
+    """Its spec as stored (read-only; written back as it is, so no key of a newer box's spec
+    is lost): codecs only, the rest of the code reads :attr:`spec`."""
     state: str
     reason: str = ""
     waiting_for: str = ""
@@ -104,6 +106,20 @@ class Job:
     """What the cluster decided about it, oldest first (an archived job keeps none)."""
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """Stored keys this version does not know, written back unchanged."""
+    _spec: Any = field(default=_UNREAD, init=False, repr=False, compare=False)
+
+    @property
+    def spec(self) -> JobSpec | None:
+        """What it runs with; None for a spec this version cannot read (a newer box's): such a
+        job is listed and kept, never rerun. Read from :attr:`stored_spec` when first asked (most
+        reads of a job, a listing's, never look at its spec)."""
+        if self._spec is _UNREAD:
+            try:
+                spec = JobSpec.from_dict(self.stored_spec)
+            except (InvalidSpec, KeyError, TypeError, ValueError, AttributeError):
+                spec = None
+            object.__setattr__(self, "_spec", spec)
+        return self._spec
 
     @property
     def is_gang(self) -> bool:
@@ -127,16 +143,15 @@ class Job:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Job:
-        """From the stored form (replicated state, archive, a forwarded read)."""
-        try:
-            spec = JobSpec.from_dict(raw["spec"])
-        except (InvalidSpec, KeyError, TypeError, ValueError, AttributeError):
-            spec = None
+        """From the stored form (replicated state, archive, a forwarded read): a few
+        microseconds, the spec is read when first asked."""
+        stored_spec = raw.get("spec")
         parts = tuple(JobPart(rank=p["rank"], node=p["node"], gpu_ids=tuple(p["gpus"]), state=p["state"],
                               exit_code=p.get("exit_code"), reason=p.get("reason") or "")
                       for p in raw.get("parts") or ())
         return cls(id=raw["id"], project=raw["project"], number=raw["number"], idem_key=raw.get("idem_key") or "",
-                   spec=spec, state=raw["state"], reason=raw.get("reason") or "",
+                   stored_spec=MappingProxyType(stored_spec if isinstance(stored_spec, dict) else {}),
+                   state=raw["state"], reason=raw.get("reason") or "",
                    waiting_for=raw.get("waiting_for") or "", created=raw["created"], updated=raw["updated"],
                    started=raw.get("started"), ended=raw.get("ended"), node=raw.get("node"),
                    gpu_ids=tuple(raw.get("gpus") or ()), attempts=raw.get("attempts") or 0,
@@ -147,12 +162,13 @@ class Job:
                    user=raw.get("user") or "", parts=parts, endpoint=raw.get("endpoint"),
                    unknown_since=raw.get("unknown_since"),
                    history=tuple((h[0], h[1]) for h in raw.get("history") or ()),
-                   extra=MappingProxyType({k: v for k, v in raw.items() if k not in _KNOWN}))
+                   extra=MappingProxyType({k: v for k, v in raw.items() if k not in _KNOWN})
+                   if raw.keys() - _KNOWN else _EMPTY)
 
-    def to_dict(self, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The stored form (``spec``: the stored spec to write when this version could not read it)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form."""
         out = {"id": self.id, "project": self.project, "number": self.number, "idem_key": self.idem_key,
-               "spec": self.spec.to_dict() if self.spec is not None else dict(spec or {}),
+               "spec": dict(self.stored_spec),
                "state": self.state, "reason": self.reason, "waiting_for": self.waiting_for,
                "created": self.created, "updated": self.updated, "started": self.started, "ended": self.ended,
                "node": self.node, "gpus": list(self.gpu_ids), "attempts": self.attempts, "reruns": self.reruns,

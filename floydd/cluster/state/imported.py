@@ -58,7 +58,7 @@ def import_job(state: Any, cmd: dict) -> dict:
     key, project, number = cmd["idem_key"], check_project(cmd["project"]), cmd["number"]
     seen = state.idem.get(key)
     if seen is not None and seen[0] == "job" and seen[1] in state.jobs:
-        return state.job(seen[1])
+        return state.stored_job(seen[1])
     archived = state.archive.by_idem(key, state.applying)
     if archived is not None:
         return dict(archived)
@@ -88,7 +88,7 @@ def import_job(state: Any, cmd: dict) -> dict:
     state.counters[project] = max(state.counters.get(project, 0), number)
     if versions.at_least(state, 3):     # its code, stored by the importing box, kept on R boxes (issue 21)
         state_code.submitted(state, job, held=True)
-    return state.job(job_id)
+    return state.stored_job(job_id)
 
 
 def _number_of(state: Any, key: str, project: str) -> int | None:

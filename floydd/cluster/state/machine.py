@@ -67,7 +67,7 @@ from floydd.cluster.state.index import ActiveIndex
 from floydd.cluster.state.commands import copy_of
 from floydd.cluster.state.credentials import TrustState
 from floydd.errors import Conflict, InvalidSpec, NotFound
-from floydd.model import ACTIVE_STATES
+from floydd.model import ACTIVE_STATES, Job
 
 __all__ = ["ClusterState", "StaleTerm", "SNAPSHOT_VERSION"]
 
@@ -211,24 +211,34 @@ class ClusterState:
         node = self.nodes.get(nid)
         return node["name"] if node else (nid or "an unknown node")
 
-    # -- reads (copies: a caller can never change the state through what it was given) ----
+    # -- reads (typed and frozen, or copies: a caller never changes the state through them) --
 
     @property
     def admins(self) -> list[str]:
         """The admins' names (people with role admin): none in a lab of one."""
         return people.admins(self.people)
 
-    def job(self, key: str) -> dict:
+    def job(self, key: str) -> Job:
         """The job, from the hot state or else the archive (NotFound if in neither)."""
+        return Job.from_dict(self._stored_job(key))
+
+    def list_jobs(self, project: str | None = None, states=None) -> list[Job]:
+        """Jobs in submission order."""
+        return [Job.from_dict(j) for j in self._stored_jobs(project, states)]
+
+    def stored_job(self, key: str) -> dict:
+        """:meth:`job` in its stored form, a copy (a command's answer, a forwarded read)."""
+        return copy_of(self._stored_job(key))
+
+    def _stored_job(self, key: str) -> dict:
         job = self.jobs.get(key)
         if job is None:
             job = self.archive.get(key)
-        return copy_of(job if job is not None else self.live_job(key))
+        return job if job is not None else self.live_job(key)
 
-    def list_jobs(self, project: str | None = None, states=None) -> list[dict]:
-        """Jobs in submission order."""
-        return copy_of([j for j in self.jobs.values()
-                        if (project is None or j["project"] == project) and (not states or j["state"] in states)])
+    def _stored_jobs(self, project: str | None, states) -> list[dict]:
+        return [j for j in self.jobs.values()
+                if (project is None or j["project"] == project) and (not states or j["state"] in states)]
 
     def list_nodes(self) -> list[dict]:
         return copy_of(list(self.nodes.values()))
@@ -267,9 +277,9 @@ class ClusterState:
         """A named read, for reads forwarded to the leader (``/cluster/v1/read``)."""
         args = args or {}
         if name == "jobs":
-            return self.list_jobs(args.get("project"), args.get("states"))
+            return copy_of(self._stored_jobs(args.get("project"), args.get("states")))
         if name == "job":
-            return self.job(str(args.get("job")))
+            return self.stored_job(str(args.get("job")))
         if name == "nodes":
             return self.list_nodes()
         if name == "datasets":

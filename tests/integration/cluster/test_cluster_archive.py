@@ -52,7 +52,7 @@ async def test_finished_jobs_are_archived_everywhere_and_a_late_node_gets_them(m
         assert not any(i[0] == "job" and i[1] in keys[:35] for i in n.service.state.idem.values())
     # still readable, still numbered, and a retried submission finds its archived job
     old = await nodes[2].service.job(keys[0])
-    assert old["state"] == "stopped" and "history" not in old
+    assert old.state == "stopped" and old.history == () and old.extra["archived_at"]
     again = await nodes[2].service.submit_job(SPEC, "k0")
     assert again["id"] == keys[0]
     assert (await nodes[2].service.submit_job(SPEC, "fresh"))["id"] == "m/42"
@@ -70,7 +70,7 @@ async def test_finished_jobs_are_archived_everywhere_and_a_late_node_gets_them(m
                            and len(new.service.state.jobs) == len(lead.service.state.jobs),
                            timeout=20, what="the new node to hold the archive and the hot state")
     assert _table_rows(new) == 35
-    assert (await new.service.job(keys[3]))["id"] == keys[3]
+    assert (await new.service.job(keys[3])).id == keys[3]
     assert (await new.service.submit_job(SPEC, "k7"))["id"] == keys[7]
     # a deleted archived job goes from every archive; its number is never used again
     await new.service.delete_job(keys[1])
@@ -90,7 +90,7 @@ async def test_the_archive_survives_a_restart_and_replays_idempotently(make_clus
     await cluster.wait_for(lambda: len(node.service.state.jobs) == 5, what="the hot state replayed")
     assert node.service.state.archive.count() == 7 and _table_rows(node) == 7
     assert sorted(node.service.state.jobs) == sorted(keys[-5:])
-    assert (await node.service.job(keys[0]))["state"] == "stopped"
+    assert (await node.service.job(keys[0])).state == "stopped"
 
 
 async def test_the_archiver_picks_the_oldest_finished_jobs_and_skips_what_is_live(make_cluster):

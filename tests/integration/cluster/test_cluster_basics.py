@@ -38,7 +38,7 @@ async def test_a_submission_to_any_node_is_committed_once_and_seen_everywhere(cl
     assert {j["origin"] for j in jobs} == {n.id for n in nodes}
     # a linearizable read on any node right after the acknowledgement sees every job
     for n in nodes:
-        assert [j["id"] for j in await n.service.jobs()] == ["mnist/1", "mnist/2", "mnist/3"]
+        assert [j.id for j in await n.service.jobs()] == ["mnist/1", "mnist/2", "mnist/3"]
     # a retry with the same key, through another node, is the same job
     again = await nodes[2].service.submit_job({**SPEC, "command": "changed"}, "key-n1")
     assert again == jobs[0]
@@ -66,7 +66,7 @@ async def test_placement_is_fenced_to_the_leader_and_never_double_books(cluster)
         await follower.service.transport.forward_propose(forged, 2.0, peer=lead.id)
     with pytest.raises(InvalidSpec):
         await follower.driver.propose(forged)
-    assert (await follower.service.job(b["id"]))["state"] == "queued"
+    assert (await follower.service.job(b["id"])).state == "queued"
 
 
 async def test_each_node_sees_placements_through_its_apply_hook(cluster):
@@ -117,7 +117,7 @@ async def test_a_cut_off_follower_serves_stale_reads_only(cluster):
     with pytest.raises(Unavailable):
         await follower.driver.read(lambda s: s.list_jobs(), timeout=0.5)
     cluster.heal()
-    assert [j["id"] for j in await follower.service.jobs()] == ["mnist/1"]
+    assert [j.id for j in await follower.service.jobs()] == ["mnist/1"]
 
 
 async def test_a_read_can_be_forwarded_to_the_leader(cluster):

@@ -51,7 +51,7 @@ async def test_a_cut_off_follower_refuses_a_write_within_seconds_naming_the_lead
     taken = await cut.service.submit_job(SPEC, "while-cut", timeout=10)
     assert taken["idem_key"] == "while-cut"
     await cluster.wait_for(lambda: len(lead.service.state.list_jobs()) == 3, what="the job applied on the leader")
-    assert sorted(j["idem_key"] for j in lead.service.state.list_jobs()) == ["before", "majority", "while-cut"]
+    assert sorted(j.idem_key for j in lead.service.state.list_jobs()) == ["before", "majority", "while-cut"]
 
 
 async def test_a_follower_whose_leader_dies_waits_for_the_election_instead_of_refusing(cluster):

@@ -76,10 +76,10 @@ async def test_kill_the_leader_while_a_client_submits_200_jobs_through_various_n
     survivors = cluster.live()
     await converge(cluster, survivors)
     jobs = survivors[0].service.state.list_jobs()
-    by_key = Counter(j["idem_key"] for j in jobs)
+    by_key = Counter(j.idem_key for j in jobs)
     assert all(by_key[k] == 1 for k in keys), f"not exactly once: {[k for k in keys if by_key[k] != 1]}"
-    assert len(jobs) == 200 and sorted(j["number"] for j in jobs) == list(range(1, 201))
-    assert {j["idem_key"]: j["id"] for j in jobs} == acked
+    assert len(jobs) == 200 and sorted(j.number for j in jobs) == list(range(1, 201))
+    assert {j.idem_key: j.id for j in jobs} == acked
     one_leader_per_term(cluster)
 
     await cluster.restart(victim)                   # the killed node catches up to the same history
@@ -106,12 +106,12 @@ async def test_an_isolated_leader_steps_down_commits_nothing_and_rejoins_one_his
     with pytest.raises(Unavailable):
         await lost
     assert old.driver.status().commit == commit_when_replaced, "the isolated leader committed"
-    assert [j["idem_key"] for j in old.service.state.list_jobs()] == ["before"]
+    assert [j.idem_key for j in old.service.state.list_jobs()] == ["before"]
     assert new.driver.status().term > max(t for t, ids in cluster.leaders_by_term().items() if old.id in ids)
     assert stepped_down < 2.0
 
     cluster.heal()
     await converge(cluster, nodes)
-    keys = [j["idem_key"] for j in old.service.state.list_jobs()]
+    keys = [j.idem_key for j in old.service.state.list_jobs()]
     assert keys == ["before"] + [f"majority-{i}" for i in range(5)]      # its unacknowledged entry is gone
     one_leader_per_term(cluster)

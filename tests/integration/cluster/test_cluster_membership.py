@@ -176,7 +176,7 @@ async def test_recover_turns_a_survivor_into_a_new_one_node_cluster_loudly(clust
     await cluster.wait_for(lambda: survivor.service.is_leader, timeout=3, what="the survivor to lead alone")
     assert roles(survivor) == ((survivor.id,), ())
     job = await survivor.service.submit_job(SPEC, "after-recover")
-    keys = [j["idem_key"] for j in await survivor.service.jobs()]
+    keys = [j.idem_key for j in await survivor.service.jobs()]
     # "stuck" went into the log of the (then still) leader uncommitted: recover keeps it, as etcd does
     assert keys in (["k0", "k1", "k2", "stuck", "after-recover"], ["k0", "k1", "k2", "after-recover"])
     assert job["id"] == f"m/{len(keys)}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import floydd.cluster
 from floydd.cluster.state import commands
 from floydd.cluster.state.machine import ClusterState, StaleTerm
 from floydd.errors import Conflict, InvalidName, InvalidSpec, NotFound
+from floydd.model import Job
 
 TERM = 3
 
@@ -68,7 +70,7 @@ def test_a_retried_submission_with_the_same_idempotency_key_gives_the_same_job(l
     first = log(submit("same", ts=2.0))
     again = log(submit("same", ts=9.0))
     assert again == first
-    assert [j["id"] for j in log.state.list_jobs()] == ["mnist/1"]
+    assert [j.id for j in log.state.list_jobs()] == ["mnist/1"]
     assert log(submit("other"))["id"] == "mnist/2"
 
 
@@ -108,7 +110,7 @@ def test_fencing_rejects_a_placement_whose_term_is_not_its_entrys(log):
         log(place(term=TERM - 1))          # planned by a former leader, committed now
     with pytest.raises(StaleTerm):
         log(place(term=TERM), term=TERM + 1)
-    assert log.state.job("mnist/1")["state"] == "queued"
+    assert log.state.job("mnist/1").state == "queued"
     assert log.state.held_gpus("n1") == {}
 
 
@@ -116,7 +118,7 @@ def test_any_leader_action_carrying_a_term_is_fenced(log):
     log(submit())
     with pytest.raises(StaleTerm):
         log(update(state="lost", reason="node gone", term=TERM - 1))
-    assert log.state.job("mnist/1")["state"] == "queued"
+    assert log.state.job("mnist/1").state == "queued"
     assert log(update(state="lost", reason="node gone", term=TERM))["state"] == "lost"
     unfenced = place()
     del unfenced["term"]
@@ -131,7 +133,7 @@ def test_no_gpu_is_ever_booked_twice(log):
     with pytest.raises(Conflict) as exc:
         log(place("mnist/2", gpus=(0,)))
     assert exc.value.code == "gpu_busy"
-    assert log.state.job("mnist/2")["state"] == "queued"
+    assert log.state.job("mnist/2").state == "queued"
     assert log(place("mnist/2", gpus=(1,)))["gpus"] == [1]
     log(submit("c"))
     with pytest.raises(Conflict):
@@ -275,7 +277,7 @@ def test_snapshot_restore_round_trips_and_empty_bytes_mean_a_new_cluster(log):
     other.restore(data)
     assert other.snapshot() == data
     assert other.held_gpus("n1") == {0: "mnist/1"}
-    assert Log(other)(submit("a")) == log.state.job("mnist/1")      # idempotency survives
+    assert Log(other)(submit("a")) == log.state.stored_job("mnist/1")      # idempotency survives
     other.restore(b"")
     assert other.list_jobs() == [] and other.nodes == {}
     assert b"pickle" not in data and msgpack.unpackb(data)["v"] == 1
@@ -289,7 +291,7 @@ def test_restore_refuses_a_snapshot_of_another_version():
 def test_queries_answer_named_reads(log):
     log(submit("a"))
     st = log.state
-    assert st.query("jobs") == st.list_jobs()
+    assert [Job.from_dict(j) for j in st.query("jobs")] == st.list_jobs()
     assert st.query("job", {"job": "mnist/1"})["id"] == "mnist/1"
     assert st.query("counts") == {"nodes": 1, "jobs": 1, "archived": 0, "datasets": 0}
     assert st.query("jobs", {"states": ["running"]}) == []
@@ -297,15 +299,20 @@ def test_queries_answer_named_reads(log):
         st.query("drop tables")
 
 
-def test_reads_are_copies():
+def test_reads_are_frozen_or_copies():
     log = Log()
     log(node())
     log(submit())
     job = log.state.job("mnist/1")
-    job["state"] = "hacked"
-    job["spec"]["command"] = "rm -rf /"
-    assert log.state.job("mnist/1")["state"] == "queued"
-    assert log.state.job("mnist/1")["spec"]["command"] == "python train.py"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.state = "hacked"
+    with pytest.raises(TypeError):
+        job.stored_spec["command"] = "rm -rf /"
+    stored = log.state.stored_job("mnist/1")
+    stored["state"] = "hacked"
+    stored["spec"]["command"] = "rm -rf /"
+    assert log.state.job("mnist/1").state == "queued"
+    assert log.state.job("mnist/1").stored_spec["command"] == "python train.py"
 
 
 def test_commands_round_trip_through_msgpack_and_oversized_ones_are_refused():
@@ -347,7 +354,7 @@ def test_a_job_keeps_a_bounded_history_of_what_the_cluster_decided():
     log(update(state="queued", reason="node box-n1 went silent before the job started", attempt=1, node="n1"))
     log(place(ts=5.0))
     log(update(stop_requested="stopped by user", ts=6.0))
-    history = [text for _ts, text in log.state.job("mnist/1")["history"]]
+    history = [text for _ts, text in log.state.job("mnist/1").history]
     assert history == ["submitted on box-n1",
                        "placed on box-n1 (GPU 0) by the leader of term 3, attempt 1",
                        "starting → queued: node box-n1 went silent before the job started",
@@ -356,5 +363,5 @@ def test_a_job_keeps_a_bounded_history_of_what_the_cluster_decided():
     for attempt in range(3, 23):        # twenty more requeues: 40 more lines
         log(update(state="queued", reason="again", attempt=attempt - 1, node="n1", ts=10.0 + attempt))
         log(place(ts=10.5 + attempt))
-    history = log.state.job("mnist/1")["history"]
+    history = log.state.job("mnist/1").history
     assert len(history) == 32 and history[-1][1].endswith("attempt 22")

@@ -55,7 +55,7 @@ def test_only_finished_jobs_move_and_their_keys_and_numbers_stay_answerable():
     assert log(archive("p/1", "p/3", "p/9")) == {"archived": ["p/1"]}      # p/3 queued, p/9 unknown
     st = log.state
     assert set(st.jobs) == {"p/2", "p/3", "p/4"} and st.archive.count() == 1
-    assert "k0" not in st.idem and st.job("p/1")["state"] == "stopped" and "history" not in st.job("p/1")
+    assert "k0" not in st.idem and st.job("p/1").state == "stopped" and "history" not in st.stored_job("p/1")
     assert log(submit("k0"))["id"] == "p/1"                      # a retry: the same job, not a second one
     assert log(submit("new"))["id"] == "p/5"                     # numbers never reused
     assert isinstance(log(submit("other", number=1)), Conflict)  # nor taken by an adopted job

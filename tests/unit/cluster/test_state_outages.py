@@ -115,7 +115,7 @@ def test_a_box_notes_a_replaced_run_without_changing_the_job(log):
     log.running(key)
     log("job.update", job=key, state="lost", attempt=1)        # rerun: queued at attempt 1
     log.running(key, node="n2")
-    before = log.state.job(key)
+    before = log.state.stored_job(key)
     job = log("job.update", ts=3.0, job=key, attempt=1, node="n1", note="stopped its run of attempt 1: replaced")
     assert job["history"][-1] == [3.0, "box-n1: stopped its run of attempt 1: replaced"]
     assert {k: v for k, v in job.items() if k not in ("history", "updated")} == \
