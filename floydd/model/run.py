@@ -7,9 +7,9 @@ record once, where it leaves the records (``Records.get_run``/``list_runs``). Wh
 calls ``gpus`` is the GPU indices the run holds (:attr:`Run.gpu_ids`), never the count it
 asked for (:attr:`~floydd.model.Resources.gpu_count`, in :attr:`Run.resources`).
 
-Decoding never refuses a row the records hold: a row written before a column existed reads
-as that column's default, and a resources value this version cannot read (a record of an
-older or newer floydd) reads as no resources asked.
+A row written before a column existed reads as that column's default, and a resources value
+this version cannot read (a record of an older or newer floydd) as no resources asked: the
+runtime never read more of it than the cores asked.
 """
 
 from __future__ import annotations
