@@ -136,7 +136,7 @@ def _repair_records(config: Config, report: RepairReport, suffix: str) -> None:
 
 def _unrecorded_jobs(config: Config, report: RepairReport, state: ClusterState, node_id: str) -> None:
     """Say which jobs the cluster has placed here and not seen end, whose records were lost."""
-    kept = {f"{j['project']}/{j['number']}" for j in _record_jobs(config)}
+    kept = {key for key, _ in _record_jobs(config)}
     lost = sorted(key for key, raw in state.jobs.items()
                   if key not in kept and (job := Job.from_dict(raw)).state in ACTIVE_STATES
                   and job.part_on(node_id) is not None)
@@ -169,8 +169,7 @@ def _repair_catalog(config: Config, report: RepairReport, state: ClusterState | 
         for dataset in state.datasets.values():
             versions += [_version(v) for v in dataset["versions"].values() if node_id in v.get("holders", ())]
         pins += [(f"job:{key}", job.get("spec", {}).get("code_tree")) for key, job in state.jobs.items()]
-    for job in _record_jobs(config):
-        pins.append((f"job:{job['project']}/{job['number']}", job.get("code_tree")))
+    pins += [(f"job:{key}", code_tree) for key, code_tree in _record_jobs(config)]
     pins = [(holder, ObjectId.from_hex(tree)) for holder, tree in pins if _is_tree(tree)]
 
     def deleted(name: str, number: int) -> bool:      # numbered by the cluster, and gone from it since
@@ -328,9 +327,10 @@ def _write_log(path: Path, state: ClusterState, node_id: str, index: int, term: 
 
 # -- this box's records and identity ---------------------------------------------------------------
 
-def _record_jobs(config: Config) -> list[dict]:
+def _record_jobs(config: Config) -> list[tuple[str, str | None]]:
+    """``(project/number, code tree)`` of every job the damaged records still name."""
     rows = salvage(config.records_path, "jobs", "(SELECT name FROM projects WHERE id = project_id), number, code_tree")
-    return [{"project": p, "number": n, "code_tree": t} for p, n, t in rows if p is not None]
+    return [(f"{p}/{n}", t) for p, n, t in rows if p is not None]
 
 
 def _records_counters(config: Config) -> dict[str, int]:

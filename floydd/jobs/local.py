@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from floydd.errors import Conflict, FloyddError, NotFound
-from floydd.model import FINAL_STATES, DatasetRef, JobKey
+from floydd.model import FINAL_STATES, DatasetRef, JobKey, Run
 from floydd.records import Records
 from floydd.runtime import NodeRuntime, workspace
 from floydd.store import ObjectId, Store
@@ -38,8 +38,16 @@ class LocalJobs:
     # -- records (synchronous: call from a thread) ------------------------------------------------
 
     def record(self, key: JobKey) -> dict | None:
+        """The record as the API shows it (:meth:`run` for what this box decides on)."""
         try:
             return self.records.get_job(key.project, key.number)
+        except NotFound:
+            return None
+
+    def run(self, key: JobKey) -> Run | None:
+        """The record of the job's run here, typed; None if there is none."""
+        try:
+            return self.records.get_run(key.project, key.number)
         except NotFound:
             return None
 
@@ -54,8 +62,8 @@ class LocalJobs:
 
     def end_unstarted(self, key: JobKey, state: str, reason: str) -> None:
         """Settle a record that did not start (or a start that failed): ``state`` unless it ended."""
-        record = self.record(key)
-        if record is not None and record["state"] not in FINAL_STATES:
+        run = self.run(key)
+        if run is not None and run.state not in FINAL_STATES:
             self.records.set_state(key.project, key.number, state, reason)
 
     def metric_summary(self, key: JobKey) -> dict:
@@ -74,51 +82,53 @@ class LocalJobs:
     def forget(self, key: JobKey) -> None:
         """The cluster deleted the job: drop this node's part of it (record, pin, output, workspace)."""
         self.store.catalog.unpin(code_pin(key))
-        record = self.record(key)
-        if record is not None and record.get("attempt", 0) > 0 and record["state"] in FINAL_STATES:
-            self.remove(record)
+        run = self.run(key)
+        if run is not None and run.attempt > 0 and run.state in FINAL_STATES:
+            self.remove(run)
 
-    def remove(self, job: dict) -> None:
+    def remove(self, run: Run) -> None:
         """Delete what this node keeps of an ended job: record, code pin, output, workspace."""
-        key = JobKey(job["project"], job["number"])
+        key = JobKey(run.project, run.number)
         self.records.delete_job(key.project, key.number)
         self.store.catalog.unpin(code_pin(key))
-        output = DatasetRef.stored(job.get("output_version"))
+        output = DatasetRef.stored(run.output_version)
         if output is not None:
             try:
                 self.store.catalog.delete(output.name)
             except NotFound:
                 pass
-        ws = job.get("workspace")
-        if ws and Path(ws).is_relative_to(self.jobs_dir):
-            workspace.remove(Path(ws))   # what the job left there: no link followed
+        if run.workspace and Path(run.workspace).is_relative_to(self.jobs_dir):
+            workspace.remove(Path(run.workspace))   # what the job left there: no link followed
 
     # -- reads (history jobs, and what peers ask of jobs run here) --------------------------------
 
     async def get(self, key: JobKey) -> dict:
         """A history job with its metric summary; ``NotFound`` if this node has none (a record
         of a cluster's job that the cluster no longer knows is being forgotten: not found)."""
-        def read() -> dict:
-            job = self.records.get_job(key.project, key.number)
-            if job.get("attempt", 0) != 0:
-                raise NotFound(f"job {key} does not exist", code="job_not_found", hint="floyd status lists jobs")
-            return self._history_view(job)
-        return await asyncio.to_thread(read)
+        return (await asyncio.to_thread(self._history_job, key))[1]
 
-    def _history_view(self, job: dict) -> dict:
+    def _history_job(self, key: JobKey) -> tuple[Run, dict]:
+        """A history job, typed and as the API shows it; ``NotFound`` if this node has none."""
+        record = self.records.get_job(key.project, key.number)
+        run = Run.from_row(record)
+        if run.attempt != 0:
+            raise NotFound(f"job {key} does not exist", code="job_not_found", hint="floyd status lists jobs")
+        return run, self._history_view(run, record)
+
+    def _history_view(self, run: Run, record: dict) -> dict:
         """A record of this node's history in the shape of a cluster job (API and CLI)."""
-        job.update(history=True, metrics=self.records.metric_summary(job["project"], job["number"]),
-                   attempts=0, parts=[], stop_requested="", origin="", endpoint=None)
-        return job
+        record.update(history=True, metrics=self.records.metric_summary(run.project, run.number),
+                      attempts=0, parts=[], stop_requested="", origin="", endpoint=None)
+        return record
 
     async def history(self, project: str | None, states: list[str] | None, *, since: float | None = None,
                       limit: int | None = None) -> list[dict]:
         """This node's history jobs (attempt 0), newest first, created at or after ``since``, at
         most ``limit``, with their metric summaries (read for those alone)."""
         def query() -> list[dict]:
-            jobs = [j for j in self.records.list_jobs(project, states)
-                    if j.get("attempt", 0) == 0 and (since is None or (j.get("created") or 0) >= since)]
-            return [self._history_view(j) for j in jobs[:limit]]
+            records = [(Run.from_row(r), r) for r in self.records.list_jobs(project, states)]
+            ours = [(run, r) for run, r in records if run.attempt == 0 and (since is None or run.created >= since)]
+            return [self._history_view(run, r) for run, r in ours[:limit]]
         return await asyncio.to_thread(query)
 
     async def events(self, key: JobKey) -> list[dict]:
@@ -134,7 +144,7 @@ class LocalJobs:
         """Every metric series and system sample of the job (none yet for a job placed here
         moments ago)."""
         def read() -> dict:
-            if self.record(key) is None:
+            if self.run(key) is None:
                 return {"metrics": {}, "system": []}
             series = self.records.metric_series(key.project, key.number)
             return {"metrics": {k: [list(p) for p in v] for k, v in series.items()},
@@ -146,41 +156,41 @@ class LocalJobs:
         ended (what was read then is all there will be). Placed here but without a record
         yet: nothing so far. ``attempt``: an earlier attempt's log, kept here if it ran here
         (:func:`floydd.runtime.workspace.attempt_log`); None, the latest."""
-        record = await asyncio.to_thread(self.record, key)
-        if record is None:
+        run = await asyncio.to_thread(self.run, key)
+        if run is None:
             if attempt is not None:
                 raise NotFound(f"job {key} has not run on this box", code="no_such_attempt",
                                hint=f"leave out --attempt to read the latest attempt's log: floyd logs {key}")
             return b"", False
-        final = record["state"] in FINAL_STATES
-        latest = int(record.get("attempt") or 0)
+        final = run.state in FINAL_STATES
+        latest = run.attempt
         if attempt is not None and attempt != latest and latest != 0:
-            path = workspace.attempt_log(Path(record["workspace"]), attempt) if record.get("workspace") else None
+            path = workspace.attempt_log(Path(run.workspace), attempt) if run.workspace else None
             if path is None or attempt > latest or not await asyncio.to_thread(path.exists):
                 raise NotFound(f"the log of attempt {attempt} of {key} is not on this box (the latest is attempt "
                                f"{latest}; an attempt's log stays on the box that ran it)", code="no_such_attempt",
                                hint=f"floyd logs {key} reads the latest attempt; floyd info {key} lists its attempts")
             return await asyncio.to_thread(_read_from, path, offset), True
-        if not record.get("workspace"):
+        if not run.workspace:
             return b"", final
-        return await asyncio.to_thread(_read_from, Path(record["workspace"]) / "job.log", offset), final
+        return await asyncio.to_thread(_read_from, Path(run.workspace) / "job.log", offset), final
 
     async def stop(self, key: JobKey, reason: str) -> None:
         """Stop a history job (the runtime records its end)."""
-        record = await asyncio.to_thread(self.records.get_job, key.project, key.number)
-        if record["state"] in FINAL_STATES:
-            raise Conflict(f"job {key} already ended ({record['state']})", hint="nothing to stop")
-        if record["state"] == "queued" and tuple(key) not in self.runtime.running():
+        run = await asyncio.to_thread(self.records.get_run, key.project, key.number)
+        if run.state in FINAL_STATES:
+            raise Conflict(f"job {key} already ended ({run.state})", hint="nothing to stop")
+        if run.state == "queued" and tuple(key) not in self.runtime.running():
             await asyncio.to_thread(self.records.set_state, key.project, key.number, "stopped", reason)
         else:
             await self.runtime.stop_job(key.project, key.number, reason)
 
     async def delete(self, key: JobKey) -> dict:
         """Delete a history job that ended; the job as it was."""
-        job = await self.get(key)
-        if job["state"] not in FINAL_STATES:
-            raise Conflict(f"job {key} is {job['state']}", hint=f"stop it first: floyd stop {key}")
-        await asyncio.to_thread(self.remove, job)
+        run, job = await asyncio.to_thread(self._history_job, key)
+        if run.state not in FINAL_STATES:
+            raise Conflict(f"job {key} is {run.state}", hint=f"stop it first: floyd stop {key}")
+        await asyncio.to_thread(self.remove, run)
         return job
 
     async def output_tree(self, job: dict) -> ObjectId:

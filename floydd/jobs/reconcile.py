@@ -52,7 +52,7 @@ from floydd.jobs.gang import single_box_command
 from floydd.jobs.rendezvous import gang_part
 from floydd.scheduler.placer import REPORT_TIMEOUT, every_second_or_sooner
 from floydd.jobs.local import LocalJobs, code_pin
-from floydd.model import (ACTIVE_STATES, DEFAULT_CHECKPOINT_INTERVAL, RECORD_FIELDS, DatasetRef, Job, JobKey,
+from floydd.model import (ACTIVE_STATES, DEFAULT_CHECKPOINT_INTERVAL, RECORD_FIELDS, DatasetRef, Job, JobKey, Run,
                           unsettled_on)
 from floydd.runtime import fence
 from floydd.runtime import NodeRuntime
@@ -129,8 +129,8 @@ class Reconciler:
             if key in self._busy:
                 continue
             job = self._committed(key)
-            record = await asyncio.to_thread(self.local.record, JobKey.parse(key))
-            local = None if record is None else Local(record["state"], record.get("attempt", 0))
+            run = await asyncio.to_thread(self.local.run, JobKey.parse(key))
+            local = None if run is None else Local(run.state, run.attempt)
             part = job.part_on(self.node_id) if job is not None else None
             gpus = part.gpu_ids if part is not None else ()
             taken = sorted({gpu_holder[g] for g in gpus if gpu_holder.get(g, key) != key})
@@ -140,7 +140,7 @@ class Reconciler:
             if taken:
                 self._note_waiting(key, taken)
             for action in decide(job, local, self.node_id, held=key in held, gpus_taken=bool(taken)):
-                await self._do(action, key, record)
+                await self._do(action, key, run)
         active = set(keys)
         for memo in (self._reported, self._progress_due, self._waiting, self.checkpoints.due):
             for key in [k for k in memo if k not in active]:   # forget jobs no longer active here
@@ -158,7 +158,7 @@ class Reconciler:
         except OSError as exc:
             _log.warning("looking for leftover job processes: %s", exc)
 
-    async def _do(self, action: Action, key: str, record: dict | None) -> None:
+    async def _do(self, action: Action, key: str, run: Run | None) -> None:
         job = self._committed(key)
         if isinstance(action, Start):
             self._busy.add(key)
@@ -167,7 +167,7 @@ class Reconciler:
         elif isinstance(action, Stop):
             self._busy.add(key)
             replaced = action.reason == GIVEN_UP or " was replaced by attempt " in action.reason
-            attempt = (record or {}).get("attempt", 0) if replaced else 0
+            attempt = run.attempt if replaced and run is not None else 0
             self._spawn(self._stop(key, action.reason, noted=attempt), f"floydd.jobs.stop {key}")
         elif isinstance(action, EndLocal):
             await asyncio.to_thread(self.local.end_unstarted, JobKey.parse(key), action.state, action.reason)
@@ -181,7 +181,7 @@ class Reconciler:
                 await self._report(job, summary=await self._summary(job))
             self.checkpoints.soon(job)
         elif isinstance(action, ReportFinal):
-            await self._report_final(job, record)
+            await self._report_final(job, run)
 
     def _note_waiting(self, key: str, holders: list[str]) -> None:
         if self._waiting.get(key) != holders:
@@ -326,17 +326,16 @@ class Reconciler:
             _log.info("report on %s not committed (will retry): %s", key, exc)
             self._reported.pop(key, None)
 
-    async def _report_final(self, job: Job, record: dict) -> None:
+    async def _report_final(self, job: Job, run: Run) -> None:
         part = job.part_on(self.node_id)
-        if part.state == "starting" and record["state"] in ("success", "timeout"):
+        if part.state == "starting" and run.state in ("success", "timeout"):
             await self._report(job, state="running")  # it ran and ended between two looks
-        fields: dict[str, Any] = {"state": record["state"], "reason": record["reason"] or "",
-                                  "exit_code": record["exit_code"]}
+        fields: dict[str, Any] = {"state": run.state, "reason": run.reason, "exit_code": run.exit_code}
         if part.rank in (None, 0):                 # rank 0 speaks for a gang: metrics, /output
             fields["summary"] = await self._summary(job)
-            if record.get("output_version"):
-                fields["output_version"] = await self._publish_output(job, record["output_version"])
-            elif record.get("output_version") == "":     # /output was empty: no version (issue 12)
+            if run.output_version:
+                fields["output_version"] = await self._publish_output(job, run.output_version)
+            elif run.output_version == "":     # /output was empty: no version (issue 12)
                 fields["output_version"] = ""
         await self._report(job, **fields)
         if part.rank in (None, 0):
@@ -349,9 +348,9 @@ class Reconciler:
 
     async def _report_summary(self, key: JobKey) -> None:
         job = self._committed(str(key))
-        record = await asyncio.to_thread(self.local.record, key)
+        run = await asyncio.to_thread(self.local.run, key)
         part = job.part_on(self.node_id) if job is not None else None
-        if part is None or record is None or record.get("attempt") != job.attempts or part.rank not in (None, 0):
+        if part is None or run is None or run.attempt != job.attempts or part.rank not in (None, 0):
             return                                   # not this box's run (any more), or not its rank 0
         await self._report(job, summary=await self._summary(job))
 

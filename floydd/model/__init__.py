@@ -19,6 +19,7 @@ One module per concept, each importing only those above it:
 - ``restart``: restart policies and the durations they are written in;
 - ``spec``: the spec a job runs with and its stored form;
 - ``job``: a job as the cluster keeps it, typed, and its placement's parts (where each runs, on which GPUs);
+- ``run``: one run of a job on a box, as that box's records keep it;
 - ``submission``: the request bodies that make a job (a submission, a restart's changes);
 - ``gangcommand``: what the command of a job over several boxes may be (torchrun's rendezvous is floydd's).
 
@@ -42,6 +43,7 @@ from floydd.model.defaults import (DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_ENV, DEF
 from floydd.model.restart import MAX_ATTEMPTS, MAX_LOST_AFTER, RESTART_POLICIES, RestartPolicy, parse_duration
 from floydd.model.spec import RECORD_FIELDS, SPEC_FIELDS, JobSpec
 from floydd.model.job import Job, JobPart, unsettled_on
+from floydd.model.run import Run
 from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
                                      Submission, check_max_runtime)
 from floydd.model.gangcommand import check_gang_command
@@ -53,7 +55,7 @@ __all__ = [
     "MAX_PATH", "check_abs_path",
     "JobKey", "parse_job_key", "DatasetRef", "parse_ref",
     "MountRequest", "Mount", "parse_data", "check_mounts", "check_mount_target", "WORKSPACE_NAMES",
-    "parse_param", "check_params", "Resources", "JobSpec", "Job", "JobPart", "unsettled_on", "Submission", "SPEC_FIELDS", "ENVIRONMENTS",
+    "parse_param", "check_params", "Resources", "JobSpec", "Job", "JobPart", "unsettled_on", "Run", "Submission", "SPEC_FIELDS", "ENVIRONMENTS",
     "check_cpus", "asked_per_box", "asked_gpu_count", "asked_nodes", "known_count", "parse_size", "format_size",
     "format_cpus", "describe_needs",
     "MAX_CPUS", "MAX_MEMORY",

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from floydd import log
 from floydd.errors import Conflict, NotFound
-from floydd.model import FINAL_STATES, check_project, check_state, check_transition
+from floydd.model import FINAL_STATES, Run, check_project, check_state, check_transition
 from floydd.records import _series
 from floydd.records._db import Connections
 from floydd.records._jobs import COLUMNS, decode_row, encode_fields
@@ -147,6 +147,14 @@ class Records:
         if row is None:
             raise _job_not_found(project, number)
         return decode_row(_JOB_COLUMNS, row)
+
+    def get_run(self, project: str, number: int) -> Run:
+        """The record typed (:class:`~floydd.model.Run`); ``NotFound`` if there is none."""
+        return Run.from_row(self.get_job(project, number))
+
+    def list_runs(self, project: str | None = None, states: Iterable[str] | None = None) -> list[Run]:
+        """:meth:`list_jobs`, typed."""
+        return [Run.from_row(job) for job in self.list_jobs(project, states)]
 
     def list_jobs(self, project: str | None = None, states: Iterable[str] | None = None,
                   limit: int | None = None) -> list[dict]:
@@ -289,7 +297,6 @@ class Records:
         if row is None:
             raise _job_not_found(project, number)
         return row[0]
-
 
     # -- jobs from another site (floydd.exchange) ------------------------------------------------
 

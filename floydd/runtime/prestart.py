@@ -18,6 +18,7 @@ from floydd import log
 from floydd.agent.jobenv import threads_env
 from floydd.agent.spec import AgentSpec
 from floydd.errors import FloyddError
+from floydd.model import Run
 from floydd.runtime import envs, fence, spawn, workspace
 from floydd.runtime.disk import Disk, no_space
 from floydd.runtime.sandboxing import Sandboxing
@@ -46,10 +47,9 @@ class Prestart:
         """The runtime's: key -> (outcome, reason) of a stop asked for."""
         self._end, self._watch = end, watch
 
-    async def run(self, job: dict, ws: Path, gpu_ids: tuple[int, ...], *, command: str | None = None,
+    async def run(self, run: Run, ws: Path, gpu_ids: tuple[int, ...], *, command: str | None = None,
                         env: dict[str, str] | None = None, resume: str | None = None) -> None:
-        project, number = job["project"], job["number"]
-        key = (project, number)
+        project, number = key = run.key
         started = time.monotonic()
         if await asyncio.to_thread(self._disk.check):  # what is free is for recording and cleaning up
             await self._end(key, "failed", f"{self._disk.why()}: the job was not started")
@@ -57,19 +57,19 @@ class Prestart:
         try:
             sandboxing = await asyncio.to_thread(self._sandboxing)
             sandboxing.check()   # a job placed here from another box, while this one requires a sandbox
-            mounts = await asyncio.to_thread(workspace.prepare, ws, job, self._store, resume=resume)
+            mounts = await asyncio.to_thread(workspace.prepare, ws, run, self._store, resume=resume)
             self._check_stop(key)
             if sandboxing.warning:
                 await asyncio.to_thread(self._say_unsandboxed, project, number, ws, sandboxing.warning)
             python_bin = await asyncio.to_thread(envs.python_bin_for, self._state_dir, ws / "code",
-                                                 job.get("env") or "default", log_path=ws / "job.log",
+                                                 run.env, log_path=ws / "job.log",
                                                  bwrap=sandboxing.bwrap, policy=self._builds)
             self._check_stop(key)
-            spec = AgentSpec(job=f"{project}/{number}", command=command or job["command"],
-                             env={**threads_env((job.get("resources") or {}).get("cpus"), len(gpu_ids)),
-                                  **{str(k): str(v) for k, v in (job.get("params") or {}).items()}, **(env or {}),
-                                  **fence.placement_env(self._state_dir, job.get("attempt") or 0)},
-                             gpu_ids=gpu_ids, max_runtime=job.get("max_runtime"),
+            spec = AgentSpec(job=run.id, command=command or run.command,
+                             env={**threads_env(run.resources.cpus, len(gpu_ids)),
+                                  **{str(k): str(v) for k, v in run.params.items()}, **(env or {}),
+                                  **fence.placement_env(self._state_dir, run.attempt)},
+                             gpu_ids=gpu_ids, max_runtime=run.max_runtime,
                              python_bin=python_bin, mounts=mounts,
                              sandbox=sandboxing.mode, stop_grace=self._stop_grace, state_dir=str(self._state_dir),
                              uid=self._job_user[0] if self._job_user else None,

@@ -52,7 +52,7 @@ from floydd.agent.jobenv import pass_list
 from floydd.agent.sandbox import probe_bwrap
 from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
-from floydd.model import DEFAULT_STOP_GRACE, FINAL_STATES
+from floydd.model import DEFAULT_STOP_GRACE, FINAL_STATES, Run
 from floydd.runtime import checkpoint, envs, fence, spawn, workspace
 from floydd.runtime.catchup import CatchUps
 from floydd.runtime.prestart import Prestart
@@ -166,20 +166,20 @@ class NodeRuntime:
         self._hold(key, gpus)  # before any await: a second call for the same job returns above
         try:
             await self._catch_ups.abandon(key)
-            job = await asyncio.to_thread(self._records.get_job, project, number)
+            run = await asyncio.to_thread(self._records.get_run, project, number)
             ws = workspace.job_dir(self.state_dir, project, number)
-            if job["state"] == "queued":
+            if run.state == "queued":
                 await asyncio.to_thread(self._records.set_state, project, number, "starting", "",
                                         gpus=list(gpus), workspace=str(ws))
-            elif job["state"] == "starting":
+            elif run.state == "starting":
                 await asyncio.to_thread(self._records.update_job, project, number, gpus=list(gpus), workspace=str(ws))
             else:
-                raise Conflict(f"job {project}/{number} is {job['state']}; only a queued job can start",
+                raise Conflict(f"job {project}/{number} is {run.state}; only a queued job can start",
                                hint="run it again with floyd restart")
         except BaseException:
             self._release(key, notify=False)
             raise
-        await self._prestart.run(job, ws, gpus, command=command, env=env or {}, resume=resume)
+        await self._prestart.run(run, ws, gpus, command=command, env=env or {}, resume=resume)
 
     def request_stop(self, project: str, number: int, reason: str = "stopped by user", *,
                      outcome: str = "stopped") -> bool:
@@ -199,17 +199,17 @@ class NodeRuntime:
     async def stop_job(self, project: str, number: int, reason: str = "stopped by user") -> None:
         """Stop a starting or running job and wait (up to stop_grace + 30 s) until it is recorded."""
         key = (project, number)
-        job = await asyncio.to_thread(self._records.get_job, project, number)
-        if job["state"] in FINAL_STATES:
+        run = await asyncio.to_thread(self._records.get_run, project, number)
+        if run.state in FINAL_STATES:
             return
-        if job["state"] == "queued" and key not in self._held:
+        if run.state == "queued" and key not in self._held:
             raise Conflict(f"job {project}/{number} is still queued; the queue stops it, not the runtime",
                            hint="floyd stop handles queued jobs")
         self._stop_requests[key] = ("stopped", reason)
-        ws = Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, project, number)
+        ws = self._workspace_of(run)
         await asyncio.to_thread(spawn.request_stop, ws, reason)
         if key not in self._held:  # a job of a previous daemon nobody re-adopted yet
-            await self._adopt(job)
+            await self._adopt(run)
         released = self._released.get(key)
         if released is not None:
             try:
@@ -222,19 +222,19 @@ class NodeRuntime:
         """At daemon start: take every starting/running job of the records back in hand."""
         await asyncio.to_thread(lambda: self.sandboxing)   # probed (and said, if missing) at start-up
         await asyncio.to_thread(self.disk.check)
-        jobs = await asyncio.to_thread(self._records.list_jobs, None, ["starting", "running"])
-        for job in jobs:
+        runs = await asyncio.to_thread(self._records.list_runs, None, ["starting", "running"])
+        for run in runs:
             try:
-                await self._adopt(job)
+                await self._adopt(run)
             except Exception:
-                log.runtime.exception("re-adopting job %s failed", job.get("id"))
+                log.runtime.exception("re-adopting job %s failed", run.id)
         for project, number in await asyncio.to_thread(self._records.logs_behind):
             try:        # ended with its log not recorded to the end: record the rest behind its end
-                job = await asyncio.to_thread(self._records.get_job, project, number)
+                run = await asyncio.to_thread(self._records.get_run, project, number)
             except FloyddError as exc:
                 log.runtime.warning("job %s/%d: its log is not recorded to the end: %s", project, number, exc)
                 continue
-            self._catch_ups.start(self._watcher(project, number, self._workspace_of(job), None))
+            self._catch_ups.start(self._watcher(project, number, self._workspace_of(run), None))
         if not self._closed:
             self._spawn(self._watch_disk(), "floydd.runtime.disk")
 
@@ -253,24 +253,23 @@ class NodeRuntime:
         finally:
             self._release(key)
 
-    async def _adopt(self, job: dict) -> None:
-        project, number = job["project"], job["number"]
-        key = (project, number)
+    async def _adopt(self, run: Run) -> None:
+        project, number = key = run.key
         if key in self._held:
             return
-        gpus = tuple(int(g) for g in job.get("gpus") or ())   # the record's (records read: the edge)
+        gpus = run.gpu_ids   # the record's
         self._hold(key, gpus)  # before any await, as in start_job
-        ws = Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, project, number)
+        ws = self._workspace_of(run)
         try:
             status = await asyncio.to_thread(read_status, ws)
             if status is None:
-                if job["state"] == "starting":  # the daemon died before the agent started: redo the steps
+                if run.state == "starting":  # the daemon died before the agent started: redo the steps
                     log.runtime.info("job %s/%d: resuming its start", project, number)
-                    self._spawn(self._prestart.run(job, ws, gpus), f"floydd.runtime.prestart {project}/{number}")
+                    self._spawn(self._prestart.run(run, ws, gpus), f"floydd.runtime.prestart {project}/{number}")
                 else:
                     await self._end_before_start(key, "lost", "the job's agent never reported (see agent.log)")
                 return
-            if job["state"] == "starting" and status.started:
+            if run.state == "starting" and status.started:
                 await asyncio.to_thread(self._records.set_state, project, number, "running", "",
                                         agent_pid=status.agent_pid, started=status.started)
         except BaseException:
@@ -320,9 +319,8 @@ class NodeRuntime:
                         asked=lambda: self._stop_requests.get(key), max_log_bytes=self._max_log_bytes,
                         max_points=self._max_metric_points)
 
-    def _workspace_of(self, job: dict) -> Path:
-        return Path(job["workspace"]) if job.get("workspace") else workspace.job_dir(self.state_dir, job["project"],
-                                                                                     job["number"])
+    def _workspace_of(self, run: Run) -> Path:
+        return Path(run.workspace) if run.workspace else workspace.job_dir(self.state_dir, run.project, run.number)
 
     async def _watch_disk(self) -> None:
         """Every CHECK_INTERVAL: on a full disk end every job here as failed (whatever writes

@@ -177,7 +177,7 @@ class JobWatch:
 
     def _load(self) -> None:
         """Where recording got to: the log offset and the metric points so far."""
-        self._attempt = self._records.get_job(self.project, self.number).get("attempt", 0)
+        self._attempt = self._records.get_run(self.project, self.number).attempt
         self._offset = self._records.get_log_offset(self.project, self.number)
         self._points = self._records.metric_points(self.project, self.number) if self._limits.max_points else 0
 
@@ -270,8 +270,8 @@ class JobWatch:
 
     async def _exited_steps(self, outcome: Outcome) -> Outcome:
         self.behind = not await self._drain()   # the agent has written everything; the rest is caught up later
-        job = await asyncio.to_thread(self._records.get_job, self.project, self.number)
-        if not job.get("output_version"):
+        run = await asyncio.to_thread(self._records.get_run, self.project, self.number)
+        if not run.output_version:
             await asyncio.to_thread(self._save_output)
         try:
             await asyncio.to_thread(workspace.release_inputs, self.ws)
@@ -281,10 +281,10 @@ class JobWatch:
         try:
             if self.behind:   # marked before the final state: a daemon restarted in between still catches up
                 await asyncio.to_thread(self._mark_behind)
-            if job["state"] == "starting" and outcome.state not in ("failed", "stopped", "lost"):
+            if run.state == "starting" and outcome.state not in ("failed", "stopped", "lost"):
                 await asyncio.to_thread(self._records.set_state, self.project, self.number, "running", "",
                                         started=outcome.started or time.time())
-            if job["state"] in ("starting", "running"):
+            if run.state in ("starting", "running"):
                 fields = {"exit_code": outcome.exit_code}
                 if outcome.ended:
                     fields["ended"] = outcome.ended

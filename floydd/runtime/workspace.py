@@ -35,11 +35,11 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any
+from typing import Iterable
 
 from floydd import log
 from floydd.agent.spec import BindMount
-from floydd.model import check_mount_target
+from floydd.model import Mount, Run, check_mount_target
 from floydd.agent.status import atomic_write
 from floydd.errors import InvalidSpec, UnsafePath
 from floydd.security import beneath
@@ -65,12 +65,12 @@ def job_dir(state_dir: Path, project: str, number: int) -> Path:
     return Path(state_dir).absolute() / "jobs" / project / str(number)
 
 
-def plan_mounts(data: list[dict[str, Any]] | None) -> tuple[BindMount, ...]:
+def plan_mounts(data: Iterable[Mount]) -> tuple[BindMount, ...]:
     """The job's data mounts as workspace folders, shallowest first (``/input`` → ``input``)."""
     mounts: list[BindMount] = []
     seen: set[str] = set()
-    for item in data or ():
-        target = check_mount_target(item.get("mount"))
+    for item in data:
+        target = check_mount_target(item.mount)
         if target in seen:
             raise InvalidSpec(f"two data mounts at {target}", hint="give each dataset its own mount point")
         seen.add(target)
@@ -78,7 +78,7 @@ def plan_mounts(data: list[dict[str, Any]] | None) -> tuple[BindMount, ...]:
     return tuple(sorted(mounts, key=lambda m: (m.target.count("/"), m.target)))
 
 
-def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) -> tuple[BindMount, ...]:
+def prepare(ws: Path, run: Run, store, *, resume: str | None = None) -> tuple[BindMount, ...]:
     """Make ``ws`` ready for the agent: folders, code, data mounts, an output/ that is empty
     or, with ``resume`` (a tree id), the last attempt's.
 
@@ -87,9 +87,8 @@ def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) 
     given) restores what the first try recorded.
     """
     ws = Path(ws)
-    mounts = plan_mounts(job.get("data"))
-    trees = {m.target: str(item["tree"]) for m in mounts for item in job.get("data") or ()
-             if item.get("mount") == m.target}
+    mounts = plan_mounts(run.data)
+    trees = {m.target: str(item.tree) for m in mounts for item in run.data if item.mount == m.target}
     for folder in (ws.parent.parent, ws.parent, ws):  # STATE/jobs, STATE/jobs/<project>, the workspace
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(ws, 0o700)
@@ -98,7 +97,7 @@ def prepare(ws: Path, job: dict[str, Any], store, *, resume: str | None = None) 
         for name in DIRS:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700, dir_fd=ws_fd)
-        _prepare_in(ws, ws_fd, job, store, mounts, trees, resume)
+        _prepare_in(ws, ws_fd, run, store, mounts, trees, resume)
     finally:
         os.close(ws_fd)
     (ws / "job.log").touch(mode=0o600)  # floyd logs works from the start
@@ -123,10 +122,10 @@ def _keep_attempt_log(ws_fd: int, earlier: str | None) -> None:
             os.rename("job.log", attempt_log(Path("."), int(earlier)).name, src_dir_fd=ws_fd, dst_dir_fd=ws_fd)
 
 
-def _prepare_in(ws: Path, ws_fd: int, job: dict[str, Any], store, mounts: tuple[BindMount, ...],
+def _prepare_in(ws: Path, ws_fd: int, run: Run, store, mounts: tuple[BindMount, ...],
                 trees: dict[str, str], resume: str | None) -> None:
     done = _load_steps(ws)
-    attempt = str(job.get("attempt") or 0)
+    attempt = str(run.attempt)
     if done.get(_ATTEMPT) != attempt:  # a new run of the job here: an older run's stop and status are not its own
         for name in STALE:
             with contextlib.suppress(FileNotFoundError):
@@ -140,7 +139,7 @@ def _prepare_in(ws: Path, ws_fd: int, job: dict[str, Any], store, mounts: tuple[
         done[_RESUME] = resume
         _save_steps(ws, done)
 
-    code_tree = job.get("code_tree")
+    code_tree = run.code_tree
     if done.get("/code") != (code_tree or ""):
         done.pop("/code", None)
         _save_steps(ws, done)

@@ -22,6 +22,7 @@ import pytest
 from floydd.agent import jobuser
 from floydd.agent.spec import AgentSpec, BindMount
 from floydd.errors import FloyddError
+from floydd.model import Mount, Run
 from floydd.records import Records
 from floydd.runtime import checkpoint, outputs, workspace
 from floydd.runtime.disk import Disk
@@ -139,7 +140,9 @@ def test_restoring_nested_mounts_into_a_workspace_being_swapped_never_writes_out
     inner = str(_tree_of_a(box, tmp_path))
     empty_place = tmp_path / "empty-place"
     empty_place.mkdir()
-    job = {"code_tree": None, "data": [{"mount": "/input", "tree": outer}, {"mount": "/input/sub/deep", "tree": inner}]}
+    job = Run(project="p", number=1, state="starting", code_tree=None,
+              data=(Mount(ref="a:1", mount="/input", tree=outer),
+                    Mount(ref="b:1", mount="/input/sub/deep", tree=inner)))
 
     def prepare_once():
         parent = beneath.open_root(box.ws.parent)
@@ -188,7 +191,8 @@ def test_opening_up_a_resumed_output_never_changes_modes_outside(box, tmp_path):
 
     def resume_once():
         attempt[0] += 1
-        workspace.prepare(box.ws, {"attempt": attempt[0], "code_tree": None, "data": []}, box.store, resume=tree)
+        workspace.prepare(box.ws, Run(project="p", number=1, state="starting", attempt=attempt[0]), box.store,
+                          resume=tree)
     _race(_hostile_names(box.ws / "output", box.secret.folder), box.state, resume_once,
           allowed=(FloyddError, OSError))
     assert box.secret.state() == before

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from floydd.model import Run
 from floydd.runtime import checkpoint
 from floydd.runtime.workspace import prepare, release_inputs
 from floydd.store import Store
@@ -18,8 +19,8 @@ def store(tmp_path):
         yield s
 
 
-def _job(attempt: int) -> dict:
-    return {"attempt": attempt, "code_tree": None, "data": []}
+def _job(attempt: int) -> Run:
+    return Run(project="p", number=1, state="starting", attempt=attempt, code_tree=None, data=())
 
 
 def test_a_rerun_starts_from_the_last_output_writable_and_a_new_attempt_forgets_it(store, tmp_path):

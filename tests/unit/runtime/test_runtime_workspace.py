@@ -12,10 +12,24 @@ from floydd.agent.spec import BindMount
 from floydd.agent.status import Status, process_start_time
 from floydd.agent.stop import read_stop
 from floydd.errors import InvalidSpec, UnsafePath
-from floydd.runtime import spawn
-from floydd.runtime.workspace import attempt_log, job_dir, plan_mounts, prepare, release_inputs
+from floydd.model import Run
+from floydd.runtime import spawn, workspace
+from floydd.runtime.workspace import attempt_log, job_dir, release_inputs
 from floydd.store import Store
 from tests.conftest import wait_until
+
+
+def _run(row: dict) -> Run:
+    """The run of job p/1 whose record holds ``row``."""
+    return Run.from_row({"project": "p", "number": 1, "state": "starting", "created": 0.0, **row})
+
+
+def prepare(ws, row: dict, store, **kw):
+    return workspace.prepare(ws, _run(row), store, **kw)
+
+
+def plan_mounts(data: list[dict]):
+    return workspace.plan_mounts(_run({"data": data}).data)
 
 
 @pytest.fixture
