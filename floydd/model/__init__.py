@@ -20,7 +20,8 @@ One module per concept, each importing only those above it:
 - ``spec``: the spec a job runs with and its stored form;
 - ``job``: a job as the cluster keeps it, typed, and its placement's parts (where each runs, on which GPUs);
 - ``submission``: the request bodies that make a job (a submission, a restart's changes);
-- ``gangcommand``: what the command of a job over several boxes may be (torchrun's rendezvous is floydd's).
+- ``gangcommand``: what the command of a job over several boxes may be (torchrun's rendezvous is floydd's);
+- ``view``: a job as the API answers it and the CLI and the TUI read it (:class:`JobView`), not the cluster's record.
 
 Every name is imported from here (``from floydd.model import JobKey``), not from its module.
 """
@@ -28,7 +29,8 @@ Every name is imported from here (``from floydd.model import JobKey``), not from
 from __future__ import annotations
 
 from floydd.model.states import (ACTIVE_STATES, FINAL_STATES, OPEN_STATES, REQUEUE, RUN_OUTCOMES, STATES, STOP_OUTCOMES,
-                                 TRANSITIONS, UNSUCCESSFUL_STATES, WAITING_STATES, check_state, check_transition)
+                                 TRANSITIONS, UNSUCCESSFUL_STATES, WAITING_STATES, JobState, check_state,
+                                 check_transition)
 from floydd.model.names import (DATASET_PATTERN, MAX_PATH, PROJECT_PATTERN, DatasetRef, JobKey, check_abs_path,
                                 check_dataset_name, check_project, check_upload_name, parse_job_key, parse_ref)
 from floydd.model.mounts import (MAX_MOUNTS, WORKSPACE_NAMES, Mount, MountRequest, check_mount_target, check_mounts,
@@ -45,6 +47,8 @@ from floydd.model.job import Job, JobPart, unsettled_on
 from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
                                      Submission, check_max_runtime)
 from floydd.model.gangcommand import check_gang_command
+from floydd.model.view import (EventView, JobView, MetricView, PartView, ResourcesView, RestartView, decode_job,
+                               decode_jobs)
 
 __all__ = [
     "STATES", "FINAL_STATES", "ACTIVE_STATES", "OPEN_STATES", "WAITING_STATES", "UNSUCCESSFUL_STATES", "RUN_OUTCOMES",
@@ -61,5 +65,6 @@ __all__ = [
     "MAX_RUNTIME", "check_max_runtime", "RECORD_FIELDS", "RestartPolicy", "RESTART_POLICIES",
     "DEFAULT_MAX_ATTEMPTS", "DEFAULT_RESTART", "DEFAULT_LOST_AFTER", "DEFAULT_ENV", "DEFAULT_MODE",
     "DEFAULT_CHECKPOINT_INTERVAL", "DEFAULT_STOP_GRACE", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "parse_duration",
-    "CODE_UPLOAD_PATTERN", "check_gang_command",
+    "CODE_UPLOAD_PATTERN", "check_gang_command", "JobState",
+    "JobView", "PartView", "ResourcesView", "MetricView", "EventView", "RestartView", "decode_job", "decode_jobs",
 ]
