@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from floydd.errors import InternalError
 from floydd.model.mounts import Mount
+from floydd.model.resources import Resources
 from floydd.model.states import JobState
 
 __all__ = ["ResourcesView", "MetricView", "PartView", "EventView", "RestartView", "JobView", "decode_job",
@@ -40,6 +41,10 @@ class ResourcesView:
     nodes: int = 1
     cpus: float = 0
     memory: int = 0
+
+    def asked(self) -> Resources:
+        """What was asked, as the model's :class:`~floydd.model.Resources` (which describes it)."""
+        return Resources(gpu_count=self.gpus, nodes=self.nodes or 1, cpus=self.cpus, memory=self.memory)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
