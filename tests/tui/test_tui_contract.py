@@ -33,7 +33,7 @@ from floydd.scheduler import storehealth
 from floydd.cluster.state.commands import NODE_STATUSES
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
-from floydd.model import STATES
+from floydd.model import STATES, decode_job
 from floydd.records import Records
 from tests.conftest import wait_until
 from tests.tui.fake_cluster import FakeCluster
@@ -142,6 +142,16 @@ def test_a_renamed_or_missing_required_field_fails(daemon_answers) -> None:
             msgspec.convert(broken, kind)
     with pytest.raises(msgspec.ValidationError, match="health"):   # what the daemon said before the fix
         msgspec.convert({**node, "health": "up"}, schemas.Node)
+
+
+def test_the_client_reads_every_job_answer_as_sent(daemon_answers) -> None:
+    """What ``floyd`` and ``floyd top`` decode (:func:`floydd.model.decode_job`) is the answer itself:
+    nothing made up where the daemon said something."""
+    ops = [("get", JOB), ("post", "/v1/jobs"), ("get", JOB + "/wait"), ("post", JOB + "/stop"),
+           ("post", JOB + "/restart"), ("delete", JOB), "history delete"]
+    answers = [a for op in ops for a in daemon_answers[op]] + list(daemon_answers[("get", "/v1/jobs")][0])
+    for answer in answers:
+        assert decode_job(answer) == msgspec.convert(answer, schemas.JobView)
 
 
 def test_the_closed_sets_are_the_daemons() -> None:
