@@ -24,9 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from floydd.answers import decode_job, decode_jobs
 from floydd.client import GONE
 from floydd.errors import FloyddError, Forbidden, Unavailable
-from floydd.model import OPEN_STATES, decode_job, decode_jobs
+from floydd.model import OPEN_STATES
 from floydd.tui.poll import Comparison, Detail, LogLine, Points, Snapshot, View, Want
 
 __all__ = ["Poller", "Stop", "Restart", "Outcome"]

@@ -15,9 +15,10 @@ from floydd.cli.policy import describe_policy
 from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.cli.table import cut, print_table
 from floydd.cli.project import find_project, job_key
+from floydd.answers import decode_job, decode_jobs
 from floydd.client import Client
 from floydd.errors import FloyddError, UserError
-from floydd.model import FINAL_STATES, JobView, MetricView, ResourcesView, decode_job, decode_jobs
+from floydd.model import FINAL_STATES, JobView, MetricView, ResourcesView
 from floydd.present import human_duration
 
 __all__ = ["status", "info", "logs", "stop", "output", "clone", "delete", "compare", "follow_logs", "follow_to_end"]
@@ -78,7 +79,6 @@ def status(job, all_jobs, limit, page, since, owner, mine, as_json, stale) -> No
         fail("--mine and --user say the same thing twice", "give one: --mine, or --user NAME")
     if mine:
         owner = client.whoami()["person"]
-    more = False
     if job:
         answer = [client.job(job_key(job))]
     else:

@@ -7,6 +7,7 @@ import uuid
 
 import click
 
+from floydd.answers import decode_job
 from floydd.cli.common import connect, echo_json, handle_errors
 from floydd.cli.policy import restart_options
 from floydd.cli.jobs import follow_to_end
@@ -14,7 +15,7 @@ from floydd.cli.progress import transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.errors import FloyddError, InvalidSpec, Unavailable
 from floydd.cli.resources import CPU_HELP, MEMORY_HELP, OptionalCounts, resource_fields
-from floydd.model import JobView, check_gang_command, check_max_runtime, check_mounts, check_params, decode_job
+from floydd.model import JobView, check_gang_command, check_max_runtime, check_mounts, check_params
 
 __all__ = ["run", "restart"]
 

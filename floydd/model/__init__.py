@@ -47,8 +47,7 @@ from floydd.model.job import Job, JobPart, unsettled_on
 from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
                                      Submission, check_max_runtime)
 from floydd.model.gangcommand import check_gang_command
-from floydd.model.view import (EventView, JobView, MetricView, PartView, ResourcesView, RestartView, decode_job,
-                               decode_jobs)
+from floydd.model.view import EventView, JobView, MetricView, PartView, ResourcesView, RestartView
 
 __all__ = [
     "STATES", "FINAL_STATES", "ACTIVE_STATES", "OPEN_STATES", "WAITING_STATES", "UNSUCCESSFUL_STATES", "RUN_OUTCOMES",
@@ -66,5 +65,5 @@ __all__ = [
     "DEFAULT_MAX_ATTEMPTS", "DEFAULT_RESTART", "DEFAULT_LOST_AFTER", "DEFAULT_ENV", "DEFAULT_MODE",
     "DEFAULT_CHECKPOINT_INTERVAL", "DEFAULT_STOP_GRACE", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "parse_duration",
     "CODE_UPLOAD_PATTERN", "check_gang_command", "JobState",
-    "JobView", "PartView", "ResourcesView", "MetricView", "EventView", "RestartView", "decode_job", "decode_jobs",
+    "JobView", "PartView", "ResourcesView", "MetricView", "EventView", "RestartView",
 ]

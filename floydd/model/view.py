@@ -4,31 +4,21 @@
 and the answers of submit, wait, stop, restart and delete), not the cluster's record
 (:class:`floydd.model.Job`): the daemon's answers are these types (their JSON schemas are
 ``/v1/openapi.json``'s, the contract tests hold the daemon to them), and the CLI and the TUI
-decode an answer into them once, where it arrives, with :func:`decode_job`.
-
-A ``floyd`` may talk to a daemon of another release (an upgrade goes box by box), so the
-client decodes leniently: a field the daemon did not send gets the empty value of its type
-(``""``, ``0``, None, ``{}``, ``()``), except the four a job is nothing without (``id``,
-``project``, ``number``, ``state``); fields it does not know are ignored. What cannot be read
-is a :class:`~floydd.errors.InternalError` naming the field, never a traceback. The required
-fields stay required in the types themselves: they are what the daemon promises.
+decode an answer into them once, where it arrives (:func:`floydd.answers.decode_job`, which
+is lenient with a daemon of another release). The required fields stay required here: they
+are what the daemon promises.
 """
 
 from __future__ import annotations
 
-import functools
-import types
-import typing
-from dataclasses import MISSING, dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from floydd.errors import InternalError
 from floydd.model.mounts import Mount
 from floydd.model.resources import Resources
 from floydd.model.states import JobState
 
-__all__ = ["ResourcesView", "MetricView", "PartView", "EventView", "RestartView", "JobView", "decode_job",
-           "decode_jobs"]
+__all__ = ["ResourcesView", "MetricView", "PartView", "EventView", "RestartView", "JobView"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,81 +143,3 @@ class JobView:
     imported: dict[str, Any] | None = None
     """A job brought from another site (``floyd import``): the origin's fingerprint, kind and
     name, the job's id there, who exported it and when (:mod:`floydd.cluster.state.imported`)."""
-
-
-_ESSENTIAL = frozenset({"id", "project", "number", "state"})
-"""The fields of :class:`JobView` a lenient decode does not make up."""
-
-
-def decode_job(answer: object) -> JobView:
-    """A job answer of the daemon (its JSON, decoded) as a :class:`JobView`, leniently (see the
-    module's docstring); an answer that is no job raises :class:`~floydd.errors.InternalError`."""
-    import msgspec      # only when a job is read: `floyd --help` need not load it
-
-    if not isinstance(answer, dict):
-        raise _malformed(f"a job is a JSON object, not {type(answer).__name__}")
-    missing = sorted(_ESSENTIAL - answer.keys())
-    if missing:
-        raise _malformed(f"a job without {', '.join(missing)}")
-    try:
-        return msgspec.convert(_filled(JobView, answer), JobView)
-    except msgspec.ValidationError as exc:
-        raise _malformed(f"{str(answer.get('id'))[:80]}: {exc}") from None
-
-
-def decode_jobs(answer: object) -> list[JobView]:
-    """A list of job answers (``GET /v1/jobs``) as views."""
-    if not isinstance(answer, list):
-        raise _malformed(f"a list of jobs is a JSON array, not {type(answer).__name__}")
-    return [decode_job(item) for item in answer]
-
-
-def _malformed(what: str) -> InternalError:
-    return InternalError(f"floydd answered a job this floyd cannot read: {what}",
-                         hint="floyd and floydd may be of different releases: `floyd --version` and "
-                              "`floydd status` say which; update the older one", code="malformed_answer")
-
-
-def _filled(kind: type, raw: dict) -> dict:
-    """``raw`` with every required field of dataclass ``kind`` it lacks set to the empty value
-    of the field's type, in the dataclasses inside it too."""
-    out = dict(raw)
-    for name, hint, required in _fields_of(kind):
-        if name not in out:
-            if required and not (kind is JobView and name in _ESSENTIAL):
-                out[name] = _empty(hint)
-        else:
-            out[name] = _fill_value(hint, out[name])
-    return out
-
-
-def _fill_value(hint: Any, value: Any) -> Any:
-    if is_dataclass(hint) and isinstance(value, dict):
-        return _filled(hint, value)
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return _fill_value(inner[0], value) if len(inner) == 1 and value is not None else value
-    if origin is tuple and args and isinstance(value, list):
-        return [_fill_value(args[0], item) for item in value]
-    if origin is dict and len(args) == 2 and isinstance(value, dict):
-        return {k: _fill_value(args[1], v) for k, v in value.items()}
-    return value
-
-
-def _empty(hint: Any) -> Any:
-    if is_dataclass(hint):
-        return _filled(hint, {})
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType) and type(None) in args:
-        return None
-    if origin is Literal:
-        return args[0]
-    return {str: "", int: 0, float: 0.0, bool: False, dict: {}, tuple: [], list: []}[origin or hint]
-
-
-@functools.cache
-def _fields_of(kind: type) -> tuple[tuple[str, Any, bool], ...]:
-    """Each field of dataclass ``kind``: its name, its type, whether it has no default."""
-    hints = typing.get_type_hints(kind)
-    return tuple((f.name, hints[f.name], f.default is MISSING and f.default_factory is MISSING) for f in fields(kind))

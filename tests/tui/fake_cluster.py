@@ -18,7 +18,8 @@ import zlib
 from typing import Iterator
 
 from floydd.errors import Conflict, InvalidSpec, NotFound, Unavailable
-from floydd.model import JobView, MetricView, decode_job
+from floydd.answers import decode_job
+from floydd.model import JobView, MetricView
 
 __all__ = ["FakeCluster", "FakeClient", "NOW"]
 

@@ -33,7 +33,8 @@ from floydd.scheduler import storehealth
 from floydd.cluster.state.commands import NODE_STATUSES
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
-from floydd.model import STATES, decode_job
+from floydd.answers import decode_job
+from floydd.model import STATES
 from floydd.records import Records
 from tests.conftest import wait_until
 from tests.tui.fake_cluster import FakeCluster

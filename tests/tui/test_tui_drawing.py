@@ -9,7 +9,7 @@ from floydd.tui.screens.cluster import cluster_rows
 from floydd.tui.screens.jobs import STATE_FILTERS, job_rows
 from floydd.tui.widgets.banner import banner_text
 from floydd.tui.widgets.chart import Series, plot_lines
-from floydd.model import decode_jobs
+from floydd.answers import decode_jobs
 from tests.tui.fake_cluster import GIB, NOW, FakeClient, job_view, metric_view
 
 

@@ -9,7 +9,8 @@ import pytest
 from floydd.cli.jobs import _status_table, since_time
 from floydd.cli.table import cut, render
 from floydd.errors import UserError
-from floydd.model import JobView, decode_job
+from floydd.answers import decode_job
+from floydd.model import JobView
 
 
 def _job(n: int, **kw) -> JobView:

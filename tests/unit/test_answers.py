@@ -1,12 +1,14 @@
-"""A job answer decodes into :class:`floydd.model.JobView` leniently: a daemon of another
-release may leave fields out or send new ones, and a broken answer is an error, not a traceback."""
+"""A job answer decodes into :class:`floydd.model.JobView` leniently (:mod:`floydd.answers`): a daemon
+of another release may leave fields out or send new ones, and a broken answer is an error, not a
+traceback."""
 
 from __future__ import annotations
 
 import pytest
 
+from floydd.answers import decode_job, decode_jobs
 from floydd.errors import InternalError
-from floydd.model import JobView, Mount, decode_job, decode_jobs
+from floydd.model import JobView, Mount
 
 FULL = {"id": "mnist/3", "project": "mnist", "number": 3, "state": "running", "reason": "", "command": "python t.py",
         "params": {"lr": "0.1"}, "code_tree": "ab" * 32, "data": [{"ref": "digits:1", "tree": "cd" * 32,
