@@ -9,7 +9,8 @@ first value), except the four a job is nothing without (``id``, ``project``, ``n
 :class:`~floydd.errors.InternalError` that says so, never a traceback. An answer of this
 release is converted by msgspec alone; the filling is only for one that lacks fields.
 
-msgspec is imported when a job is read, not with this module: ``floyd --help`` does not load it.
+msgspec and the view types are loaded when a job is read, not with this module: ``floyd --help``
+does not load them.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import functools
 import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from floydd.errors import InternalError
-from floydd.model import JobView
+
+if TYPE_CHECKING:
+    from floydd.model import JobView
 
 __all__ = ["decode_job", "decode_jobs"]
 
@@ -30,6 +33,8 @@ def decode_job(answer: object) -> JobView:
     """A job answer of the daemon (its JSON, decoded) as a :class:`JobView`, leniently (see the
     module's docstring); an answer that is no job raises :class:`~floydd.errors.InternalError`."""
     import msgspec
+
+    from floydd.model import JobView
 
     if not isinstance(answer, dict):
         raise _malformed(f"a job is a JSON object, not {type(answer).__name__}")
@@ -41,7 +46,7 @@ def decode_job(answer: object) -> JobView:
     except msgspec.ValidationError:
         pass
     try:
-        return msgspec.convert(_filled(JobView, answer), JobView)
+        return msgspec.convert(_filled(JobView, answer, keep=_ESSENTIAL), JobView)
     except msgspec.ValidationError as exc:
         raise _malformed(f"{str(answer.get('id'))[:80]}: {exc}") from None
 
@@ -49,6 +54,8 @@ def decode_job(answer: object) -> JobView:
 def decode_jobs(answer: object) -> list[JobView]:
     """A list of job answers (``GET /v1/jobs``) as views."""
     import msgspec
+
+    from floydd.model import JobView
 
     if not isinstance(answer, list):
         raise _malformed(f"a list of jobs is a JSON array, not {type(answer).__name__}")
@@ -68,15 +75,15 @@ def _malformed(what: str) -> InternalError:
                               "`floydd status` say which; update the older one", code="malformed_answer")
 
 
-def _filled(kind: type, raw: dict) -> dict:
-    """``raw`` with every required field of dataclass ``kind`` it lacks set to the empty value
-    of the field's type, in the dataclasses inside it too."""
+def _filled(kind: type, raw: dict, keep: frozenset[str] = frozenset()) -> dict:
+    """``raw`` with every required field of dataclass ``kind`` it lacks (but those in ``keep``)
+    set to the empty value of the field's type, in the dataclasses inside it too."""
     out = dict(raw)
     for name, hint, required, fill in _plan(kind):
         if name in out:
             if fill is not None:
                 out[name] = fill(out[name])
-        elif required and not (kind is JobView and name in _ESSENTIAL):
+        elif required and name not in keep:
             out[name] = _empty(hint)
     return out
 

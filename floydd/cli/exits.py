@@ -8,7 +8,10 @@ A job may exit with any of these codes itself: ``floyd info JOB`` tells them apa
 
 from __future__ import annotations
 
-from floydd.model import JobView
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from floydd.model import JobView
 
 __all__ = ["OK", "ERROR", "TIMEOUT", "NOT_FOLLOWED", "INTERRUPTED", "STOPPED", "LOST", "HELP", "of_job"]
 

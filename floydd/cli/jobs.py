@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 from datetime import datetime
 from pathlib import Path
 
@@ -18,8 +19,11 @@ from floydd.cli.project import find_project, job_key
 from floydd.answers import decode_job, decode_jobs
 from floydd.client import Client
 from floydd.errors import FloyddError, UserError
-from floydd.model import FINAL_STATES, JobView, MetricView, ResourcesView
+from floydd.model import FINAL_STATES
 from floydd.present import human_duration
+
+if TYPE_CHECKING:
+    from floydd.model import JobView, MetricView, ResourcesView
 
 __all__ = ["status", "info", "logs", "stop", "output", "clone", "delete", "compare", "follow_logs", "follow_to_end"]
 

@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from floydd.model import DEFAULT_MAX_ATTEMPTS, DEFAULT_RESTART, RESTART_POLICIES, JobView, RestartPolicy, parse_duration
+from floydd.model import DEFAULT_MAX_ATTEMPTS, DEFAULT_RESTART, RESTART_POLICIES, RestartPolicy, parse_duration
+
+if TYPE_CHECKING:
+    from floydd.model import JobView
 
 __all__ = ["restart_options", "describe_policy"]
 

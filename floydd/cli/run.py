@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,7 +16,11 @@ from floydd.cli.progress import transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.errors import FloyddError, InvalidSpec, Unavailable
 from floydd.cli.resources import CPU_HELP, MEMORY_HELP, OptionalCounts, resource_fields
-from floydd.model import JobView, check_gang_command, check_max_runtime, check_mounts, check_params
+from floydd.model import check_gang_command, check_max_runtime, check_mounts, check_params
+
+
+if TYPE_CHECKING:
+    from floydd.model import JobView
 
 __all__ = ["run", "restart"]
 

@@ -28,6 +28,8 @@ Every name is imported from here (``from floydd.model import JobKey``), not from
 
 from __future__ import annotations
 
+import importlib
+
 from floydd.model.states import (ACTIVE_STATES, FINAL_STATES, OPEN_STATES, REQUEUE, RUN_OUTCOMES, STATES, STOP_OUTCOMES,
                                  TRANSITIONS, UNSUCCESSFUL_STATES, WAITING_STATES, JobState, check_state,
                                  check_transition)
@@ -47,7 +49,6 @@ from floydd.model.job import Job, JobPart, unsettled_on
 from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
                                      Submission, check_max_runtime)
 from floydd.model.gangcommand import check_gang_command
-from floydd.model.view import EventView, JobView, MetricView, PartView, ResourcesView, RestartView
 
 __all__ = [
     "STATES", "FINAL_STATES", "ACTIVE_STATES", "OPEN_STATES", "WAITING_STATES", "UNSUCCESSFUL_STATES", "RUN_OUTCOMES",
@@ -67,3 +68,13 @@ __all__ = [
     "CODE_UPLOAD_PATTERN", "check_gang_command", "JobState",
     "JobView", "PartView", "ResourcesView", "MetricView", "EventView", "RestartView",
 ]
+
+_VIEWS = frozenset({"JobView", "PartView", "ResourcesView", "MetricView", "EventView", "RestartView"})
+
+
+def __getattr__(name: str) -> object:
+    """The job view types (:mod:`floydd.model.view`) are made when first asked for: ``floyd``
+    starts without building them (six dataclasses cost it about 6 ms)."""
+    if name in _VIEWS:
+        return getattr(importlib.import_module("floydd.model.view"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
