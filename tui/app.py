@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from textual import work
 from textual.app import App, ScreenStackError
@@ -30,7 +30,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from floydd.model import OPEN_STATES
+from floydd.model import OPEN_STATES, JobView
 from floydd.tui.poll import Snapshot, Want
 from floydd.tui.poller import Outcome, Poller, Restart, Stop
 from floydd.tui.screens.base import SnapshotScreen
@@ -139,8 +139,8 @@ class FloydTop(App[None]):
     def open_job(self, key: str, *, logs: bool = False) -> None:
         self.push_screen(JobDetailScreen(key, logs=logs))
 
-    def confirm_stop(self, job: Mapping[str, Any]) -> None:
-        key, state = str(job.get("id")), job.get("state")
+    def confirm_stop(self, job: JobView) -> None:
+        key, state = job.id, job.state
         if state not in OPEN_STATES:
             self.notify(f"{key} is {state}; only queued or running jobs can be stopped", severity="warning")
             return
@@ -149,11 +149,11 @@ class FloydTop(App[None]):
             if yes:
                 self.command(Stop(key))
 
-        self.push_screen(Confirm(f"Stop {key} ({state}, {job.get('user') or 'unknown user'})?\n"
+        self.push_screen(Confirm(f"Stop {key} ({state}, {job.user or 'unknown user'})?\n"
                                  "Its processes get SIGTERM, then SIGKILL.", yes="Stop"), answered)
 
-    def confirm_restart(self, job: Mapping[str, Any]) -> None:
-        key = str(job.get("id"))
+    def confirm_restart(self, job: JobView) -> None:
+        key = job.id
 
         def answered(yes: bool | None) -> None:
             if yes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from floydd.model import JobView, MetricView
 from floydd.present import human_bytes
 
 __all__ = ["human_bytes", "used_total", "duration", "job_seconds", "bar", "spark", "number",
@@ -45,9 +46,9 @@ def duration(seconds: float | None) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
-def job_seconds(job: Mapping[str, Any], now: float) -> float | None:
+def job_seconds(job: JobView, now: float) -> float | None:
     """How long a job ran (or has run so far); for a queued job, how long it waited."""
-    started, ended, created = job.get("started"), job.get("ended"), job.get("created")
+    started, ended, created = job.started, job.ended, job.created
     if started:
         return (ended or now) - started
     if created and not ended:
@@ -107,13 +108,11 @@ def health_style(health: str | None) -> str:
     return "bold red"
 
 
-def metric_summary(metrics: Mapping[str, Any] | None, limit: int = 3) -> str:
+def metric_summary(metrics: Mapping[str, MetricView] | None, limit: int = 3) -> str:
     """``"loss 0.231 · acc 0.93"``: the last value of the first few metrics, by name."""
     if not metrics:
         return ""
     parts = []
     for name in sorted(metrics)[:limit]:
-        entry = metrics[name]
-        last = entry.get("last") if isinstance(entry, Mapping) else entry
-        parts.append(f"{name} {number(last)}")
+        parts.append(f"{name} {number(metrics[name].last)}")
     return " · ".join(parts)

@@ -7,14 +7,17 @@ changed; screens draw from the latest one and nothing else. ``now`` is the polle
 at the time of the poll, so a duration shown on screen is a pure function of the snapshot
 (tests inject the clock and get the same picture every time).
 
-The dicts inside (nodes, jobs, ...) are the API's JSON as the client returned
-it; treat them as read-only.
+Jobs are :class:`~floydd.model.JobView` values, decoded where the poller fetched them; the
+dicts inside (info, nodes, ...) are the API's JSON as the client returned it; treat them as
+read-only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from floydd.model import JobView
 
 __all__ = ["View", "Want", "LogLine", "Detail", "Comparison", "Snapshot"]
 
@@ -57,7 +60,7 @@ class Detail:
     """One job in depth, for the job detail screen."""
 
     key: str
-    job: Mapping[str, Any] | None = None
+    job: JobView | None = None
     metrics: Mapping[str, Points] = field(default_factory=dict)
     system: tuple[Mapping[str, Any], ...] = ()
     log: tuple[LogLine, ...] = ()
@@ -94,7 +97,7 @@ class Snapshot:
     """When the daemon last answered (data below is that old when unreachable)."""
     info: Mapping[str, Any] | None = None
     nodes: tuple[Mapping[str, Any], ...] | None = None
-    jobs: tuple[Mapping[str, Any], ...] | None = None
+    jobs: tuple[JobView, ...] | None = None
     """Every job (jobs and experiments views) or only the running ones (cluster view)."""
     all_jobs: bool = False
     history: Mapping[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)

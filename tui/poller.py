@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from floydd.answers import decode_job, decode_jobs
 from floydd.client import GONE
 from floydd.errors import FloyddError, Forbidden, Unavailable
 from floydd.model import OPEN_STATES
@@ -148,10 +149,10 @@ class Poller:
             nodes = tuple(self.client.nodes())
             parts["nodes"] = nodes
             parts["history"] = self._record_history(nodes)
-            parts["jobs"] = tuple(self.client.jobs(state="running"))
+            parts["jobs"] = tuple(decode_jobs(self.client.jobs(state="running")))
             parts["all_jobs"] = False
         elif want.view in (View.JOBS, View.EXPERIMENTS):
-            parts["jobs"] = tuple(self.client.jobs())
+            parts["jobs"] = tuple(decode_jobs(self.client.jobs()))
             parts["all_jobs"] = True
         if want.view == View.DETAIL and want.job:
             parts["detail"] = self._detail(want.job)
@@ -179,20 +180,21 @@ class Poller:
 
     def _detail(self, key: str) -> Detail:
         try:
-            job = self.client.job(key)
+            answer = self.client.job(key)
         except Unavailable:
             raise
         except FloyddError as exc:
             return Detail(key=key, error=exc.message)
-        log_id = (key, job.get("attempts"))   # a rerun writes a new log (the latest attempt's): from its start
+        job = decode_job(answer)
+        log_id = (key, job.attempts)   # a rerun writes a new log (the latest attempt's): from its start
         if log_id != self._log_key:
             self._log_key, self._log_offset, self._log_total = log_id, 0, 0
             self._log.clear()
         try:
-            series, system = self._metrics(key, job.get("state"))
+            series, system = self._metrics(key, job.state)
         except Forbidden:           # a box whose job_logs is owner: the job, not its numbers (its log says why)
             series, system = {}, ()
-        note = self._read_log(key, ended=job.get("state") not in OPEN_STATES)
+        note = self._read_log(key, ended=job.state not in OPEN_STATES)
         return Detail(key=key, job=job, metrics=series, system=system, log=tuple(self._log) + note,
                       log_total=self._log_total)
 

@@ -13,8 +13,8 @@ from aiohttp import web
 import floydd
 from floydd.api.request import reply
 from floydd.api.schemas import (ApiToken, AuditCheck, AuditEntry, Cluster, CodeUpload, Compare, DatasetDeleted,
-                                DatasetInfo, DatasetVersion, Drained, Error, GcReport, ImportResult, Info, Job, JobCheck,
-                                JoinToken, Left, Metrics, Node, Person, PersonRemoved, Removed, TokenRecord, WhoAmI)
+                                DatasetInfo, DatasetVersion, Drained, Error, GcReport, ImportResult, Info, JobCheck,
+                                JobView, JoinToken, Left, Metrics, Node, Person, PersonRemoved, Removed, TokenRecord, WhoAmI)
 from floydd.api.schemas import AuditHead, CaInfo, StoreKeyReport, StoreKeyRotated
 from floydd.api.cluster import MAX_TTL
 from floydd.api.jobs import MAX_LIST, MAX_WAIT
@@ -22,7 +22,7 @@ from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
 
 routes = web.RouteTableDef()
 
-_TYPES = (Submission, Restart, Error, Info, list[Node], Job, list[Job], Metrics, Compare, CodeUpload, JobCheck,
+_TYPES = (Submission, Restart, Error, Info, list[Node], JobView, list[JobView], Metrics, Compare, CodeUpload, JobCheck,
           list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Drained, Removed,
           list[TokenRecord],
           TokenRecord, list[AuditEntry], AuditCheck, list[Person], Person, PersonRemoved,
@@ -125,20 +125,20 @@ PATHS = {
     "/v1/jobs": {"get": _op("Jobs, newest first (archived ones too): limit jobs from offset (default: every job), "
                             "created at or after since (unix seconds), submitted by user (a person's name); stale=1 reads "
                             "this node's copy",
-                            list[Job], params=_q("project", "state", "stale", "user", limit=_count(1), offset=_count(0),
+                            list[JobView], params=_q("project", "state", "stale", "user", limit=_count(1), offset=_count(0),
                                                  since={"type": "number", "minimum": 0, "maximum": 2**53})),
-                 "post": _queue_limited(_op("Submit a job", Job, body=SUBMIT, status="201"))},
+                 "post": _queue_limited(_op("Submit a job", JobView, body=SUBMIT, status="201"))},
     "/v1/jobs/check": {"post": _queue_limited(_op("Would POST /v1/jobs take this job? The same body, the code not "
                                                   "looked at; refused as the submit would be (ask before sending the "
                                                   "code)", JobCheck, body=SUBMIT))},
-    "/v1/jobs/{project}/{number}": {"get": _op("One job with metric summary and events", Job, params=_JOB),
-                                    "delete": _op("Delete an ended job, its records and output", Job, params=_JOB)},
+    "/v1/jobs/{project}/{number}": {"get": _op("One job with metric summary and events", JobView, params=_JOB),
+                                    "delete": _op("Delete an ended job, its records and output", JobView, params=_JOB)},
     "/v1/jobs/{project}/{number}/metrics": {"get": _op("Metric series and system samples", Metrics, params=_JOB)},
-    "/v1/jobs/{project}/{number}/wait": {"get": _op("Block until the job ended (or timeout seconds passed)", Job,
+    "/v1/jobs/{project}/{number}/wait": {"get": _op("Block until the job ended (or timeout seconds passed)", JobView,
                                                     params=_JOB + _q(timeout={"type": "number", "minimum": 0,
                                                                               "maximum": MAX_WAIT}))},
-    "/v1/jobs/{project}/{number}/stop": {"post": _op("Stop a queued or running job", Job, params=_JOB)},
-    "/v1/jobs/{project}/{number}/restart": {"post": _queue_limited(_op("Run the job again with overrides", Job,
+    "/v1/jobs/{project}/{number}/stop": {"post": _op("Stop a queued or running job", JobView, params=_JOB)},
+    "/v1/jobs/{project}/{number}/restart": {"post": _queue_limited(_op("Run the job again with overrides", JobView,
                                                                        params=_JOB, body=_body(Restart),
                                                                        status="201"))},
     "/v1/jobs/{project}/{number}/logs": {"get": {

@@ -8,7 +8,10 @@ A job may exit with any of these codes itself: ``floyd info JOB`` tells them apa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from floydd.model import JobView
 
 __all__ = ["OK", "ERROR", "TIMEOUT", "NOT_FOLLOWED", "INTERRUPTED", "STOPPED", "LOST", "HELP", "of_job"]
 
@@ -48,9 +51,9 @@ floyd run -f and floyd restart -f exit with the job's own exit code:
 """The exit codes as ``floyd --help`` shows them (click keeps ``\\b`` blocks as written)."""
 
 
-def of_job(job: dict[str, Any]) -> int:
+def of_job(job: JobView) -> int:
     """The exit code of ``floyd run -f`` for ``job``, which has ended."""
-    state = job.get("state")
+    state = job.state
     if state == "success":
         return OK
     if state == "timeout":
@@ -59,7 +62,7 @@ def of_job(job: dict[str, Any]) -> int:
         return STOPPED
     if state == "lost":
         return LOST
-    code = job.get("exit_code")
+    code = job.exit_code
     if isinstance(code, int) and not isinstance(code, bool) and 0 < code < 256:
         return code
     return ERROR                    # failed without an exit code of its own (or one a shell cannot give)

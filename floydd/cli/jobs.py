@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 from datetime import datetime
 from pathlib import Path
 
@@ -15,34 +16,38 @@ from floydd.cli.policy import describe_policy
 from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.cli.table import cut, print_table
 from floydd.cli.project import find_project, job_key
+from floydd.answers import decode_job, decode_jobs
 from floydd.client import Client
 from floydd.errors import FloyddError, UserError
 from floydd.model import FINAL_STATES
 from floydd.present import human_duration
 
+if TYPE_CHECKING:
+    from floydd.model import JobView, MetricView, ResourcesView
+
 __all__ = ["status", "info", "logs", "stop", "output", "clone", "delete", "compare", "follow_logs", "follow_to_end"]
 
 
-def _outage_text(j: dict) -> str:
+def _outage_text(job: JobView) -> str:
     """`` (box out of touch 40s)`` for an unknown job, `` (run 2)`` for a rerun; else ""."""
-    if j["state"] == "unknown" and j.get("unknown_since"):
-        return f" (box out of touch {max(0, time.time() - j['unknown_since']):.0f}s)"
-    return f" (run {j['reruns'] + 1})" if j.get("reruns") and j["state"] not in ("queued",) else ""
+    if job.state == "unknown" and job.unknown_since:
+        return f" (box out of touch {max(0, time.time() - job.unknown_since):.0f}s)"
+    return f" (run {job.reruns + 1})" if job.reruns and job.state not in ("queued",) else ""
 
 
-def _output_text(job: dict) -> str:
+def _output_text(job: JobView) -> str:
     """The /output version, or that the job saved nothing (``""``: /output was empty)."""
-    return job.get("output_version") or ("none: /output was empty" if job.get("output_version") == "" else "-")
+    return job.output_version or ("none: /output was empty" if job.output_version == "" else "-")
 
 
-def _duration(job: dict) -> str:
-    if not job.get("started"):
+def _duration(job: JobView) -> str:
+    if not job.started:
         return "-"
-    return human_duration((job.get("ended") or time.time()) - job["started"])
+    return human_duration((job.ended or time.time()) - job.started)
 
 
-def _metrics_text(metrics: dict, limit: int = 3) -> str:
-    return "  ".join(f"{k}={_num(v['last'])}" for k, v in list(metrics.items())[:limit]) or "-"
+def _metrics_text(metrics: dict[str, MetricView], limit: int = 3) -> str:
+    return "  ".join(f"{k}={_num(v.last)}" for k, v in list(metrics.items())[:limit]) or "-"
 
 
 def _num(v) -> str:
@@ -78,9 +83,8 @@ def status(job, all_jobs, limit, page, since, owner, mine, as_json, stale) -> No
         fail("--mine and --user say the same thing twice", "give one: --mine, or --user NAME")
     if mine:
         owner = client.whoami()["person"]
-    more = False
     if job:
-        jobs = [client.job(job_key(job))]
+        answer = [client.job(job_key(job))]
     else:
         project = None
         if not all_jobs:
@@ -93,13 +97,14 @@ def status(job, all_jobs, limit, page, since, owner, mine, as_json, stale) -> No
         if page > 1 and limit is None:
             fail("--page needs a page size", "add --limit N, e.g. floyd status --all --limit 100 --page 2")
         ask = None if limit is None else limit + (0 if as_json else 1)   # one more: are there older ones?
-        jobs = client.jobs(project, stale=stale, limit=ask, offset=(page - 1) * (limit or 0),
-                           since=None if since is None else since_time(since), user=owner)
-        more = not as_json and limit is not None and len(jobs) > limit
-        jobs = jobs[:limit]
+        answer = client.jobs(project, stale=stale, limit=ask, offset=(page - 1) * (limit or 0),
+                             since=None if since is None else since_time(since), user=owner)
     if as_json:
-        echo_json(jobs)
+        echo_json(answer[:limit])
         return
+    jobs = decode_jobs(answer)
+    more = limit is not None and len(jobs) > limit
+    jobs = jobs[:limit]
     if not jobs:
         click.echo("no jobs yet: floyd run \"python train.py\"" if page == 1 and since is None and not job
                    and not owner else "no jobs match")
@@ -111,18 +116,16 @@ def status(job, all_jobs, limit, page, since, owner, mine, as_json, stale) -> No
                    + ", --limit N, --since 2d", err=True)
 
 
-def _status_table(jobs: list[dict]) -> tuple[list[str], list[list[str]]]:
+def _status_table(jobs: list[JobView]) -> tuple[list[str], list[list[str]]]:
     rows = []
-    ran_on = {n for j in jobs for n in [j.get("node")] + [p["node"] for p in j.get("parts") or ()] if n}
+    ran_on = {n for j in jobs for n in [j.node] + [p.node for p in j.parts] if n}
     many_nodes = len(ran_on) > 1                # a cluster: say where each ran
     for j in jobs:
-        state = j["state"] + (f" ({j['waiting_for']})" if j["state"] == "queued" and j.get("waiting_for") else "")
+        state = j.state + (f" ({j.waiting_for})" if j.state == "queued" and j.waiting_for else "")
         state = cut(state + _outage_text(j), _STATE_WIDTH)       # the whole reason: floyd info JOB
-        gpus = ",".join(str(g) for g in j.get("gpus") or []) or ("cpu" if not j["resources"].get("gpus") else "-")
-        parts = j.get("parts") or []
-        where = [(j.get("node") or "-") + (f" +{len(parts) - 1}" if len(parts) > 1 else "")] if many_nodes else []
-        rows.append([j["id"], state, j.get("user") or "-", *where, _duration(j), gpus,
-                     _metrics_text(j.get("metrics") or {}), j["message"]])
+        gpus = ",".join(str(g) for g in j.gpus) or ("cpu" if not j.resources.gpus else "-")
+        where = [(j.node or "-") + (f" +{len(j.parts) - 1}" if len(j.parts) > 1 else "")] if many_nodes else []
+        rows.append([j.id, state, j.user or "-", *where, _duration(j), gpus, _metrics_text(j.metrics), j.message])
     return ["JOB", "STATE", "OWNER", *(["NODE"] if many_nodes else []), "DURATION", "GPUS", "METRICS", "MESSAGE"], rows
 
 
@@ -149,68 +152,68 @@ def since_time(text: str, now: float | None = None) -> float:
 @handle_errors
 def info(job, as_json) -> None:
     """Everything recorded about JOB."""
-    j = connect().job(job_key(job))
+    answer = connect().job(job_key(job))
     if as_json:
-        echo_json(j)
+        echo_json(answer)
         return
+    j = decode_job(answer)
     when = lambda t: datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"  # noqa: E731
     lines = [
-        ("job", j["id"]), ("state", j["state"] + (f": {j['reason']}" if j.get("reason") else "")),
-        ("command", j["command"]), ("message", j["message"] or "-"),
-        ("resources", _resources_text(j["resources"])),
-        ("gpus", ",".join(map(str, j.get("gpus") or [])) or "-"), ("env", j["env"]),
-        ("node", j.get("node") or "-"), ("user", j.get("user") or "-"),
-        ("code", j.get("code_tree") or "-"),
-        ("created", when(j["created"])), ("started", when(j.get("started"))), ("ended", when(j.get("ended"))),
-        ("duration", _duration(j)), ("exit code", _num(j.get("exit_code"))),
+        ("job", j.id), ("state", j.state + (f": {j.reason}" if j.reason else "")),
+        ("command", j.command), ("message", j.message or "-"),
+        ("resources", _resources_text(j.resources)),
+        ("gpus", ",".join(map(str, j.gpus)) or "-"), ("env", j.env),
+        ("node", j.node or "-"), ("user", j.user or "-"),
+        ("code", j.code_tree or "-"),
+        ("created", when(j.created)), ("started", when(j.started)), ("ended", when(j.ended)),
+        ("duration", _duration(j)), ("exit code", _num(j.exit_code)),
         ("output", _output_text(j)),
     ]
-    if j.get("archived"):
+    if j.archived:
         lines.append(("archived", "yes: out of the cluster's hot state (its box keeps its log, metrics, events)"))
-    if j.get("imported"):
-        lines.append(("imported", _imported_text(j["imported"])))
-    if j["state"] == "queued" and j.get("waiting_for"):
-        lines.insert(2, ("waiting", j["waiting_for"]))
-    if not j.get("history"):
+    if j.imported:
+        lines.append(("imported", _imported_text(j.imported)))
+    if j.state == "queued" and j.waiting_for:
+        lines.insert(2, ("waiting", j.waiting_for))
+    if not j.history:
         lines.insert(2, ("restart", describe_policy(j)))
-    if j["state"] == "unknown":
-        lines.insert(2, ("out of touch", f"since {when(j.get('unknown_since'))}: the run may go on; "
+    if j.state == "unknown":
+        lines.insert(2, ("out of touch", f"since {when(j.unknown_since)}: the run may go on; "
                                          "it is lost past the lost-after window"))
-    if j.get("endpoint"):
-        lines.insert(lines.index(("node", j.get("node") or "-")) + 1, ("rendezvous", j["endpoint"]))
+    if j.endpoint:
+        lines.insert(lines.index(("node", j.node or "-")) + 1, ("rendezvous", j.endpoint))
     width = max(len(k) for k, _ in lines)
     for k, v in lines:
         click.echo(f"{k:<{width}}  {v}")
-    for warning in j.get("warnings") or ():
+    for warning in j.warnings:
         click.echo(f"warning: {warning}", err=True)
-    if j.get("parts"):
+    if j.parts:
         click.echo("parts:")
-        for p in j["parts"]:
-            gpus = ",".join(map(str, p["gpus"])) or "cpu"
-            ended = (f", exit code {p['exit_code']}" if p.get("exit_code") is not None else "") + \
-                (f": {p['reason']}" if p.get("reason") else "")
-            click.echo(f"  rank {p['rank']} on {p['node']} (GPUs {gpus}): {p['state']}{ended}")
-    for title, items in (("params", j["params"]), ):
+        for p in j.parts:
+            gpus = ",".join(map(str, p.gpus)) or "cpu"
+            ended = (f", exit code {p.exit_code}" if p.exit_code is not None else "") + \
+                (f": {p.reason}" if p.reason else "")
+            click.echo(f"  rank {p.rank} on {p.node} (GPUs {gpus}): {p.state}{ended}")
+    for title, items in (("params", j.params), ):
         if items:
             click.echo(f"{title}:")
             for k, v in items.items():
                 click.echo(f"  {k} = {v}")
-    if j["data"]:
+    if j.data:
         click.echo("data:")
-        for d in j["data"]:
-            click.echo(f"  {d['ref']} at {d['mount']}")
-    if j.get("metrics"):
+        for d in j.data:
+            click.echo(f"  {d.ref} at {d.mount}")
+    if j.metrics:
         click.echo("metrics:")
-        for name, m in j["metrics"].items():
-            click.echo(f"  {name}: last {_num(m['last'])} (step {_num(m.get('last_step'))}), "
-                       f"min {_num(m['min'])}, max {_num(m['max'])}, {m['count']} points")
-    events = j.get("events") or []
-    if events:
+        for name, m in j.metrics.items():
+            click.echo(f"  {name}: last {_num(m.last)} (step {_num(m.last_step)}), "
+                       f"min {_num(m.min)}, max {_num(m.max)}, {m.count} points")
+    if j.events:
         click.echo("events:")
-        for e in events[-20:]:  # in a cluster: the cluster's decisions and the box's own, in time order
-            click.echo(f"  {when(e.get('ts'))}  {e.get('message', '')}")
-        if len(events) > 20:
-            click.echo(f"  ({len(events) - 20} earlier events: floyd info {j['id']} --json)")
+        for e in j.events[-20:]:  # in a cluster: the cluster's decisions and the box's own, in time order
+            click.echo(f"  {when(e.ts)}  {e.message}")
+        if len(j.events) > 20:
+            click.echo(f"  ({len(j.events) - 20} earlier events: floyd info {j.id} --json)")
 
 
 def _imported_text(note: dict) -> str:
@@ -223,8 +226,8 @@ def _imported_text(note: dict) -> str:
             f"exported by {note.get('exported_by') or '?'} on {when}")
 
 
-def _resources_text(resources: dict) -> str:
-    gpus, nodes = resources.get("gpus") or 0, resources.get("nodes") or 1
+def _resources_text(resources: ResourcesView) -> str:
+    gpus, nodes = resources.gpus, resources.nodes or 1
     text = f"{gpus} GPU(s)" if gpus else "CPU"
     return f"{nodes} nodes under torchrun, {text} each" if nodes > 1 else text
 
@@ -257,7 +260,7 @@ def follow_to_end(client: Client, key: str) -> None:
     :data:`~floydd.cli.exits.NOT_FOLLOWED`, Ctrl-C leaves it running."""
     try:
         follow_logs(client, key, timestamps=False)
-        job = client.wait(key)
+        job = decode_job(client.wait(key))
     except FloyddError as exc:
         fail(exc.message, f"{exc.hint + '; ' if exc.hint else ''}the job may still be running: floyd status {key}",
              code=exits.NOT_FOLLOWED)
@@ -268,14 +271,14 @@ def follow_to_end(client: Client, key: str) -> None:
     sys.exit(exits.of_job(job))
 
 
-def _print_final(job: dict) -> None:
-    reason = f": {job['reason']}" if job.get("reason") else ""
-    click.echo(f"job {job['id']} {job['state']}{reason}", err=True)
-    if job.get("metrics"):
-        click.echo("  " + _metrics_text(job["metrics"], limit=10), err=True)
-    if job.get("output_version"):
-        click.echo(f"  output: {job['output_version']}   (floyd output {job['id']})", err=True)
-    elif job.get("output_version") == "":
+def _print_final(job: JobView) -> None:
+    reason = f": {job.reason}" if job.reason else ""
+    click.echo(f"job {job.id} {job.state}{reason}", err=True)
+    if job.metrics:
+        click.echo("  " + _metrics_text(job.metrics, limit=10), err=True)
+    if job.output_version:
+        click.echo(f"  output: {job.output_version}   (floyd output {job.id})", err=True)
+    elif job.output_version == "":
         click.echo("  output: none, /output was empty", err=True)
 
 
@@ -298,8 +301,8 @@ def logs(job, follow, timestamps, rank, attempt) -> None:
 @handle_errors
 def stop(job) -> None:
     """Stop a queued or running JOB."""
-    j = connect().stop(job_key(job))
-    click.echo(f"job {j['id']}: {j['state']}" + (" (stopping)" if j["state"] not in FINAL_STATES else ""))
+    stopped = decode_job(connect().stop(job_key(job)))
+    click.echo(f"job {stopped.id}: {stopped.state}" + (" (stopping)" if stopped.state not in FINAL_STATES else ""))
 
 
 def _restore_command(name: str, what: str, tree: str, fetch: str, help: str):

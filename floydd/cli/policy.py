@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from floydd.model import DEFAULT_MAX_ATTEMPTS, RESTART_POLICIES, RestartPolicy, parse_duration
+from floydd.model import DEFAULT_MAX_ATTEMPTS, DEFAULT_RESTART, RESTART_POLICIES, RestartPolicy, parse_duration
+
+if TYPE_CHECKING:
+    from floydd.model import JobView
 
 __all__ = ["restart_options", "describe_policy"]
 
@@ -49,12 +52,14 @@ _POLICY_FIELDS = (("policy", "restart"), ("max_attempts", "max_attempts"), ("los
 """:class:`RestartPolicy`'s fields and the body's names for them."""
 
 
-def describe_policy(job: dict) -> str:
+def describe_policy(job: JobView) -> str:
     """``on-lost, run 2 of at most 3, lost after 5 min out of touch (the cluster's default)``."""
-    policy = RestartPolicy.from_dict(job.get("restart"))
-    runs = (job.get("reruns") or 0) + 1
+    asked = job.restart             # None: a job stored before restart policies, which has the default
+    policy = RestartPolicy() if asked is None else RestartPolicy(
+        policy=asked.policy or DEFAULT_RESTART, max_attempts=asked.max_attempts or DEFAULT_MAX_ATTEMPTS,
+        lost_after=asked.lost_after)
     window = "the cluster's lost-after" if policy.lost_after is None else _duration(policy.lost_after)
-    return f"{policy.policy}, run {runs} of at most {policy.max_attempts}, attempt {job.get('attempts') or 0}; " \
+    return f"{policy.policy}, run {job.reruns + 1} of at most {policy.max_attempts}, attempt {job.attempts}; " \
            f"lost after {window} out of touch"
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 import click
 
+from floydd.answers import decode_job
 from floydd.cli.common import connect, echo_json, handle_errors
 from floydd.cli.policy import restart_options
 from floydd.cli.jobs import follow_to_end
@@ -14,7 +16,11 @@ from floydd.cli.progress import transfer_bar
 from floydd.cli.project import find_project, job_key
 from floydd.errors import FloyddError, InvalidSpec, Unavailable
 from floydd.cli.resources import CPU_HELP, MEMORY_HELP, OptionalCounts, resource_fields
-from floydd.model import Resources, check_gang_command, check_max_runtime, check_mounts, check_params
+from floydd.model import check_gang_command, check_max_runtime, check_mounts, check_params
+
+
+if TYPE_CHECKING:
+    from floydd.model import JobView
 
 __all__ = ["run", "restart"]
 
@@ -69,10 +75,9 @@ def run(gpu, cpu, memory, nodes, data, env, message, follow, max_runtime, params
             "idem_key": uuid.uuid4().hex, **policy}
     if client.remote:
         _check_first(client, body)
-    job = _submit(client, {**body, **_code(client, folder)})
-    _announce(job, as_json)
+    job = _announce(_submit(client, {**body, **_code(client, folder)}), as_json)
     if follow:
-        follow_to_end(client, job["id"])
+        follow_to_end(client, job.id)
 
 
 @click.command(cls=OptionalCounts)
@@ -102,10 +107,9 @@ def restart(job, gpu, cpu, memory, nodes, params, command, message, max_runtime,
         if value is not None:
             overrides[key] = value
     client = connect()
-    new = client.restart(job_key(job), {**overrides, **policy})
-    _announce(new, as_json)
+    new = _announce(client.restart(job_key(job), {**overrides, **policy}), as_json)
     if follow:
-        follow_to_end(client, new["id"])
+        follow_to_end(client, new.id)
 
 
 def _code(client, folder) -> dict:
@@ -147,17 +151,20 @@ def _submit(client, body: dict, attempts: int = 3) -> dict:
     raise AssertionError("unreachable")
 
 
-def _announce(job: dict, as_json: bool) -> None:
-    for warning in job.get("warnings") or ():   # e.g. jobs on this box run without a sandbox
+def _announce(answer: dict, as_json: bool) -> JobView:
+    """Say what the daemon made of the job (``--json``: its answer as sent); the job, decoded."""
+    job = decode_job(answer)
+    for warning in job.warnings:   # e.g. jobs on this box run without a sandbox
         click.echo(f"warning: {warning}", err=True)
     if as_json:
-        echo_json(job)
-        return
-    asked = Resources.from_dict(job["resources"])
+        echo_json(answer)
+        return job
+    asked = job.resources.asked()
     nodes, where = asked.nodes, asked.describe()
     if nodes > 1:
         where = f"{nodes} nodes, {where} each, under torchrun"
-    click.echo(f"job {job['id']} submitted ({where}, env {job['env']})")
-    for mount in job["data"]:
-        click.echo(f"  {mount['ref']} mounted at {mount['mount']}")
-    click.echo(f"  floyd logs -f {job['id']}    floyd status    floyd info {job['id']}")
+    click.echo(f"job {job.id} submitted ({where}, env {job.env})")
+    for mount in job.data:
+        click.echo(f"  {mount.ref} mounted at {mount.mount}")
+    click.echo(f"  floyd logs -f {job.id}    floyd status    floyd info {job.id}")
+    return job

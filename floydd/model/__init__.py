@@ -21,15 +21,19 @@ One module per concept, each importing only those above it:
 - ``job``: a job as the cluster keeps it, typed, and its placement's parts (where each runs, on which GPUs);
 - ``run``: one run of a job on a box, as that box's records keep it;
 - ``submission``: the request bodies that make a job (a submission, a restart's changes);
-- ``gangcommand``: what the command of a job over several boxes may be (torchrun's rendezvous is floydd's).
+- ``gangcommand``: what the command of a job over several boxes may be (torchrun's rendezvous is floydd's);
+- ``view``: a job as the API answers it and the CLI and the TUI read it (:class:`JobView`), not the cluster's record.
 
 Every name is imported from here (``from floydd.model import JobKey``), not from its module.
 """
 
 from __future__ import annotations
 
+import importlib
+
 from floydd.model.states import (ACTIVE_STATES, FINAL_STATES, OPEN_STATES, REQUEUE, RUN_OUTCOMES, STATES, STOP_OUTCOMES,
-                                 TRANSITIONS, UNSUCCESSFUL_STATES, WAITING_STATES, check_state, check_transition)
+                                 TRANSITIONS, UNSUCCESSFUL_STATES, WAITING_STATES, JobState, check_state,
+                                 check_transition)
 from floydd.model.names import (DATASET_PATTERN, MAX_PATH, PROJECT_PATTERN, DatasetRef, JobKey, check_abs_path,
                                 check_dataset_name, check_project, check_upload_name, parse_job_key, parse_ref)
 from floydd.model.mounts import (MAX_MOUNTS, WORKSPACE_NAMES, Mount, MountRequest, check_mount_target, check_mounts,
@@ -63,5 +67,16 @@ __all__ = [
     "MAX_RUNTIME", "check_max_runtime", "RECORD_FIELDS", "RestartPolicy", "RESTART_POLICIES",
     "DEFAULT_MAX_ATTEMPTS", "DEFAULT_RESTART", "DEFAULT_LOST_AFTER", "DEFAULT_ENV", "DEFAULT_MODE",
     "DEFAULT_CHECKPOINT_INTERVAL", "DEFAULT_STOP_GRACE", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "parse_duration",
-    "CODE_UPLOAD_PATTERN", "check_gang_command",
+    "CODE_UPLOAD_PATTERN", "check_gang_command", "JobState",
+    "JobView", "PartView", "ResourcesView", "MetricView", "EventView", "RestartView",
 ]
+
+_VIEWS = frozenset({"JobView", "PartView", "ResourcesView", "MetricView", "EventView", "RestartView"})
+
+
+def __getattr__(name: str) -> object:
+    """The job view types (:mod:`floydd.model.view`) are made when first asked for: ``floyd``
+    starts without building them (six dataclasses cost it about 6 ms)."""
+    if name in _VIEWS:
+        return getattr(importlib.import_module("floydd.model.view"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,14 +22,16 @@ restart``), never revived.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Literal, Mapping
 
 from floydd.errors import Conflict, InvalidSpec
 
-__all__ = ["STATES", "FINAL_STATES", "ACTIVE_STATES", "OPEN_STATES", "WAITING_STATES", "UNSUCCESSFUL_STATES",
+__all__ = ["STATES", "JobState", "FINAL_STATES", "ACTIVE_STATES", "OPEN_STATES", "WAITING_STATES", "UNSUCCESSFUL_STATES",
            "RUN_OUTCOMES", "STOP_OUTCOMES", "TRANSITIONS", "REQUEUE", "check_state", "check_transition"]
 
 STATES = ("queued", "starting", "running", "unknown", "success", "failed", "stopped", "timeout", "lost")
+JobState = Literal["queued", "starting", "running", "unknown", "success", "failed", "stopped", "timeout", "lost"]
+"""A job's state as a type (the API's answers and :mod:`floydd.model.view`): :data:`STATES`."""
 FINAL_STATES = frozenset({"success", "failed", "stopped", "timeout", "lost"})
 ACTIVE_STATES = frozenset({"starting", "running", "unknown"})
 """Placed and not over: the job holds its GPUs (an ``unknown`` run may still use them)."""

@@ -45,10 +45,10 @@ def test_every_schema_reference_resolves_and_request_bodies_are_the_models_types
 
 
 ANSWERS = {
-    ("get", "/v1/info"): "Info", ("get", "/v1/nodes"): "Node[]", ("get", "/v1/jobs"): "Job[]",
-    ("post", "/v1/jobs"): "Job", ("post", "/v1/jobs/check"): "JobCheck", ("get", "/v1/jobs/{project}/{number}"): "Job",
-    ("delete", "/v1/jobs/{project}/{number}"): "Job", ("get", "/v1/jobs/{project}/{number}/wait"): "Job",
-    ("post", "/v1/jobs/{project}/{number}/stop"): "Job", ("post", "/v1/jobs/{project}/{number}/restart"): "Job",
+    ("get", "/v1/info"): "Info", ("get", "/v1/nodes"): "Node[]", ("get", "/v1/jobs"): "JobView[]",
+    ("post", "/v1/jobs"): "JobView", ("post", "/v1/jobs/check"): "JobCheck", ("get", "/v1/jobs/{project}/{number}"): "JobView",
+    ("delete", "/v1/jobs/{project}/{number}"): "JobView", ("get", "/v1/jobs/{project}/{number}/wait"): "JobView",
+    ("post", "/v1/jobs/{project}/{number}/stop"): "JobView", ("post", "/v1/jobs/{project}/{number}/restart"): "JobView",
     ("get", "/v1/jobs/{project}/{number}/metrics"): "Metrics", ("get", "/v1/compare"): "Compare",
     ("get", "/v1/cluster"): "Cluster", ("get", "/v1/datasets"): "DatasetVersion[]",
     ("get", "/v1/datasets/info"): "DatasetInfo", ("post", "/v1/code"): "CodeUpload",
@@ -100,8 +100,8 @@ def test_the_answers_require_what_the_tui_and_the_cli_read():
     schemas = spec()["components"]["schemas"]
     assert {"id", "state", "node", "user", "gpus", "resources", "metrics", "waiting_for", "created", "started",
             "ended", "exit_code", "output_version", "params", "data", "command", "message"} <= set(
-        schemas["Job"]["required"])
-    assert {"parts", "events"} <= set(schemas["Job"]["properties"]) - set(schemas["Job"]["required"])
+        schemas["JobView"]["required"])
+    assert {"parts", "events"} <= set(schemas["JobView"]["properties"]) - set(schemas["JobView"]["required"])
     assert {"id", "name", "role", "health", "cpus", "memory_total", "gpus", "gpu_source"} <= set(
         schemas["Node"]["required"])
     assert "healthy" in schemas["Node"]["properties"]["health"]["enum"]

@@ -18,11 +18,24 @@ import zlib
 from typing import Iterator
 
 from floydd.errors import Conflict, InvalidSpec, NotFound, Unavailable
+from floydd.answers import decode_job
+from floydd.model import JobView, MetricView
 
 __all__ = ["FakeCluster", "FakeClient", "NOW"]
 
 NOW = 1_700_000_000.0
 GIB = 1 << 30
+
+
+def job_view(**fields) -> JobView:
+    """A job as the TUI holds it (decoded as the poller decodes the daemon's answers) with ``fields``;
+    the rest empty."""
+    return decode_job({"id": "p/1", "project": "p", "number": 1, "state": "running", **fields})
+
+
+def metric_view(last: float | None) -> MetricView:
+    """One metric's summary as the TUI holds it, with its last value."""
+    return MetricView(last=last, last_step=None, min=None, max=None, count=1)
 NAMES = ("atlas", "boreas", "cyrene", "delos", "eos", "faros", "gaia", "helios")
 USERS = ("alice", "bob", "chen", "dana")
 PROJECTS = ("mnist", "bert", "resnet")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ALLOWED = {"floydd.client", "floydd.errors", "floydd.config", "floydd.reach", "floydd.present", "floydd.model"}
+ALLOWED = {"floydd.client", "floydd.errors", "floydd.config", "floydd.reach", "floydd.present", "floydd.model",
+           "floydd.answers"}
 
 
 @pytest.mark.parametrize("module", ["floydd.client", "floydd.cli.floyd", "floydd.cli.common"])

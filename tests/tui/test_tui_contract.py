@@ -33,6 +33,7 @@ from floydd.scheduler import storehealth
 from floydd.cluster.state.commands import NODE_STATUSES
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
+from floydd.answers import decode_job
 from floydd.model import STATES
 from floydd.records import Records
 from tests.conftest import wait_until
@@ -126,10 +127,10 @@ def test_the_daemons_answers_are_not_trivially_empty(daemon_answers) -> None:
 def test_a_renamed_or_missing_required_field_fails(daemon_answers) -> None:
     job = daemon_answers[("get", JOB)][0]
     node = daemon_answers[("get", "/v1/nodes")][0][0]
-    msgspec.convert({**job, "a_new_field": 1}, schemas.Job)        # the daemon may add fields
+    msgspec.convert({**job, "a_new_field": 1}, schemas.JobView)        # the daemon may add fields
     for kind, answer, path, old, new in [
-        (schemas.Job, job, (), "user", "owner"),
-        (schemas.Job, job, ("metrics", "loss"), "last", "latest"),
+        (schemas.JobView, job, (), "user", "owner"),
+        (schemas.JobView, job, ("metrics", "loss"), "last", "latest"),
         (schemas.Node, node, (), "health", "status"),
         (schemas.Node, node, ("gpus", 0), "utilization", "util"),
         (schemas.Info, daemon_answers[("get", "/v1/info")][0], (), "cluster_size", "size"),
@@ -144,6 +145,16 @@ def test_a_renamed_or_missing_required_field_fails(daemon_answers) -> None:
         msgspec.convert({**node, "health": "up"}, schemas.Node)
 
 
+def test_the_client_reads_every_job_answer_as_sent(daemon_answers) -> None:
+    """What ``floyd`` and ``floyd top`` decode (:func:`floydd.model.decode_job`) is the answer itself:
+    nothing made up where the daemon said something."""
+    ops = [("get", JOB), ("post", "/v1/jobs"), ("get", JOB + "/wait"), ("post", JOB + "/stop"),
+           ("post", JOB + "/restart"), ("delete", JOB), "history delete"]
+    answers = [a for op in ops for a in daemon_answers[op]] + list(daemon_answers[("get", "/v1/jobs")][0])
+    for answer in answers:
+        assert decode_job(answer) == msgspec.convert(answer, schemas.JobView)
+
+
 def test_the_closed_sets_are_the_daemons() -> None:
     assert schemas.JobState.__args__ == STATES
     assert set(schemas.Health.__args__) == {"healthy", "stale", "unknown"} | set(NODE_STATUSES) - {"up"} \
@@ -151,7 +162,7 @@ def test_the_closed_sets_are_the_daemons() -> None:
 
 
 def test_deleting_a_history_job_answers_a_job(daemon_answers) -> None:
-    msgspec.convert(daemon_answers["history delete"][0], schemas.Job)
+    msgspec.convert(daemon_answers["history delete"][0], schemas.JobView)
 
 
 def answer_type(method: str, path: str) -> Any:

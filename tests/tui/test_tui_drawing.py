@@ -9,7 +9,8 @@ from floydd.tui.screens.cluster import cluster_rows
 from floydd.tui.screens.jobs import STATE_FILTERS, job_rows
 from floydd.tui.widgets.banner import banner_text
 from floydd.tui.widgets.chart import Series, plot_lines
-from tests.tui.fake_cluster import GIB, NOW, FakeClient
+from floydd.answers import decode_jobs
+from tests.tui.fake_cluster import GIB, NOW, FakeClient, job_view, metric_view
 
 
 def test_bar_fills_in_eighths() -> None:
@@ -31,13 +32,13 @@ def test_sizes_and_durations() -> None:
     assert used_total(12 * GIB + GIB // 2, 48 * GIB) == "12.5/48.0 GiB"
     assert used_total(None, 10) == "-"
     assert [duration(s) for s in (5, 65, 3725, 90000)] == ["5s", "1m05s", "1h02m", "1d01h"]
-    assert job_seconds({"started": 10.0, "ended": 70.0}, now=1000) == 60.0
-    assert job_seconds({"started": 10.0, "ended": None}, now=100) == 90.0
-    assert job_seconds({"created": 50.0, "started": None}, now=100) == 50.0  # waiting so far
+    assert job_seconds(job_view(started=10.0, ended=70.0), now=1000) == 60.0
+    assert job_seconds(job_view(started=10.0, ended=None), now=100) == 90.0
+    assert job_seconds(job_view(created=50.0, started=None), now=100) == 50.0  # waiting so far
 
 
 def test_metric_summary_is_sorted_and_short() -> None:
-    assert metric_summary({"loss": {"last": 0.123456}, "acc": {"last": 0.9}}) == "acc 0.9 · loss 0.1235"
+    assert metric_summary({"loss": metric_view(0.123456), "acc": metric_view(0.9)}) == "acc 0.9 · loss 0.1235"
     assert metric_summary({}) == ""
 
 
@@ -76,7 +77,7 @@ def test_cluster_rows_put_gpus_under_their_node_with_their_job(client: FakeClien
 
 
 def test_job_rows_filter_and_sort(client: FakeClient) -> None:
-    jobs = client.jobs()
+    jobs = decode_jobs(client.jobs())
     assert [r.key for r in job_rows(jobs, NOW)][:3] == ["bert/5", "mnist/5", "resnet/4"]
     active = job_rows(jobs, NOW, states=STATE_FILTERS["active"])
     assert {r.cells[1][0] for r in active} == {"queued", "running"}
@@ -103,10 +104,10 @@ def test_a_distributed_job_shows_every_part_and_how_many_boxes_it_spans() -> Non
 
     from floydd.tui.screens.job_detail import job_panel
     from floydd.tui.screens.jobs import _cells
-    job = {"id": "p/7", "state": "running", "node": "box-a", "gpus": [0], "resources": {"gpus": 1, "nodes": 2},
-           "started": NOW - 60, "command": "python train.py",
-           "parts": [{"rank": 0, "node": "box-a", "gpus": [0], "state": "running"},
-                     {"rank": 1, "node": "box-b", "gpus": [3], "state": "starting"}]}
+    job = job_view(id="p/7", state="running", node="box-a", gpus=[0], resources={"gpus": 1, "nodes": 2},
+                   started=NOW - 60, command="python train.py",
+                   parts=[{"rank": 0, "node": "box-a", "gpus": [0], "state": "running"},
+                          {"rank": 1, "node": "box-b", "gpus": [3], "state": "starting"}])
     console = Console(width=100, record=True)
     console.print(job_panel(job, NOW))
     text = console.export_text()

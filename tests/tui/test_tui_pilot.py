@@ -104,7 +104,7 @@ async def test_stop_asks_first_and_no_means_no(client: FakeClient) -> None:
         await until(pilot, lambda: isinstance(app.screen, Confirm))
         await pilot.press("y")
         await until(pilot, lambda: client.cluster.jobs["mnist/5"]["state"] == "stopped", what="the stop")
-        await until(pilot, lambda: any(j["id"] == "mnist/5" and j["state"] == "stopped" for j in app.snapshot.jobs))
+        await until(pilot, lambda: any(j.id == "mnist/5" and j.state == "stopped" for j in app.snapshot.jobs))
         await until(pilot, lambda: "stopping mnist/5" in [n.message for n in app._notifications])
         row = next(r for r in table(app).rows if r.key == "mnist/5")
         assert row.cells[1][0] == "stopped"

@@ -30,7 +30,7 @@ def test_each_view_fetches_only_what_it_shows(client: FakeClient) -> None:
 
 def test_cluster_view_asks_only_for_running_jobs(client: FakeClient) -> None:
     snap = poller(client).poll(Want())
-    assert snap.jobs and {j["state"] for j in snap.jobs} == {"running"}
+    assert snap.jobs and {j.state for j in snap.jobs} == {"running"}
     assert not snap.all_jobs
     jobs = poller(client).poll(Want(view=View.JOBS))
     assert jobs.all_jobs and len(jobs.jobs) == 14
@@ -109,7 +109,7 @@ def test_finished_jobs_metrics_are_fetched_once(client: FakeClient) -> None:
     for _ in range(3):
         d = p.poll(Want(view=View.DETAIL, job="bert/1")).detail
     assert client.calls.count("metrics") == 1
-    assert len(d.metrics["loss"]) == d.job["metrics"]["loss"]["count"]
+    assert len(d.metrics["loss"]) == d.job.metrics["loss"].count
     for _ in range(2):
         p.poll(Want(view=View.DETAIL, job="mnist/5"))  # running: every time
     assert client.calls.count("metrics") == 3
@@ -131,7 +131,7 @@ def test_a_job_whose_logs_and_metrics_are_not_the_callers_is_shown_without_them(
     monkeypatch.setattr(client, "metrics", refused)
     monkeypatch.setattr(client, "logs", refused_log)
     snap = poller(client).poll(Want(view=View.DETAIL, job="mnist/5"))
-    assert snap.reachable and snap.error is None and snap.detail.job["id"] == "mnist/5"
+    assert snap.reachable and snap.error is None and snap.detail.job.id == "mnist/5"
     assert snap.detail.metrics == {} and "may not read the logs of mnist/5" in snap.detail.log[-1].text
 
 

@@ -87,4 +87,4 @@ async def test_a_real_job_live_in_the_tui_and_stopped_from_it(daemon: Client) ->
         await until(pilot, lambda: isinstance(app.screen, Confirm))
         await pilot.press("y")
         await until(pilot, lambda: daemon.job("proj/1")["state"] == "stopped", timeout=30, what="the stop")
-        await until(pilot, lambda: app.snapshot.detail.job["state"] == "stopped")
+        await until(pilot, lambda: app.snapshot.detail.job.state == "stopped")

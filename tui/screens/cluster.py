@@ -55,15 +55,15 @@ def cluster_summary(snap: Snapshot) -> str:
     utils = [g["utilization"] for g in gpus if isinstance(g.get("utilization"), (int, float))]
     healthy = sum(1 for n in nodes if n.get("health") == "healthy")
     mean = f"{sum(utils) / len(utils):.0f}%" if utils else "-"
-    running = sum(1 for j in snap.jobs or () if j.get("state") == "running")
+    running = sum(1 for j in snap.jobs or () if j.state == "running")
     return (f"{len(nodes)} nodes ({healthy} healthy) · {len(gpus)} GPUs, {busy} in use · "
             f"mean GPU util {mean} · {running} jobs running")
 
 
 def cluster_rows(snap: Snapshot) -> list[Row]:
     """One row per node (CPU, RAM) followed by one row per GPU; keys ``node`` and ``node#gpu``."""
-    users = {j.get("id"): j.get("user") for j in snap.jobs or ()}
-    states = {j.get("id"): j.get("state") for j in snap.jobs or ()}
+    users = {j.id: j.user for j in snap.jobs or ()}
+    states = {j.id: j.state for j in snap.jobs or ()}
     rows = []
     for node in snap.nodes or ():
         name = str(node.get("name", "?"))

@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
 
+from floydd.model import JobView
 from floydd.tui.format import metric_summary, number, state_style
 from floydd.tui.poll import Comparison, Snapshot, View, Want
 from floydd.tui.screens.base import SnapshotScreen
@@ -66,17 +67,16 @@ class ExperimentsScreen(SnapshotScreen):
         projects = projects_of(jobs)
         if self.project not in projects and projects:
             self.project = projects[0]
-        runs = [j for j in jobs if j.get("project") == self.project]
+        runs = [j for j in jobs if j.project == self.project]
         if self.project and self.project not in self.picked and snap.all_jobs:
-            self.picked[self.project] = [j["id"] for j in runs if j.get("metrics")][:3]
+            self.picked[self.project] = [j.id for j in runs if j.metrics][:3]
             self.want_changed()
         picks = self._picks()
         self.query_one("#exp-project", Panel).show(
             f"{self.project or '-'} ({projects.index(self.project) + 1 if self.project in projects else 0}"
             f"/{len(projects)}) · {len(runs)} runs · {len(picks)} picked · p: project")
-        rows = [Row(str(j.get("id")), (("●", COLORS[picks.index(j.get("id"))]) if j.get("id") in picks else " ",
-                                       str(j.get("id")), (str(j.get("state")), state_style(j.get("state"))),
-                                       metric_summary(j.get("metrics"), 2)))
+        rows = [Row(j.id, (("●", COLORS[picks.index(j.id)]) if j.id in picks else " ",
+                           j.id, (j.state, state_style(j.state)), metric_summary(j.metrics, 2)))
                 for j in runs]
         self.query_one(RowTable).set_rows(rows, empty="no runs" if snap.all_jobs else "loading…")
         comparison = snap.comparison
@@ -149,8 +149,8 @@ class ExperimentsScreen(SnapshotScreen):
             self._redraw()
 
 
-def projects_of(jobs: Iterable[Mapping[str, Any]]) -> list[str]:
-    return sorted({str(j.get("project")) for j in jobs if j.get("project")})
+def projects_of(jobs: Iterable[JobView]) -> list[str]:
+    return sorted({j.project for j in jobs if j.project})
 
 
 def compare_table(table: Mapping[str, Any], picks: Sequence[str]) -> Table:

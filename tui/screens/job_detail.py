@@ -11,7 +11,7 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import RichLog
 
-from floydd.model import WAITING_STATES
+from floydd.model import WAITING_STATES, JobView
 from floydd.tui.format import duration, human_bytes, job_seconds, number, state_style
 from floydd.tui.poll import Detail, LogLine, Snapshot, View, Want
 from floydd.tui.screens.base import SnapshotScreen
@@ -96,7 +96,7 @@ class JobDetailScreen(SnapshotScreen):
             return
         lines = detail.log[-new:] if new <= len(detail.log) else detail.log
         if self._log_start is None:
-            started = (detail.job or {}).get("started")
+            started = detail.job.started if detail.job is not None else None
             self._log_start = started if isinstance(started, (int, float)) else (lines[0].ts if lines else 0.0)
         skipped = new - len(lines)
         text = log_text(lines, self._log_start, skipped)
@@ -116,7 +116,7 @@ class JobDetailScreen(SnapshotScreen):
             log.scroll_end(animate=False)
         log.border_title = f"log · {self.key} · " + ("following" if log.auto_scroll else "paused (F: follow)")
 
-    def _job(self) -> Mapping[str, Any] | None:
+    def _job(self) -> JobView | None:
         snap = self.app.snapshot
         if snap and snap.detail and snap.detail.key == self.key:
             return snap.detail.job
@@ -133,40 +133,37 @@ class JobDetailScreen(SnapshotScreen):
             self.app.confirm_restart(job)
 
 
-def job_panel(job: Mapping[str, Any], now: float, usage: Mapping[str, Any] | None = None) -> Table:
+def job_panel(job: JobView, now: float, usage: Mapping[str, Any] | None = None) -> Table:
     """The job's facts as a two-column grid; ``usage`` is its latest system sample."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold dim", no_wrap=True)
     grid.add_column(overflow="fold")
-    state = str(job.get("state", "?"))
-    head = Text(str(job.get("id", "?")), style="bold")
-    head.append(f"  {state}", style=state_style(state))
-    if job.get("exit_code") is not None:
-        head.append(f" (exit {job['exit_code']})", style="dim")
+    head = Text(job.id, style="bold")
+    head.append(f"  {job.state}", style=state_style(job.state))
+    if job.exit_code is not None:
+        head.append(f" (exit {job.exit_code})", style="dim")
     grid.add_row("job", head)
-    wants = (job.get("resources") or {}).get("gpus") or 0
-    gpus = (f"GPUs {','.join(map(str, job['gpus']))}" if job.get("gpus") else
+    wants = job.resources.gpus
+    gpus = (f"GPUs {','.join(map(str, job.gpus))}" if job.gpus else
             f"wants {wants} GPU{'s' if wants > 1 else ''}" if wants else "CPU only")
-    grid.add_row("where", f"{job.get('node') or '-'} · {gpus} · {job.get('user') or '-'}")
-    for part in job.get("parts") or ():      # a distributed job: each box's part under torchrun
-        line = Text(f"rank {part.get('rank')} on {part.get('node')} · "
-                    f"{'GPUs ' + ','.join(map(str, part.get('gpus') or ())) if part.get('gpus') else 'CPU'} · ")
-        line.append(str(part.get("state", "?")), style=state_style(str(part.get("state", "?"))))
+    grid.add_row("where", f"{job.node or '-'} · {gpus} · {job.user or '-'}")
+    for part in job.parts:      # a distributed job: each box's part under torchrun
+        line = Text(f"rank {part.rank} on {part.node} · "
+                    f"{'GPUs ' + ','.join(map(str, part.gpus)) if part.gpus else 'CPU'} · ")
+        line.append(part.state, style=state_style(part.state))
         grid.add_row("part", line)
-    grid.add_row("time", duration(job_seconds(job, now)) + (" waiting" if not job.get("started") else ""))
+    grid.add_row("time", duration(job_seconds(job, now)) + (" waiting" if not job.started else ""))
     if usage:
         grid.add_row("usage", _usage(usage))
-    grid.add_row("command", str(job.get("command") or ""))
-    params = job.get("params") or {}
-    grid.add_row("params", " ".join(f"{k}={v}" for k, v in sorted(params.items())) or "-")
-    data = job.get("data") or ()
-    grid.add_row("data", ", ".join(f"{d.get('ref')} → {d.get('mount')}" for d in data) or "-")
-    grid.add_row("output", str(job.get("output_version") or "-"))
-    note = job.get("waiting_for") if state in WAITING_STATES else job.get("message")
+    grid.add_row("command", job.command)
+    grid.add_row("params", " ".join(f"{k}={v}" for k, v in sorted(job.params.items())) or "-")
+    grid.add_row("data", ", ".join(f"{d.ref} → {d.mount}" for d in job.data) or "-")
+    grid.add_row("output", job.output_version or "-")
+    note = job.waiting_for if job.state in WAITING_STATES else job.message
     if note:
-        grid.add_row("note", Text(str(note), style="yellow"))
-    for event in list(job.get("events") or ())[-3:]:
-        grid.add_row("event", f"{event.get('kind', '')}: {event.get('message', '')}")
+        grid.add_row("note", Text(note, style="yellow"))
+    for event in job.events[-3:]:
+        grid.add_row("event", f"{event.kind}: {event.message}")
     return grid
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input
 
-from floydd.model import FINAL_STATES, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES
+from floydd.model import FINAL_STATES, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES, JobView
 from floydd.tui.format import duration, job_seconds, metric_summary, state_style
 from floydd.tui.poll import Snapshot, View
 from floydd.tui.screens.base import SnapshotScreen
@@ -69,8 +69,8 @@ class JobsScreen(SnapshotScreen):
         table.set_rows(rows, empty="no jobs match" if jobs else
                        ("no jobs yet: submit one with `floyd run`" if snap.all_jobs else "loading jobs…"))
         shown = f"{len(rows)} of {len(jobs)} jobs" if len(rows) != len(jobs) else f"{len(jobs)} jobs"
-        queued = sum(1 for j in jobs if j.get("state") in WAITING_STATES)
-        running = sum(1 for j in jobs if j.get("state") == "running")
+        queued = sum(1 for j in jobs if j.state in WAITING_STATES)
+        running = sum(1 for j in jobs if j.state == "running")
         filt = f" · filter “{self.text}”" if self.text else ""
         self.query_one("#status", Panel).show(
             f"{shown} · {running} running, {queued} queued · state: {self.state_filter} (f) · "
@@ -82,12 +82,12 @@ class JobsScreen(SnapshotScreen):
 
     # -- selection ------------------------------------------------------------------------
 
-    def _current(self) -> Mapping[str, Any] | None:
+    def _current(self) -> JobView | None:
         key = self.query_one(RowTable).cursor_key
         snap = self.app.snapshot
         if key is None or snap is None:
             return None
-        return next((j for j in snap.jobs or () if j.get("id") == key), None)
+        return next((j for j in snap.jobs or () if j.id == key), None)
 
     def on_row_table_selected(self, event: RowTable.Selected) -> None:
         event.stop()
@@ -102,7 +102,7 @@ class JobsScreen(SnapshotScreen):
     def action_logs(self) -> None:
         job = self._current()
         if job:
-            self.app.open_job(job["id"], logs=True)
+            self.app.open_job(job.id, logs=True)
 
     def action_stop(self) -> None:
         job = self._current()
@@ -148,48 +148,46 @@ class JobsScreen(SnapshotScreen):
         self._redraw()
 
 
-def job_rows(jobs: Sequence[Mapping[str, Any]], now: float, *, text: str = "",
+def job_rows(jobs: Sequence[JobView], now: float, *, text: str = "",
              states: frozenset[str] | None = None, sort: str = "newest") -> list[Row]:
     """The rows for ``jobs`` (newest first, as the API lists them) after filter and sort."""
     needle = text.lower()
-    picked = [j for j in jobs if (states is None or j.get("state") in states)
+    picked = [j for j in jobs if (states is None or j.state in states)
               and (not needle or needle in _haystack(j))]
     if sort == "oldest":
         picked.reverse()
     elif sort == "state":
-        picked.sort(key=lambda j: _STATE_ORDER.get(j.get("state"), 99))
+        picked.sort(key=lambda j: _STATE_ORDER.get(j.state, 99))
     elif sort == "project":
-        picked.sort(key=lambda j: (str(j.get("project", "")), -int(j.get("number") or 0)))
+        picked.sort(key=lambda j: (j.project, -j.number))
     elif sort == "user":
-        picked.sort(key=lambda j: str(j.get("user") or ""))
+        picked.sort(key=lambda j: j.user)
     elif sort == "time":
         picked.sort(key=lambda j: -(job_seconds(j, now) or 0.0))
-    return [Row(str(j.get("id", "?")), partial(_cells, j, now)) for j in picked]
+    return [Row(j.id, partial(_cells, j, now)) for j in picked]
 
 
-def _haystack(job: Mapping[str, Any]) -> str:
-    params = " ".join(f"{k}={v}" for k, v in (job.get("params") or {}).items())
-    return " ".join(str(job.get(k) or "") for k in ("id", "state", "user", "node", "command")).lower() + " " + params.lower()
+def _haystack(job: JobView) -> str:
+    params = " ".join(f"{k}={v}" for k, v in job.params.items())
+    return " ".join((job.id, job.state, job.user, job.node, job.command)).lower() + " " + params.lower()
 
 
-def _cells(job: Mapping[str, Any], now: float) -> tuple:
-    state = str(job.get("state", "?"))
-    gpus = job.get("gpus") or ()
-    wants = (job.get("resources") or {}).get("gpus") or 0
-    gpu_text = ",".join(map(str, gpus)) if gpus else (f"({wants})" if wants else "cpu")
-    if state in WAITING_STATES and job.get("waiting_for"):
-        metrics: Any = (f"waiting: {job['waiting_for']}", "dim")
-    elif state in UNSUCCESSFUL_STATES and job.get("message"):
-        metrics = (str(job["message"]), "red")
+def _cells(job: JobView, now: float) -> tuple:
+    wants = job.resources.gpus
+    gpu_text = ",".join(map(str, job.gpus)) if job.gpus else (f"({wants})" if wants else "cpu")
+    if job.state in WAITING_STATES and job.waiting_for:
+        metrics: Any = (f"waiting: {job.waiting_for}", "dim")
+    elif job.state in UNSUCCESSFUL_STATES and job.message:
+        metrics = (job.message, "red")
     else:
-        metrics = metric_summary(job.get("metrics"))
+        metrics = metric_summary(job.metrics)
     return (
-        (str(job.get("id", "?")), "bold"),
-        (state, state_style(state)),
-        str(job.get("user") or "-"),
-        str(job.get("node") or "-") + (f" +{len(job['parts']) - 1}" if len(job.get("parts") or ()) > 1 else ""),
+        (job.id, "bold"),
+        (job.state, state_style(job.state)),
+        job.user or "-",
+        (job.node or "-") + (f" +{len(job.parts) - 1}" if len(job.parts) > 1 else ""),
         gpu_text,
         duration(job_seconds(job, now)),
         metrics,
-        (str(job.get("command") or ""), "dim"),
+        (job.command, "dim"),
     )

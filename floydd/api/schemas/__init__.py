@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from floydd.api.schemas.literals import Health, JobState, MemberRole, NodeRole, Point, Role, Visibility
 from floydd.api.schemas.nodes import Info, Gpu, Node
-from floydd.api.schemas.jobs import (JobResources, MetricSummary, Part, Event, JobRestart, Job, SystemSample,
+from floydd.api.schemas.jobs import (ResourcesView, MetricView, PartView, EventView, RestartView, JobView, SystemSample,
                                      Metrics, LastBest, CompareRow, Compare, CodeUpload, JobCheck)
 from floydd.api.schemas.cluster import (Member, Cluster, Person, PersonRemoved, ApiToken, WhoAmI, JoinToken,
                                         TokenRecord, Left, Drained, Removed, AuditEntry, AuditCheck, AuditHead,
@@ -38,7 +38,7 @@ from floydd.api.schemas.errors import ErrorDetail, Error
 from floydd.api.schemas.trust import LabBox, RevokedCert, CaInfo
 
 __all__ = ["Health", "JobState", "MemberRole", "NodeRole", "Point", "Role", "Visibility", "Info", "Gpu",
-           "Node", "JobResources", "MetricSummary", "Part", "Event", "JobRestart", "Job", "SystemSample",
+           "Node", "ResourcesView", "MetricView", "PartView", "EventView", "RestartView", "JobView", "SystemSample",
            "Metrics", "LastBest", "CompareRow", "Compare", "CodeUpload", "JobCheck", "Member", "Cluster", "Person",
            "PersonRemoved", "ApiToken", "WhoAmI", "JoinToken", "TokenRecord", "Left", "Drained", "Removed",
            "StoreEpoch", "StoreKeyReport", "StoreKeyRotated",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-JobState = Literal["queued", "starting", "running", "unknown", "success", "failed", "stopped", "timeout", "lost"]
-"""Every job state (:data:`floydd.model.STATES`)."""
+from floydd.model import JobState  # noqa: F401 - one of the closed sets; its home is the model
+
 Health = Literal["healthy", "suspect", "stale", "draining", "off", "down", "unknown", "disk full", "store failing"]
 """A node's health: ``healthy`` (up), ``suspect`` (the leader lost touch with it: nothing new goes
 there, its jobs are ``unknown``), ``stale`` (up but its heartbeats stopped coming), the status it

@@ -31,7 +31,7 @@ class _FakeClient:
     def wait(self, key, timeout=None):
         if self.gone_in == "wait":
             raise self._gone()
-        return {"id": key, **self.job}
+        return {"id": key, "project": "p", "number": 1, **self.job}
 
 
 def _follow(capsys, client) -> tuple[int, str, str]:

@@ -11,7 +11,8 @@ from floydd.cli.nodes import _holder
 
 
 def _job(key: str, user: str) -> dict:
-    return {"id": key, "state": "running", "user": user, "resources": {"gpus": 1}, "gpus": [0], "node": "box1",
+    project, _, number = key.partition("/")
+    return {"id": key, "project": project, "number": int(number), "state": "running", "user": user, "resources": {"gpus": 1}, "gpus": [0], "node": "box1",
             "parts": [], "started": None, "ended": None, "metrics": {}, "message": ""}
 
 

@@ -9,12 +9,15 @@ import pytest
 from floydd.cli.jobs import _status_table, since_time
 from floydd.cli.table import cut, render
 from floydd.errors import UserError
+from floydd.answers import decode_job
+from floydd.model import JobView
 
 
-def _job(n: int, **kw) -> dict:
-    job = {"id": f"p/{n}", "state": "success", "gpus": [0], "resources": {"gpus": 1}, "started": 10.0,
-           "ended": 70.0, "metrics": {"loss": {"last": 0.25}}, "message": f"run {n}", "node": "box1", "parts": []}
-    return {**job, **kw}
+def _job(n: int, **kw) -> JobView:
+    job = {"id": f"p/{n}", "project": "p", "number": n, "state": "success", "gpus": [0], "resources": {"gpus": 1},
+           "started": 10.0, "ended": 70.0, "metrics": {"loss": {"last": 0.25}}, "message": f"run {n}", "node": "box1",
+           "parts": []}
+    return decode_job({**job, **kw})
 
 
 def test_columns_line_up_and_wide_characters_count_twice():
