@@ -28,7 +28,8 @@ __all__ = ["OptionalCounts", "CPU_HELP", "MEMORY_HELP", "resource_fields"]
 _NUMBER = re.compile(r"\d+(\.\d+)?|\.\d+")
 _ALONE = "alone"
 CPU_HELP = ("Alone: run on CPU only (the default without --gpu). With N: set N cores aside on each box "
-            "(e.g. 4 or 0.5), with or without --gpu; default: the daemon's job_cpus (1).")
+            "(e.g. 4 or 0.5), with or without --gpu; default: the daemon's job_cpus (1). PyTorch and NumPy "
+            "in the job use that many threads (OMP_NUM_THREADS; --param OMP_NUM_THREADS=K to choose).")
 MEMORY_HELP = ("Set SIZE of memory aside on each box (e.g. 16G, 512M); the job waits for a box that has it. "
                "Default: the daemon's job_memory (0: none).")
 

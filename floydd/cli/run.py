@@ -84,7 +84,8 @@ def run(gpu, cpu, memory, nodes, data, env, message, follow, max_runtime, params
 @click.argument("job")
 @click.option("--gpu", "gpu", type=int, default=None, metavar="[N]", help="Change the GPU count.")
 @click.option("--cpu", "cpu", default=None, metavar="[N]",
-              help="Alone: run on CPU this time. With N: set N cores aside on each box.")
+              help="Alone: run on CPU this time. With N: set N cores aside on each box (and as many "
+                   "maths threads: OMP_NUM_THREADS).")
 @click.option("--memory", default=None, metavar="SIZE", help="Change the memory set aside on each box (e.g. 16G).")
 @click.option("--nodes", type=int, default=None, metavar="N", help="Change the number of boxes.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter.")
