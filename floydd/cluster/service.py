@@ -381,7 +381,6 @@ class ClusterService:
 
     async def jobs(self, *, project: str | None = None, states: Iterable[str] | None = None,
                    stale: bool = False) -> list[Job]:
-        states = tuple(states) if states else None
         return await self.driver.read(lambda s: s.list_jobs(project, states), stale=stale)
 
     async def datasets(self, *, stale: bool = False) -> list[dict]:

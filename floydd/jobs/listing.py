@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import msgpack
-
+from floydd.cluster.state.commands import copy_of
 from floydd.model import SPEC_FIELDS, Job
 
 __all__ = ["job_view"]
@@ -12,9 +11,8 @@ __all__ = ["job_view"]
 def job_view(job: Job, node_names: dict[str, str]) -> dict:
     """A replicated job in the shape of a local job record (what the API and CLI show); its
     nested values are copies (the job's stored spec and summary are the state's own)."""
-    spec, metrics, imported = msgpack.unpackb(msgpack.packb(
-        ({name: job.stored_spec.get(name) for name in SPEC_FIELDS}, job.summary.get("metrics") or {},
-         job.extra.get("imported")), use_bin_type=True), raw=False)
+    spec, metrics, imported = copy_of(({name: job.stored_spec.get(name) for name in SPEC_FIELDS},
+                                       job.summary.get("metrics") or {}, job.extra.get("imported")))
     return {**spec, "data": spec["data"] or [],
             "id": job.id, "project": job.project, "number": job.number, "state": job.state, "reason": job.reason,
             "waiting_for": job.waiting_for, "created": job.created, "started": job.started, "ended": job.ended,

@@ -52,7 +52,7 @@ functions that ``apply`` calls with the state::
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import msgpack
 
@@ -222,7 +222,7 @@ class ClusterState:
         """The job, from the hot state or else the archive (NotFound if in neither)."""
         return Job.from_dict(self._stored_job(key))
 
-    def list_jobs(self, project: str | None = None, states=None) -> list[Job]:
+    def list_jobs(self, project: str | None = None, states: Iterable[str] | None = None) -> list[Job]:
         """Jobs in submission order."""
         return [Job.from_dict(j) for j in self._stored_jobs(project, states)]
 
@@ -236,7 +236,8 @@ class ClusterState:
             job = self.archive.get(key)
         return job if job is not None else self.live_job(key)
 
-    def _stored_jobs(self, project: str | None, states) -> list[dict]:
+    def _stored_jobs(self, project: str | None, states: Iterable[str] | None) -> list[dict]:
+        states = frozenset(states) if states else None
         return [j for j in self.jobs.values()
                 if (project is None or j["project"] == project) and (not states or j["state"] in states)]
 
