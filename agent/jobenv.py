@@ -72,12 +72,12 @@ def agent_env(base: Mapping[str, str], extra: Iterable[str] = ()) -> dict[str, s
     return env
 
 
-def threads_env(cpus: object, gpus: int) -> dict[str, str]:
+def threads_env(cpus: float, gpus: int) -> dict[str, str]:
     """:data:`THREAD_VARS` for a job that asked for ``cpus`` cores on its box and holds ``gpus``
     GPUs there: the cores shared among its GPUs (torchrun starts a process for each), at least
     one. Nothing when it asked for no cores (a spec from before ``--cpu``, or ``--cpu 0``):
     the libraries then choose, as outside floydd."""
-    if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not cpus > 0:
+    if cpus <= 0:
         return {}
     threads = str(max(1, int(cpus // max(1, gpus))))
     return dict.fromkeys(THREAD_VARS, threads)
