@@ -8,9 +8,9 @@ dataset, cores, a restart policy), placed, run and ended with a metric summary, 
 a placement, times and a history. Timed, interleaved in each round (CPU seconds of this
 process, min/median/max over ``--rounds``):
 
-- the read: before, a deep copy of every stored job (``copy_of``, what ``list_jobs`` gave
-  before the reads were typed); now, ``list_jobs()``: a frozen :class:`~floydd.model.Job` per
-  job (its spec read when first asked);
+- the read: before, a deep copy of every stored job (``copy_of`` of the dicts the state held,
+  what ``list_jobs`` gave before the reads were typed); now, ``list_jobs()``: the state's own
+  frozen :class:`~floydd.model.Job` values (its spec read when first asked);
 - the API's listing (what ``GET /v1/jobs`` turns into JSON): before, the old ``job_view``
   (kept here, :func:`old_job_view`) over the copies; now, ``job_view`` over ``list_jobs()``,
   and the same with each job's typed spec read as well.
@@ -91,11 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     jobs, rounds = (200, args.rounds or 2) if args.smoke else (10_000, args.rounds or 7)
     state = build(jobs)
     names = {nid: n["name"] for nid, n in state.nodes.items()}
+    stored = [job.to_dict() for job in state.jobs.values()]     # what the state held before it held Jobs
     cases = {
-        "read: copies (before)": lambda: copy_of(list(state.jobs.values())),
+        "read: copies (before)": lambda: copy_of(stored),
         "read: typed Jobs (now)": state.list_jobs,
         "listing: views of copies (before)": lambda: [old_job_view(j, names)
-                                                      for j in copy_of(list(state.jobs.values()))],
+                                                      for j in copy_of(stored)],
         "listing: views of Jobs (now)": lambda: [job_view(j, names) for j in state.list_jobs()],
         "listing, each spec read (now)": lambda: [(j.spec, job_view(j, names)) for j in state.list_jobs()],
     }
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.process_time()
             fn()
             times[name].append(time.process_time() - start)
-    copies = copy_of(list(state.jobs.values()))
+    copies = copy_of(stored)
     views, old_views = [job_view(j, names) for j in state.list_jobs()], [old_job_view(raw, names) for raw in copies]
     same = [j.to_dict() for j in state.list_jobs()] == [Job.from_dict(raw).to_dict() for raw in copies] and \
         views == old_views and [list(v) for v in views] == [list(v) for v in old_views]   # keys in their order too

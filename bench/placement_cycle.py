@@ -145,21 +145,21 @@ def cycles(nodes: int, old: bool = False) -> dict:
         if cluster.placed != out["placed"] or cluster.updates != out["reasons"]:
             raise SystemExit("a steady cycle changed something: the bench is wrong")
         out["steady"] = min(out["steady_all"])
-        out["pass"] = min(cpu(loop, lambda: [j for j in cluster.state.jobs.values() if j["state"] == "queued"])
+        out["pass"] = min(cpu(loop, lambda: [j for j in cluster.state.jobs.values() if j.state == "queued"])
                           for _ in range(3))
         out["snapshots"] = min(cpu(loop, lambda: scheduler.snapshots(NOW)) for _ in range(3))
-        queued = [j for j in cluster.state.jobs.values() if j["state"] == "queued"]
-        pending = [PendingJob(key=j["id"], gpu_count=j["spec"]["resources"]["gpus"]) for j in queued]
+        queued = [j for j in cluster.state.jobs.values() if j.state == "queued"]
+        pending = [PendingJob(key=j.id, gpu_count=j.asked_gpu_count) for j in queued]
         snaps = list(scheduler.snapshots(NOW).values())
         out["place"] = min(cpu(loop, lambda: leader.place(snaps, pending)) for _ in range(3))
-        placed = [k for k, j in cluster.state.jobs.items() if j["state"] == "starting"]
+        placed = [k for k, j in cluster.state.jobs.items() if j.state == "starting"]
         for key in placed[:max(1, len(placed) // 100)]:
             cluster.apply({"op": "job.update", "job": key, "state": "running"})
             cluster.apply({"op": "job.update", "job": key, "state": "success"})
         before = cluster.placed
         out["churn"] = cpu(loop, scheduler.lead_once())
         out["churn_placed"] = cluster.placed - before
-    out["where"] = {k: (j["node"], tuple(j["gpus"])) for k, j in cluster.state.jobs.items()}
+    out["where"] = {k: (j.node, j.gpu_ids) for k, j in cluster.state.jobs.items()}
     loop.close()
     return out
 

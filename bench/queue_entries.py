@@ -65,7 +65,7 @@ class OldLeader(ClusterScheduler):
         state = self.cluster.state
         for key, why in dict(self.waiting).items():
             job = state.jobs.get(key)
-            if job is not None and job["state"] == "queued" and job["waiting_for"] != why:
+            if job is not None and job.state == "queued" and job.waiting_for != why:
                 try:
                     await self.cluster.update_job(key, waiting_for=why, timeout=5.0)
                 except Conflict:

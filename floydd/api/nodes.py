@@ -62,7 +62,8 @@ async def nodes(request: web.Request) -> web.Response:
         held = service.state.held_gpus(node["id"])   # placements of the whole cluster
         for gpu in entry["gpus"]:
             gpu["job"] = held.get(gpu["index"])
-            gpu["user"] = (service.state.jobs.get(gpu["job"]) or {}).get("user") or None if gpu["job"] else None
+            job = service.state.jobs.get(gpu["job"]) if gpu["job"] else None
+            gpu["user"] = job.user or None if job is not None else None
         listing.append(entry)
     return reply(listing)
 

@@ -25,7 +25,7 @@ from floydd.cluster.config import ClusterConfig
 from floydd.cluster.state.commands import MAX_ARCHIVE
 from floydd.cluster.state.machine import ClusterState
 from floydd.errors import FloyddError
-from floydd.model import FINAL_STATES, DatasetRef
+from floydd.model import FINAL_STATES, Job
 
 __all__ = ["Archiver", "Leading", "choose", "finished", "referenced"]
 
@@ -35,37 +35,30 @@ _LOOK = 0.5
 for the next round."""
 
 
-def finished(job: dict) -> bool:
+def finished(job: Job) -> bool:
     """A final state, and every part of a gang final."""
-    return job["state"] in FINAL_STATES and all(p["state"] in FINAL_STATES for p in job.get("parts") or ())
+    return job.state in FINAL_STATES and all(p.state in FINAL_STATES for p in job.parts)
 
 
-def referenced(jobs: Iterable[dict]) -> set[str]:
+def referenced(jobs: Iterable[Job]) -> set[str]:
     """Keys of jobs whose ``/output`` a job not yet finished mounts (``P/N/output:V`` -> ``P/N``)."""
-    out = set()
-    for job in jobs:
-        if job["state"] in FINAL_STATES:
-            continue
-        for mount in job["spec"].get("data") or ():
-            ref = DatasetRef.stored(mount.get("ref"))
-            if ref is not None and ref.name.endswith("/output"):
-                out.add(ref.name.removesuffix("/output"))
-    return out
+    return {ref.name.removesuffix("/output") for job in jobs if job.state not in FINAL_STATES
+            for ref in job.data_refs if ref.name.endswith("/output")}
 
 
-def choose(jobs: Iterable[dict], *, now: float, keep: int, after: float, batch: int) -> list[str]:
+def choose(jobs: Iterable[Job], *, now: float, keep: int, after: float, batch: int) -> list[str]:
     """The keys to archive now, oldest first (see the module docstring). Pure."""
     jobs = list(jobs)
     held = referenced(jobs)
-    done = sorted((j for j in jobs if finished(j)), key=lambda j: (j.get("ended") or j["created"], j["number"]))
+    done = sorted((j for j in jobs if finished(j)), key=lambda j: (j.ended or j.created, j.number))
     excess = len(done) - keep
     cutoff = now - after
     out: list[str] = []
     for i, job in enumerate(done):
-        if len(out) >= batch or (i >= excess and (job.get("ended") or job["created"]) > cutoff):
+        if len(out) >= batch or (i >= excess and (job.ended or job.created) > cutoff):
             break
-        if job["id"] not in held:
-            out.append(job["id"])
+        if job.id not in held:
+            out.append(job.id)
     return out
 
 

@@ -109,7 +109,7 @@ def check_can_join(state_dir: Path) -> None:
     job would be lost: the other cluster does not know it)."""
     from floydd.cluster.recover import read_state
     state = read_state(Path(state_dir) / "cluster" / "raft.db")
-    unfinished = sorted(k for k, j in state.jobs.items() if j["state"] not in FINAL_STATES)
+    unfinished = sorted(k for k, j in state.jobs.items() if j.state not in FINAL_STATES)
     if unfinished:
         more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
         raise Conflict(f"{len(unfinished)} job(s) of this box have not ended: {', '.join(unfinished[:5])}{more}",

@@ -45,7 +45,7 @@ from floydd.cluster.state.machine import ClusterState
 from floydd.config import Config
 from floydd.daemon.integrity import IMPORTED_MARKER, Finding, findings, raft_path
 from floydd.errors import FloyddError
-from floydd.model import ACTIVE_STATES, Job
+from floydd.model import ACTIVE_STATES
 from floydd.records import Records
 from floydd.store.catalog import DatasetVersion
 from floydd.store.dbfile import copy_rows, readable, salvage, set_aside
@@ -137,9 +137,8 @@ def _repair_records(config: Config, report: RepairReport, suffix: str) -> None:
 def _unrecorded_jobs(config: Config, report: RepairReport, state: ClusterState, node_id: str) -> None:
     """Say which jobs the cluster has placed here and not seen end, whose records were lost."""
     kept = {key for key, _ in _record_jobs(config)}
-    lost = sorted(key for key, raw in state.jobs.items()
-                  if key not in kept and (job := Job.from_dict(raw)).state in ACTIVE_STATES
-                  and job.part_on(node_id) is not None)
+    lost = sorted(key for key, job in state.jobs.items()
+                  if key not in kept and job.state in ACTIVE_STATES and job.part_on(node_id) is not None)
     if lost:
         report.lost.append(f"{config.records_path}: the record of {len(lost)} job(s) placed here that had not "
                            f"ended is gone; the cluster starts them again: {', '.join(lost[:10])}")
@@ -168,7 +167,7 @@ def _repair_catalog(config: Config, report: RepairReport, state: ClusterState | 
     if state is not None:
         for dataset in state.datasets.values():
             versions += [_version(v) for v in dataset["versions"].values() if node_id in v.get("holders", ())]
-        pins += [(f"job:{key}", job.get("spec", {}).get("code_tree")) for key, job in state.jobs.items()]
+        pins += [(f"job:{key}", job.code_tree) for key, job in state.jobs.items()]
     pins += [(f"job:{key}", code_tree) for key, code_tree in _record_jobs(config)]
     pins = [(holder, ObjectId.from_hex(tree)) for holder, tree in pins if _is_tree(tree)]
 

@@ -84,7 +84,7 @@ class Admission:
         state = self.cluster.state
         if not limit or (idem_key and idem_key in state.idem):
             return
-        queued = sum(1 for job in state.jobs.values() if job["state"] == "queued" and job.get("user", "") == user)
+        queued = state.queued_of(user)
         queued += self._submitting.get(user, 0)
         if queued >= limit:
             who = user or "this caller"

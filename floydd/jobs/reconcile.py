@@ -240,7 +240,7 @@ class Reconciler:
 
     def _committed(self, key: str) -> Job | None:
         """The job as the committed state has it now (None: it has none)."""
-        return Job.of(self.cluster.state.jobs.get(key))
+        return self.cluster.state.jobs.get(key)
 
     async def _called_off(self, job: Job) -> bool:
         """End the local record of a start the cluster called off meanwhile (True), if it did."""

@@ -49,7 +49,7 @@ async def _rendezvous(cluster: ClusterService, job: Job, rank: int,
         endpoint = f"{host}:{await asyncio.to_thread(free_port)}"
     while True:
         changed = job_changed()
-        current = Job.of(cluster.state.jobs.get(key))
+        current = cluster.state.jobs.get(key)
         if current is None or current.attempts != job.attempts or current.state not in ACTIVE_STATES \
                 or current.stop_requested:
             return None

@@ -257,7 +257,7 @@ class JobService:
             if history:
                 state = (await self.get(key))["state"]
             else:
-                state = (Job.of(self.cluster.state.jobs.get(key)) or await self.cluster.job(key)).state  # NotFound:
+                state = (self.cluster.state.jobs.get(key) or await self.cluster.job(key)).state  # NotFound:
             remaining = None if deadline is None else deadline - time.monotonic()                       # deleted
             if state in FINAL_STATES or (remaining is not None and remaining <= 0):
                 return await self.get(key, stale=key in self.cluster.state.jobs)

@@ -19,6 +19,9 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from floydd.errors import InvalidSpec
+from floydd.model.names import DatasetRef
+from floydd.model.resources import asked_gpu_count, asked_nodes, asked_per_box
+from floydd.model.restart import RestartPolicy
 from floydd.model.states import ACTIVE_STATES
 from floydd.model.spec import JobSpec
 
@@ -125,6 +128,57 @@ class Job:
     def is_gang(self) -> bool:
         return bool(self.parts)
 
+    # What it asks for, read off its stored spec as leniently as the replicated state must (a
+    # job.submit is any spec an authorised box sent; every box reads the same answer from it,
+    # whatever release it runs, and the placer reads what the state's checks read).
+
+    @property
+    def asked_gpu_count(self) -> int | None:
+        """GPUs it asks for on each box; None when its spec says no whole number."""
+        return asked_gpu_count(self.stored_spec)
+
+    @property
+    def asked_nodes(self) -> int:
+        """Boxes it spans (1 unless its spec says a whole number from 1)."""
+        return asked_nodes(self.stored_spec)
+
+    @property
+    def asked_per_box(self) -> tuple[int, int]:
+        """(thousandths of a core, bytes of memory) it asks for on each box; (0, 0) for none."""
+        return asked_per_box(self.stored_spec)
+
+    @property
+    def code_tree(self) -> str | None:
+        """The id of its code tree (hex), None when its spec names none."""
+        tree = self.stored_spec.get("code_tree")
+        return tree if isinstance(tree, str) else None
+
+    @property
+    def data_refs(self) -> tuple[DatasetRef, ...]:
+        """The dataset versions it mounts (a mount whose ref does not read is left out)."""
+        refs = (DatasetRef.stored(m.get("ref")) for m in self._mounts())
+        return tuple(ref for ref in refs if ref is not None)
+
+    @property
+    def data_trees(self) -> tuple[str, ...]:
+        """The trees (hex ids) of the dataset versions it mounts, as its spec resolved them."""
+        return tuple(tree for m in self._mounts() if isinstance(tree := m.get("tree"), str))
+
+    def _mounts(self) -> tuple[Mapping[str, Any], ...]:
+        mounts = self.stored_spec.get("data")
+        if not mounts or not isinstance(mounts, (list, tuple)):
+            return ()
+        return tuple(m for m in mounts if isinstance(m, Mapping))
+
+    @property
+    def restart_policy(self) -> RestartPolicy | None:
+        """Its restart policy (the default for a spec from before them); None when its spec's
+        does not read (a newer box's): such a job is never rerun."""
+        try:
+            return RestartPolicy.from_dict(self.stored_spec.get("restart"))
+        except (InvalidSpec, TypeError, AttributeError):
+            return None
+
     def part_on(self, node: str) -> JobPart | None:
         """``node``'s part of this job, or None if it has none there. The state checked the
         GPU indices when it committed the placement."""
@@ -187,13 +241,11 @@ _KNOWN = frozenset({"id", "project", "number", "idem_key", "spec", "state", "rea
 """The stored keys :class:`Job` has a field for."""
 
 
-def unsettled_on(raw: Mapping[str, Any], node: str) -> bool:
-    """Whether ``node`` has something to do about a job, read off its stored form without
-    decoding it (a box's reconciler asks this of every job each round): it has a part there
-    and the job is active, or it is a gang whose part there is still active (a gang's part
-    is reported even after the job ended, so every part ends up final)."""
-    parts = raw.get("parts")
-    if parts:
-        return any(p["node"] == node and (raw["state"] in ACTIVE_STATES or p["state"] in ACTIVE_STATES)
-                   for p in parts)
-    return raw.get("node") == node and raw["state"] in ACTIVE_STATES
+def unsettled_on(job: Job, node: str) -> bool:
+    """Whether ``node`` has something to do about ``job`` (a box's reconciler asks this of every
+    job each round): it has a part there and the job is active, or it is a gang whose part
+    there is still active (a gang's part is reported even after the job ended, so every part
+    ends up final)."""
+    if job.parts:
+        return any(p.node == node and (job.state in ACTIVE_STATES or p.state in ACTIVE_STATES) for p in job.parts)
+    return job.node == node and job.state in ACTIVE_STATES

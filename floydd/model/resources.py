@@ -83,7 +83,7 @@ def asked_per_box(spec: object) -> tuple[int, int]:
     """(thousandths of a core, bytes of memory) a job's spec asks for on each box: (0, 0) for
     a spec from before they existed, or one whose values are not counts (a job.submit is
     any dict an authorised node sent: the index never trusts it to be well formed)."""
-    resources = spec.get("resources") if isinstance(spec, dict) else None
+    resources = spec.get("resources") if isinstance(spec, Mapping) else None
     if not isinstance(resources, dict):
         return 0, 0
     cpu, memory = known_count(resources.get("cpus"), 1000), known_count(resources.get("memory"), 1)
@@ -94,15 +94,15 @@ def asked_gpu_count(spec: object) -> int | None:
     """GPUs a job's stored spec asks for on each box; None when it says no whole number (read
     as leniently as :func:`asked_per_box`, and by both the placer and the state's check of a
     placement, so they agree on any spec)."""
-    resources = spec.get("resources") if isinstance(spec, dict) else None
+    resources = spec.get("resources") if isinstance(spec, Mapping) else None
     wanted = resources.get("gpus") if isinstance(resources, dict) else \
-        spec.get("gpus") if isinstance(spec, dict) else None
+        spec.get("gpus") if isinstance(spec, Mapping) else None
     return wanted if type(wanted) is int else None
 
 
 def asked_nodes(spec: object) -> int:
     """Boxes a job's stored spec spans (1 unless it says a whole number from 1)."""
-    resources = spec.get("resources") if isinstance(spec, dict) else None
+    resources = spec.get("resources") if isinstance(spec, Mapping) else None
     nodes = resources.get("nodes") if isinstance(resources, dict) else None
     return nodes if type(nodes) is int and nodes >= 1 else 1
 

@@ -24,7 +24,7 @@ from floydd import log
 from floydd.scheduler.storehealth import trouble
 from floydd.errors import Conflict, FloyddError
 from floydd.scheduler import outages
-from floydd.model import DEFAULT_LOST_AFTER, DatasetRef, Job, asked_gpu_count, asked_nodes, asked_per_box
+from floydd.model import DEFAULT_LOST_AFTER, DatasetRef, Job
 from floydd.scheduler import NodeSnapshot, PendingJob, node_snapshots, place
 
 __all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "every_second_or_sooner"]
@@ -83,7 +83,7 @@ class ClusterScheduler:
     def _active_jobs(self) -> list[Job]:
         """The active jobs, typed (those the state's index counts)."""
         jobs = self.cluster.state.jobs
-        return [Job.from_dict(jobs[key]) for key in self.cluster.state.active_index.active]
+        return [jobs[key] for key in self.cluster.state.active_index.active]
 
     async def lead_once(self) -> None:
         """One round: judge silent nodes, then place what is queued and keep why the rest
@@ -92,7 +92,7 @@ class ClusterScheduler:
         state = self.cluster.state
         now = self._clock()
         await self.give_up_on_silent_nodes(now)
-        queued = [j for j in state.jobs.values() if j["state"] == "queued"]
+        queued = [j for j in state.jobs.values() if j.state == "queued"]
         if not queued:
             self.waiting = {}
             return
@@ -148,11 +148,11 @@ class ClusterScheduler:
                 pass
 
 
-def _pending(job: dict, near: _Near) -> PendingJob:
-    spec = job["spec"]
-    cpu, memory = asked_per_box(spec)
-    return PendingJob(key=job["id"], gpu_count=asked_gpu_count(spec) or 0, nodes=asked_nodes(spec),
-                      cpu_milli=cpu, memory=memory, near=near(spec.get("data")) if spec.get("data") else ())
+def _pending(job: Job, near: _Near) -> PendingJob:
+    cpu, memory = job.asked_per_box
+    refs = job.data_refs
+    return PendingJob(key=job.id, gpu_count=job.asked_gpu_count or 0, nodes=job.asked_nodes,
+                      cpu_milli=cpu, memory=memory, near=near(refs) if refs else ())
 
 
 class _Near:
@@ -163,11 +163,10 @@ class _Near:
         self.datasets, self.names = datasets, names
         self._seen: dict[tuple, tuple[str, ...]] = {}
 
-    def __call__(self, mounts: list) -> tuple[str, ...]:
-        refs = tuple(m.get("ref", "") for m in mounts if isinstance(m, dict))
+    def __call__(self, refs: tuple[DatasetRef, ...]) -> tuple[str, ...]:
         if refs not in self._seen:
             held: dict[str, int] = {}
-            for ref in filter(None, map(DatasetRef.stored, refs)):
+            for ref in refs:
                 version = (self.datasets.get(ref.name) or {}).get("versions", {}).get(ref.version_key) or {}
                 for nid in version.get("holders") or ():
                     if nid in self.names:

@@ -23,7 +23,7 @@ from floydd.config import preset_for_tests
 from floydd.daemon.peers import peer_app
 from floydd.errors import Conflict
 from floydd.jobs.service import JobService
-from floydd.model import FINAL_STATES, Submission
+from floydd.model import FINAL_STATES, Job, Submission
 from floydd.records import Records
 from floydd.runtime import checkpoint
 from floydd.runtime.disk import Disk
@@ -176,7 +176,7 @@ class Box:
         submission = Submission(command=command, code_path=str(self.project), **fields)
         return await self.jobs.submit(submission, user="alice")
 
-    def job(self, key: str) -> dict | None:
+    def job(self, key: str) -> Job | None:
         """The job in this node's copy of the replicated state."""
         return self.service.state.jobs.get(key)
 
@@ -187,7 +187,8 @@ class _Boxes:
 
     async def ended(self, box: Box, key: str, timeout: float = 10.0) -> dict:
         """The job once every box's copy of the state says it ended."""
-        await self.wait_for(lambda: all((b.job(key) or {}).get("state") in FINAL_STATES for b in self.boxes),
+        await self.wait_for(lambda: all((job := b.job(key)) is not None and job.state in FINAL_STATES
+                                            for b in self.boxes),
                             timeout, what=f"{key} to end")
         return await box.jobs.get(key)
 

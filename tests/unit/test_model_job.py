@@ -44,8 +44,8 @@ def test_every_stored_job_reads_and_writes_back_unchanged(log):
     log = [{**cmd, "spec": {**cmd["spec"], **code}} if cmd["op"] == "job.submit" else cmd for cmd in log]
     for index, cmd in enumerate(log, 1):
         apply(state, cmd, index)
-    for stored in state.jobs.values():
-        _check(stored)
+    for job in state.jobs.values():
+        _check(job.to_dict())
     moved = state.apply({"op": "job.archive", "jobs": sorted(state.jobs), "ts": 1.0, "term": 1},
                         index=len(log) + 1, term=1)["archived"]
     for key in moved:                        # the archive's form: no history, archived_at kept as extra

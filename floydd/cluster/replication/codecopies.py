@@ -198,9 +198,9 @@ class CodeCopies:
         entry = state.code.get(tree)
         if entry is None:
             return []
-        active = (j for j in state.jobs.values() if j.get("state") in ACTIVE_STATES)
+        active = (j for j in state.jobs.values() if j.state in ACTIVE_STATES)
         return extra_copies(state.nodes, entry, self.replicas, self.liveness(), jobs=active,
-                            uses=lambda job: (job.get("spec") or {}).get("code_tree") == tree)
+                            uses=lambda job: job.code_tree == tree)
 
     async def _trim(self, tree: str) -> None:
         """On the leader: drop the copies of ``tree`` beyond R, one holder at a time, each
@@ -284,8 +284,8 @@ def likely_sources(state: Any, tree: str) -> list[str]:
     entry = getattr(state, "code", {}).get(tree)
     likely: list[str] = list(entry["holders"]) if entry else []
     for job in state.jobs.values():
-        if job.get("spec", {}).get("code_tree") == tree:
-            likely += [job.get("origin") or "", job.get("node") or ""]
+        if job.code_tree == tree:
+            likely += [job.origin, job.node or ""]
     return [n for n in dict.fromkeys(likely) if n]
 
 

@@ -197,7 +197,7 @@ def named_trees(state: Any, node_id: str, jobs: Iterable[dict]) -> set[ObjectId]
     for dataset in state.datasets.values():
         trees.update(v["tree"] for v in dataset["versions"].values() if node_id in v.get("holders", ()))
     trees.update(tree for tree, entry in getattr(state, "code", {}).items() if node_id in entry["holders"])
-    trees.update(job.get("spec", {}).get("code_tree") or "" for job in state.jobs.values())
+    trees.update(job.code_tree or "" for job in state.jobs.values())
     trees.update(job.get("code_tree") or "" for job in jobs)
     out = set()
     for tree in trees:

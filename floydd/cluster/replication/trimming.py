@@ -45,7 +45,7 @@ class Trimmer:
         """The holders of ``version`` whose copies may go now (the leader's view)."""
         ds = self.datasets
         state = ds.state
-        active = (j for j in state.jobs.values() if j.get("state") in ACTIVE_STATES and j.get("spec", {}).get("data"))
+        active = (j for j in state.jobs.values() if j.state in ACTIVE_STATES and j.data_trees)
         return extra_copies(state.nodes, version, ds.replicas, ds.liveness(), jobs=active)
 
     async def _trim(self, name: str, number: int) -> None:

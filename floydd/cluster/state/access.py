@@ -119,10 +119,8 @@ def output_owner(state: Any, name: str, before: int | None = None) -> str | None
     job = output_job(name)
     if job is None:
         return None
-    found = state.jobs.get(job)
-    if found is None:
-        found = state.archive.get(job, before)
-    return None if found is None else found.get("user") or ""
+    found = state.find_job(job, before)
+    return None if found is None else found.user
 
 
 def dataset_target(state: Any, name: str, ref: str | None = None, *, before: int | None = None) -> Target:
@@ -146,9 +144,12 @@ def job_target(job: Mapping[str, Any], kind: str) -> Target:
     """The ``code``, ``output``, ``logs`` or ``metrics`` of ``job`` (a job view or replicated job)."""
     if kind not in ("code", "output", "logs", "metrics"):
         raise ValueError(f"{kind!r} is not a part of a job")
-    key = str(job["id"])
-    name = (job.get("output_version") or f"{key}/output") if kind == "output" else key   # as the data road names it
-    return Target(kind=kind, name=name, owner=job.get("user") or "", job=key)
+    if isinstance(job, Mapping):                # a job view (until the API's views are typed)
+        key, output, user = str(job["id"]), job.get("output_version"), job.get("user")
+    else:
+        key, output, user = job.id, job.output_version, job.user
+    name = (output or f"{key}/output") if kind == "output" else key   # as the data road names it
+    return Target(kind=kind, name=name, owner=user or "", job=key)
 
 
 def is_admin(state: Any, person: str | None) -> bool:

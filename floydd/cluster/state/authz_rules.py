@@ -15,6 +15,7 @@ from typing import Any
 from floydd.cluster.state import access
 from floydd.cluster.state.versions import at_least, behind, cluster_level
 from floydd.errors import Forbidden
+from floydd.model import Job
 
 __all__ = ["RULES", "is_admin", "may_act_for", "check_job_owner"]
 
@@ -120,7 +121,7 @@ def _job_update(state, cmd, proposer, leader) -> None:
     if set(cmd) <= _USER_STOP_FIELDS and cmd.get("state", "stopped") == "stopped" \
             and ("stop_requested" in cmd or "state" in cmd):
         if job is not None:
-            check_job_owner(state, cmd.get("user", ""), key, job.get("user"), "stop")
+            check_job_owner(state, cmd.get("user", ""), key, job.user, "stop")
         return
     raise Forbidden(f"{_box(state, proposer)} may not change {key} that way: a box reports its own runs "
                     "(with node), a user stops a job, the leader does the rest", code="leader_only")
@@ -134,9 +135,9 @@ def _job_import(state, cmd, proposer, leader) -> None:
 
 def _job_delete(state, cmd, proposer, leader) -> None:
     key = cmd["job"]
-    job = state.jobs.get(key) or state.archive.get(key)
+    job = state.find_job(key)
     if job is not None:
-        check_job_owner(state, cmd.get("user", ""), key, job.get("user"), "delete")
+        check_job_owner(state, cmd.get("user", ""), key, job.user, "delete")
 
 
 def _dataset_add(state, cmd, proposer, leader) -> None:
@@ -266,11 +267,11 @@ RULES = {
 }
 
 
-def _placed_on(job: dict, rank: int | None) -> set[str]:
-    parts = job.get("parts") or []
+def _placed_on(job: Job, rank: int | None) -> set[str]:
+    parts = job.parts
     if rank is not None and 0 <= rank < len(parts):
-        return {parts[rank]["node"]}
-    return {job.get("node")} | {p["node"] for p in parts}
+        return {parts[rank].node}
+    return {job.node} | {p.node for p in parts}
 
 
 def _box(state: Any, node_id: str) -> str:

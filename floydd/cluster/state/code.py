@@ -31,6 +31,7 @@ import re
 from typing import Any
 
 from floydd.errors import InvalidSpec, NotFound
+from floydd.model import Job
 
 __all__ = ["submitted", "set_holder", "job_gone", "holders_of", "HELD_FIELD"]
 
@@ -39,15 +40,15 @@ HELD_FIELD = "code_held"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def submitted(state: Any, job: dict, *, held: bool) -> None:
+def submitted(state: Any, job: Job, *, held: bool) -> None:
     """A new job: add it to its code tree's entry (made if new); its origin holds a copy if ``held``."""
-    tree = (job.get("spec") or {}).get("code_tree")
-    if not isinstance(tree, str) or not _HEX64.fullmatch(tree):
+    tree = job.code_tree
+    if tree is None or not _HEX64.fullmatch(tree):
         return                          # no code (an import may carry none): nothing to keep
     entry = state.code.setdefault(tree, {"tree": tree, "holders": [], "jobs": []})
-    entry["jobs"] = sorted({*entry["jobs"], job["id"]})
-    if held and job.get("origin"):
-        entry["holders"] = sorted({*entry["holders"], job["origin"]})
+    entry["jobs"] = sorted({*entry["jobs"], job.id})
+    if held and job.origin:
+        entry["holders"] = sorted({*entry["holders"], job.origin})
 
 
 def set_holder(state: Any, cmd: dict) -> dict:
@@ -65,15 +66,13 @@ def set_holder(state: Any, cmd: dict) -> dict:
     return _copy(entry)
 
 
-def job_gone(state: Any, job: dict | None) -> None:
-    """``job`` was deleted: out of its tree's entry, and the entry out of the table with its last job."""
-    if job is None:
+def job_gone(state: Any, key: str, tree: str | None) -> None:
+    """Job ``key`` (whose code is ``tree``) was deleted: out of its tree's entry, and the entry
+    out of the table with its last job."""
+    entry = state.code.get(tree) if tree is not None else None
+    if entry is None or key not in entry["jobs"]:
         return
-    tree = (job.get("spec") or {}).get("code_tree")
-    entry = state.code.get(tree) if isinstance(tree, str) else None
-    if entry is None or job.get("id") not in entry["jobs"]:
-        return
-    entry["jobs"] = [key for key in entry["jobs"] if key != job["id"]]
+    entry["jobs"] = [k for k in entry["jobs"] if k != key]
     if not entry["jobs"]:
         del state.code[tree]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from floydd.cluster.state import code as state_code, versions
 from floydd.errors import Conflict, InvalidSpec
-from floydd.model import FINAL_STATES, check_project
+from floydd.model import FINAL_STATES, Job, check_project
 
 __all__ = ["allocate", "import_job", "MAX_ALLOCATE"]
 
@@ -76,14 +76,15 @@ def import_job(state: Any, cmd: dict) -> dict:
     history.append([ts, f"imported from {origin.get('origin_name') or 'another site'} "
                         f"(its {origin.get('job', '?')}) by {cmd.get('user') or 'someone'} on "
                         f"{state.name_of(cmd['node'])}"])
-    job = {"id": job_id, "project": project, "number": number, "idem_key": key, "spec": cmd["spec"],
-           "state": cmd["state"], "reason": cmd.get("reason", ""), "waiting_for": "", "created": cmd["created"],
-           "updated": ts, "started": cmd.get("started"), "ended": cmd.get("ended"), "node": cmd["node"],
-           "gpus": [], "attempts": 1, "placed_term": None, "exit_code": cmd.get("exit_code"),
-           "output_version": cmd.get("output_version"), "summary": dict(cmd.get("summary") or {}),
-           "stop_requested": "", "origin": cmd["node"], "user": cmd.get("user", ""), "parts": [],
-           "endpoint": None, "reruns": 0, "unknown_since": None, "imported": origin, "history": history}
-    state.jobs[job_id] = job
+    job = Job.from_dict({
+        "id": job_id, "project": project, "number": number, "idem_key": key, "spec": cmd["spec"],
+        "state": cmd["state"], "reason": cmd.get("reason", ""), "waiting_for": "", "created": cmd["created"],
+        "updated": ts, "started": cmd.get("started"), "ended": cmd.get("ended"), "node": cmd["node"],
+        "gpus": [], "attempts": 1, "placed_term": None, "exit_code": cmd.get("exit_code"),
+        "output_version": cmd.get("output_version"), "summary": dict(cmd.get("summary") or {}),
+        "stop_requested": "", "origin": cmd["node"], "user": cmd.get("user", ""), "parts": [],
+        "endpoint": None, "reruns": 0, "unknown_since": None, "imported": origin, "history": history})
+    state.put_job(job)
     state.idem[key] = ["job", job_id]
     state.counters[project] = max(state.counters.get(project, 0), number)
     if versions.at_least(state, 3):     # its code, stored by the importing box, kept on R boxes (issue 21)
@@ -97,8 +98,9 @@ def _number_of(state: Any, key: str, project: str) -> int | None:
     if seen is not None:
         if seen[0] == "number" and seen[1] == project:
             return seen[2]
-        if seen[0] == "job" and seen[1] in state.jobs and state.jobs[seen[1]]["project"] == project:
-            return state.jobs[seen[1]]["number"]
+        job = state.jobs.get(seen[1]) if seen[0] == "job" else None
+        if job is not None and job.project == project:
+            return job.number
         raise Conflict(f"idempotency key {key[:80]!r} was used for something else", code="idempotency_key_reused")
     archived = state.archive.by_idem(key, state.applying)
     if archived is not None and archived["project"] == project:

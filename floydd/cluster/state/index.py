@@ -23,7 +23,7 @@ rest of the state.
 from __future__ import annotations
 
 from floydd.errors import Conflict
-from floydd.model import asked_per_box, format_cpus, format_size, known_count
+from floydd.model import Job, format_cpus, format_size, known_count
 
 __all__ = ["ActiveIndex"]
 
@@ -63,45 +63,45 @@ class ActiveIndex:
         """Ids of the nodes where active jobs have a part (removed nodes among them)."""
         return list(self.load)
 
-    def check_room(self, key: str, nid: str, node: dict, spec: dict) -> None:
-        """Conflict unless ``node`` has the cores and memory job ``key`` asks for on each box
+    def check_room(self, job: Job, nid: str, node: dict) -> None:
+        """Conflict unless ``node`` has the cores and memory ``job`` asks for on each box
         beside what its active jobs asked (a node that reported neither is never short)."""
-        cpu, memory = asked_per_box(spec)
+        cpu, memory = job.asked_per_box
         resources = node["resources"]
         for asked, held, have, say in (
                 (cpu, self.cpu.get(nid, 0), known_count(resources.get("cpus"), 1000), format_cpus),
                 (memory, self.memory.get(nid, 0), known_count(resources.get("memory"), 1), format_size)):
             if asked and have is not None and held + asked > have:
-                raise Conflict(f"node {nid} has {say(max(0, have - held))} of {say(have)} free; job {key} asks for "
-                               f"{say(asked)}", code="no_room", hint="the leader plans again from the current state")
+                raise Conflict(f"node {nid} has {say(max(0, have - held))} of {say(have)} free; job {job.id} asks "
+                               f"for {say(asked)}", code="no_room", hint="the leader plans again from the current state")
 
-    def activate(self, job: dict) -> None:
+    def activate(self, job: Job) -> None:
         """Count an active job: a gang holds every part's GPUs, cores and memory while active."""
-        key = job["id"]
+        key = job.id
         if key in self.active:
             return
         self.active[key] = None
-        cpu, memory = asked_per_box(job["spec"])
-        for part in job.get("parts") or (job,):
-            nid = part["node"]
+        cpu, memory = job.asked_per_box
+        for part in job.parts or (job,):
+            nid = part.node
             self.load[nid] = self.load.get(nid, 0) + 1
-            if part["gpus"]:
-                self.held.setdefault(nid, {}).update((g, key) for g in part["gpus"])
+            if part.gpu_ids:
+                self.held.setdefault(nid, {}).update((g, key) for g in part.gpu_ids)
             if cpu:
                 self.cpu[nid] = self.cpu.get(nid, 0) + cpu
             if memory:
                 self.memory[nid] = self.memory.get(nid, 0) + memory
 
-    def deactivate(self, job: dict) -> None:
-        """Take a job that stops being active out of the index (its placement is the one it
-        was counted with: a job is placed only while queued)."""
-        key = job["id"]
+    def deactivate(self, job: Job) -> None:
+        """Take a job that stops being active out of the index (``job`` as it was counted: a
+        job is placed only while queued)."""
+        key = job.id
         if key not in self.active:
             return
         del self.active[key]
-        cpu, memory = asked_per_box(job["spec"])
-        for part in job.get("parts") or (job,):
-            nid = part["node"]
+        cpu, memory = job.asked_per_box
+        for part in job.parts or (job,):
+            nid = part.node
             self.load[nid] -= 1
             if not self.load[nid]:
                 del self.load[nid]
@@ -111,7 +111,7 @@ class ActiveIndex:
                     if not index[nid]:
                         del index[nid]
             held = self.held.get(nid, {})
-            for g in part["gpus"]:
+            for g in part.gpu_ids:
                 if held.get(g) == key:
                     del held[g]
             if not held:

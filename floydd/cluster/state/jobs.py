@@ -26,20 +26,29 @@ each box not set aside for other active jobs there, where the node reported its 
 without ``cpus``/``memory`` asks for none: :mod:`floydd.cluster.state.index`).
 
 :class:`~floydd.cluster.state.machine.ClusterState` calls these with itself on apply, after
-:mod:`floydd.cluster.state.authz` decided the proposer may say them. Pure, like the rest of the state.
+:mod:`floydd.cluster.state.authz` decided the proposer may say them. Pure, like the rest of the state. A job is a frozen :class:`~floydd.model.Job`: a command
+works out the job as it becomes and stores it once it is sure of it, so a refused command
+changes nothing.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
 
 from floydd.cluster.state import code as state_code, moves, versions
 from floydd.cluster.state.archive import archived_form
 from floydd.cluster.state.nodes import gpu_indices
 from floydd.cluster.state.commands import copy_of
 from floydd.errors import Conflict, InvalidSpec
-from floydd.model import (ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, asked_gpu_count,
-                          asked_nodes, check_project)
+from floydd.model import ACTIVE_STATES, FINAL_STATES, REQUEUE, TRANSITIONS, Job, JobPart, check_project
 
-__all__ = ["submit", "place", "update", "delete", "archive", "reserve"]
+__all__ = ["submit", "place", "update", "delete", "archive", "reserve", "answer"]
+
+
+def answer(job: Job) -> dict:
+    """A command's answer about a job: its stored form, a copy (it may go over the wire)."""
+    return copy_of(job.to_dict())
 
 
 def submit(state, cmd: dict, term: int) -> dict:
@@ -48,7 +57,7 @@ def submit(state, cmd: dict, term: int) -> dict:
         if seen[0] != "job" or seen[1] not in state.jobs:
             raise Conflict(f"idempotency key {cmd['idem_key']!r} was used for something else",
                            code="idempotency_key_reused", hint="use a fresh key for a new submission")
-        return copy_of(state.jobs[seen[1]])
+        return answer(state.jobs[seen[1]])
     archived = state.archive.by_idem(cmd["idem_key"], state.applying)
     if archived is not None:                  # a retry long after: the same job, archived since
         return copy_of(archived)
@@ -60,36 +69,31 @@ def submit(state, cmd: dict, term: int) -> dict:
     if key in state.jobs or state.archive.get(key, state.applying) is not None:
         raise Conflict(f"job {key} exists", code="job_exists", hint="adopt it under another number")
     ts = cmd["ts"]
-    job = {"id": key, "project": project, "number": number, "idem_key": cmd["idem_key"],
-           "spec": cmd["spec"], "state": "queued", "reason": "", "waiting_for": "",
-           "created": ts, "updated": ts, "started": None, "ended": None, "node": None,
-           "gpus": [], "attempts": 0, "placed_term": None, "exit_code": None,
-           "output_version": None, "summary": {}, "stop_requested": "", "origin": cmd.get("origin", ""),
-           "user": cmd.get("user", "")}
-    job["history"] = [[ts, f"submitted on {state.name_of(cmd.get('origin', ''))}"]]
+    job = Job.from_dict({"id": key, "project": project, "number": number, "idem_key": cmd["idem_key"],
+                         "spec": cmd["spec"], "state": "queued", "created": ts, "updated": ts,
+                         "origin": cmd.get("origin", ""), "user": cmd.get("user", ""),
+                         "history": [[ts, f"submitted on {state.name_of(cmd.get('origin', ''))}"]]})
     state.counters[project] = max(state.counters.get(project, 0), number)
-    state.jobs[key] = job
+    state.put_job(job)
     state.idem[cmd["idem_key"]] = ["job", key]
     if versions.at_least(state, 3):            # its code is kept like a dataset version's (issue 21)
         state_code.submitted(state, job, held=bool(cmd.get(state_code.HELD_FIELD)))
-    return copy_of(job)
+    return answer(job)
 
 
 def place(state, cmd: dict, term: int) -> dict:
     key = cmd["job"]
     parts = list(cmd.get("parts") or [{"node": cmd["node"], "gpus": cmd["gpus"]}])
     job = state.live_job(key)
-    if job["state"] != "queued":
-        raise Conflict(f"job {key} is {job['state']}, not queued: it cannot be placed",
-                       code="job_not_queued")
+    if job.state != "queued":
+        raise Conflict(f"job {key} is {job.state}, not queued: it cannot be placed", code="job_not_queued")
     if (parts[0]["node"], list(parts[0]["gpus"])) != (cmd["node"], list(cmd["gpus"])):
         raise InvalidSpec(f"placement of {key}: node and gpus must be those of rank 0")
-    wanted_nodes = asked_nodes(job["spec"])
-    if len(parts) != wanted_nodes:
-        raise InvalidSpec(f"job {key} spans {wanted_nodes} nodes, the placement gives {len(parts)}")
+    if len(parts) != job.asked_nodes:
+        raise InvalidSpec(f"job {key} spans {job.asked_nodes} nodes, the placement gives {len(parts)}")
     if len({p["node"] for p in parts}) != len(parts):
         raise InvalidSpec(f"placement of {key} names a node twice")
-    wanted = asked_gpu_count(job["spec"])
+    wanted = job.asked_gpu_count
     for part in parts:
         nid, gpus = part["node"], list(part["gpus"])
         node = state.node_record(nid)
@@ -107,70 +111,69 @@ def place(state, cmd: dict, term: int) -> dict:
         if busy:
             raise Conflict(f"GPU {busy} of node {nid} held by {held[busy[0]]}", code="gpu_busy",
                            hint="the leader plans again from the current state")
-        state.active_index.check_room(key, nid, node, job["spec"])
-    job.update(state="starting", node=parts[0]["node"], gpus=list(parts[0]["gpus"]),
-               attempts=job["attempts"] + 1, placed_term=term, waiting_for="", reason="",
-               updated=cmd["ts"], endpoint=None,
-               parts=[] if len(parts) == 1 else [
-                   {"rank": rank, "node": p["node"], "gpus": list(p["gpus"]), "state": "starting",
-                    "exit_code": None, "reason": ""} for rank, p in enumerate(parts)])
+        state.active_index.check_room(job, nid, node)
+    job = replace(job, state="starting", node=parts[0]["node"], gpu_ids=tuple(parts[0]["gpus"]),
+                  attempts=job.attempts + 1, placed_term=term, waiting_for="", reason="", updated=cmd["ts"],
+                  endpoint=None, parts=() if len(parts) == 1 else tuple(
+                      JobPart(rank=rank, node=p["node"], gpu_ids=tuple(p["gpus"]), state="starting")
+                      for rank, p in enumerate(parts)))
     state.active_index.activate(job)
     where = ", ".join(f"{state.name_of(p['node'])} ({_where(p['gpus'])})" for p in parts)
-    moves.remember(job, cmd["ts"], f"placed on {where} by the leader of term {term}, attempt {job['attempts']}")
-    return copy_of(job)
+    job = state.put_job(moves.remember(
+        job, cmd["ts"], f"placed on {where} by the leader of term {term}, attempt {job.attempts}"))
+    return answer(job)
 
 
 def update(state, cmd: dict, term: int) -> dict:
     key = cmd["job"]
     job = state.live_job(key)
-    if "note" in cmd and set(cmd) <= _NOTE_FIELDS and cmd.get("attempt", 0) <= job["attempts"]:
+    if "note" in cmd and set(cmd) <= _NOTE_FIELDS and cmd.get("attempt", 0) <= job.attempts:
         return note(state, job, cmd)         # a box's word, e.g. on a run the cluster replaced
-    if "attempt" in cmd and cmd["attempt"] != job["attempts"]:
+    if "attempt" in cmd and cmd["attempt"] != job.attempts:
         raise Conflict(f"update for attempt {cmd['attempt']} of {key}, which is at attempt "
-                       f"{job['attempts']}", code="stale_attempt")
+                       f"{job.attempts}", code="stale_attempt")
     if "note" in cmd:
         raise InvalidSpec("job.update: a note goes alone (with job, attempt and node)")
     if "rank" in cmd:
-        return moves.part_update(state, job, cmd)
-    if "node" in cmd and cmd["node"] != job["node"]:
-        raise Conflict(f"job {key} is placed on {job['node']}, not {cmd['node']}", code="wrong_node")
+        job = state.put_job(moves.part_update(state, job, cmd))
+        return answer(job)
+    if "node" in cmd and cmd["node"] != job.node:
+        raise Conflict(f"job {key} is placed on {job.node}, not {cmd['node']}", code="wrong_node")
     if "endpoint" in cmd:
         raise InvalidSpec("job.update: endpoint is set by rank 0 of a gang (with rank)")
-    new, old = cmd.get("state"), job["state"]
+    new, old = cmd.get("state"), job.state
     if new is not None and new != old:
         if new not in TRANSITIONS:
             raise InvalidSpec(f"{new!r} is not a job state")
         if new not in TRANSITIONS[old] and (old, new) not in REQUEUE:
             raise Conflict(f"job {key} is {old}; it cannot become {new}", code="bad_transition")
     if "output_version" in cmd:                  # before a rerun, which starts from it
-        job["output_version"] = cmd["output_version"]
+        job = replace(job, output_version=cmd["output_version"])
     if "summary" in cmd:
-        job["summary"].update(cmd["summary"])
-    again = False
+        job = moves.with_summary(job, cmd["summary"])
+    again = None
     if new is not None and new != old:
         why = cmd.get("reason") or ""
-        if new in ("unknown", "lost"):           # the leader names the silent boxes of a gang
-            for part in job.get("parts") or ():
-                if part["node"] in (cmd.get("silent") or ()) and part["state"] in ACTIVE_STATES:
-                    part.update(state=new, reason=why)
+        silent = cmd.get("silent") or ()
+        if new in ("unknown", "lost") and job.parts:     # the leader names the silent boxes of a gang
+            job = replace(job, parts=tuple(replace(p, state=new, reason=why)
+                                           if p.node in silent and p.state in ACTIVE_STATES else p
+                                           for p in job.parts))
         again = moves.rerun(state, job, new, why, cmd["ts"])
-        if not again:
-            moves.move(state, job, new, why, cmd["ts"])
-    if cmd.get("stop_requested") and not job.get("stop_requested"):
-        moves.remember(job, cmd["ts"], f"stop requested: {cmd['stop_requested']}")
-    for name in ("waiting_for", "stop_requested") + (() if again else ("reason", "exit_code")):
-        if name in cmd:
-            job[name] = cmd[name]
-    job["updated"] = cmd["ts"]
-    return copy_of(job)
+        job = again if again is not None else moves.move(state, job, new, why, cmd["ts"])
+    if cmd.get("stop_requested") and not job.stop_requested:
+        job = moves.remember(job, cmd["ts"], f"stop requested: {cmd['stop_requested']}")
+    changes: dict[str, Any] = {name: cmd[name] for name in ("waiting_for", "stop_requested")
+                               + (() if again is not None else ("reason", "exit_code")) if name in cmd}
+    job = state.put_job(replace(job, **changes, updated=cmd["ts"]))
+    return answer(job)
 
 
-def note(state, job: dict, cmd: dict) -> dict:
+def note(state, job: Job, cmd: dict) -> dict:
     """A line from a box in the job's history (e.g. it stopped a run the cluster replaced)."""
     who = state.name_of(cmd["node"]) if cmd.get("node") else "a box"
-    moves.remember(job, cmd["ts"], f"{who}: {cmd['note']}")
-    job["updated"] = cmd["ts"]
-    return copy_of(job)
+    job = state.put_job(replace(moves.remember(job, cmd["ts"], f"{who}: {cmd['note']}"), updated=cmd["ts"]))
+    return answer(job)
 
 
 def delete(state, cmd: dict, term: int) -> None:
@@ -179,16 +182,15 @@ def delete(state, cmd: dict, term: int) -> None:
         archived = state.archive.drop(key, state.applying)
         if archived is not None:              # an archived job: its row goes
             if versions.at_least(state, 3):
-                state_code.job_gone(state, archived)
+                state_code.job_gone(state, key, Job.from_dict(archived).code_tree)
             return
     job = state.live_job(key)
-    if job["state"] in ACTIVE_STATES:
-        raise Conflict(f"job {key} is {job['state']}", code="job_active",
-                       hint=f"stop it first: floyd stop {key}")
-    del state.jobs[key]
-    state.idem.pop(job["idem_key"], None)
+    if job.state in ACTIVE_STATES:
+        raise Conflict(f"job {key} is {job.state}", code="job_active", hint=f"stop it first: floyd stop {key}")
+    state.drop_job(key)
+    state.idem.pop(job.idem_key, None)
     if versions.at_least(state, 3):            # its code goes with its last job (issue 21)
-        state_code.job_gone(state, job)
+        state_code.job_gone(state, key, job.code_tree)
 
 
 def archive(state, cmd: dict, term: int) -> dict:
@@ -198,13 +200,13 @@ def archive(state, cmd: dict, term: int) -> dict:
     moved = []
     for key in cmd["jobs"]:
         job = state.jobs.get(key)
-        if job is None or key in state.active_index or job["state"] not in FINAL_STATES \
-                or any(p["state"] not in FINAL_STATES for p in job.get("parts") or ()):
+        if job is None or key in state.active_index or job.state not in FINAL_STATES \
+                or any(p.state not in FINAL_STATES for p in job.parts):
             continue
-        del state.jobs[key]
-        if state.idem.get(job["idem_key"]) == ["job", key]:
-            del state.idem[job["idem_key"]]
-        state.archive.put(archived_form(job, state.applying))
+        state.drop_job(key)
+        if state.idem.get(job.idem_key) == ["job", key]:
+            del state.idem[job.idem_key]
+        state.archive.put(archived_form(job.to_dict(), state.applying))
         moved.append(key)
     return {"archived": moved}
 

@@ -14,7 +14,7 @@ What it holds::
     removed    id -> when: tombstones of nodes removed for good (their certificates refused)
     revoked    certificate serial -> {node, ts}: the certificates of removed nodes
     people     name -> role, uids per box (:mod:`floydd.cluster.state.people`; ``admins`` derived)
-    jobs       "project/N" -> spec, state, placement (node, gpus, term), attempts, reruns, summary
+    jobs       "project/N" -> the job (:class:`~floydd.model.Job`: spec, state, placement, attempts, ...)
     counters   project -> last job number (numbers are never reused; project.reserve raises it)
     datasets   name -> versions (tree id, size, holders); version numbers never reused
     code       code tree -> holders, jobs (level 3: :mod:`floydd.cluster.state.code`)
@@ -96,7 +96,8 @@ class ClusterState:
         data, it is shipped beside it)."""
         self.nodes: dict[str, dict] = {}
         self.removed: dict[str, float] = {}
-        self.jobs: dict[str, dict] = {}
+        self.jobs: dict[str, Job] = {}
+        """Key -> the job, frozen: a command stores the job as it becomes (:mod:`floydd.cluster.state.jobs`)."""
         self.counters: dict[str, int] = {}
         self.datasets: dict[str, dict] = {}
         self.code: dict[str, dict] = {}      # code tree -> holders, jobs (level 3: floydd.cluster.state.code)
@@ -109,6 +110,8 @@ class ClusterState:
         self.active_index = ActiveIndex()
         """Derived from the jobs, never serialised (rebuilt by restore): the active jobs and what
         they hold on each node (:mod:`floydd.cluster.state.index`)."""
+        self._queued_by: dict[str, int] = {}
+        """Person -> how many of their jobs are queued (derived, kept by :meth:`put_job`)."""
         self._handlers: dict[str, Callable[[dict, int], Any]] = {
             "node.upsert": lambda cmd, term: nodes.upsert(self, cmd, term),
             "node.health": lambda cmd, term: nodes.health(self, cmd, term),
@@ -158,7 +161,8 @@ class ClusterState:
 
     def snapshot(self) -> bytes:
         return msgpack.packb({"v": SNAPSHOT_VERSION, "nodes": self.nodes, "removed": self.removed,
-                              "jobs": self.jobs, "counters": self.counters,
+                              "jobs": {key: job.to_dict() for key, job in self.jobs.items()},
+                              "counters": self.counters,
                               "datasets": self.datasets, "idem": self.idem, **self.trust.snapshot(),
                               **self.apitokens.snapshot(), "revoked": self.revoked, "people": self.people,
                               "admins": self.admins,     # what an 0.1 box reads of people
@@ -176,7 +180,8 @@ class ClusterState:
         if not isinstance(raw, dict) or raw.get("v") != SNAPSHOT_VERSION:
             raise InvalidSpec(f"not a cluster state snapshot of version {SNAPSHOT_VERSION}",
                               hint="upgrade this node to the version the cluster runs")
-        self.nodes, self.removed, self.jobs = raw["nodes"], raw["removed"], raw["jobs"]
+        self.nodes, self.removed = raw["nodes"], raw["removed"]
+        self.jobs = {key: Job.from_dict(job) for key, job in raw["jobs"].items()}
         self.counters, self.datasets, self.idem = raw["counters"], raw["datasets"], raw["idem"]
         self.trust.restore(raw)
         self.apitokens.restore(raw)
@@ -184,19 +189,46 @@ class ClusterState:
         self.store_epochs = list(raw.get("store_epochs") or [])
         self.protocol = int(raw.get("protocol") or 1)        # an 0.1 box's snapshot says none
         self.code = dict(raw.get("code") or {})              # an 0.2 box's says none
-        self.active_index = ActiveIndex()
+        self.active_index, self._queued_by = ActiveIndex(), {}
         for job in self.jobs.values():
-            if job["state"] in ACTIVE_STATES:
+            if job.state in ACTIVE_STATES:
                 self.active_index.activate(job)
+            elif job.state == "queued":
+                self._count_queued(job.user, 1)
 
-    # -- the lookups the command modules share (the state's own dicts, not copies) ----------
+    # -- the lookups the command modules share (the state's own, not copies) ----------------
 
-    def live_job(self, key: str) -> dict:
+    def live_job(self, key: str) -> Job:
         """The job in the hot state (NotFound if it is not there)."""
         job = self.jobs.get(key)
         if job is None:
             raise NotFound(f"job {key} does not exist", code="job_not_found", hint="floyd status lists jobs")
         return job
+
+    def put_job(self, job: Job) -> Job:
+        """Store ``job`` as a command made it (new, or in place of its former self): the one
+        place a job is stored, which keeps the count of queued jobs per person."""
+        old = self.jobs.get(job.id)
+        if old is not None and old.state == "queued":
+            self._count_queued(old.user, -1)
+        if job.state == "queued":
+            self._count_queued(job.user, 1)
+        self.jobs[job.id] = job
+        return job
+
+    def drop_job(self, key: str) -> Job:
+        """Take job ``key`` out of the hot state (deleted, or archived); the job it was."""
+        job = self.jobs.pop(key)
+        if job.state == "queued":
+            self._count_queued(job.user, -1)
+        return job
+
+    def _count_queued(self, user: str, by: int) -> None:
+        count = self._queued_by.get(user, 0) + by
+        if count:
+            self._queued_by[user] = count
+        else:
+            self._queued_by.pop(user, None)
 
     def node_record(self, nid: str) -> dict:
         """The node's record (NotFound if it is not a member)."""
@@ -220,26 +252,30 @@ class ClusterState:
 
     def job(self, key: str) -> Job:
         """The job, from the hot state or else the archive (NotFound if in neither)."""
-        return Job.from_dict(self._stored_job(key))
+        job = self.find_job(key)
+        return job if job is not None else self.live_job(key)
+
+    def find_job(self, key: str, before: int | None = None) -> Job | None:
+        """The job from the hot state or else the archive (as of log index ``before``:
+        :func:`~floydd.cluster.state.archive.visible`), None if in neither."""
+        job = self.jobs.get(key)
+        if job is None:
+            return Job.of(self.archive.get(key, before))
+        return job
 
     def list_jobs(self, project: str | None = None, states: Iterable[str] | None = None) -> list[Job]:
-        """Jobs in submission order."""
-        return [Job.from_dict(j) for j in self._stored_jobs(project, states)]
+        """Jobs of the hot state in submission order."""
+        states = frozenset(states) if states else None
+        return [j for j in self.jobs.values()
+                if (project is None or j.project == project) and (not states or j.state in states)]
 
     def stored_job(self, key: str) -> dict:
         """:meth:`job` in its stored form, a copy (a command's answer, a forwarded read)."""
-        return copy_of(self._stored_job(key))
-
-    def _stored_job(self, key: str) -> dict:
         job = self.jobs.get(key)
-        if job is None:
-            job = self.archive.get(key)
-        return job if job is not None else self.live_job(key)
-
-    def _stored_jobs(self, project: str | None, states: Iterable[str] | None) -> list[dict]:
-        states = frozenset(states) if states else None
-        return [j for j in self.jobs.values()
-                if (project is None or j["project"] == project) and (not states or j["state"] in states)]
+        if job is not None:
+            return copy_of(job.to_dict())
+        archived = self.archive.get(key)
+        return copy_of(archived) if archived is not None else self.live_job(key)
 
     def list_nodes(self) -> list[dict]:
         return copy_of(list(self.nodes.values()))
@@ -257,6 +293,10 @@ class ClusterState:
         return {nid: ("stale" if n["status"] == "up" and age(nid, n) > stale_after
                       else n["status"]) for nid, n in self.nodes.items()}
 
+    def queued_of(self, user: str) -> int:
+        """How many jobs of ``user`` are queued (O(1): admission asks it on every submit)."""
+        return self._queued_by.get(user, 0)
+
     def held_gpus(self, node: str) -> dict[int, str]:
         """GPU index -> id of the active job holding it, on ``node`` (O(its GPUs)), and the GPUs
         the node last reported in use by processes of a placement the cluster gave up or
@@ -272,13 +312,13 @@ class ClusterState:
         """Whether a run a node reported (job, attempt) is one the cluster no longer counts
         as the job's placement: the job deleted, requeued, lost, or at another attempt."""
         job = self.jobs.get(proc["job"])
-        return job is None or job["attempts"] != proc["attempt"] or job["state"] in ("queued", "lost")
+        return job is None or job.attempts != proc["attempt"] or job.state in ("queued", "lost")
 
     def query(self, name: str, args: dict | None = None) -> Any:
         """A named read, for reads forwarded to the leader (``/cluster/v1/read``)."""
         args = args or {}
         if name == "jobs":
-            return copy_of(self._stored_jobs(args.get("project"), args.get("states")))
+            return copy_of([job.to_dict() for job in self.list_jobs(args.get("project"), args.get("states"))])
         if name == "job":
             return self.stored_job(str(args.get("job")))
         if name == "nodes":

@@ -114,9 +114,9 @@ def own_work(state: Any, cmd: dict, proposer: str, name: str) -> bool:
     if op == "dataset.add_version" and cmd.get("node", proposer) != proposer:
         return False
     job = state.jobs.get(dataset[:-len("/output")])
-    if job is None or (job.get("user") or "") != name:
+    if job is None or job.user != name:
         return False
-    return proposer in {job.get("node")} | {p.get("node") for p in job.get("parts") or ()}
+    return proposer in {job.node} | {p.node for p in job.parts}
 
 
 def here(state: Any, cmd: dict) -> str | None:

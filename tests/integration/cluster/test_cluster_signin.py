@@ -54,7 +54,7 @@ async def test_a_member_forging_proposals_in_people_s_names_is_refused_on_every_
     await cluster.wait_for(lambda: all(len(n.service.state.jobs) == 2 for n in nodes), what="the marker")
     for n in nodes:                                               # each box's own state: nothing changed
         state = n.service.state
-        assert state.jobs[job["id"]]["stop_requested"] == ""
+        assert state.jobs[job["id"]].stop_requested == ""
         assert state.admins == ["root"] and state.apitokens.tokens == {} and state.trust.tokens == {}
         assert a.id in state.nodes and a.id not in state.removed
 
@@ -75,7 +75,7 @@ async def test_a_token_presented_to_a_box_lets_that_box_act_for_its_person_and_n
         await b.service.update_job(job["id"], stop_requested="from her laptop through b", user="alice")
         replay = signed(b.service.state, {"op": "job.update", "job": job["id"], "stop_requested": "replayed",
                                           "user": "alice", "ts": 3.0, "v": 3}, b.id)
-    await cluster.wait_for(lambda: all(n.service.state.jobs[job["id"]]["stop_requested"] ==
+    await cluster.wait_for(lambda: all(n.service.state.jobs[job["id"]].stop_requested ==
                                        "from her laptop through b" for n in nodes), what="her stop everywhere")
     c = lead                                                      # the signature made for b, sent by another box
     status, answer = await post(c.identity, lead, PROPOSE_PATH, {"from": c.id, "cmd": replay, "timeout": 5})

@@ -85,7 +85,7 @@ async def test_a_certificate_that_never_joined_cannot_lead_append_propose_or_rea
         st = n.driver.status()
         assert st.term == terms[n.id] and st.leader == lead.id, "the impostor's term changed nothing"
         assert rogue.node_id not in n.service.state.nodes
-    await cluster.wait_for(lambda: all([j["idem_key"] for j in n.service.state.jobs.values()] == ["after"]
+    await cluster.wait_for(lambda: all([j.idem_key for j in n.service.state.jobs.values()] == ["after"]
                                        for n in nodes), what="only the members' job, everywhere")
 
 
@@ -141,7 +141,7 @@ async def test_a_member_speaking_for_another_box_or_user_is_refused_on_every_box
     for n in nodes:                                               # the same refusal on every box
         assert n.service.state.nodes[lead.id]["resources"] == gpus_before[n.id]
         assert n.service.state.nodes[lead.id]["name"] == lead.name
-        assert n.service.state.jobs[job["id"]]["stop_requested"] == ""
+        assert n.service.state.jobs[job["id"]].stop_requested == ""
     await a.service.update_job(job["id"], stop_requested="by admin", user="root")
-    await cluster.wait_for(lambda: all(n.service.state.jobs[job["id"]]["stop_requested"] == "by admin"
+    await cluster.wait_for(lambda: all(n.service.state.jobs[job["id"]].stop_requested == "by admin"
                                        for n in nodes), what="the admin's stop")

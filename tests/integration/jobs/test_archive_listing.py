@@ -66,7 +66,7 @@ async def test_a_job_whose_output_was_empty_makes_no_version_and_says_it_saved_n
     box = await lone.start()
     job = await box.run("empty")
     done = await lone.ended(box, job["id"])
-    await lone.wait_for(lambda: box.job(job["id"])["output_version"] == "", what="the empty /output reported")
+    await lone.wait_for(lambda: box.job(job["id"]).output_version == "", what="the empty /output reported")
     assert box.service.state.datasets == {}                 # no version, no catalog entry through raft
     with pytest.raises(NotFound) as err:
         await box.jobs.tree_for(job["id"], "output")        # floyd output JOB

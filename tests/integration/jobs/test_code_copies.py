@@ -34,7 +34,7 @@ def _counted(box, tree: str, dead: set[str]) -> set[str]:
 async def test_the_code_outlives_the_box_it_came_from_and_the_box_that_ran_it(boxes):
     a, b, c, d = await boxes.start(4)
     filler = await b.run("python filler.py", gpus=1)        # best fit puts the next 1-GPU job beside it
-    await boxes.wait_for(lambda: b.job(filler["id"])["state"] == "running", what="the filler running")
+    await boxes.wait_for(lambda: b.job(filler["id"]).state == "running", what="the filler running")
     runner = next(x for x in (a, b, c, d) if x.runtime.held)
     origin = next(x for x in (a, b, c, d) if x is not runner)
     job = await origin.run("python train.py", gpus=1, restart="on-lost")
@@ -42,8 +42,8 @@ async def test_the_code_outlives_the_box_it_came_from_and_the_box_that_ran_it(bo
     held = origin.service.state.code[tree]["holders"]       # answered once two boxes hold it
     assert len(held) == 2 and origin.service.node_id in held, held
     assert job["id"] in origin.service.state.code[tree]["jobs"]
-    await boxes.wait_for(lambda: origin.job(job["id"])["state"] == "running", what="the job running")
-    assert origin.job(job["id"])["node"] == runner.service.node_id
+    await boxes.wait_for(lambda: origin.job(job["id"]).state == "running", what="the job running")
+    assert origin.job(job["id"]).node == runner.service.node_id
 
     dead = {origin.service.node_id}                          # destroyed: killed and its state wiped
     await origin.detach()
@@ -61,9 +61,9 @@ async def test_the_code_outlives_the_box_it_came_from_and_the_box_that_ran_it(bo
     rerun = await wait_until_async(lambda: next((x for x in left if any(s["key"] == job["id"]
                                                                         for s in x.runtime.started)), None),
                                    timeout=30, what="the rerun started on a third box",
-                                   details=lambda: repr(left[0].job(job["id"])["history"]))
+                                   details=lambda: repr(left[0].job(job["id"]).history))
     assert await _has(rerun, tree), "the rerun's box holds the whole code tree"
-    assert (rerun.job(job["id"])["attempts"], rerun.job(job["id"])["reruns"]) == (2, 1)
+    assert (rerun.job(job["id"]).attempts, rerun.job(job["id"]).reruns) == (2, 1)
 
 
 async def test_the_code_goes_with_its_last_job(boxes):

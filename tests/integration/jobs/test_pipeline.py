@@ -44,7 +44,7 @@ async def test_numbers_follow_each_other_and_a_failure_is_reported_with_its_exit
 async def test_gpu_jobs_wait_for_gpus_say_why_and_a_stop_ends_a_waiting_or_running_job(lone):
     box = await lone.start()                                    # two GPUs
     first = await box.run("train", gpus=2)
-    await lone.wait_for(lambda: box.job(first["id"])["state"] == "running", what="the first job running")
+    await lone.wait_for(lambda: box.job(first["id"]).state == "running", what="the first job running")
     second = await box.run("train", gpus=1)
     await lone.wait_for(lambda: "waiting for 1 GPU" in box.jobs.scheduler.waiting.get(second["id"], ""),
                         what="a reason")                # kept in the leader's memory, not committed
@@ -104,7 +104,7 @@ async def test_history_from_before_the_control_plane_is_listed_and_numbered_abov
 async def test_a_restart_of_the_box_keeps_a_running_job_and_reports_its_end(lone):
     box = await lone.start()
     job = await box.run("train")
-    await lone.wait_for(lambda: box.job(job["id"])["state"] == "running", what="running")
+    await lone.wait_for(lambda: box.job(job["id"]).state == "running", what="running")
     box = await lone.restart(box)                                 # the run survives (an agent would)
     assert (await box.jobs.get(job["id"]))["state"] == "running"
     box.runtime.finish(("mnist", 1), "success")
@@ -146,7 +146,7 @@ async def test_a_gang_is_placed_whole_with_a_committed_rendezvous(boxes):
     job = await a.run("python train.py", nodes=2)
     await boxes.wait_for(lambda: sum(len(x.runtime.started) for x in (a, b, c)) == 2, what="both parts started")
     parts = [s for x in (a, b, c) for s in x.runtime.started]
-    endpoint = a.job(job["id"])["endpoint"]
+    endpoint = a.job(job["id"]).endpoint
     assert endpoint and all(f"--master-addr={endpoint.rsplit(':', 1)[0]}" in p["command"] for p in parts)
     assert sorted(p["command"].split("--node-rank=")[1][0] for p in parts) == ["0", "1"]
     for x in (a, b, c):
@@ -164,7 +164,7 @@ async def test_a_failed_part_ends_the_gang_and_the_other_part_is_stopped(boxes):
     done = await boxes.ended(b, job["id"])
     assert done["state"] == "failed" and "failed" in done["reason"]
     await boxes.wait_for(lambda: not any(x.runtime.held for x in (a, b, c)), what="the other part stopped")
-    await boxes.wait_for(lambda: all(p["state"] in FINAL_STATES for p in b.job(job["id"])["parts"]),
+    await boxes.wait_for(lambda: all(p.state in FINAL_STATES for p in b.job(job["id"]).parts),
                          what="every part final")
 
 

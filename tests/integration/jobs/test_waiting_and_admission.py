@@ -28,7 +28,7 @@ async def test_a_follower_lists_the_leaders_reasons_and_none_is_committed(boxes)
 
     running = next(x for x in (a, b, c) if x.runtime.held)
     running.runtime.finish(next(iter(running.runtime.held)))
-    await boxes.wait_for(lambda: follower.job(head)["state"] != "queued", what="the head placed")
+    await boxes.wait_for(lambda: follower.job(head).state != "queued", what="the head placed")
     await boxes.wait_for(lambda: leader.jobs.scheduler.waiting.get(behind, "").startswith("waiting for"),
                          what="the next job at the head")
     assert (await follower.jobs.get(behind))["waiting_for"].startswith("waiting for 1 GPU")
@@ -47,7 +47,7 @@ async def two_cores(tmp_path):
 async def test_a_two_core_box_runs_two_one_core_jobs_at_a_time(two_cores):
     box = await two_cores.start()
     keys = [(await box.run("train"))["id"] for _ in range(3)]           # the config's job_cpus: 1 each
-    assert box.job(keys[0])["spec"]["resources"]["cpus"] == 1.0
+    assert box.job(keys[0]).spec.resources.cpus == 1.0
     await two_cores.wait_for(lambda: len(box.runtime.held) == 2, what="two jobs running")
     await two_cores.wait_for(lambda: keys[2] in box.jobs.scheduler.waiting, what="the third to wait")
     assert (await box.jobs.get(keys[2]))["waiting_for"] == "waiting for 1 CPU: box has 0 CPUs free"
@@ -55,11 +55,11 @@ async def test_a_two_core_box_runs_two_one_core_jobs_at_a_time(two_cores):
     await two_cores.wait_for(lambda: small in box.jobs.scheduler.waiting, what="the small one to wait")
     assert box.jobs.scheduler.waiting[small] == f"queued behind {keys[2]}, which waits for CPUs or memory"
     box.runtime.finish(("mnist", 1))
-    await two_cores.wait_for(lambda: box.job(keys[2])["state"] != "queued", what="the third placed")
+    await two_cores.wait_for(lambda: box.job(keys[2]).state != "queued", what="the third placed")
     await two_cores.wait_for(lambda: box.jobs.scheduler.waiting.get(small, "").startswith("waiting for 0.5 CPUs"),
                              what="the half-core one at the head")
     box.runtime.finish(("mnist", 2))
-    await two_cores.wait_for(lambda: box.job(small)["state"] != "queued", what="the half-core one placed")
+    await two_cores.wait_for(lambda: box.job(small).state != "queued", what="the half-core one placed")
     assert box.service.state.active_index.set_aside(box.service.node_id) == (1500, 1 << 30)     # mnist/3 and the half core
     with pytest.raises(UserError, match="no node has 4 CPUs") as err:
         await box.run("train", cpus=4)

@@ -163,7 +163,7 @@ def test_an_output_is_its_jobs_owners_whoever_published_it():
     assert access.output_job("mnist") is None and access.output_job("a/b/output") is None
     lab.apply({"op": "job.submit", "idem_key": "k-ap-2", "project": "ap", "spec": {"command": "x"}, "origin": A,
                "user": "bob"})
-    assert lab.state.jobs["ap/2"]["user"] == "bob"
+    assert lab.state.jobs["ap/2"].user == "bob"
     # the admin publishes it (an import, a repair): it is still bob's, from level 3
     version = lab.add("ap/2/output", "root")
     assert version["owner"] == "bob" and lab.state.datasets["ap/2/output"]["owner"] == "bob"

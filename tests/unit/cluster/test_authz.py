@@ -78,17 +78,17 @@ def test_a_box_reports_only_runs_placed_on_it():
     assert "it is not placed there" in str(err)
     refused(lab, {"op": "job.update", "job": "m/1", "node": B, "silent": [C], "state": "lost"}, B)
     lab.apply({"op": "job.update", "job": "m/1", "attempt": 1, "node": B, "note": "stopped an old run"}, B)
-    assert lab.state.jobs["m/1"]["history"][-1][1] == "box-b: stopped an old run"    # a stamped note still
+    assert lab.state.jobs["m/1"].history[-1][1] == "box-b: stopped an old run"    # a stamped note still
     refused(lab, {"op": "job.update", "job": "m/1", "attempt": 1, "node": B, "note": "x"}, C)   # goes alone
     lab.apply({"op": "job.update", "job": "m/1", "attempt": 1, "node": B, "state": "success"}, B)
-    assert lab.state.jobs["m/1"]["state"] == "success"
+    assert lab.state.jobs["m/1"].state == "success"
 
 
 def test_leader_moves_are_fenced_actions():
     lab = Lab()
     refused(lab, {"op": "job.update", "job": "m/1", "state": "unknown", "silent": [B]}, A)   # no term: no
     lab.apply({"op": "job.update", "job": "m/1", "state": "unknown", "silent": [B], "attempt": 1, "term": TERM}, A)
-    assert lab.state.jobs["m/1"]["state"] == "unknown"
+    assert lab.state.jobs["m/1"].state == "unknown"
 
 
 def test_a_job_submitted_from_another_box_is_refused():
@@ -100,7 +100,7 @@ def test_a_job_submitted_from_another_box_is_refused():
 def test_without_admins_every_user_may_stop_and_delete():
     lab = Lab()
     lab.apply({"op": "job.update", "job": "m/1", "stop_requested": "mine now", "user": "mallory"}, C)
-    assert lab.state.jobs["m/1"]["stop_requested"] == "mine now"
+    assert lab.state.jobs["m/1"].stop_requested == "mine now"
 
 
 def test_with_admins_only_the_owner_or_an_admin_stops_or_deletes():
@@ -112,7 +112,7 @@ def test_with_admins_only_the_owner_or_an_admin_stops_or_deletes():
     lab.apply({"op": "job.update", "job": "m/2", "state": "stopped", "user": "bob"}, A)      # bob's own, any box
     lab.apply({"op": "job.update", "job": "m/1", "stop_requested": "admin", "user": "root"}, C)
     lab.apply({"op": "job.delete", "job": "m/2", "user": "bob"}, B)
-    assert "m/2" not in lab.state.jobs and lab.state.jobs["m/1"]["stop_requested"] == "admin"
+    assert "m/2" not in lab.state.jobs and lab.state.jobs["m/1"].stop_requested == "admin"
 
 
 def test_a_user_stop_cannot_smuggle_other_changes():
@@ -217,7 +217,7 @@ def test_a_box_speaks_for_itself_only(op, about, proposer, status):
        job=st.sampled_from(["m/1", "m/2"]))
 def test_a_stop_is_allowed_iff_the_user_may_act_for_the_owner(user, admins, job):
     lab = Lab(admins=admins)
-    owner = lab.state.jobs[job]["user"]
+    owner = lab.state.jobs[job].user
     cmd = commands.check({"op": "job.update", "job": job, "stop_requested": "x", "user": user, "ts": 99.0})
     expected = not admins or user == owner or user in admins
     assert may_act_for(lab.state, user, owner) == expected

@@ -111,7 +111,7 @@ def test_a_box_may_not_act_for_people_not_signed_in_on_it():
 def test_signed_in_by_a_uid_map_by_listed_boxes_or_every_box():
     lab = Lab()
     lab.apply(STOP, B)                                               # her login name acts on B
-    assert lab.state.jobs["m/1"]["stop_requested"] == "mine"
+    assert lab.state.jobs["m/1"].stop_requested == "mine"
     lab.apply({"op": "person.map", "name": "bob", "node": A, "uids": [1003], "user": "root"}, A)
     lab.apply({"op": "dataset.add_version", "name": "d", "tree": "ab" * 16, "node": A, "user": "bob"}, A)
     refused(lab, {"op": "dataset.add_version", "name": "e", "tree": "ab" * 16, "node": A, "user": "alice"}, A)
@@ -131,7 +131,7 @@ def test_a_personal_token_presented_to_a_box_signs_for_its_person_there_only():
     lab = Lab()
     token = lab.token("alice")
     lab.apply(signed_by(lab, STOP, token, C), C)                     # presented to C: C may act for her
-    assert lab.state.jobs["m/1"]["stop_requested"] == "mine"
+    assert lab.state.jobs["m/1"].stop_requested == "mine"
     again = {**STOP, "stop_requested": "again"}
     err = refused(lab, signed_by(lab, again, token, C, for_node=B), C)     # made for B, sent through C
     assert "signature of alice's personal token" in str(err) and "does not match" in str(err)
@@ -162,7 +162,7 @@ def test_expired_revoked_and_old_tokens_back_nothing():
 def test_at_level_2_and_in_a_lab_of_one_a_box_names_anyone():
     lab = Lab(level=2)
     lab.apply(STOP, C)                                               # the old behaviour, until every box is 0.3
-    assert lab.state.jobs["m/1"]["stop_requested"] == "mine"
+    assert lab.state.jobs["m/1"].stop_requested == "mine"
     alone = ClusterState(protocol=3)
     alone.apply(commands.check({**upsert(A), "ts": T0, "proposer": A}), index=1, term=1)
     alone.apply(commands.check({"op": "job.submit", "idem_key": "k", "project": "m", "spec": {"command": "x"},
@@ -291,7 +291,7 @@ def test_the_proposing_box_signs_for_the_presented_token_and_refuses_early():
         assert out["auth"]["token"] == token[0]
         assert "auth" not in signed(lab.state, {**cmd, "user": "root", "job": "m/1"}, A)   # not the token's person
     lab.apply(out, C)
-    assert lab.state.jobs["m/1"]["stop_requested"] == "mine"
+    assert lab.state.jobs["m/1"].stop_requested == "mine"
     old = lab.token("alice", with_key=False)
     with presenting(PresentedToken(token_id=old[0], person="alice", secret=old[1])):
         with pytest.raises(Forbidden, match="made before floydd 0.3"):

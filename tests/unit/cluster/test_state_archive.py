@@ -12,6 +12,7 @@ from floydd.cluster.state.archive import MemoryArchive, decode_chunk
 from floydd.cluster.archiver import choose
 from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, InvalidSpec, NotFound
+from floydd.model import Job
 
 
 def node():
@@ -121,8 +122,9 @@ def test_the_command_is_bounded_and_checked():
 
 
 def _job(n, state="success", ended=100.0, parts=(), data=()):
-    return {"id": f"p/{n}", "number": n, "state": state, "created": float(n), "ended": ended,
-            "parts": [{"state": s} for s in parts], "spec": {"data": list(data)}}
+    return Job.from_dict({"id": f"p/{n}", "project": "p", "number": n, "state": state, "created": float(n),
+                          "updated": float(n), "ended": ended, "spec": {"data": list(data)},
+                          "parts": [{"rank": r, "node": "n1", "gpus": [], "state": s} for r, s in enumerate(parts)]})
 
 
 def test_choose_takes_the_oldest_finished_past_the_count_or_the_age():

@@ -15,6 +15,7 @@ from floydd.cluster.replication.replicas import Liveness, choose_replicas
 from floydd.cluster.state.machine import ClusterState
 from floydd.cluster.replication.storecare import named_trees
 from floydd.errors import Conflict, Forbidden, NotFound
+from floydd.model import Job
 from floydd.store.ids import ObjectId
 from tests.unit.cluster.test_state import Log, node, place, submit, update
 from tests.unit.cluster.test_state_imports import KEY, allocate, imported
@@ -26,6 +27,11 @@ def _submit(key: str, tree: str = TREE, origin: str = "n1", **kw) -> dict:
     cmd = submit(key, origin=origin, proposer=origin, **kw)
     cmd["spec"] = {**cmd["spec"], "code_tree": tree}
     return cmd
+
+
+def _job(state: str, node: str, tree: str) -> Job:
+    return Job.from_dict({"id": "mnist/1", "project": "mnist", "number": 1, "state": state, "node": node,
+                          "created": 1.0, "updated": 1.0, "spec": {"code_tree": tree}})
 
 
 def _holders(nid: str, holds: bool = True, tree: str = TREE, proposer: str | None = None) -> dict:
@@ -160,11 +166,11 @@ def test_copies_beyond_r_are_trimmed_but_never_from_a_box_running_that_code():
     extra = copies.extra(TREE)
     assert len(extra) == 1 and extra[0] in ("n1", "n2", "n3")        # three copies, R = 2: one goes
     for runner in ("n1", "n2", "n3"):                                 # a running job's box keeps its copy
-        cluster.state.jobs = {"mnist/1": {"state": "running", "node": runner, "spec": {"code_tree": TREE}}}
+        cluster.state.jobs = {"mnist/1": _job("running", runner, TREE)}
         assert copies.extra(TREE) and runner not in copies.extra(TREE)
-    cluster.state.jobs["mnist/1"]["state"] = "starting"               # fetching it somewhere: nothing goes
+    cluster.state.jobs["mnist/1"] = _job("starting", "n1", TREE)       # fetching it somewhere: nothing goes
     assert copies.extra(TREE) == []
-    cluster.state.jobs = {"mnist/1": {"state": "running", "node": "n1", "spec": {"code_tree": OTHER}}}
+    cluster.state.jobs = {"mnist/1": _job("running", "n1", OTHER)}
     assert len(copies.extra(TREE)) == 1                                # another tree's job protects nothing
     cluster.state.nodes["n3"]["last_heartbeat"] = 0.0                  # a holder silent past its grace
     assert copies.extra(TREE) == []                                    # never trim while one may be gone

@@ -52,7 +52,7 @@ def test_a_gang_is_placed_whole_and_holds_gpus_on_every_node(log):
 def test_a_placement_that_is_not_the_gang_is_refused(log, parts, error):
     with pytest.raises(InvalidSpec, match=error):
         log(gang_place(parts))
-    assert log.state.jobs["mnist/1"]["state"] == "queued"
+    assert log.state.jobs["mnist/1"].state == "queued"
 
 
 def test_a_gang_part_on_a_busy_gpu_refuses_the_whole_placement(log):

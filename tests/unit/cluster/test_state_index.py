@@ -30,10 +30,11 @@ def aimed(draw, state: ClusterState) -> dict:
     if not state.jobs:
         return draw(submit_cmd)
     kind = draw(st.sampled_from(("place", "place", "update", "part", "part")))
-    fit = [k for k, j in state.jobs.items() if j["state"] == "queued" if kind == "place"] + \
-        [k for k, j in state.jobs.items() if j["state"] in ACTIVE_STATES and j.get("parts") if kind == "part"]
+    stored = {k: j.to_dict() for k, j in state.jobs.items()}
+    fit = [k for k, j in stored.items() if j["state"] == "queued" if kind == "place"] + \
+        [k for k, j in stored.items() if j["state"] in ACTIVE_STATES and j.get("parts") if kind == "part"]
     key = draw(st.sampled_from(sorted(fit or state.jobs)))
-    job, now = state.jobs[key], draw(ts)
+    job, now = stored[key], draw(ts)
     if kind == "place":
         wanted = job["spec"]["resources"]
         up = sorted(n for n, node in state.nodes.items() if node["status"] == "up")
@@ -91,7 +92,7 @@ def from_scratch(state: ClusterState) -> tuple[dict, dict, dict]:
     core, bytes) they asked for, recomputed from every job."""
     load: dict = {}
     aside: dict = {}
-    for job in state.jobs.values():
+    for job in (j.to_dict() for j in state.jobs.values()):
         if job["state"] in ACTIVE_STATES:
             resources = job["spec"].get("resources") or {}
             cpus = resources.get("cpus") if isinstance(resources.get("cpus"), (int, float)) else 0
@@ -106,7 +107,7 @@ def from_scratch(state: ClusterState) -> tuple[dict, dict, dict]:
 def assert_index_is_fresh(state: ClusterState) -> None:
     held, load, aside = from_scratch(state)
     assert (state.active_index.held, state.active_index.load) == (held, load)
-    assert set(state.active_index.active) == {k for k, j in state.jobs.items() if j["state"] in ACTIVE_STATES}
+    assert set(state.active_index.active) == {k for k, j in state.jobs.items() if j.state in ACTIVE_STATES}
     for nid in (*NODES, None, "elsewhere"):
         assert (state.held_gpus(nid), state.active_index.node_load(nid)) == (held.get(nid, {}), load.get(nid, 0))
         assert state.active_index.set_aside(nid) == aside.get(nid, (0, 0))

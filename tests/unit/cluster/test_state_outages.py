@@ -29,7 +29,7 @@ class Log:
 
     def running(self, key: str, node: str = "n1", gpus=(0,)) -> dict:
         self("job.place", job=key, node=node, gpus=list(gpus), term=1)
-        return self("job.update", job=key, state="running", attempt=self.state.jobs[key]["attempts"], node=node)
+        return self("job.update", job=key, state="running", attempt=self.state.jobs[key].attempts, node=node)
 
 
 @pytest.fixture

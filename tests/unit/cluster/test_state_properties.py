@@ -91,13 +91,13 @@ def test_no_gpu_is_double_booked_and_each_idempotency_key_makes_one_job(log):
                 assert isinstance(exc, StaleTerm)
         else:
             assert not (cmd["op"] == "job.place" and cmd["term"] != term), "a stale placement got in"
-        booked = Counter((j["node"], g) for j in state.jobs.values() if j["state"] in ACTIVE_STATES
-                         for g in j["gpus"])
+        booked = Counter((j.node, g) for j in state.jobs.values() if j.state in ACTIVE_STATES
+                         for g in j.gpu_ids)
         assert all(n == 1 for n in booked.values()), f"double-booked: {booked}"
-        keys = Counter(j["idem_key"] for j in state.jobs.values())
+        keys = Counter(j.idem_key for j in state.jobs.values())
         assert all(n == 1 for n in keys.values())
         for job in state.jobs.values():
-            assert state.idem[job["idem_key"]] == ["job", job["id"]]
+            assert state.idem[job.idem_key] == ["job", job.id]
 
 
 @settings(max_examples=100, deadline=None)
@@ -106,7 +106,7 @@ def test_resubmitting_any_key_returns_the_job_it_made(log, key):
     state = ClusterState()
     run(state, log)
     retry = {"op": "job.submit", "idem_key": f"k{key}", "project": "p", "spec": {"command": "again"}, "ts": 1.0}
-    before = {k: dict(v) for k, v in state.jobs.items()}
+    before = {k: v.to_dict() for k, v in state.jobs.items()}
     existing = state.idem.get(f"k{key}")
     result = state.apply(retry, index=999, term=99)
     if existing is not None:

@@ -84,11 +84,11 @@ async def test_the_leader_places_over_every_node_and_says_why_the_rest_waits():
     scheduler = _service(cluster).scheduler
     await scheduler.lead_once()
     jobs = cluster.state.jobs
-    assert (jobs[big]["state"], jobs[big]["node"], jobs[big]["gpus"]) == ("starting", "n2", [0, 1])
-    assert (jobs[cpu]["state"], jobs[cpu]["node"]) == ("starting", "n1")     # the less loaded node
-    assert jobs[small]["state"] == "queued"
+    assert (jobs[big].state, jobs[big].node, jobs[big].gpu_ids) == ("starting", "n2", (0, 1))
+    assert (jobs[cpu].state, jobs[cpu].node) == ("starting", "n1")     # the less loaded node
+    assert jobs[small].state == "queued"
     assert "box-b has 0 GPUs free (held by p/1)" in scheduler.waiting[small]   # in the leader's memory
-    assert jobs[big]["placed_term"] == 1                                      # fenced by the leader's term
+    assert jobs[big].placed_term == 1                                      # fenced by the leader's term
 
 
 async def test_a_silent_node_is_suspect_its_running_jobs_unknown_then_lost_and_its_starting_ones_placed_again():
@@ -109,38 +109,38 @@ async def test_a_silent_node_is_suspect_its_running_jobs_unknown_then_lost_and_i
     cluster.apply({"op": "node.health", "id": "n1", "status": "up"})
     service.scheduler.leading_since = cluster.now - 1
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
-    assert cluster.state.nodes["n2"]["status"] == "up" and cluster.state.jobs[running]["state"] == "running"
+    assert cluster.state.nodes["n2"]["status"] == "up" and cluster.state.jobs[running].state == "running"
 
     service.scheduler.leading_since = cluster.now - 100          # it has led long enough to judge
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     assert cluster.state.nodes["n2"]["status"] == "suspect"
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     job = cluster.state.jobs[running]
-    assert (job["state"], job["unknown_since"]) == ("unknown", cluster.now)
-    assert "box-b is out of touch" in job["reason"]
+    assert (job.state, job.unknown_since) == ("unknown", cluster.now)
+    assert "box-b is out of touch" in job.reason
     assert cluster.state.held_gpus("n2") == {0: running}            # an unknown run keeps its GPU
-    assert cluster.state.jobs[starting]["state"] == "starting"      # n1 beat recently
+    assert cluster.state.jobs[starting].state == "starting"      # n1 beat recently
 
     cluster.now += 49                                    # box-b quiet for 59 s: within the window
     cluster.apply({"op": "node.health", "id": "n1", "status": "up"})
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
-    assert cluster.state.jobs[running]["state"] == "unknown"
+    assert cluster.state.jobs[running].state == "unknown"
     cluster.now += 2                                     # past it: lost, and the default policy reruns it
     cluster.apply({"op": "node.health", "id": "n1", "status": "up"})
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     job = cluster.state.jobs[running]
-    assert (job["state"], job["reruns"], job["node"]) == ("queued", 1, None)
-    assert "box-b was out of touch for 61s" in job["reason"]
-    assert cluster.state.jobs[never]["state"] == "lost"            # --restart never: it stays lost
+    assert (job.state, job.reruns, job.node) == ("queued", 1, None)
+    assert "box-b was out of touch for 61s" in job.reason
+    assert cluster.state.jobs[never].state == "lost"            # --restart never: it stays lost
 
     cluster.now += 10
     cluster.apply({"op": "node.health", "id": "n2", "status": "up"})
     await service.scheduler.lead_once()                  # n1 silent now: its starting job is queued again
     job = cluster.state.jobs[starting]
-    assert (job["state"], job["node"]) == ("queued", None)
-    assert "box-a went silent before the job started" in job["history"][-1][1]
+    assert (job.state, job.node) == ("queued", None)
+    assert "box-a went silent before the job started" in job.history[-1][1]
     rerun = cluster.state.jobs[running]                  # the rerun (first in the queue) has n2's GPU
-    assert (rerun["state"], rerun["node"], rerun["attempts"]) == ("starting", "n2", 2)
+    assert (rerun.state, rerun.node, rerun.attempts) == ("starting", "n2", 2)
 
 
 async def test_a_gang_is_placed_on_distinct_nodes_in_one_placement():
@@ -151,9 +151,9 @@ async def test_a_gang_is_placed_on_distinct_nodes_in_one_placement():
     gang, later = cluster.submit(1, nodes=2), cluster.submit(0, nodes=3)
     await _service(cluster).scheduler.lead_once()
     job = cluster.state.jobs[gang]
-    assert [(p["rank"], p["node"], p["gpus"]) for p in job["parts"]] == [(0, "n2", [0]), (1, "n1", [0])]
+    assert [(p.rank, p.node, p.gpu_ids) for p in job.parts] == [(0, "n2", (0,)), (1, "n1", (0,))]
     cpu = cluster.state.jobs[later]                          # a CPU gang over all three boxes
-    assert (cpu["state"], [p["node"] for p in cpu["parts"]]) == ("starting", ["n3", "n1", "n2"])
+    assert (cpu.state, [p.node for p in cpu.parts]) == ("starting", ["n3", "n1", "n2"])
 
 
 async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_unknown_then_lost_after():
@@ -171,19 +171,19 @@ async def test_a_gang_with_a_silent_node_is_placed_again_before_it_runs_and_unkn
         cluster.apply({"op": "node.health", "id": nid, "status": "up"})
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
-    assert cluster.state.jobs[first]["state"] == "queued"             # no part had started
+    assert cluster.state.jobs[first].state == "queued"             # no part had started
     job = cluster.state.jobs[second]
-    assert job["state"] == "unknown"                                  # rank 0 was running
-    assert [p["state"] for p in job["parts"]] == ["running", "unknown"]
+    assert job.state == "unknown"                                  # rank 0 was running
+    assert [p.state for p in job.parts] == ["running", "unknown"]
     # rank 0 fails when its peer vanishes: the job waits for the silent box's part
     await cluster.update_job(second, rank=0, node="n3", attempt=1, state="failed", reason="peer gone")
-    assert cluster.state.jobs[second]["state"] == "unknown"
+    assert cluster.state.jobs[second].state == "unknown"
     cluster.now += 51                                        # box-b quiet for 61 s
     cluster.apply({"op": "node.health", "id": "n3", "status": "up"})
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     job = cluster.state.jobs[second]                                  # lost, naming the silent box
-    assert (job["state"], job["reruns"], job["parts"]) == ("queued", 1, [])
-    assert "box box-b was out of touch" in job["reason"] and "box-c" not in job["reason"]
+    assert (job.state, job.reruns, job.parts) == ("queued", 1, ())
+    assert "box box-b was out of touch" in job.reason and "box-c" not in job.reason
 
 
 async def test_a_box_stopped_cleanly_keeps_its_jobs_within_their_window_and_loses_them_past_it():
@@ -201,16 +201,16 @@ async def test_a_box_stopped_cleanly_keeps_its_jobs_within_their_window_and_lose
     service.scheduler.leading_since = cluster.now - 1000
     cluster.now += 2                                        # within suspect_after: left alone
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
-    assert cluster.state.jobs[key]["state"] == "running"
+    assert cluster.state.jobs[key].state == "running"
     cluster.now += 57                                       # off for 59 s: kept (a restart re-adopts it)
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
-    assert (cluster.state.jobs[key]["state"], cluster.state.held_gpus("n2")) == ("running", {0: key})
+    assert (cluster.state.jobs[key].state, cluster.state.held_gpus("n2")) == ("running", {0: key})
     cluster.now += 2                                        # off for 61 s: lost, rerun by its policy
     await service.scheduler.give_up_on_silent_nodes(cluster.now)
     job = cluster.state.jobs[key]
-    assert (job["state"], job["reruns"]) == ("queued", 1)
-    assert "box box-b was stopped (off) and not back for 61s (the job's lost-after window is 60s)" in job["reason"]
+    assert (job.state, job.reruns) == ("queued", 1)
+    assert "box box-b was stopped (off) and not back for 61s (the job's lost-after window is 60s)" in job.reason
     assert cluster.state.nodes["n2"]["status"] == "off"     # never made suspect: it said it stopped
 
 
@@ -230,8 +230,8 @@ async def test_a_job_that_ran_and_ended_between_two_looks_is_reported_running_th
             records.set_state("p", 1, state, "exit code 0" if state == "success" else "")
         await _reconciler(cluster, records, tmp_path).round()
         job = cluster.state.jobs[key]
-        assert (job["state"], job["reason"]) == ("success", "exit code 0")
-        assert job["started"] is not None and job["ended"] is not None
+        assert (job.state, job.reason) == ("success", "exit code 0")
+        assert job.started is not None and job.ended is not None
     finally:
         records.close()
 
@@ -246,13 +246,13 @@ async def test_a_box_settles_its_part_of_a_gang_that_ended_before_the_part_start
     key = cluster.submit(0, nodes=2)
     await cluster.place(key, "n2", [], parts=[{"node": "n2", "gpus": []}, {"node": "n1", "gpus": []}])
     await cluster.update_job(key, rank=0, node="n2", attempt=1, state="failed", reason="exit code 1")
-    assert cluster.state.jobs[key]["state"] == "failed"
+    assert cluster.state.jobs[key].state == "failed"
     records = Records(tmp_path / "records.db")
     try:
         await _reconciler(cluster, records, tmp_path).round()
-        part = cluster.state.jobs[key]["parts"][1]
-        assert (part["state"], part["reason"]) == ("stopped", "the job ended before this part started")
-        assert cluster.state.jobs[key]["reason"] == "rank 0 on box-b failed: exit code 1"
+        part = cluster.state.jobs[key].parts[1]
+        assert (part.state, part.reason) == ("stopped", "the job ended before this part started")
+        assert cluster.state.jobs[key].reason == "rank 0 on box-b failed: exit code 1"
     finally:
         records.close()
 

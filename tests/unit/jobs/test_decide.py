@@ -133,10 +133,10 @@ def test_a_part_whose_gpus_another_run_holds_waits_and_starts_once_they_are_free
 
 
 def test_unsettled_is_an_active_job_or_a_gang_part_still_active_here():
-    assert unsettled_on(stored("running"), ME) and not unsettled_on(stored("running", mine=False), ME)
-    assert not unsettled_on(stored("success"), ME) and not unsettled_on(stored("queued"), ME)
-    assert unsettled_on(stored("failed", gang=True, part="running"), ME)
-    assert not unsettled_on(stored("failed", gang=True, part="stopped"), ME)
+    assert unsettled_on(job("running"), ME) and not unsettled_on(job("running", mine=False), ME)
+    assert not unsettled_on(job("success"), ME) and not unsettled_on(job("queued"), ME)
+    assert unsettled_on(job("failed", gang=True, part="running"), ME)
+    assert not unsettled_on(job("failed", gang=True, part="stopped"), ME)
 
 
 def test_a_start_in_progress_is_called_off_when_the_cluster_no_longer_wants_it():

@@ -14,7 +14,7 @@ def held_gpus(state, node: str) -> dict[int, str]:
     """``ClusterState.held_gpus`` before the index: GPU index -> id of the active job holding it."""
     held: dict[int, str] = {}
     for key in state.active_index.active:
-        job = state.jobs[key]
+        job = state.jobs[key].to_dict()
         for part in job.get("parts") or (job,):     # a gang holds every part's GPUs while active
             if part["node"] == node:
                 held.update((g, key) for g in part["gpus"])
@@ -26,7 +26,7 @@ def snapshots(state, now: float, stale_after: float) -> dict[str, NodeSnapshot]:
     health = state.node_health(now, stale_after)
     names = [n["name"] for n in state.nodes.values()]
     load: dict[str, int] = {}
-    for job in state.jobs.values():
+    for job in (j.to_dict() for j in state.jobs.values()):
         if job["state"] in ACTIVE_STATES:
             for nid in [p["node"] for p in job.get("parts") or ()] or [job["node"]]:
                 load[nid] = load.get(nid, 0) + 1

@@ -38,7 +38,7 @@ async def test_a_round_commits_placements_only_and_keeps_short_reasons_in_memory
     assert scheduler.reasons([first, second, jobs[0]]) == {
         first: "waiting for 1 GPU: no node has room (1000 short of GPUs, 1 unhealthy)",
         second: f"queued behind {first}, which waits for GPUs"}
-    assert all(cluster.state.jobs[key]["waiting_for"] == "" for key in (first, second))   # nothing committed
+    assert all(cluster.state.jobs[key].waiting_for == "" for key in (first, second))   # nothing committed
     cluster.commits.clear()
     await scheduler.lead_once()
     assert cluster.commits == []
@@ -79,7 +79,7 @@ async def test_the_leader_places_a_job_where_its_data_is_among_nodes_that_fit_as
         keys.append(cluster.apply({"op": "job.submit", "idem_key": f"k{len(keys)}", "project": "p",
                                    "spec": spec})["id"])
     await ClusterScheduler(cluster, clock=lambda: cluster.now).lead_once()
-    assert [cluster.state.jobs[key]["node"] for key in keys] == [
+    assert [cluster.state.jobs[key].node for key in keys] == [
         "n2",       # every box fits it as well: n2 holds the most of its data
         "n3",       # n1 and n3 fit as well: n3 holds mnist
         "n3"]       # n1 holds big, but n3 (1 GPU free) fits better: data never beats best fit
