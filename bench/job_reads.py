@@ -11,11 +11,13 @@ process, min/median/max over ``--rounds``):
 - the read: before, a deep copy of every stored job (``copy_of`` of the dicts the state held,
   what ``list_jobs`` gave before the reads were typed); now, ``list_jobs()``: the state's own
   frozen :class:`~floydd.model.Job` values (its spec read when first asked);
-- the API's listing (what ``GET /v1/jobs`` turns into JSON): before, the old ``job_view``
-  (kept here, :func:`old_job_view`) over the copies; now, ``job_view`` over ``list_jobs()``,
-  and the same with each job's typed spec read as well.
+- the API's listing, its JSON included (``GET /v1/jobs``, msgspec): before, the dicts of the
+  old ``job_view`` (kept here, :func:`old_job_view`) over the copies; now, the
+  :class:`~floydd.model.JobView` values of ``job_view`` over ``list_jobs()``, and the same with
+  each job's typed spec read as well.
 
-Exits 1 if the typed reads or their views differ from the copies or the old views.
+Exits 1 if the typed reads differ from the copies or the views' JSON from the old views'
+(byte for byte: key order, nulls and missing keys included).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import msgspec  # noqa: E402
 
 from floydd.cluster.state.commands import copy_of  # noqa: E402
 from floydd.cluster.state.machine import ClusterState  # noqa: E402
@@ -95,10 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     cases = {
         "read: copies (before)": lambda: copy_of(stored),
         "read: typed Jobs (now)": state.list_jobs,
-        "listing: views of copies (before)": lambda: [old_job_view(j, names)
-                                                      for j in copy_of(stored)],
-        "listing: views of Jobs (now)": lambda: [job_view(j, names) for j in state.list_jobs()],
-        "listing, each spec read (now)": lambda: [(j.spec, job_view(j, names)) for j in state.list_jobs()],
+        "listing: views of copies (before)": lambda: msgspec.json.encode(
+            [old_job_view(j, names) for j in copy_of(stored)]),
+        "listing: views of Jobs (now)": lambda: msgspec.json.encode([job_view(j, names) for j in state.list_jobs()]),
+        "listing, each spec read (now)": lambda: msgspec.json.encode(
+            [job_view(j, names) for j in state.list_jobs() if j.spec]),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     copies = copy_of(stored)
     views, old_views = [job_view(j, names) for j in state.list_jobs()], [old_job_view(raw, names) for raw in copies]
     same = [j.to_dict() for j in state.list_jobs()] == [Job.from_dict(raw).to_dict() for raw in copies] and \
-        views == old_views and [list(v) for v in views] == [list(v) for v in old_views]   # keys in their order too
+        msgspec.json.encode(views) == msgspec.json.encode(old_views)     # keys in their order too
     print(f"job_reads: {jobs:,} ended jobs in the replicated state; CPU ms over {rounds} interleaved rounds")
     print(f"{'':<34} {'min':>8} {'median':>8} {'max':>8} {'vs before':>10}")
     for name, values in times.items():

@@ -29,7 +29,7 @@ import secrets
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
@@ -41,7 +41,7 @@ from floydd.exchange import parts
 from floydd.bundle.container import MAX_RECORD, Writer
 from floydd.bundle.crypto import FILE_ID_SIZE, ExportKey
 from floydd.bundle.signing import sign, signer
-from floydd.model import FINAL_STATES, JobKey, check_project
+from floydd.model import FINAL_STATES, JobKey, JobView, Mount, check_project
 from floydd.store.keys.crypto import OVERHEAD
 from floydd.store.ids import ObjectId
 
@@ -111,12 +111,12 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
         for part, verb in (("code", "clone"), ("output", "clone"), ("logs", "read"), ("metrics", "read")):
             access.check(state, person, access.job_target(view, part), verb, jobs.rules, doing="export")
     for view in views:                  # the datasets the jobs mounted, each brought here once
-        for mount in view.get("data") or ():
-            if mount["tree"] not in plan.datasets:
-                plan.datasets[mount["tree"]] = await _mounted(datasets, mount, person)
+        for mount in view.data:
+            if mount.tree not in plan.datasets:
+                plan.datasets[mount.tree] = await _mounted(datasets, mount, person)
     slots = asyncio.Semaphore(_GATHER)
 
-    async def one(view: dict) -> JobItem:
+    async def one(view: JobView) -> JobItem:
         async with slots:
             return await _job(jobs, view, spool)
     plan.jobs = list(await asyncio.gather(*(one(view) for view in views)))
@@ -158,33 +158,33 @@ def write(plan: Plan, *, store: Any, out: IO[bytes], key: ExportKey, kdf: dict, 
 
 # -- gathering ------------------------------------------------------------------------------------
 
-async def _jobs(service: Any, selection: list[str], plan: Plan) -> list[dict]:
+async def _jobs(service: Any, selection: list[str], plan: Plan) -> list[JobView]:
     """The views of the jobs named, in order, each once; a project's jobs not ended go to
     ``plan.skipped``, a job named on its own must have ended."""
-    seen: dict[str, dict] = {}
+    seen: dict[str, JobView] = {}
     for item in selection:
         if "/" in item:
             view = await service.get(str(JobKey.parse(item)))
-            if view["state"] not in FINAL_STATES:
-                raise Conflict(f"{view['id']} is {view['state']}: only ended jobs are exported",
-                               code="job_active", hint=f"wait for it (floyd logs -f {view['id']}) or stop it first")
-            seen.setdefault(view["id"], view)
+            if view.state not in FINAL_STATES:
+                raise Conflict(f"{view.id} is {view.state}: only ended jobs are exported",
+                               code="job_active", hint=f"wait for it (floyd logs -f {view.id}) or stop it first")
+            seen.setdefault(view.id, view)
             continue
         check_project(item)
         found = await service.list(item)
         if not found:
             raise NotFound(f"project {item} has no jobs", code="project_not_found", hint="floyd status lists jobs")
-        for view in sorted(found, key=lambda j: j["number"]):
-            if view["state"] in FINAL_STATES:
-                seen.setdefault(view["id"], await service.get(view["id"]))
+        for view in sorted(found, key=lambda j: j.number):
+            if view.state in FINAL_STATES:
+                seen.setdefault(view.id, await service.get(view.id))
             else:
-                plan.skipped.append(view["id"])
+                plan.skipped.append(view.id)
     return list(seen.values())
 
 
-async def _job(service: Any, view: dict, spool: Path) -> JobItem:
-    key = view["id"]
-    folder = spool / f"{view['project']}-{view['number']}"
+async def _job(service: Any, view: JobView, spool: Path) -> JobItem:
+    key = view.id
+    folder = spool / f"{view.project}-{view.number}"
     folder.mkdir(parents=True)
     events = await service.events(key)
     metrics = await service.metrics(key)
@@ -201,36 +201,36 @@ async def _job(service: Any, view: dict, spool: Path) -> JobItem:
                 break
             log.write(chunk)
             offset += len(chunk)
-    code = await service.tree_for(key, "code") if view.get("code_tree") else None
+    code = await service.tree_for(key, "code") if view.code_tree else None
     output = None
-    if view.get("output_version"):
+    if view.output_version:
         try:
             output = await service.tree_for(key, "output")
         except NotFound:            # its output was deleted since: the job goes without it
-            view = {**view, "output_version": None}
+            view = replace(view, output_version=None)
     doc = parts.job_document(view)
-    doc["output"] = None if output is None else {"ref": view["output_version"], "tree": str(output)}
+    doc["output"] = None if output is None else {"ref": view.output_version, "tree": str(output)}
     return JobItem(doc=doc, code=code, output=output, **{k: paths[k] for k in ("events", "metrics", "samples", "log")})
 
 
-async def _mounted(datasets: Any, mount: dict, person: str) -> DatasetItem:
+async def _mounted(datasets: Any, mount: Mount, person: str) -> DatasetItem:
     """A dataset version a job mounted, brought here (it may have been deleted since: then its
     tree is looked for on every box)."""
-    name, _, number = mount["ref"].partition(":")
+    name, _, number = mount.ref.partition(":")
     holders: list[str] = []
     message, created = "", 0.0
     try:
-        version = await datasets.resolve_readable(mount["ref"], person, "clone", doing="export")
-        if version["tree"] == mount["tree"]:
+        version = await datasets.resolve_readable(mount.ref, person, "clone", doing="export")
+        if version["tree"] == mount.tree:
             holders, message, created = version.get("holders") or [], version.get("message") or "", version["created"]
     except NotFound:
         pass
     try:
-        await datasets.ensure_local(mount["tree"], holders)
+        await datasets.ensure_local(mount.tree, holders)
     except NotFound:
-        raise NotFound(f"{mount['ref']}, which a job to export mounted, is on no box any more",
+        raise NotFound(f"{mount.ref}, which a job to export mounted, is on no box any more",
                        hint="export the job without it is not possible: its data is gone") from None
-    return DatasetItem(ref=mount["ref"], name=name, version=int(number or 0), tree=ObjectId.from_hex(mount["tree"]),
+    return DatasetItem(ref=mount.ref, name=name, version=int(number or 0), tree=ObjectId.from_hex(mount.tree),
                        message=message, created=created)
 
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import msgspec
 
-from floydd.model import SPEC_FIELDS
+from floydd.model import SPEC_FIELDS, JobView
 
 __all__ = ["DATA", "TREE", "DATASET", "JOB", "METRICS", "SAMPLES", "EVENTS", "LOG", "LOG_RECORD",
            "BATCH", "job_document", "pack", "unpack"]
@@ -38,18 +39,18 @@ BATCH = 20_000
 """Metric points (or samples, or events) per record."""
 
 
-def job_document(view: dict) -> dict:
+def job_document(view: JobView) -> dict:
     """What an export keeps of a job (its view from :class:`~floydd.jobs.service.JobService`):
     its spec (trees and data versions by their ids at the source), how it ended, who ran it,
     where, and where it came from if it was itself imported."""
-    spec = {name: view.get(name) for name in SPEC_FIELDS}
-    spec["data"] = [{"ref": m["ref"], "tree": m["tree"], "mount": m["mount"]} for m in view.get("data") or ()]
-    return {"id": view["id"], "project": view["project"], "number": view["number"], "state": view["state"],
-            "reason": view.get("reason") or "", "exit_code": view.get("exit_code"), "created": view["created"],
-            "started": view.get("started"), "ended": view.get("ended"), "user": view.get("user") or "",
-            "node": view.get("node") or "", "spec": spec, "output_version": view.get("output_version"),
-            "attempts": view.get("attempts") or 0, "reruns": view.get("reruns") or 0,
-            "imported": view.get("imported")}
+    spec = {name: _plain(getattr(view, name)) for name in SPEC_FIELDS}
+    spec["data"] = [{"ref": m.ref, "tree": m.tree, "mount": m.mount} for m in view.data]
+    return {"id": view.id, "project": view.project, "number": view.number, "state": view.state,
+            "reason": view.reason or "", "exit_code": view.exit_code, "created": view.created,
+            "started": view.started, "ended": view.ended, "user": view.user or "",
+            "node": view.node or "", "spec": spec, "output_version": view.output_version,
+            "attempts": view.attempts or 0, "reruns": _plain(view.reruns) or 0,
+            "imported": _plain(view.imported)}
 
 
 def pack(value: Any) -> bytes:
@@ -58,3 +59,8 @@ def pack(value: Any) -> bytes:
 
 def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=True)
+
+
+def _plain(value: Any) -> Any:
+    """A view's value as plain data (a value the view leaves out: None)."""
+    return None if value is msgspec.UNSET else msgspec.to_builtins(value)

@@ -19,7 +19,8 @@ import os
 from pathlib import Path
 
 from floydd.errors import Conflict, FloyddError, NotFound
-from floydd.model import FINAL_STATES, DatasetRef, JobKey, Run
+from floydd.jobs.listing import history_view
+from floydd.model import FINAL_STATES, DatasetRef, JobKey, JobView, Run
 from floydd.records import Records
 from floydd.runtime import NodeRuntime, workspace
 from floydd.store import ObjectId, Store
@@ -36,13 +37,6 @@ class LocalJobs:
         self.jobs_dir = Path(jobs_dir)
 
     # -- records (synchronous: call from a thread) ------------------------------------------------
-
-    def record(self, key: JobKey) -> dict | None:
-        """The record as the API shows it (:meth:`run` for what this box decides on)."""
-        try:
-            return self.records.get_job(key.project, key.number)
-        except NotFound:
-            return None
 
     def run(self, key: JobKey) -> Run | None:
         """The record of the job's run here, typed; None if there is none."""
@@ -102,12 +96,12 @@ class LocalJobs:
 
     # -- reads (history jobs, and what peers ask of jobs run here) --------------------------------
 
-    async def get(self, key: JobKey) -> dict:
+    async def get(self, key: JobKey) -> JobView:
         """A history job with its metric summary; ``NotFound`` if this node has none (a record
         of a cluster's job that the cluster no longer knows is being forgotten: not found)."""
         return (await asyncio.to_thread(self._history_job, key))[1]
 
-    def _history_job(self, key: JobKey) -> tuple[Run, dict]:
+    def _history_job(self, key: JobKey) -> tuple[Run, JobView]:
         """A history job, typed and as the API shows it; ``NotFound`` if this node has none."""
         record = self.records.get_job(key.project, key.number)
         run = Run.from_row(record)
@@ -115,17 +109,15 @@ class LocalJobs:
             raise NotFound(f"job {key} does not exist", code="job_not_found", hint="floyd status lists jobs")
         return run, self._history_view(run, record)
 
-    def _history_view(self, run: Run, record: dict) -> dict:
-        """A record of this node's history in the shape of a cluster job (API and CLI)."""
-        record.update(history=True, metrics=self.records.metric_summary(run.project, run.number),
-                      attempts=0, parts=[], stop_requested="", origin="", endpoint=None)
-        return record
+    def _history_view(self, run: Run, record: dict) -> JobView:
+        """A record of this node's history as a job of the cluster is shown (API and CLI)."""
+        return history_view(record, self.records.metric_summary(run.project, run.number))
 
     async def history(self, project: str | None, states: list[str] | None, *, since: float | None = None,
-                      limit: int | None = None) -> list[dict]:
+                      limit: int | None = None) -> list[JobView]:
         """This node's history jobs (attempt 0), newest first, created at or after ``since``, at
         most ``limit``, with their metric summaries (read for those alone)."""
-        def query() -> list[dict]:
+        def query() -> list[JobView]:
             records = [(Run.from_row(r), r) for r in self.records.list_jobs(project, states)]
             ours = [(run, r) for run, r in records if run.attempt == 0 and (since is None or run.created >= since)]
             return [self._history_view(run, r) for run, r in ours[:limit]]
@@ -185,7 +177,7 @@ class LocalJobs:
         else:
             await self.runtime.stop_job(key.project, key.number, reason)
 
-    async def delete(self, key: JobKey) -> dict:
+    async def delete(self, key: JobKey) -> JobView:
         """Delete a history job that ended; the job as it was."""
         run, job = await asyncio.to_thread(self._history_job, key)
         if run.state not in FINAL_STATES:
@@ -193,8 +185,8 @@ class LocalJobs:
         await asyncio.to_thread(self.remove, run)
         return job
 
-    async def output_tree(self, job: dict) -> ObjectId:
-        return (await asyncio.to_thread(self.store.catalog.resolve, output_ref(job))).tree
+    async def output_tree(self, view: JobView) -> ObjectId:
+        return (await asyncio.to_thread(self.store.catalog.resolve, output_ref(view))).tree
 
 
 def code_pin(key: JobKey) -> str:
@@ -202,17 +194,17 @@ def code_pin(key: JobKey) -> str:
     return f"job:{key}"
 
 
-def output_ref(job: dict) -> str:
+def output_ref(view: JobView) -> str:
     """The dataset version of a job's /output; ``NotFound`` with why when there is none."""
-    if job.get("output_version") == "" and job["state"] in FINAL_STATES:
-        raise NotFound(f"job {job['id']} saved nothing: its /output was empty when it ended", code="output_empty",
+    if view.output_version == "" and view.state in FINAL_STATES:
+        raise NotFound(f"job {view.id} saved nothing: its /output was empty when it ended", code="output_empty",
                        hint="a job keeps what it writes under /output (FLOYD_OUTPUT without a sandbox); "
-                            f"its log: floyd logs {job['id']}")
-    if not job.get("output_version"):
-        hint = ("it has not ended yet" if job["state"] not in FINAL_STATES
-                else f"its /output was not saved; floyd info {job['id']} says why")
-        raise NotFound(f"job {job['id']} has no output", hint=hint)
-    return job["output_version"]
+                            f"its log: floyd logs {view.id}")
+    if not view.output_version:
+        hint = ("it has not ended yet" if view.state not in FINAL_STATES
+                else f"its /output was not saved; floyd info {view.id} says why")
+        raise NotFound(f"job {view.id} has no output", hint=hint)
+    return view.output_version
 
 
 def _read_from(path: Path, offset: int, limit: int = LOG_CHUNK) -> bytes:

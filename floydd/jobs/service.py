@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -54,9 +55,10 @@ from floydd.jobs.admission import Admission
 from floydd.scheduler.placer import ClusterScheduler
 from floydd.jobs.local import LocalJobs, code_pin, output_ref
 from floydd.jobs.reconcile import FetchTree, Reconciler
-from floydd.jobs.listing import job_view
+from floydd.jobs.listing import job_view, metric_views
 from floydd.jobs.waiting import WaitingReasons
-from floydd.model import DEFAULT_LOST_AFTER, FINAL_STATES, Job, JobKey, Mount, Restart, Submission, check_project
+from floydd.model import (DEFAULT_LOST_AFTER, FINAL_STATES, Job, JobKey, JobView, Mount, Restart, Submission,
+                          check_project)
 from floydd.records import Records
 from floydd.runtime import NodeRuntime
 from floydd.runtime.sandboxing import Sandboxing
@@ -137,7 +139,7 @@ class JobService:
         """What :meth:`submit` refuses before it looks at the code (:meth:`~floydd.jobs.admission.Admission.check`)."""
         return await self.admission.check(submission, user=user)
 
-    async def submit(self, submission: Submission, *, user: str = "", code_tree: str | None = None) -> dict:
+    async def submit(self, submission: Submission, *, user: str = "", code_tree: str | None = None) -> JobView:
         """Check, snapshot the code here, pin the data versions, commit; the job as committed.
         The same ``idem_key`` always gives the same job, so a client may retry. The code is the
         submission's ``code_upload`` (``user``'s own handle), its ``code_path``, or ``code_tree``:
@@ -171,44 +173,47 @@ class JobService:
         # there are boxes to take them), or saying how many copies it has (issue 21)
         copies = await self.code.wait_for_copies(code_tree)
         view = self._view(job)
-        warnings = [w for w in (sandboxing.warning, copies) if w]
+        warnings = tuple(w for w in (sandboxing.warning, copies) if w)
         if warnings:             # floyd run prints them on stderr, every time
-            view["warnings"] = warnings
+            view = replace(view, warnings=warnings)
         return view
 
-    async def restart(self, key: str, changes: Restart, *, user: str = "") -> dict:
+    async def restart(self, key: str, changes: Restart, *, user: str = "") -> JobView:
         """A new job from ``key`` (with ``changes``), for its owner or an admin (authz)."""
         old = await self.get(key)
-        check_job_owner(self.cluster.state, user, key, old.get("user"), "restart")
-        return await self.submit(changes.submission(JobKey.parse(key), old), user=user, code_tree=old["code_tree"])
+        check_job_owner(self.cluster.state, user, key, old.user, "restart")
+        return await self.submit(changes.submission(JobKey.parse(key), old), user=user, code_tree=old.code_tree)
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def _view(self, job: Job) -> dict:
+    def _view(self, job: Job) -> JobView:
         return job_view(job, {nid: n["name"] for nid, n in self.cluster.state.nodes.items()})
 
-    async def get(self, key: str, *, stale: bool = False) -> dict:
+    async def get(self, key: str, *, stale: bool = False) -> JobView:
         """The job, with what this node knows live of a run here; a history job from the records."""
         parsed = JobKey.parse(key)
         try:
-            job = self._view(await self.cluster.job(key, stale=stale))
+            view = self._view(await self.cluster.job(key, stale=stale))
         except NotFound:
             return await self.local.get(parsed)       # this node's history (NotFound if none)
-        await self.waiting.fill((job,), stale=stale)
-        if job["node_id"] == self.node_id:
-            await asyncio.to_thread(self._overlay, job)
-        return job
+        [view] = await self.waiting.fill((view,), stale=stale)
+        if view.node_id == self.node_id:
+            view = await asyncio.to_thread(self._overlay, view)
+        return view
 
-    def _overlay(self, job: dict, record: dict | None = None) -> None:
-        """Live details of a run here: workspace, agent, metric summary so far."""
-        record = record or self.local.record(JobKey(job["project"], job["number"]))
-        if record is not None and record.get("attempt") == job["attempt"]:
-            job.update(workspace=record["workspace"], agent_pid=record["agent_pid"], latest=record["latest"],
-                       metrics=self.local.metric_summary(JobKey(job["project"], job["number"])))
+    def _overlay(self, view: JobView) -> JobView:
+        """``view`` with the live details of its run here: workspace, agent, metric summary so far."""
+        key = JobKey(view.project, view.number)
+        run = self.local.run(key)
+        if run is None or run.attempt != view.attempt:
+            return view
+        return replace(view, workspace=run.workspace, agent_pid=run.agent_pid,
+                       latest=None if run.latest is None else dict(run.latest),
+                       metrics=metric_views(self.local.metric_summary(key)))
 
     async def list(self, project: str | None = None, state: str | None = None, *, stale: bool = False,
                    limit: int | None = None, offset: int = 0, since: float | None = None,
-                   user: str | None = None) -> list[dict]:
+                   user: str | None = None) -> list[JobView]:
         """Jobs of the cluster (the hot state and the archive) and this node's history, newest
         first (by creation): ``limit`` of them from ``offset``, created at or after ``since``,
         submitted by ``user`` (a person's name; None: anyone's).
@@ -228,7 +233,7 @@ class JobService:
             project=project, states=states, since=since, limit=source_limit)]
         history = await self.local.history(project, states, since=since, limit=source_limit)   # views
         rows = [_Row(j.created, j.number, j.id, j.user, j) for j in hot + archived] + \
-               [_Row(v.get("created") or 0, v["number"], v["id"], v.get("user") or "", v) for v in history]
+               [_Row(v.created or 0, v.number, v.id, v.user or "", v) for v in history]
         seen: set[str] = set()
         merged = []
         for row in sorted(rows, key=lambda r: (r.created, r.number), reverse=True):   # a job both hot and in
@@ -237,25 +242,22 @@ class JobService:
                 merged.append(row.item)
         page = merged[offset:want]
         names = {nid: n["name"] for nid, n in self.cluster.state.nodes.items()}
-        jobs = [job_view(item, names) if isinstance(item, Job) else item for item in page]
-        cluster_jobs = [job for job in jobs if not _history(job)]                         # hold a list
-        await self.waiting.fill(cluster_jobs, stale=stale)
+        views = await self.waiting.fill([job_view(item, names) if isinstance(item, Job) else item for item in page],
+                                         stale=stale)
 
-        def overlay() -> None:
-            for job in cluster_jobs:
-                if job["node_id"] == self.node_id and job["state"] not in FINAL_STATES:
-                    self._overlay(job)
-        await asyncio.to_thread(overlay)
-        return jobs
+        def overlay() -> list[JobView]:
+            return [self._overlay(v) if not v.history and v.node_id == self.node_id and v.state not in FINAL_STATES
+                    else v for v in views]
+        return await asyncio.to_thread(overlay)
 
-    async def wait(self, key: str, timeout: float | None = None) -> dict:
+    async def wait(self, key: str, timeout: float | None = None) -> JobView:
         """The job once it ended, or as it is after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        history = _history(await self.get(key))
+        history = (await self.get(key)).history
         while True:
             changed = self.reconciler.job_changed
             if history:
-                state = (await self.get(key))["state"]
+                state = (await self.get(key)).state
             else:
                 state = (self.cluster.state.jobs.get(key) or await self.cluster.job(key)).state  # NotFound:
             remaining = None if deadline is None else deadline - time.monotonic()                       # deleted
@@ -293,10 +295,10 @@ class JobService:
         return sorted([e for e in decided if e["message"] not in said] + ran, key=lambda e: e["ts"] or 0)
 
     async def metrics(self, key: str) -> dict:
-        job = await self.get(key, stale=True)
-        if job.get("node_id") in (None, "", self.node_id):
+        view = await self.get(key, stale=True)
+        if view.history or view.node_id in (None, "", self.node_id):
             return await self.local.metrics(JobKey.parse(key))
-        return await self._from_peer(job["node_id"], f"{key}/metrics")
+        return await self._from_peer(view.node_id, f"{key}/metrics")
 
     async def _from_peer(self, node: str, what: str):
         raw, _ = await self.cluster.fetch(node, f"/cluster/v1/jobs/{what}")
@@ -306,24 +308,24 @@ class JobService:
                        attempt: int | None = None) -> tuple[bytes, bool]:
         """Up to 4 MiB of the log from ``offset`` and whether the job has ended; ``rank``: a part
         of a distributed job (read from the box that runs it)."""
-        job = await self.get(key, stale=True)         # polled while following: this node's copy
-        node = job.get("node_id", self.node_id)
-        parts = job.get("parts") or []
+        view = await self.get(key, stale=True)        # polled while following: this node's copy
+        node = self.node_id if view.history else view.node_id
+        parts = view.parts
         if rank is not None and parts:
             if not 0 <= rank < len(parts):
                 raise NotFound(f"job {key} has no rank {rank}", code="no_such_part",
                                hint=f"its ranks are 0-{len(parts) - 1} (floyd info {key})")
-            node = parts[rank]["node_id"]
+            node = parts[rank].node_id
         elif rank not in (None, 0):
             raise NotFound(f"job {key} runs on one box: it has no rank {rank}", code="no_such_part",
                            hint="leave out --rank")
         if node == self.node_id:
             return await self.local.read_log(JobKey.parse(key), offset, attempt)
-        if not node or job["state"] == "queued":
+        if not node or view.state == "queued":
             if attempt is not None:     # an earlier attempt's log is on the box that ran the latest, if anywhere
                 raise NotFound(f"job {key} is queued: the log of attempt {attempt} is not reachable now",
                                code="no_such_attempt", hint=f"floyd logs {key} --attempt {attempt} once it runs")
-            return b"", job["state"] in FINAL_STATES
+            return b"", view.state in FINAL_STATES
         if attempt is not None and not versions.at_least(self.cluster.state, 3):
             raise UserError(f"the box that ran {key} may be of an older floydd, which keeps no earlier attempt's log",
                             hint="once every box runs 0.3 (floydd members), floyd logs --attempt reads it there")
@@ -333,31 +335,31 @@ class JobService:
 
     async def tree_for(self, key: str, which: str) -> ObjectId:
         """The tree of the job's ``code`` or ``output``, made complete in this node's store."""
-        job = await self.get(key)
-        if _history(job):
-            return ObjectId.from_hex(job["code_tree"]) if which == "code" else await self.local.output_tree(job)
+        view = await self.get(key)
+        if view.history:
+            return ObjectId.from_hex(view.code_tree) if which == "code" else await self.local.output_tree(view)
         if which == "code":
-            tree = job["code_tree"]
-            await self.reconciler.ensure_tree(tree, [*likely_sources(self.cluster.state, tree), job["origin"],
-                                                     job["node_id"]])
+            tree = view.code_tree
+            await self.reconciler.ensure_tree(tree, [*likely_sources(self.cluster.state, tree), view.origin,
+                                                     view.node_id])
             return ObjectId.from_hex(tree)
-        version = await self.datasets.resolve(output_ref(job))
+        version = await self.datasets.resolve(output_ref(view))
         await self.datasets.ensure_local(version["tree"], version.get("holders") or [])
         return ObjectId.from_hex(version["tree"])
 
     # -- actions ----------------------------------------------------------------------------------
 
-    async def stop(self, key: str, reason: str = "stopped by user", *, user: str = "") -> dict:
+    async def stop(self, key: str, reason: str = "stopped by user", *, user: str = "") -> JobView:
         """Stop the job for ``user`` (its owner, or an admin: checked on apply by every box, and
         here first, so that someone else's job is refused as such whatever its state)."""
-        job = await self.get(key)
-        check_job_owner(self.cluster.state, user, key, job.get("user"), "stop")   # again on apply, which decides
-        if _history(job):
+        view = await self.get(key)
+        check_job_owner(self.cluster.state, user, key, view.user, "stop")   # again on apply, which decides
+        if view.history:
             await self.local.stop(JobKey.parse(key), reason)
             return await self.get(key)
-        if job["state"] in FINAL_STATES:
-            raise Conflict(f"job {key} already ended ({job['state']})", hint="nothing to stop")
-        if job["state"] == "queued":
+        if view.state in FINAL_STATES:
+            raise Conflict(f"job {key} already ended ({view.state})", hint="nothing to stop")
+        if view.state == "queued":
             try:
                 await self.cluster.update_job(key, state="stopped", reason=reason, user=user)
                 return await self.get(key)
@@ -366,23 +368,23 @@ class JobService:
         await self.cluster.update_job(key, stop_requested=reason, user=user)
         return await self.wait(key, self.config.stop_grace + 10.0)
 
-    async def delete(self, key: str, *, user: str = "") -> dict:
+    async def delete(self, key: str, *, user: str = "") -> JobView:
         """Delete an ended (or queued) job for ``user``, its owner or an admin (as :meth:`stop`)."""
-        job = await self.get(key)
-        check_job_owner(self.cluster.state, user, key, job.get("user"), "delete")
-        if _history(job):
+        view = await self.get(key)
+        check_job_owner(self.cluster.state, user, key, view.user, "delete")
+        if view.history:
             return await self.local.delete(JobKey.parse(key))
-        if job["state"] not in FINAL_STATES and job["state"] != "queued":
-            raise Conflict(f"job {key} is {job['state']}", hint=f"stop it first: floyd stop {key}")
-        if job["state"] == "queued":
+        if view.state not in FINAL_STATES and view.state != "queued":
+            raise Conflict(f"job {key} is {view.state}", hint=f"stop it first: floyd stop {key}")
+        if view.state == "queued":
             await self.stop(key, "deleted", user=user)
         await self.cluster.delete_job(key, user=user)  # every node forgets its part on apply
-        if job.get("output_version"):                 # and its /output goes with it
+        if view.output_version:                       # and its /output goes with it
             try:
                 await self.datasets.delete(JobKey.parse(key).output_name, user=user)
             except NotFound:
                 pass
-        return job
+        return view
 
 class _Row(NamedTuple):
     """A job in a listing, by what the listing sorts and filters on: a cluster job (``item`` a
@@ -392,9 +394,4 @@ class _Row(NamedTuple):
     number: int
     id: str
     user: str
-    item: Job | dict
-
-
-def _history(job: dict) -> bool:
-    """A job from this node's records alone (not in the cluster's state)."""
-    return job.get("history", False)
+    item: Job | JobView

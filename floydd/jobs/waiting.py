@@ -14,10 +14,12 @@ round, a leader just elected, a leader that cannot be reached) shows as "".
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 from floydd import log
 from floydd.errors import FloyddError, InvalidSpec
+from floydd.model import JobView
 
 __all__ = ["QUERY", "WaitingReasons"]
 
@@ -38,14 +40,15 @@ class WaitingReasons:
         if driver is not None:
             driver.serve(QUERY, self._serve)
 
-    async def fill(self, jobs: Iterable[dict], *, stale: bool = False) -> None:
-        """Set ``waiting_for`` of every queued job of the cluster among ``jobs`` (job views)."""
-        queued = [j for j in jobs if j.get("state") == "queued" and not j.get("history")]
+    async def fill(self, views: Iterable[JobView], *, stale: bool = False) -> list[JobView]:
+        """``views`` with ``waiting_for`` of every queued job of the cluster among them filled in."""
+        views = list(views)
+        queued = [v.id for v in views if v.state == "queued" and not v.history]
         if not queued:
-            return
-        reasons = await self._reasons([j["id"] for j in queued], stale=stale)
-        for job in queued:
-            job["waiting_for"] = reasons.get(job["id"], "")
+            return views
+        reasons = await self._reasons(queued, stale=stale)
+        return [replace(v, waiting_for=reasons.get(v.id, "")) if v.state == "queued" and not v.history else v
+                for v in views]
 
     async def _reasons(self, keys: list[str], *, stale: bool) -> dict[str, str]:
         if self.cluster.is_leader:

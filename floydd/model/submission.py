@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from floydd.errors import InvalidSpec
 from floydd.model.mounts import Mount, MountRequest, check_mounts
@@ -16,6 +16,9 @@ from floydd.model.resources import Resources, parse_size
 from floydd.model.defaults import DEFAULT_ENV, DEFAULT_MAX_ATTEMPTS, DEFAULT_MODE, DEFAULT_RESTART
 from floydd.model.restart import RestartPolicy, parse_duration
 from floydd.model.spec import JobSpec
+
+if TYPE_CHECKING:
+    from floydd.model.view import JobView
 
 __all__ = ["Submission", "Restart", "MAX_COMMAND", "MAX_MESSAGE", "MAX_RUNTIME", "ENVIRONMENTS",
            "check_max_runtime", "CODE_UPLOAD_PATTERN"]
@@ -161,22 +164,22 @@ class Restart:
     max_attempts: int | None = None
     lost_after: float | str | None = None
 
-    def submission(self, key: JobKey, old: Mapping[str, Any]) -> Submission:
-        """The new run of job ``key``, whose record is ``old``, with these changes (its code,
-        ``old["code_tree"]``, the daemon passes on by itself: :meth:`JobService.restart
+    def submission(self, key: JobKey, old: JobView) -> Submission:
+        """The new run of job ``key``, which is ``old`` (as the API shows it), with these changes
+        (its code, ``old.code_tree``, the daemon passes on by itself: :meth:`JobService.restart
         <floydd.jobs.service.JobService.restart>`)."""
-        resources = Resources.from_dict(old.get("resources"))
-        asked = old.get("resources") or {}          # a spec from before cpus/memory gets the defaults
-        data = self.data if self.data is not None else tuple(f"{d['ref']}:{d['mount']}" for d in old["data"])
-        policy = RestartPolicy.from_dict(old.get("restart"))
+        asked = old.resources                       # a spec from before cpus/memory gets the defaults
+        resources = Resources() if asked is None else asked.asked()
+        data = self.data if self.data is not None else tuple(f"{d.ref}:{d.mount}" for d in old.data)
+        policy = old.restart.asked() if old.restart else RestartPolicy()    # none: stored before restart policies
         return Submission(restart=self.restart or policy.policy,
                           max_attempts=self.max_attempts or policy.max_attempts,
                           lost_after=policy.lost_after if self.lost_after is None else self.lost_after,
-                          project=key.project, command=self.command or old["command"],
+                          project=key.project, command=self.command or old.command,
                           gpus=resources.gpu_count if self.gpus is None else self.gpus,
                           nodes=resources.nodes if self.nodes is None else self.nodes,
-                          cpus=asked.get("cpus") if self.cpus is None else self.cpus,
-                          memory=asked.get("memory") if self.memory is None else self.memory, data=data,
-                          params={**old["params"], **check_params(self.params or {})},
-                          env=self.env or old["env"], message=self.message or f"restart of {key}",
-                          max_runtime=old["max_runtime"] if self.max_runtime is None else self.max_runtime)
+                          cpus=(asked and asked.cpus or None) if self.cpus is None else self.cpus,
+                          memory=(asked and asked.memory or None) if self.memory is None else self.memory, data=data,
+                          params={**old.params, **check_params(self.params or {})},
+                          env=self.env or old.env, message=self.message or f"restart of {key}",
+                          max_runtime=old.max_runtime if self.max_runtime is None else self.max_runtime)

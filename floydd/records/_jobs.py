@@ -70,9 +70,6 @@ def encode_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def decode_row(columns: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
     """A ``SELECT project, <COLUMNS...>`` row as the public job dict."""
-    job = dict(zip(columns, row))
-    for name in _JSON:
-        if job[name] is not None:
-            job[name] = json.loads(job[name])
-    job["id"] = f"{job['project']}/{job['number']}"
-    return job
+    decoded = {name: json.loads(value) if name in _JSON and value is not None else value
+               for name, value in zip(columns, row)}
+    return {**decoded, "id": f"{row[columns.index('project')]}/{row[columns.index('number')]}"}

@@ -3,17 +3,21 @@ services; a fake runtime (no processes) whose runs a test ends as it likes.
 
 :class:`Lone` is a box alone (a one-voter cluster, no listener, no certificate), as the
 daemon runs by default; :class:`Boxes` is N nodes of the cluster harness with the whole
-node-to-node app (store objects, job details) on their mTLS listeners.
+node-to-node app (store objects, job details) on their mTLS listeners. A job the harness
+hands a test (:meth:`Box.run`, ``ended``) is the job as the API sends it (:func:`answered`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
+
+import msgspec
 
 from floydd.cluster.config import TEST_CONFIG
 from floydd.cluster.replication.datasets import ClusterDatasets
@@ -34,6 +38,12 @@ from tests.conftest import wait_until_async
 from tests.harness.cluster import Cluster, Node
 
 Key = tuple[str, int]
+
+
+def answered(value: object) -> object:
+    """A job (:class:`~floydd.model.JobView`) or a list of them as the API sends it: the JSON
+    of the job service's answer, read back (what these tests compare)."""
+    return json.loads(msgspec.json.encode(value))
 
 
 class FakeRuntime:
@@ -174,7 +184,7 @@ class Box:
         """``floyd run COMMAND`` from this box: the job as committed."""
         fields.setdefault("project", "mnist")
         submission = Submission(command=command, code_path=str(self.project), **fields)
-        return await self.jobs.submit(submission, user="alice")
+        return answered(await self.jobs.submit(submission, user="alice"))
 
     def job(self, key: str) -> Job | None:
         """The job in this node's copy of the replicated state."""
@@ -190,7 +200,7 @@ class _Boxes:
         await self.wait_for(lambda: all((job := b.job(key)) is not None and job.state in FINAL_STATES
                                             for b in self.boxes),
                             timeout, what=f"{key} to end")
-        return await box.jobs.get(key)
+        return answered(await box.jobs.get(key))
 
 
 class Lone(_Boxes):

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from floydd import model
+from floydd.answers import decode_job
 from floydd.errors import Conflict, InvalidName, InvalidSpec, UnsafePath
 from floydd.model import (
     ACTIVE_STATES, FINAL_STATES, REQUEUE, STATES, TRANSITIONS, DatasetRef, JobKey, JobSpec, Mount, MountRequest,
@@ -262,6 +263,7 @@ def test_a_restart_changes_only_what_it_names():
     old = {"command": "python a.py", "code_tree": "ab" * 32, "resources": {"gpus": 1, "cpu": False},
            "data": [{"ref": "mnist:1", "tree": "cd" * 32, "mount": "/input"}], "params": {"lr": "0.1", "b": "2"},
            "env": "default", "max_runtime": None}
+    old = decode_job({**old, "id": "mnist/4", "project": "mnist", "number": 4, "state": "success"})  # as shown
     sub = Restart(params={"lr": "0.2"}, gpus=0).submission(JobKey("mnist", 4), old)
     assert (sub.command, sub.gpus, sub.message) == ("python a.py", 0, "restart of mnist/4")
     assert (sub.code_path, sub.code_upload) == (None, None)         # the daemon passes the old tree on itself

@@ -7,6 +7,7 @@ import msgspec
 import pytest
 
 from floydd import model
+from floydd.answers import decode_job
 from floydd.errors import InvalidSpec
 from floydd.model import JobKey, Resources, Restart, Submission, describe_needs, format_size, parse_size
 
@@ -50,9 +51,10 @@ def test_a_submission_takes_the_daemons_defaults_only_where_it_said_nothing():
 
 def test_a_restart_keeps_what_the_job_asked_and_an_old_job_gets_the_defaults():
     old = {"command": "python a.py", "code_tree": "ab" * 32, "resources": {"gpus": 1, "cpu": False, "cpus": 3},
-           "data": [], "params": {}, "env": "default", "max_runtime": None}
-    assert Restart().submission(JobKey("m", 1), old).cpus == 3
-    assert Restart(memory="1G").submission(JobKey("m", 1), old).resources == Resources(gpu_count=1, cpus=3,
-                                                                                      memory=1 << 30)
+           "data": [], "params": {}, "env": "default", "max_runtime": None, "id": "m/1", "project": "m", "number": 1,
+           "state": "success"}
+    assert Restart().submission(JobKey("m", 1), decode_job(old)).cpus == 3
+    assert Restart(memory="1G").submission(JobKey("m", 1), decode_job(old)).resources == \
+        Resources(gpu_count=1, cpus=3, memory=1 << 30)
     older = {**old, "resources": {"gpus": 1, "cpu": False}}
-    assert Restart().submission(JobKey("m", 1), older).cpus is None        # the daemon fills in job_cpus
+    assert Restart().submission(JobKey("m", 1), decode_job(older)).cpus is None        # the daemon fills in job_cpus

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from floydd.answers import decode_job
 from floydd.errors import InvalidSpec
 from floydd.model import JobKey, JobSpec, Restart, RestartPolicy, Submission, parse_duration
 
@@ -52,6 +53,7 @@ def test_a_submission_carries_its_policy_into_the_spec_and_an_old_spec_reads_the
 def test_floyd_restart_keeps_the_policy_unless_told():
     old = {"command": "x", "code_tree": "ab" * 32, "data": [], "params": {}, "env": "default", "max_runtime": None,
            "resources": {"gpus": 0}, "restart": {"policy": "on-failure", "max_attempts": 4, "lost_after": 60.0}}
+    old = decode_job({**old, "id": "p/1", "project": "p", "number": 1, "state": "success"})    # as shown
     kept = Restart().submission(JobKey("p", 1), old).restart_policy
     assert kept == RestartPolicy(policy="on-failure", max_attempts=4, lost_after=60.0)
     changed = Restart(restart="never", lost_after="2m").submission(JobKey("p", 1), old).restart_policy

@@ -140,16 +140,14 @@ def dataset_target(state: Any, name: str, ref: str | None = None, *, before: int
     return Target(kind="dataset", name=ref or name, owner=owner, private=dataset.get("visibility") == "private")
 
 
-def job_target(job: Mapping[str, Any], kind: str) -> Target:
-    """The ``code``, ``output``, ``logs`` or ``metrics`` of ``job`` (a job view or replicated job)."""
+def job_target(job: Any, kind: str) -> Target:
+    """The ``code``, ``output``, ``logs`` or ``metrics`` of ``job`` (a :class:`~floydd.model.JobView`
+    or a replicated :class:`~floydd.model.Job`: its ``id``, ``output_version`` and ``user``)."""
     if kind not in ("code", "output", "logs", "metrics"):
         raise ValueError(f"{kind!r} is not a part of a job")
-    if isinstance(job, Mapping):                # a job view (until the API's views are typed)
-        key, output, user = str(job["id"]), job.get("output_version"), job.get("user")
-    else:
-        key, output, user = job.id, job.output_version, job.user
-    name = (output or f"{key}/output") if kind == "output" else key   # as the data road names it
-    return Target(kind=kind, name=name, owner=user or "", job=key)
+    key = str(job.id)
+    name = (job.output_version or f"{key}/output") if kind == "output" else key   # as the data road names it
+    return Target(kind=kind, name=name, owner=job.user or "", job=key)
 
 
 def is_admin(state: Any, person: str | None) -> bool:

@@ -9,6 +9,7 @@ import pytest
 
 from floydd.cluster.archiver import Archiver
 from floydd.errors import NotFound
+from tests.harness.pipeline import answered
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,24 +31,24 @@ async def test_archived_jobs_are_listed_paged_read_and_deleted(lone):
     assert sorted(box.service.state.jobs, key=lambda k: int(k.split("/")[1])) == keys[8:]
     newest = [f"mnist/{n}" for n in range(12, 0, -1)]
 
-    assert [j["id"] for j in await box.jobs.list()] == newest
-    assert [j["id"] for j in await box.jobs.list("mnist", limit=5)] == newest[:5]
-    page = await box.jobs.list(limit=5, offset=5)                   # across the hot state and the archive
+    assert [j["id"] for j in answered(await box.jobs.list())] == newest
+    assert [j["id"] for j in answered(await box.jobs.list("mnist", limit=5))] == newest[:5]
+    page = answered(await box.jobs.list(limit=5, offset=5))         # across the hot state and the archive
     assert [j["id"] for j in page] == newest[5:10]
     assert all(j["state"] == "success" and j["node"] == "box" for j in page)
-    since = (await box.jobs.get("mnist/6"))["created"]
-    assert [j["id"] for j in await box.jobs.list(since=since)] == newest[:7]
-    assert [j["id"] for j in await box.jobs.list(state="failed")] == []
+    since = answered(await box.jobs.get("mnist/6"))["created"]
+    assert [j["id"] for j in answered(await box.jobs.list(since=since))] == newest[:7]
+    assert [j["id"] for j in answered(await box.jobs.list(state="failed"))] == []
     assert await box.jobs.list(project="other") == []
 
-    old = await box.jobs.get("mnist/1")                              # floyd info of an archived job
+    old = answered(await box.jobs.get("mnist/1"))                    # floyd info of an archived job
     assert (old["state"], old["message"], old["attempt"]) == ("success", "run 1", 1)
     events = [e["message"] for e in await box.jobs.events("mnist/1")]  # the box's own events stay
     assert events, "the events of the box that ran it"
     assert str(await box.jobs.tree_for("mnist/1", "output"))       # its /output is still a version
 
     await box.jobs.delete("mnist/2")
-    assert "mnist/2" not in [j["id"] for j in await box.jobs.list()]
+    assert "mnist/2" not in [j["id"] for j in answered(await box.jobs.list())]
     await lone.wait_for(lambda: _no_record(box, 2), what="the box to forget the deleted job's record")
     with pytest.raises(NotFound):
         await box.jobs.get("mnist/2")

@@ -15,7 +15,7 @@ from floydd.cluster.replication.storecare import named_trees
 from floydd.model import Restart
 from floydd.store import ObjectId
 from tests.conftest import wait_until_async
-from tests.harness.pipeline import Boxes
+from tests.harness.pipeline import Boxes, answered
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ async def test_the_code_goes_with_its_last_job(boxes):
     tree = first["code_tree"]
     assert len(a.service.state.code[tree]["holders"]) == 2
     await boxes.ended(a, first["id"])
-    again = await a.jobs.restart(first["id"], Restart(), user="alice")    # a rerun shares the tree
+    again = answered(await a.jobs.restart(first["id"], Restart(), user="alice"))    # a rerun shares the tree
     assert again["code_tree"] == tree
     await boxes.ended(a, again["id"])
     assert a.service.state.code[tree]["jobs"] == sorted([first["id"], again["id"]])

@@ -18,7 +18,7 @@ from floydd.bundle.container import Truncated
 from floydd.bundle.reader import Reader
 from floydd.exchange import export_to, import_from
 from floydd.store import ObjectId
-from tests.harness.pipeline import Boxes
+from tests.harness.pipeline import Boxes, answered
 
 KEY = ExportKey.new()
 
@@ -97,10 +97,10 @@ async def test_a_project_moves_to_another_cluster_and_compares_equal(sites, tmp_
     assert result["datasets"] == [{"origin_ref": "mnist:1", "ref": "mnist:1", "alone": False, "new": True}]
 
     for old, new in (("mnist/1", "mnist/2"), ("mnist/2", "mnist/3")):
-        theirs = await a1.jobs.get(old)
+        theirs = answered(await a1.jobs.get(old))
         assert theirs["metrics"]["loss"]["count"] == 3 and theirs["params"]["lr"] in ("0.1", "0.01")
         for box in (b1, b2):                    # b1 reads what b2 holds over mTLS, b2 its own records
-            ours = await box.jobs.get(new)
+            ours = answered(await box.jobs.get(new))
             assert ours["state"] == "success" and ours["params"] == theirs["params"]
             assert ours["metrics"] == theirs["metrics"], box.name
             assert ours["imported"]["job"] == old and ours["imported"]["origin_name"] == "test"
@@ -124,12 +124,12 @@ async def test_a_project_moves_to_another_cluster_and_compares_equal(sites, tmp_
     await asyncio.to_thread(b1.store.restore, ObjectId.from_hex(mounted["tree"]), tmp_path / "mnist-b")
     _same_tree(data, tmp_path / "mnist-b")
 
-    jobs_before = sorted(j["id"] for j in await b1.jobs.list())
+    jobs_before = sorted(j["id"] for j in answered(await b1.jobs.list()))
     sets_before = sorted(v["ref"] for v in await b1.datasets.list())
     with open(path, "rb") as src:                                  # a re-import adds nothing
         again = await import_from(src, jobs=b1.jobs, key=KEY, person="bob", spool=tmp_path / "spool-2")
     assert [(j["job"], j["new"]) for j in again["jobs"]] == [("mnist/2", False), ("mnist/3", False)]
-    assert sorted(j["id"] for j in await b1.jobs.list()) == jobs_before
+    assert sorted(j["id"] for j in answered(await b1.jobs.list())) == jobs_before
     assert sorted(v["ref"] for v in await b1.datasets.list()) == sets_before
 
     raw = path.read_bytes()
@@ -145,7 +145,7 @@ async def test_a_project_moves_to_another_cluster_and_compares_equal(sites, tmp_
             await import_from(src, jobs=b2.jobs, key=KEY, person="bob", spool=tmp_path / f"spool-{kind.__name__}")
     with open(path, "rb") as src, pytest.raises(WrongKey):
         await import_from(src, jobs=b2.jobs, key=ExportKey.new(), person="bob", spool=tmp_path / "spool-key")
-    assert sorted(j["id"] for j in await b1.jobs.list()) == jobs_before
+    assert sorted(j["id"] for j in answered(await b1.jobs.list())) == jobs_before
     assert sorted(v["ref"] for v in await b1.datasets.list()) == sets_before
     assert not any(h.startswith("upload:import-") for h in _pins(b2)), "a refused import left its leases"
 
@@ -227,7 +227,7 @@ async def test_a_job_that_mounted_another_jobs_output_keeps_it_without_taking_th
     with open(alone, "rb") as src:
         got = await import_from(src, jobs=b1.jobs, key=KEY, person="bob", spool=tmp_path / "spool-i1")
     [job] = got["jobs"]
-    assert (await b1.jobs.get(job["job"]))["data"][0]["ref"] == "mnist-1-output:1"   # not B's mnist/1/output
+    assert answered(await b1.jobs.get(job["job"]))["data"][0]["ref"] == "mnist-1-output:1"   # not B's mnist/1/output
     assert not (b1.service.state.datasets.get("mnist/1/output") or {}).get("versions")    # B's mnist/1 saved none
     with open(both, "rb") as src:
         got = await import_from(src, jobs=b1.jobs, key=KEY, person="bob", spool=tmp_path / "spool-i2")

@@ -11,6 +11,7 @@ import pytest
 
 from floydd.errors import Conflict, NotFound, UserError
 from floydd.model import FINAL_STATES, Restart
+from tests.harness.pipeline import answered
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,7 +27,7 @@ async def test_a_job_on_a_box_alone_is_committed_placed_run_and_reported(lone):
     record = box.records.get_job("mnist", 1)
     assert (record["state"], record["attempt"], record["code_tree"]) == ("success", 1, job["code_tree"])
     assert box.runtime.started[0]["command"] == "true"
-    assert [j["id"] for j in await box.jobs.list()] == ["mnist/1"]
+    assert [j["id"] for j in answered(await box.jobs.list())] == ["mnist/1"]
     assert (await box.jobs.read_log("mnist/1", 0)) == (b"ran true\n", True)
     events = [e["message"] for e in await box.jobs.events("mnist/1")]
     assert events[0].startswith("submitted on box") and any("placed on box" in e for e in events)
@@ -38,7 +39,7 @@ async def test_numbers_follow_each_other_and_a_failure_is_reported_with_its_exit
     assert keys == ["mnist/1", "mnist/2", "mnist/3"]
     states = [(await lone.ended(box, k))["state"] for k in keys]
     assert states == ["success", "failed", "success"]
-    assert (await box.jobs.get("mnist/2"))["exit_code"] == 1
+    assert answered(await box.jobs.get("mnist/2"))["exit_code"] == 1
 
 
 async def test_gpu_jobs_wait_for_gpus_say_why_and_a_stop_ends_a_waiting_or_running_job(lone):
@@ -48,11 +49,11 @@ async def test_gpu_jobs_wait_for_gpus_say_why_and_a_stop_ends_a_waiting_or_runni
     second = await box.run("train", gpus=1)
     await lone.wait_for(lambda: "waiting for 1 GPU" in box.jobs.scheduler.waiting.get(second["id"], ""),
                         what="a reason")                # kept in the leader's memory, not committed
-    assert "held by mnist/1" in (await box.jobs.get(second["id"]))["waiting_for"]
-    stopped = await box.jobs.stop(second["id"])
+    assert "held by mnist/1" in answered(await box.jobs.get(second["id"]))["waiting_for"]
+    stopped = answered(await box.jobs.stop(second["id"]))
     assert stopped["state"] == "stopped" and box.runtime.started[-1]["key"] == first["id"]
     third = await box.run("true", gpus=1)
-    ended = await box.jobs.stop(first["id"])
+    ended = answered(await box.jobs.stop(first["id"]))
     assert (ended["state"], ended["reason"]) == ("stopped", "stopped by user")
     assert (await lone.ended(box, third["id"]))["state"] == "success"
     assert box.runtime.started[-1]["gpus"] in ([0], [1])
@@ -74,7 +75,7 @@ async def test_delete_forgets_the_job_everywhere_and_restart_runs_it_again(lone)
     box = await lone.start()
     job = await box.run("true", params={"lr": "0.1"})
     await lone.ended(box, job["id"])
-    again = await box.jobs.restart(job["id"], Restart(params={"lr": "0.2"}))
+    again = answered(await box.jobs.restart(job["id"], Restart(params={"lr": "0.2"})))
     assert (again["id"], again["params"], again["message"]) == ("mnist/2", {"lr": "0.2"}, "restart of mnist/1")
     assert again["code_tree"] == job["code_tree"]
     await lone.ended(box, again["id"])
@@ -82,7 +83,7 @@ async def test_delete_forgets_the_job_everywhere_and_restart_runs_it_again(lone)
     with pytest.raises(NotFound):
         await box.jobs.get(job["id"])
     await lone.wait_for(lambda: not _has_record(box, 1), what="the local record forgotten")
-    assert [j["id"] for j in await box.jobs.list()] == ["mnist/2"]
+    assert [j["id"] for j in answered(await box.jobs.list())] == ["mnist/2"]
 
 
 async def test_history_from_before_the_control_plane_is_listed_and_numbered_above(lone, tmp_path):
@@ -95,9 +96,9 @@ async def test_history_from_before_the_control_plane_is_listed_and_numbered_abov
     await lone.wait_for(lambda: box.service.state.counters.get("mnist") == 7, what="the numbers reserved")
     job = await box.run("true")
     assert job["id"] == "mnist/8"
-    listed = [(j["id"], j["state"]) for j in await box.jobs.list()]
+    listed = [(j["id"], j["state"]) for j in answered(await box.jobs.list())]
     assert listed == [("mnist/8", "queued"), ("mnist/7", "success")] or listed[1] == ("mnist/7", "success")
-    assert (await box.jobs.get("mnist/7"))["command"] == "old"
+    assert answered(await box.jobs.get("mnist/7"))["command"] == "old"
     await lone.ended(box, job["id"])
 
 
@@ -106,7 +107,7 @@ async def test_a_restart_of_the_box_keeps_a_running_job_and_reports_its_end(lone
     job = await box.run("train")
     await lone.wait_for(lambda: box.job(job["id"]).state == "running", what="running")
     box = await lone.restart(box)                                 # the run survives (an agent would)
-    assert (await box.jobs.get(job["id"]))["state"] == "running"
+    assert answered(await box.jobs.get(job["id"]))["state"] == "running"
     box.runtime.finish(("mnist", 1), "success")
     assert (await lone.ended(box, job["id"]))["state"] == "success"
     assert len(box.runtime.started) == 0, "not started twice"
@@ -119,7 +120,7 @@ async def test_three_nodes_place_run_and_list_a_job_from_any_node(boxes):
     ran = next(x for x in (a, b, c) if x.runtime.started)
     assert done["node"] == ran.name and done["state"] == "success" and done["gpus"] == [0, 1]
     for x in (a, b, c):
-        assert [(j["id"], j["state"]) for j in await x.jobs.list(stale=True)] == [("mnist/1", "success")]
+        assert [(j["id"], j["state"]) for j in answered(await x.jobs.list(stale=True))] == [("mnist/1", "success")]
     assert await c.jobs.read_log(job["id"], 0) == (b"ran true\n", True)          # from the box that ran it
     assert ran.records.get_job("mnist", 1)["code_tree"] == job["code_tree"]       # fetched from c
 

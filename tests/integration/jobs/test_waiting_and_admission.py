@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from floydd.errors import UserError
-from tests.harness.pipeline import Lone
+from tests.harness.pipeline import Lone, answered
 
 
 async def test_a_follower_lists_the_leaders_reasons_and_none_is_committed(boxes):
@@ -19,11 +19,11 @@ async def test_a_follower_lists_the_leaders_reasons_and_none_is_committed(boxes)
     await boxes.wait_for(lambda: sum(len(x.runtime.held) for x in (a, b, c)) == 6, what="six jobs running")
     head, behind = keys[6:]
     await boxes.wait_for(lambda: behind in leader.jobs.scheduler.waiting, what="the leader's reasons")
-    listed = {j["id"]: j for j in await follower.jobs.list()}
+    listed = {j["id"]: j for j in answered(await follower.jobs.list())}
     assert listed[head]["waiting_for"].startswith("waiting for 1 GPU: ")
     assert listed[behind]["waiting_for"] == f"queued behind {head}, which waits for GPUs"
-    assert (await follower.jobs.get(behind))["waiting_for"] == listed[behind]["waiting_for"]
-    assert (await follower.jobs.get(behind, stale=True))["waiting_for"] == ""    # a stale read asks no one
+    assert answered(await follower.jobs.get(behind))["waiting_for"] == listed[behind]["waiting_for"]
+    assert answered(await follower.jobs.get(behind, stale=True))["waiting_for"] == ""    # a stale read asks no one
     assert all("waiting_for" not in cmd for cmd in committed)
 
     running = next(x for x in (a, b, c) if x.runtime.held)
@@ -31,7 +31,7 @@ async def test_a_follower_lists_the_leaders_reasons_and_none_is_committed(boxes)
     await boxes.wait_for(lambda: follower.job(head).state != "queued", what="the head placed")
     await boxes.wait_for(lambda: leader.jobs.scheduler.waiting.get(behind, "").startswith("waiting for"),
                          what="the next job at the head")
-    assert (await follower.jobs.get(behind))["waiting_for"].startswith("waiting for 1 GPU")
+    assert answered(await follower.jobs.get(behind))["waiting_for"].startswith("waiting for 1 GPU")
     assert all("waiting_for" not in cmd for cmd in committed)
 
 
@@ -50,7 +50,7 @@ async def test_a_two_core_box_runs_two_one_core_jobs_at_a_time(two_cores):
     assert box.job(keys[0]).spec.resources.cpus == 1.0
     await two_cores.wait_for(lambda: len(box.runtime.held) == 2, what="two jobs running")
     await two_cores.wait_for(lambda: keys[2] in box.jobs.scheduler.waiting, what="the third to wait")
-    assert (await box.jobs.get(keys[2]))["waiting_for"] == "waiting for 1 CPU: box has 0 CPUs free"
+    assert answered(await box.jobs.get(keys[2]))["waiting_for"] == "waiting for 1 CPU: box has 0 CPUs free"
     small = (await box.run("train", cpus=0.5, memory="1G"))["id"]
     await two_cores.wait_for(lambda: small in box.jobs.scheduler.waiting, what="the small one to wait")
     assert box.jobs.scheduler.waiting[small] == f"queued behind {keys[2]}, which waits for CPUs or memory"

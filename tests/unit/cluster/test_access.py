@@ -84,7 +84,7 @@ def _target(lab: Lab, kind: str, setting: str) -> tuple[Target, ReadRules]:
     rules = ReadRules(**{_KNOB[kind]: setting})
     if kind == "output":
         return access.dataset_target(lab.state, "ap/1/output", "ap/1/output:1"), rules
-    return access.job_target(lab.state.jobs["ap/1"], kind), rules
+    return access.job_target(lab.state.job("ap/1"), kind), rules
 
 
 def test_the_table_written_twice_agrees_and_covers_every_pair():
@@ -135,7 +135,7 @@ def test_the_refusals_say_whose_it_is_in_one_line():
     err = said(access.dataset_target(lab.state, "ap/1/output", "ap/1/output:1"), "clone")
     assert str(err) == "user bob may not clone ap/1/output:1: it is the output of alice's job ap/1"
     assert "job_outputs" in err.hint
-    job = lab.state.jobs["ap/1"]
+    job = lab.state.job("ap/1")
     assert str(said(access.job_target(job, "code"), "read")) == "user bob may not read the code of ap/1, which is alice's"
     assert str(said(access.job_target(job, "code"), "clone", doing="export")) == \
         "user bob may not export the code of ap/1, which is alice's"
@@ -154,7 +154,7 @@ def test_a_caller_with_no_account_owns_nothing_not_even_what_nobody_named_owns()
 def test_a_pair_outside_the_table_is_a_bug_not_a_refusal():
     lab = Lab()
     with pytest.raises(ValueError, match="no rule for mount on a code"):
-        access.allowed(lab.state, "alice", access.job_target(lab.state.jobs["ap/1"], "code"), "mount")
+        access.allowed(lab.state, "alice", access.job_target(lab.state.job("ap/1"), "code"), "mount")
 
 
 def test_an_output_is_its_jobs_owners_whoever_published_it():
