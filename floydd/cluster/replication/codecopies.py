@@ -155,9 +155,9 @@ class CodeKind:
         (:func:`~floydd.cluster.replication.replicas.extra_copies`): never on a box running a job
         of that code, nothing while such a job is starting."""
         state, tree = self.state, entry["tree"]
-        active = (j for j in state.jobs.values() if j.get("state") in ACTIVE_STATES)
-        return extra_copies(state.nodes, entry, self.replicas, live, jobs=active,
-                            uses=lambda job: (job.get("spec") or {}).get("code_tree") == tree)
+        active = state.list_jobs(states=ACTIVE_STATES)
+        return extra_copies(state.nodes, entry, self.replicas, live, jobs=active,    # unreadable: kept
+                            uses=lambda job: job.spec is None or job.spec.code_tree == tree)
 
     def may_trim(self) -> bool:
         return True
@@ -184,9 +184,9 @@ def likely_sources(state: ClusterState, tree: str) -> list[str]:
     ran jobs with it (jobs from before level 3 have no entry), in that order."""
     entry = getattr(state, "code", {}).get(tree)
     likely: list[str] = list(entry["holders"]) if entry else []
-    for job in state.jobs.values():
-        if job.get("spec", {}).get("code_tree") == tree:
-            likely += [job.get("origin") or "", job.get("node") or ""]
+    for job in state.list_jobs():
+        if job.spec is not None and job.spec.code_tree == tree:
+            likely += [job.origin, job.node or ""]
     return [n for n in dict.fromkeys(likely) if n]
 
 

@@ -38,6 +38,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
+from floydd.model import Job
 from floydd.scheduler.storehealth import trouble
 
 __all__ = ["Liveness", "choose_replicas", "counted", "silent", "ranked_sources", "copies_note", "extra_copies",
@@ -112,13 +113,14 @@ def refused(version: dict, live: Liveness) -> dict[str, str]:
     return out
 
 
-def extra_copies(nodes: dict[str, dict], version: dict, replicas: int, live: Liveness, *,
-                 jobs: Iterable[Mapping] = (), uses: Callable[[Mapping], bool] | None = None) -> list[str]:
+def extra_copies(nodes: dict[str, dict], version: Mapping, replicas: int, live: Liveness, *,
+                 jobs: Iterable[Job] = (), uses: Callable[[Job], bool] | None = None) -> list[str]:
     """Holders of ``version`` whose copies the leader may drop: beyond ``replicas`` copies on
     holders that count and are fresh and up, those on boxes with store trouble first, then the
     last in the order; never one running a job of ``jobs`` (the active ones) that ``uses`` the
-    tree (default: mounts the version; a job's code tree passes its own test), nothing while
-    such a job is starting, nothing while a holder is silent."""
+    tree (default: mounts the version, or has a spec this box cannot read, a newer box's; a
+    job's code tree passes its own test), nothing while such a job is starting, nothing while
+    a holder is silent."""
     holders = version["holders"]
     if len(holders) <= replicas or any(not live.holds(nodes.get(h)) for h in holders):
         return []
@@ -126,15 +128,14 @@ def extra_copies(nodes: dict[str, dict], version: dict, replicas: int, live: Liv
     if len(good) <= replicas:
         return []
     keep: set[str] = set()
-    uses = uses or (lambda job: any(isinstance(m, Mapping) and m.get("tree") == version["tree"]
-                                    for m in (job.get("spec") or {}).get("data") or ()))
+    uses = uses or (lambda job: job.spec is None or any(m.tree == version["tree"] for m in job.spec.data))
     for job in jobs:
         if not uses(job):
             continue
-        if job.get("state") == "starting":
+        if job.state == "starting":
             return []
-        keep.update(p.get("node") for p in job.get("parts") or () if isinstance(p, Mapping))
-        keep.add(job.get("node"))
+        keep.update(part.node for part in job.parts)
+        keep.add(job.node)
     order = sorted(good, key=lambda h: (bool(trouble(nodes.get(h))), _rank(h, version["tree"])))
     kept = [h for h in order if h in keep]
     room = max(0, replicas - len(kept))

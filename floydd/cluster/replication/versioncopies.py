@@ -86,7 +86,7 @@ class VersionCopies:
 
     def extra(self, entry: Mapping, live: Liveness) -> list[str]:
         state = self.state
-        active = (j for j in state.jobs.values() if j.get("state") in ACTIVE_STATES and j.get("spec", {}).get("data"))
+        active = [j for j in state.list_jobs(states=ACTIVE_STATES) if j.spec is None or j.spec.data]
         return extra_copies(state.nodes, entry, self.replicas, live, jobs=active)
 
     def may_trim(self) -> bool:

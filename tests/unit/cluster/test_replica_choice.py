@@ -6,6 +6,7 @@ import hashlib
 
 from floydd.cluster.replication.replicas import (Liveness, choose_replicas, copies_note, counted, extra_copies, ranked_sources,
                                      silent)
+from floydd.model import Job
 from floydd.scheduler.storehealth import health_word, trouble, why
 
 NOW = 10_000.0
@@ -124,9 +125,12 @@ def test_the_note_says_no_box_can_take_the_copy_while_the_only_other_box_is_full
         "stored on 1 of 2 boxes; no other box is up to take the second copy (box-b: disk full)"
 
 
-def job(tree: str, state: str, node: str, parts: tuple[str, ...] = ()) -> dict:
-    return {"state": state, "node": node, "parts": [{"node": p} for p in parts],
-            "spec": {"data": [{"ref": "mnist:1", "tree": tree, "mount": "/input"}]}}
+def job(tree: str, state: str, node: str, parts: tuple[str, ...] = ()) -> Job:
+    return Job.from_dict({"id": "p/1", "project": "p", "number": 1, "created": 0.0, "updated": 0.0,
+                          "state": state, "node": node,
+                          "parts": [{"rank": r, "node": p, "gpus": [], "state": state} for r, p in enumerate(parts)],
+                          "spec": {"command": "python train.py", "code_tree": "ef" * 32,
+                                   "data": [{"ref": "mnist:1", "tree": tree, "mount": "/input"}]}})
 
 
 def test_extra_copies_beyond_r_go_last_in_the_order_never_below_r():
