@@ -138,7 +138,7 @@ class CodeKind:
     def label(self, tree: str) -> str:
         return f"code tree {tree[:12]}"
 
-    def applied(self, cmd: dict, result: object) -> Touched:
+    def applied(self, cmd: dict, result: object) -> Touched[str]:
         op = cmd["op"]
         if op in ("job.submit", "job.import"):
             tree = (result or {}).get("spec", {}).get("code_tree")

@@ -35,7 +35,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Hashable, Iterable, Mapping, Protocol
+from typing import Awaitable, Callable, Generic, Hashable, Iterable, Mapping, Protocol, TypeVar
 
 from floydd.cluster.driver.applied import Applied
 from floydd.cluster.replication.replicas import Liveness, choose_replicas
@@ -50,23 +50,26 @@ __all__ = ["CopyKeeper", "Kind", "Touched", "PASS_AFTER", "liveness_of"]
 PASS_AFTER = 3
 """Failed attempts at a copy (not the store's fault) after which a box passes it to the next."""
 
+K = TypeVar("K", bound=Hashable)
+"""An item's key: a version's (name, number), a code tree's id."""
 
-@dataclass(frozen=True, slots=True)
-class Touched:
+
+@dataclass(frozen=True)                 # no slots: a generic with slots cannot be built as Touched[K](...)
+class Touched(Generic[K]):
     """What an applied entry means for a kind's items (:meth:`Kind.applied`), done in this order."""
 
     wake: bool = False
     """Holders changed: the waits for copies look again."""
-    cancel: Callable[[Hashable], bool] | None = None
+    cancel: Callable[[K], bool] | None = None
     """The copies under way to stop (their item went from this box)."""
     then: Callable[[], Awaitable[None]] | None = None
     """Work to start (named ``what``): drop a local mirror, say."""
     what: str = ""
-    check: tuple[Hashable, ...] = ()
+    check: tuple[K, ...] = ()
     """Items to look at again (copies missing here, or beyond R on the leader)."""
 
 
-class Kind(Protocol):
+class Kind(Protocol[K]):
     """What differs between the kinds of item a :class:`CopyKeeper` keeps on R boxes."""
 
     what: str
@@ -77,16 +80,16 @@ class Kind(Protocol):
     gone: tuple[type[BaseException], ...]
     """What says the item went meanwhile (nothing to retry)."""
 
-    def items(self) -> Iterable[tuple[Hashable, Mapping]]:
+    def items(self) -> Iterable[tuple[K, Mapping]]:
         """Every item and its entry (``tree``, ``holders``, ``refused``)."""
 
-    def entry(self, key: Hashable) -> Mapping | None:
+    def entry(self, key: K) -> Mapping | None:
         """The item's entry now; None once it is gone."""
 
-    def label(self, key: Hashable) -> str:
+    def label(self, key: K) -> str:
         """The item in a log line: ``mnist:1``, ``code tree 0a1b2c3d4e5f``."""
 
-    def applied(self, cmd: dict, result: object) -> Touched:
+    def applied(self, cmd: dict, result: object) -> Touched[K]:
         """What a committed command (not a ``node.*`` one) means for the items."""
 
     def windows(self, live: Liveness) -> frozenset:
@@ -101,11 +104,11 @@ class Kind(Protocol):
     def may_pass(self) -> bool:
         """Whether a box may say it could not keep a copy (``failed``)."""
 
-    async def make(self, key: Hashable, entry: Mapping) -> int | None:
+    async def make(self, key: K, entry: Mapping) -> int | None:
         """Make the copy complete here (fetch what is missing); bytes fetched, None if the
         item went meanwhile."""
 
-    async def set_holder(self, key: Hashable, *, holds: bool, node: str | None = None,
+    async def set_holder(self, key: K, *, holds: bool, node: str | None = None,
                          failed: str | None = None) -> None:
         """Propose who holds the item (``node``: this box when None)."""
 
@@ -121,22 +124,22 @@ def liveness_of(cluster: Cluster, grace: float, clock: Callable[[], float] = tim
     return liveness
 
 
-class CopyKeeper:
+class CopyKeeper(Generic[K]):
     """One box's part in keeping every item of ``kind`` on ``replicas`` boxes; ``start()`` on the
     loop. ``cluster``: who this box is, whether it leads, the entries as they are applied;
     ``state``: the replicated state (its nodes); ``liveness``: :func:`liveness_of`;
     ``store_watch``: this box's store's health, told of each copy's outcome (None: not watched)."""
 
-    def __init__(self, kind: Kind, cluster: Cluster, *, state: ClusterState, replicas: int,
+    def __init__(self, kind: Kind[K], cluster: Cluster, *, state: ClusterState, replicas: int,
                  liveness: Callable[[], Liveness], retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
                  store_watch: StoreWatch | None = None) -> None:
         self.kind, self.cluster, self.state = kind, cluster, state
         self.replicas, self.liveness, self.store_watch = replicas, liveness, store_watch
         self._retry, self._attempts = retry, attempts
-        self.replicating: dict[Hashable, asyncio.Task] = {}
+        self.replicating: dict[K, asyncio.Task] = {}
         """The copies under way, by item."""
         self._changed = asyncio.Event()
-        self._trimming: set[Hashable] = set()
+        self._trimming: set[K] = set()
         self._standings: dict[str, tuple[str, str]] = {}
         self._windows: tuple[frozenset, ...] | None = None
         self._polled = 0.0
@@ -157,7 +160,7 @@ class CopyKeeper:
         self._closed = True
         await cancel_and_wait([*self._tasks, *self.replicating.values()])
 
-    async def settle(self, key: Hashable, deadline: float, default: Mapping | None = None) -> Mapping | None:
+    async def settle(self, key: K, deadline: float, default: Mapping | None = None) -> Mapping | None:
         """The item's entry (``default`` while there is none) once ``replicas`` copies count, no
         other box can take one, or the loop's clock passed ``deadline``; None if it is gone."""
         loop = asyncio.get_running_loop()
@@ -174,7 +177,7 @@ class CopyKeeper:
             except asyncio.TimeoutError:
                 pass
 
-    def extra(self, key: Hashable) -> list[str]:
+    def extra(self, key: K) -> list[str]:
         """The holders of the item whose copies may go now (:meth:`Kind.extra`)."""
         entry = self.kind.entry(key)
         return self.kind.extra(entry, self.liveness()) if entry is not None else []
@@ -212,7 +215,7 @@ class CopyKeeper:
         else:
             self._touched(self.kind.applied(cmd, event.result))
 
-    def _touched(self, touched: Touched) -> None:
+    def _touched(self, touched: Touched[K]) -> None:
         if touched.wake:
             self._changed.set()
             self._changed = asyncio.Event()
@@ -262,7 +265,7 @@ class CopyKeeper:
         if repair and (work := self.kind.on_repair()) is not None:
             self.spawn(work, f"{self.kind.what}-repair-{self.node_id[:6]}")
 
-    def check(self, key: Hashable) -> None:
+    def check(self, key: K) -> None:
         """Start a copy here if this node is among the takers; on the leader, start trimming
         copies beyond R (cheap otherwise)."""
         entry = self.kind.entry(key)
@@ -277,7 +280,7 @@ class CopyKeeper:
 
     # -- the work -------------------------------------------------------------------------------
 
-    def _replicate_soon(self, key: Hashable) -> None:
+    def _replicate_soon(self, key: K) -> None:
         if key in self.replicating or self._closed:
             return
         task = asyncio.create_task(self._replicate(key), name=f"{self.kind.what}-replicate-{self.kind.label(key)}")
@@ -285,7 +288,7 @@ class CopyKeeper:
         task.add_done_callback(lambda t: self.replicating.pop(key, None) if self.replicating.get(key) is t
                                else None)
 
-    async def _replicate(self, key: Hashable) -> None:
+    async def _replicate(self, key: K) -> None:
         """Make the copy here, then tell the cluster this node holds it (each step re-checked)."""
         kind, log, watch = self.kind, self.kind.log, self.store_watch
         delay = self._retry[0]
@@ -325,7 +328,7 @@ class CopyKeeper:
             await asyncio.sleep(delay)
             delay = min(2 * delay, self._retry[1])
 
-    async def _pass(self, key: Hashable, exc: BaseException) -> bool:
+    async def _pass(self, key: K, exc: BaseException) -> bool:
         """Say in the item that this box could not keep a copy (level 3), so the next box in the
         order takes it (:func:`~floydd.cluster.replication.replicas.refused`); whether it was said."""
         kind = self.kind
@@ -340,7 +343,7 @@ class CopyKeeper:
         kind.log.warning("[%s] passing the copy of %s to the next box: %s", self.node_id, kind.label(key), why)
         return True
 
-    async def _trim(self, key: Hashable) -> None:
+    async def _trim(self, key: K) -> None:
         """On the leader: drop the copies beyond R, one holder at a time, each re-checked (two
         takers racing, or a holder judged silent that came back, make a third)."""
         kind = self.kind

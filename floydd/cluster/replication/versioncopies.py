@@ -59,7 +59,7 @@ class VersionCopies:
     def label(self, key: Key) -> str:
         return f"{key[0]}:{key[1]}"
 
-    def applied(self, cmd: dict, result: object) -> Touched:
+    def applied(self, cmd: dict, result: object) -> Touched[Key]:
         op = cmd["op"]
         if op == "dataset.add_version":
             return Touched(check=((result["name"], result["version"]),))
@@ -105,4 +105,5 @@ class VersionCopies:
         await self.cluster.set_dataset_holder(key[0], key[1], holds=holds, node=node, failed=failed)
 
     def on_repair(self) -> Awaitable[None]:
+        """Drop the local versions the cluster deleted while this box was away."""
         return self.mirror.forget_deleted()
