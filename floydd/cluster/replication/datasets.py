@@ -86,7 +86,7 @@ class ClusterDatasets:
         self.mirror = LocalMirror(store, state=state, node_id=cluster.node_id, import_marker=import_marker)
         """The versions this node holds in its local catalog."""
         kind = VersionCopies(cluster, state=state, mirror=self.mirror, replicas=replicas,
-                             fetch=lambda tree, holders: self.ensure_local(tree, holders))     # as it is then
+                             fetch=lambda tree, holders: self.ensure_local(tree, holders))     # looked up when called
         self.keeper = CopyKeeper(kind, cluster, state=state, replicas=replicas, liveness=self.liveness, retry=retry,
                                  attempts=attempts, store_watch=store_watch)
         """Every version kept on ``replicas`` nodes."""
