@@ -2,17 +2,20 @@
 are kept, not just made").
 
 The replicated ``code`` table (:mod:`floydd.cluster.state.code`) says which boxes hold each
-code tree; the bytes move between boxes with :mod:`floydd.cluster.replication.peerstore`, and which copies
-count and who makes the missing ones is :mod:`floydd.cluster.replication.replicas`, with the datasets'
-R, grace and freshness: a holder counts while it was heard from within ``grace``, so a box
-that was destroyed (or is off past the grace) is replaced, and the box chosen next by
-sha256(node id + tree) fetches the tree from the holders that count, then any box::
+code tree; keeping each on R boxes is a :class:`~floydd.cluster.replication.keeper.CopyKeeper`
+(the road is drawn there) over :class:`CodeKind`, with the datasets' R, grace and freshness
+(:mod:`floydd.cluster.replication.replicas`): a holder counts while it was heard from within
+``grace``, so a box that was destroyed (or is off past the grace) is replaced, and the box
+chosen next by sha256(node id + tree) fetches the tree from the holders that count, then any
+box. What is a code tree's own::
 
     job.submit (code_held: the origin's copy) / job.import (the importing box's copy) /
-    code.holders / node.upsert / node.remove /
-    a node's status change / a node crossing its window (the watch) / a restored snapshot / start
-        -> for each tree touched: counted holders < R?
-           -> this node among the takers: fetch the tree, then propose code.holders(holds=True)
+    code.holders
+        -> the tree is checked, and a submit waiting for its copies looks again
+    a copy here: the tree fetched into this box's store from :func:`likely_sources` (its
+        holders, then the boxes that sent or ran jobs with it), then code.holders(holds=True)
+    copies beyond R: the leader drops them at every level, never on a box running a job of
+        that code, nothing while such a job is starting
 
 The submit waits (:meth:`CodeCopies.wait_for_copies`, up to ``copy_wait``) until R copies
 count or no other box can take one, and says so when it answers with fewer: the job is
@@ -30,33 +33,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Callable, Mapping
 
 from floydd import log
-from floydd.cluster.driver.loop import Applied
+from floydd.cluster.replication.keeper import CopyKeeper, Touched, liveness_of
 from floydd.cluster.replication.peerstore import fetch_tree
-from floydd.cluster.replication.replicas import Liveness, choose_replicas, copies_note, counted, extra_copies, ranked_sources
+from floydd.cluster.replication.replicas import Liveness, copies_note, counted, extra_copies, ranked_sources
 from floydd.cluster.replication.seam import Cluster
 from floydd.cluster.state.machine import ClusterState
 from floydd.errors import FloyddError, NotFound
 from floydd.model import ACTIVE_STATES
 from floydd.store.ids import ObjectId
 from floydd.store.store import Store
-from floydd.tasks import cancel_and_wait
 
-__all__ = ["CodeCopies", "DEFAULT_CODE_COPY_WAIT", "likely_sources"]
+__all__ = ["CodeCopies", "CodeKind", "DEFAULT_CODE_COPY_WAIT", "likely_sources"]
 
 DEFAULT_CODE_COPY_WAIT = 20.0
 """Seconds a submit waits for R copies of its code before it answers with fewer (``code_copy_wait``)."""
-
-_log = log.cluster.getChild("code")
 
 
 class CodeCopies:
     """One node's part in keeping every job's code on ``replicas`` boxes; ``start()`` on the loop.
     ``cluster``: the service's calls it makes, copies fetched through it included
     (:class:`~floydd.cluster.replication.seam.Cluster`); ``state``: the replicated state (its
-    code table, nodes, jobs)."""
+    code table, nodes, jobs); ``has_tree``: whether a tree is complete here (default: in
+    ``store``). Its part :attr:`keeper` keeps the copies."""
 
     def __init__(self, cluster: Cluster, store: Store, *, state: ClusterState, replicas: int, grace: float,
                  copy_wait: float = DEFAULT_CODE_COPY_WAIT, has_tree: Callable[[ObjectId], bool] | None = None,
@@ -65,14 +66,13 @@ class CodeCopies:
         self.cluster, self.store, self.state = cluster, store, state
         self.replicas, self.grace, self.copy_wait = replicas, grace, copy_wait
         self._has_tree = has_tree or (lambda oid: _complete(store, oid))
-        self._retry, self._attempts, self._clock = retry, attempts, clock
-        self._changed = asyncio.Event()
-        self._windows: tuple[frozenset, frozenset] | None = None
-        self._statuses: dict[str, str] = {}
-        self._replicating: dict[str, asyncio.Task] = {}
-        self._trimming: set[str] = set()
-        self._tasks: set[asyncio.Task] = set()
-        self._closed = False
+        self.liveness: Callable[[], Liveness] = liveness_of(cluster, grace, clock)
+        """This box's judgement of holders and takers, now (as datasets judge)."""
+        kind = CodeKind(cluster, store, state=state, replicas=replicas, liveness=self.liveness,
+                        has_tree=self.has_tree)
+        self.keeper = CopyKeeper(kind, cluster, state=state, replicas=replicas, liveness=self.liveness,
+                                 retry=retry, attempts=attempts)
+        """Every job's code kept on ``replicas`` boxes."""
 
     @property
     def node_id(self) -> str:
@@ -80,21 +80,18 @@ class CodeCopies:
 
     def start(self) -> None:
         """Follow committed entries from now on, and catch up with the table as it is."""
-        self.cluster.on_apply(self._on_apply)
-        self._scan(repair=True)
-        self._spawn(self._watch(), f"code-watch-{self.node_id[:6]}")
+        self.keeper.start()
 
     async def close(self) -> None:
-        self._closed = True
-        await cancel_and_wait([*self._tasks, *self._replicating.values()])
-
-    def liveness(self) -> Liveness:
-        return Liveness(now=self._clock(), grace=self.grace, fresh=self.cluster.config.stale_after,
-                        ages=self.cluster.heard_ages())     # this box's monotonic clock, as datasets judge
+        await self.keeper.close()
 
     def has_tree(self, tree: str) -> bool:
         """From a thread: is ``tree`` complete in this node's store (a submit's first copy)?"""
         return self._has_tree(ObjectId.from_hex(tree))
+
+    def extra(self, tree: str) -> list[str]:
+        """The holders of ``tree`` whose copies may go now (:meth:`CodeKind.extra`)."""
+        return self.keeper.extra(tree)
 
     async def wait_for_copies(self, tree: str, timeout: float | None = None) -> str:
         """Wait until R copies of ``tree`` (the code of a job just committed) count, no other
@@ -107,178 +104,82 @@ class CodeCopies:
             await self.cluster.read_index(timeout=max(0.1, min(5.0, deadline - loop.time())))
         except FloyddError:
             return ""
-        while True:
-            changed = self._changed
-            entry = self.state.code.get(tree)
-            if entry is None:
-                return ""
-            nodes, live = self.state.nodes, self.liveness()
-            if loop.time() >= deadline or not choose_replicas(nodes, entry, self.replicas, live):
-                good = len(counted(nodes, entry["holders"], live))
-                if good >= min(self.replicas, len(nodes)):
-                    return ""
-                return f"the job's code is {copies_note(nodes, entry, self.replicas, live)}"
-            try:                        # also look again now and then: a taker may go stale
-                await asyncio.wait_for(changed.wait(), min(1.0, max(0.0, deadline - loop.time())))
-            except asyncio.TimeoutError:
-                pass
+        entry = await self.keeper.settle(tree, deadline)
+        if entry is None:
+            return ""
+        nodes, live = self.state.nodes, self.liveness()
+        if len(counted(nodes, entry["holders"], live)) >= min(self.replicas, len(nodes)):
+            return ""
+        return f"the job's code is {copies_note(nodes, entry, self.replicas, live)}"
 
-    # -- following the log ---------------------------------------------------------------------
 
-    def _on_apply(self, event: Applied) -> None:
-        if self._closed:
-            return
-        if event.restored:
-            self._scan(repair=True)
-            return
-        cmd = event.command
-        if cmd is None or event.error is not None:
-            return
+class CodeKind:
+    """The :class:`~floydd.cluster.replication.keeper.Kind` for jobs' code trees (keys: tree ids).
+    ``cluster``: the command that says who holds one, the fetches; ``state``: the code table and
+    the jobs that run the code; ``store``: where a copy goes; ``has_tree``: from a thread, is a
+    tree complete here; ``liveness``: as the keeper judges; ``replicas``: R."""
+
+    what = "code"
+    log = log.cluster.getChild("code")
+    failures = (FloyddError,)
+    gone = (NotFound,)              # its last job went meanwhile
+
+    def __init__(self, cluster: Cluster, store: Store, *, state: ClusterState, replicas: int,
+                 liveness: Callable[[], Liveness], has_tree: Callable[[str], bool]) -> None:
+        self.cluster, self.store, self.state = cluster, store, state
+        self.replicas, self.liveness, self.has_tree = replicas, liveness, has_tree
+
+    def items(self) -> list[tuple[str, dict]]:
+        return list(getattr(self.state, "code", {}).items())
+
+    def entry(self, tree: str) -> dict | None:
+        return self.state.code.get(tree)
+
+    def label(self, tree: str) -> str:
+        return f"code tree {tree[:12]}"
+
+    def applied(self, cmd: dict, result: object) -> Touched[str]:
         op = cmd["op"]
         if op in ("job.submit", "job.import"):
-            self._wake()
-            tree = (event.result or {}).get("spec", {}).get("code_tree")
-            if tree:
-                self._check(tree)
-        elif op == "code.holders":
-            self._wake()
-            self._check(cmd["tree"])
-        elif op == "node.remove":
-            if self.cluster.is_leader:      # its copies are gone with it: say so
-                self._spawn(self._forget_holder(cmd["id"]), f"code-forget-holder-{cmd['id'][:6]}")
-            self._scan()
-        elif op == "node.upsert" or (op == "node.health" and self._statuses.get(cmd["id"]) != cmd["status"]):
-            self._scan()
+            tree = (result or {}).get("spec", {}).get("code_tree")
+            return Touched(wake=True, check=(tree,) if tree else ())
+        if op == "code.holders":
+            return Touched(wake=True, check=(cmd["tree"],))
+        return Touched()
 
-    def _wake(self) -> None:
-        """Wake the submits waiting for copies (:meth:`wait_for_copies`)."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def windows(self, live: Liveness) -> frozenset:
+        return frozenset()
 
-    async def _watch(self) -> None:
-        """Scan again whenever a node crosses a window (a holder's grace, a taker's freshness)
-        without an entry saying so: a crash is silence, not a command."""
-        period = max(0.05, min(1.0, self.grace / 4, self.cluster.config.stale_after / 4))
-        while True:
-            await asyncio.sleep(period)
-            live, nodes = self.liveness(), self.state.nodes
-            windows = (frozenset(n for n, node in nodes.items() if live.holds(node)),
-                       frozenset(n for n, node in nodes.items() if live.takes(node)))
-            if windows != self._windows:
-                self._windows = windows
-                self._scan()
-
-    def _scan(self, *, repair: bool = False) -> None:
-        """Check every tree; ``repair``: also look again at the trees this node is listed for
-        (after a restart its store may have lost one: it is fetched again)."""
-        state = self.state
-        self._statuses = {nid: n.get("status", "") for nid, n in state.nodes.items()}
-        for tree, entry in getattr(state, "code", {}).items():
-            if repair and self.node_id in entry["holders"]:
-                self._replicate_soon(tree)
-            else:
-                self._check(tree)
-
-    def _check(self, tree: str) -> None:
-        entry = self.state.code.get(tree)
-        if entry is None:
-            return
-        if self.node_id in choose_replicas(self.state.nodes, entry, self.replicas, self.liveness()):
-            self._replicate_soon(tree)
-        elif len(entry["holders"]) > self.replicas and self.cluster.is_leader and tree not in self._trimming \
-                and self.extra(tree):
-            self._trimming.add(tree)
-            self._spawn(self._trim(tree), f"code-trim-{tree[:12]}")
-
-    def extra(self, tree: str) -> list[str]:
-        """The holders of ``tree`` whose copies may go now (copies beyond R, as a dataset
-        version's are trimmed: :func:`~floydd.cluster.replication.replicas.extra_copies`), never on a box
-        running a job of that code, nothing while such a job is starting."""
-        state = self.state
-        entry = state.code.get(tree)
-        if entry is None:
-            return []
-        active = (j for j in state.jobs.values() if j.state in ACTIVE_STATES)
-        return extra_copies(state.nodes, entry, self.replicas, self.liveness(), jobs=active,
+    def extra(self, entry: Mapping, live: Liveness) -> list[str]:
+        """Copies beyond R, trimmed as a dataset version's are
+        (:func:`~floydd.cluster.replication.replicas.extra_copies`): never on a box running a job
+        of that code, nothing while such a job is starting."""
+        state, tree = self.state, entry["tree"]
+        active = state.list_jobs(states=ACTIVE_STATES)
+        return extra_copies(state.nodes, entry, self.replicas, live, jobs=active,
                             uses=lambda job: job.code_tree == tree)
 
-    async def _trim(self, tree: str) -> None:
-        """On the leader: drop the copies of ``tree`` beyond R, one holder at a time, each
-        re-checked (two takers racing, or a holder judged silent that came back, make a third)."""
-        try:
-            while self.cluster.is_leader and not self._closed:
-                extra = self.extra(tree)
-                if not extra:
-                    return
-                await self.cluster.set_code_holder(tree, holds=False, node=extra[0])
-                _log.info("[%s] code tree %s had a copy more than %d: dropped the one on %s", self.node_id,
-                          tree[:12], self.replicas, extra[0])
-        except FloyddError as exc:          # not the leader any more, or no quorum: the next check tries again
-            _log.info("[%s] trimming the copies of code tree %s: %s", self.node_id, tree[:12], exc)
-        finally:
-            self._trimming.discard(tree)
+    def may_trim(self) -> bool:
+        return True
 
-    def _replicate_soon(self, tree: str) -> None:
-        if tree in self._replicating or self._closed:
-            return
-        task = asyncio.create_task(self._replicate(tree), name=f"code-replicate-{tree[:12]}")
-        self._replicating[tree] = task
-        task.add_done_callback(lambda t: self._replicating.pop(tree, None) if self._replicating.get(tree) is t
-                               else None)
+    def may_pass(self) -> bool:
+        return False
 
-    async def _replicate(self, tree: str) -> None:
-        """Fetch the tree, then tell the cluster this node holds it (each step re-checked)."""
-        delay = self._retry[0]
-        for attempt in range(1, self._attempts + 1):
-            state = self.state
-            entry = state.code.get(tree)
-            if entry is None:
-                return
-            holder = self.node_id in entry["holders"]
-            if not holder and self.node_id not in choose_replicas(state.nodes, entry, self.replicas,
-                                                                  self.liveness()):
-                return
-            try:
-                fetched = 0
-                if not await asyncio.to_thread(self.has_tree, tree):
-                    sources = ranked_sources(state.nodes, likely_sources(state, tree), self.liveness(),
-                                             skip=self.node_id)
-                    fetched = await fetch_tree(self.store, tree, sources, self.cluster)
-                if not holder:
-                    await self.cluster.set_code_holder(tree, holds=True)
-                    _log.info("[%s] now holds code tree %s (%d bytes fetched)", self.node_id, tree[:12], fetched)
-                elif fetched:
-                    _log.warning("[%s] code tree %s was missing here: fetched again (%d bytes)", self.node_id,
-                                 tree[:12], fetched)
-                return
-            except NotFound:                # its last job went meanwhile
-                return
-            except FloyddError as exc:
-                _log.warning("[%s] keeping a copy of code tree %s failed (attempt %d of %d): %s", self.node_id,
-                             tree[:12], attempt, self._attempts, exc)
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, self._retry[1])
+    async def make(self, tree: str, entry: Mapping) -> int | None:
+        if await asyncio.to_thread(self.has_tree, tree):
+            return 0
+        sources = ranked_sources(self.state.nodes, likely_sources(self.state, tree), self.liveness(),
+                                 skip=self.cluster.node_id)
+        return await fetch_tree(self.store, tree, sources, self.cluster)
 
-    async def _forget_holder(self, node: str) -> None:
-        """Drop a node that left the cluster for good from every tree's holders."""
-        for tree, entry in list(self.state.code.items()):
-            if node in entry["holders"]:
-                try:
-                    await self.cluster.set_code_holder(tree, holds=False, node=node)
-                except FloyddError as exc:
-                    _log.warning("[%s] code tree %s still lists %s as a holder: %s", self.node_id, tree[:12],
-                                 node, exc)
+    async def set_holder(self, tree: str, *, holds: bool, node: str | None = None, failed: str | None = None) -> None:
+        await self.cluster.set_code_holder(tree, holds=holds, node=node)
 
-    def _spawn(self, coro, name: str) -> None:
-        if self._closed:
-            coro.close()
-            return
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def on_repair(self) -> None:
+        return None
 
 
-def likely_sources(state: Any, tree: str) -> list[str]:
+def likely_sources(state: ClusterState, tree: str) -> list[str]:
     """Boxes likely to hold ``tree``: its holders in the code table, then the boxes that sent or
     ran jobs with it (jobs from before level 3 have no entry), in that order."""
     entry = getattr(state, "code", {}).get(tree)

@@ -1,41 +1,27 @@
-"""The cluster's dataset catalog, and keeping every version on R nodes (DESIGN §5 "Store", §5b).
+"""The cluster's dataset catalog, as one box serves it (DESIGN §5 "Store", §5b).
 
-The replicated state (:mod:`floydd.cluster.state.machine`) numbers the versions and says which
+The replicated state (:mod:`floydd.cluster.state.datasets`) numbers the versions and says which
 nodes hold each one; the bytes stay in each node's own store and move between nodes with
-:mod:`floydd.cluster.replication.peerstore`. Each node also mirrors the versions it holds into its local
-:class:`~floydd.store.catalog.Catalog` under the same number, so the local catalog stays
-this node's gc roots and ``NAME:N`` means the same tree on every node.
+:mod:`floydd.cluster.replication.peerstore`. Each node also mirrors the versions it holds into
+its local catalog under the same number (:mod:`floydd.cluster.replication.mirror`), so the
+local catalog stays this node's gc roots and ``NAME:N`` means the same tree on every node.
 
-Which copies count and who makes the missing ones is :mod:`floydd.cluster.replication.replicas`: a holder
-counts while it was heard from within ``grace`` (the daemon's ``replica_grace``), so a dead
-or switched-off holder is replaced once the grace has passed, and counts again from its
-first heartbeat when it returns. Replication is driven by committed entries and by a watch
-of the heartbeats' ages::
+:class:`ClusterDatasets` is what the rest of the daemon uses: listing, describing and
+resolving versions (who may read which: :mod:`floydd.cluster.state.access`), registering an
+upload and waiting for its copies, deleting, importing this box's own versions when it
+joins. Keeping every version on R nodes is a
+:class:`~floydd.cluster.replication.keeper.CopyKeeper` (the road is drawn there) over
+:class:`~floydd.cluster.replication.versioncopies.VersionCopies`; which copies count and who
+makes the missing ones is :mod:`floydd.cluster.replication.replicas`: a holder counts while it
+was heard from within ``grace`` (the daemon's ``replica_grace``), so a dead or switched-off
+holder is replaced once the grace has passed, and counts again from its first heartbeat
+when it returns (the leader then trims the copy beyond R). A copy that fails here for lack
+of space or a failing disk is said at once by this box's store watch (``store_watch``:
+:class:`floydd.runtime.disk.StoreWatch`), so every node passes this box over
+(:mod:`floydd.scheduler.storehealth`) and the next one in the order takes the copy.
 
-    dataset.add_version / dataset.holders / node.remove / node.upsert / a node's status
-    change / a holder or a node crossing its window (the watch) / a restored snapshot / start
-        -> for each version touched: counted holders < R?
-           -> targets = nodes heard from lately not holding it, ordered by sha256(node id +
-              tree), the first R - counted; a node that finds itself among them fetches the
-              tree from the holders that count (then any node, silent ones last), mirrors the
-              version, then proposes dataset.holders(holds=True)
-    dataset.delete -> every node drops its mirror (gc gives the space back later)
-    a copy that fails here for lack of space or a failing disk -> this box's store watch
-       (``store_watch``: :class:`floydd.runtime.disk.StoreWatch`) says so in a heartbeat at
-       once; every node then passes this box over (:mod:`floydd.scheduler.storehealth`) and the
-       next one in the order takes the copy
-    a copy that fails here PASS_AFTER (:mod:`floydd.cluster.replication.following`) times otherwise (the holders cannot be reached from
-       here, say) -> dataset.holders holds=False failed=why (level 3): every node passes this
-       box over for that version for a while, and the next one in the order takes it
-    the leader, on any of the above, for a version with more than R copies that count
-       -> the extra holders are dropped (:mod:`floydd.cluster.replication.trimming`: dataset.holders
-          holds=False); a box dropped so drops its mirror (gc frees the space)
-
-A replication task looks at the state again before each step, and a tree already complete
-here is not fetched again, so entries replayed after a restart cost no transfer. A failed
-fetch is retried with backoff a few times, and again on the next entry that touches the
-version. An upload waits (``wait_for_copies``) until R copies count, no other box can take
-one, or its time is up, and says how many copies it has.
+An upload waits (:meth:`ClusterDatasets.wait_for_copies`) until R copies count, no other box
+can take one, or its time is up, and says how many copies it has.
 """
 
 from __future__ import annotations
@@ -43,23 +29,22 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from floydd import log
 from floydd.cluster.state import access
 from floydd.cluster.state.access import ReadRules
 from floydd.cluster.state.machine import ClusterState
+from floydd.cluster.replication.keeper import CopyKeeper, liveness_of
+from floydd.cluster.replication.mirror import LocalMirror, cluster_version
 from floydd.cluster.replication.peerstore import fetch_manifest, fetch_tree
-from floydd.cluster.replication.following import Follower
-from floydd.cluster.replication.replicas import Liveness, choose_replicas, copies_note, counted, ranked_sources, silent
-from floydd.cluster.replication.seam import Cluster
-from floydd.cluster.replication.trimming import Trimmer
-from floydd.errors import Conflict, FloyddError, NotFound
+from floydd.cluster.replication.replicas import Liveness, copies_note, counted, ranked_sources, silent
+from floydd.cluster.replication.seam import Cluster, StoreWatch
+from floydd.cluster.replication.versioncopies import VersionCopies
+from floydd.errors import FloyddError
 from floydd.store.catalog import check_name, dataset_not_found, parse_ref
-from floydd.store.ids import ObjectId
 from floydd.store.store import Store
 from floydd.store.tree import Tree
-from floydd.tasks import cancel_and_wait
 
 __all__ = ["ClusterDatasets", "DEFAULT_REPLICAS", "DEFAULT_GRACE", "DEFAULT_COPY_WAIT"]
 
@@ -74,13 +59,14 @@ _log = log.cluster.getChild("datasets")
 
 
 class ClusterDatasets:
-    """One node's view of the cluster catalog; ``start()`` after the cluster service started."""
+    """One node's view of the cluster catalog; ``start()`` after the cluster service started.
+    Its parts: :attr:`mirror` (the local catalog) and :attr:`keeper` (the copies)."""
 
     def __init__(self, cluster: Cluster, store: Store, *, state: ClusterState, replicas: int = DEFAULT_REPLICAS,
                  grace: float = DEFAULT_GRACE,
                  copy_wait: float = DEFAULT_COPY_WAIT, retry: tuple[float, float] = (0.5, 30.0), attempts: int = 6,
                  import_marker: Path | None = None, clock: Callable[[], float] = time.time,
-                 rules: ReadRules = ReadRules(), store_watch: Any = None) -> None:
+                 rules: ReadRules = ReadRules(), store_watch: StoreWatch | None = None) -> None:
         self.cluster = cluster
         """The service's calls it makes, copies fetched through it included
         (:class:`~floydd.cluster.replication.seam.Cluster`)."""
@@ -90,20 +76,21 @@ class ClusterDatasets:
         """This box's :class:`~floydd.runtime.disk.StoreWatch` (None: its store is not watched)."""
         self.rules = rules
         """Who reads job outputs through this box (its config: :mod:`floydd.cluster.state.access`)."""
-        self._import_marker = import_marker
         self.store = store
         self.replicas = replicas
         self.grace = grace
         self.copy_wait = copy_wait
-        self._clock = clock
-        self._holders_changed = asyncio.Event()
-        self._retry, self._attempts = retry, attempts
-        self._tasks: set[asyncio.Task] = set()
-        self._catalog_lock = asyncio.Lock()     # mirrors and drops of the local catalog, in order
-        self._trimmer = Trimmer(self)
-        self._follower = Follower(self)
-        self._replicating = self._follower.replicating      # the copies under way (tests wait on it)
-        self._closed = False
+        self._retry = retry
+        self.liveness: Callable[[], Liveness] = liveness_of(cluster, grace, clock)
+        """This node's judgement of holders and takers, now (:mod:`floydd.cluster.replication.replicas`)."""
+        self.mirror = LocalMirror(store, state=state, node_id=cluster.node_id, import_marker=import_marker)
+        """The versions this node holds in its local catalog."""
+        kind = VersionCopies(cluster, state=state, mirror=self.mirror, replicas=replicas,
+                             fetch=lambda tree, holders: self.ensure_local(tree, holders))     # looked up when called
+        self.keeper = CopyKeeper(kind, cluster, state=state, replicas=replicas, liveness=self.liveness, retry=retry,
+                                 attempts=attempts, store_watch=store_watch)
+        """Every version kept on ``replicas`` nodes."""
+        self._replicating = self.keeper.replicating      # the copies under way (tests wait on it)
 
     @property
     def node_id(self) -> str:
@@ -111,13 +98,10 @@ class ClusterDatasets:
 
     def start(self) -> None:
         """Follow committed entries from now on, and catch up with the state as it is."""
-        self.cluster.on_apply(self._follower.on_apply)
-        self._follower.scan(repair=True)
-        self._spawn(self._follower.watch(), f"datasets-watch-{self.node_id[:6]}")
+        self.keeper.start()
 
     async def close(self) -> None:
-        self._closed = True
-        await cancel_and_wait([*self._tasks, *self._replicating.values()])
+        await self.keeper.close()
 
     # -- reading the catalog ------------------------------------------------------------------
 
@@ -147,11 +131,6 @@ class ClusterDatasets:
                 "silent_holders": [name.get(h, h) for h in silent(nodes, holders, live)],
                 "copies": len(counted(nodes, holders, live)), "replicas": min(self.replicas, max(1, len(nodes))),
                 "copies_note": copies_note(nodes, version, self.replicas, live)}
-
-    def liveness(self) -> Liveness:
-        """This node's judgement of holders and takers, now (:mod:`floydd.cluster.replication.replicas`)."""
-        return Liveness(now=self._clock(), grace=self.grace, fresh=self.cluster.config.stale_after,
-                        ages=self.cluster.heard_ages())     # this box's monotonic clock (issue 21)
 
     async def resolve(self, ref: str) -> dict:
         """``NAME``, ``NAME:N`` or ``NAME:latest`` -> the version (name, version, ref, tree,
@@ -212,25 +191,16 @@ class ClusterDatasets:
         fields = {} if visibility is None else {"visibility": visibility}   # None: as it is (new: lab)
         version = await self.cluster.add_dataset_version(name, tree, idem_key=idem_key, size=size, files=files,
                                                          message=message, user=user, **fields)
-        await self._mirror(version, committed=True)
+        await self.mirror.add(version, committed=True)
         _log.info("[%s] registered %s (tree %s)", self.node_id, version["ref"], tree[:12])
         return _public(version)
 
     async def wait_for_copies(self, version: dict, timeout: float | None = None) -> dict:
         """``version`` described (:meth:`describe`) once ``replicas`` copies count, no other
         box can take one, or ``timeout`` (default ``copy_wait``) seconds have passed: an upload's answer."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (self.copy_wait if timeout is None else timeout)
-        while True:
-            changed = self._holders_changed
-            current = self._version(version["name"], version["version"]) or version
-            nodes, live = self.state.nodes, self.liveness()
-            if loop.time() >= deadline or not choose_replicas(nodes, current, self.replicas, live):
-                return self.describe(current)
-            try:                    # also look again now and then: a taker may go stale
-                await asyncio.wait_for(changed.wait(), min(1.0, max(0.0, deadline - loop.time())))
-            except asyncio.TimeoutError:
-                pass
+        deadline = asyncio.get_running_loop().time() + (self.copy_wait if timeout is None else timeout)
+        current = await self.keeper.settle((version["name"], version["version"]), deadline, default=version)
+        return self.describe(current or version)
 
     async def delete(self, name: str, version: int | None = None, *, user: str = "") -> int:
         """Delete one version or the whole dataset, on every node, for ``user`` (who added
@@ -247,7 +217,7 @@ class ClusterDatasets:
         replicated. A version the cluster already has (same name and tree) is skipped; one
         whose number is taken there gets the next number, said in the log. Retried until a
         leader answers; returns how many versions were imported."""
-        marker = self._import_marker
+        marker = self.mirror.import_marker
         if marker is None or await asyncio.to_thread(marker.exists):
             return 0
         delay = self._retry[0]
@@ -281,52 +251,6 @@ class ClusterDatasets:
             _log.info("[%s] imported %s into the cluster as %s%s", self.node_id, v.ref, added["ref"], renumbered)
         return imported
 
-    # -- the local catalog ---------------------------------------------------------------------
-
-    async def _mirror(self, version: dict, *, committed: bool = False) -> bool:
-        """Add ``version`` to the local catalog (idempotent); False if the cluster deleted it
-        meanwhile. A local version of the same name and number but another tree (made before
-        this node joined) is left alone and the tree is pinned instead."""
-        name, number, tree = version["name"], version["version"], ObjectId.from_hex(version["tree"])
-        async with self._catalog_lock:
-            if not committed and self._version(name, number) is None:
-                return False
-            try:
-                await asyncio.to_thread(self.store.catalog.add_version, name, tree, version.get("message", ""),
-                                        number=number)
-            except Conflict as exc:
-                _log.warning("[%s] %s; pinning the cluster's %s:%d instead", self.node_id, exc, name, number)
-                await asyncio.to_thread(self.store.catalog.pin, tree, _pin(name, number))
-        return True
-
-    async def _drop_local(self, name: str, numbers: list[int], *, whole: bool = False) -> None:
-        catalog = self.store.catalog
-
-        def drop() -> None:
-            try:
-                catalog.delete(name, None if whole else numbers[0])
-            except NotFound:
-                pass
-            for n in numbers:
-                catalog.unpin(_pin(name, n))
-        async with self._catalog_lock:
-            await asyncio.to_thread(drop)
-        _log.info("[%s] dropped the local copy of %s%s", self.node_id, name, "" if whole else f":{numbers[0]}")
-
-    async def _forget_deleted(self) -> None:
-        """Drop local versions that the cluster numbered and has deleted since (this node was
-        away, and the log entries were compacted into a snapshot)."""
-        datasets = self.state.datasets
-        if self._import_marker is not None and not await asyncio.to_thread(self._import_marker.exists):
-            return                      # versions made before joining are not the cluster's yet
-        async with self._catalog_lock:
-            local = await asyncio.to_thread(self.store.catalog.list)
-            gone = [v for v in local if v.version < datasets.get(v.name, {}).get("next", 1)
-                    and str(v.version) not in datasets[v.name]["versions"]]
-            for v in gone:
-                await asyncio.to_thread(self.store.catalog.delete, v.name, v.version)
-                _log.info("[%s] dropped %s: deleted in the cluster while this node was away", self.node_id, v.ref)
-
     # -- helpers -------------------------------------------------------------------------------
 
     def _visibility(self, version: dict) -> dict:
@@ -337,26 +261,11 @@ class ClusterDatasets:
         return {"visibility": "lab" if self.rules.job_outputs == "lab" else "private"}
 
     def _version(self, name: str, number: int) -> dict | None:
-        return self.state.datasets.get(name, {}).get("versions", {}).get(str(number))
-
-    def _mirrored(self, version: dict) -> bool:
-        """Whether the local catalog has ``version`` (so its tree was complete here)."""
-        try:
-            return str(self.store.catalog.resolve(version["ref"]).tree) == version["tree"]
-        except NotFound:
-            return False
+        return cluster_version(self.state, name, number)
 
     def _sources(self, holders: Iterable[str]) -> list[str]:
         """Holders that count first, then nodes heard from lately, silent ones last; never this node."""
         return ranked_sources(self.state.nodes, holders, self.liveness(), skip=self.node_id)
-
-    def _spawn(self, coro, name: str) -> None:
-        if self._closed:
-            coro.close()
-            return
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
 
 def _touch(path: Path) -> None:
@@ -366,7 +275,3 @@ def _touch(path: Path) -> None:
 
 def _public(version: dict) -> dict:
     return {k: version[k] for k in _PUBLIC if k in version}
-
-
-def _pin(name: str, number: int) -> str:
-    return f"cluster:{name}:{number}"

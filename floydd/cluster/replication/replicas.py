@@ -113,13 +113,14 @@ def refused(version: dict, live: Liveness) -> dict[str, str]:
     return out
 
 
-def extra_copies(nodes: dict[str, dict], version: dict, replicas: int, live: Liveness, *,
+def extra_copies(nodes: dict[str, dict], version: Mapping, replicas: int, live: Liveness, *,
                  jobs: Iterable[Job] = (), uses: Callable[[Job], bool] | None = None) -> list[str]:
     """Holders of ``version`` whose copies the leader may drop: beyond ``replicas`` copies on
     holders that count and are fresh and up, those on boxes with store trouble first, then the
     last in the order; never one running a job of ``jobs`` (the active ones) that ``uses`` the
-    tree (default: mounts the version; a job's code tree passes its own test), nothing while
-    such a job is starting, nothing while a holder is silent."""
+    tree (default: mounts the version, or has a spec this box cannot read, a newer box's; a
+    job's code tree passes its own test), nothing while such a job is starting, nothing while
+    a holder is silent."""
     holders = version["holders"]
     if len(holders) <= replicas or any(not live.holds(nodes.get(h)) for h in holders):
         return []
@@ -133,7 +134,7 @@ def extra_copies(nodes: dict[str, dict], version: dict, replicas: int, live: Liv
             continue
         if job.state == "starting":
             return []
-        keep.update(p.node for p in job.parts)
+        keep.update(part.node for part in job.parts)
         keep.add(job.node)
     order = sorted(good, key=lambda h: (bool(trouble(nodes.get(h))), _rank(h, version["tree"])))
     kept = [h for h in order if h in keep]

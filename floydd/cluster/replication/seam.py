@@ -1,13 +1,17 @@
-"""What the copy keepers use of the cluster service that holds this box's raft.
+"""What the copy keepers use of the cluster service that holds this box's raft, and of this
+box's store watch.
 
-:class:`~floydd.cluster.replication.datasets.ClusterDatasets` (with its parts
-:class:`~floydd.cluster.replication.following.Follower`,
-:class:`~floydd.cluster.replication.trimming.Trimmer` and the store's
-:class:`~floydd.cluster.replication.storecare.StoreCare`) and
-:class:`~floydd.cluster.replication.codecopies.CodeCopies` are given the replicated state apart (they read it as it is applied); of the service itself
-they use only this: who they are, whether they lead, the entries as they are applied, how
-long ago each box was heard from, the commands that say who holds what, and ``fetch`` (the
-service is the :class:`~floydd.cluster.replication.peerstore.Fetcher` copies come through).
+:class:`~floydd.cluster.replication.keeper.CopyKeeper` and its kinds
+(:class:`~floydd.cluster.replication.versioncopies.VersionCopies` for
+:class:`~floydd.cluster.replication.datasets.ClusterDatasets`,
+:class:`~floydd.cluster.replication.codecopies.CodeKind` for
+:class:`~floydd.cluster.replication.codecopies.CodeCopies`) and the store's
+:class:`~floydd.cluster.replication.storecare.StoreCare` are given the replicated state apart
+(they read it as it is applied); of the service itself they use only :class:`Cluster`: who
+they are, whether they lead, the entries as they are applied, how long ago each box was heard
+from, the commands that say who holds what, and ``fetch`` (the service is the
+:class:`~floydd.cluster.replication.peerstore.Fetcher` copies come through). Of the store
+watch (:class:`floydd.runtime.disk.StoreWatch`, a sibling layer) they use :class:`StoreWatch`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, Callable, Protocol
 from floydd.cluster.config import ClusterConfig
 from floydd.cluster.driver.applied import Applied
 
-__all__ = ["Cluster"]
+__all__ = ["Cluster", "StoreWatch"]
 
 
 class Cluster(Protocol):
@@ -56,3 +60,19 @@ class Cluster(Protocol):
     async def fetch(self, peer: str, path: str, *, params: dict[str, str] | None = None,
                     timeout: float | None = None) -> tuple[bytes, dict[str, str]]:
         """GET a ``/cluster/v1/...`` route from node ``peer`` over mTLS (store objects)."""
+
+
+class StoreWatch(Protocol):
+    """Whether this box's store takes new data (:class:`floydd.runtime.disk.StoreWatch`)."""
+
+    def poll(self) -> bool:
+        """Blocking (statvfs): look at the disks; whether what the heartbeat says changed."""
+
+    def report(self) -> dict:
+        """What a heartbeat says of the store (``why``: "" when it takes new data)."""
+
+    def failed(self, exc: BaseException) -> bool:
+        """A store write failed with ``exc``: whether it was for lack of space or a failing disk."""
+
+    def succeeded(self) -> None:
+        """A store write worked."""

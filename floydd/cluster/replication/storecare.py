@@ -26,19 +26,22 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable
+from typing import Iterable, Protocol
 
 from floydd import log
 from floydd.cluster.replication.codecopies import likely_sources
 from floydd.cluster.replication.peerstore import fetch_objects
-from floydd.cluster.replication.replicas import ranked_sources
+from floydd.cluster.replication.replicas import Liveness, ranked_sources
+from floydd.cluster.replication.seam import Cluster, StoreWatch
+from floydd.cluster.state.machine import ClusterState
 from floydd.errors import FloyddError, InvalidSpec
 from floydd.store.ids import ObjectId
 from floydd.store.care.maintenance import VerifyReport
 from floydd.store.care.scrub import Scrub
+from floydd.store.store import Store
 from floydd.tasks import cancel_and_wait
 
-__all__ = ["StoreCare", "repair_damaged", "named_trees", "sources", "NO_SOURCE", "HEAL_TIMEOUT"]
+__all__ = ["StoreCare", "Holdings", "repair_damaged", "named_trees", "sources", "NO_SOURCE", "HEAL_TIMEOUT"]
 
 NO_SOURCE = ("no other node holds a copy: upload the same data again (an upload writes good copies over "
              "damaged ones), or delete the versions that use it (floyd data delete REF)")
@@ -48,11 +51,29 @@ HEAL_TIMEOUT = 300.0
 _log = log.cluster.getChild("storecare")
 
 
-class StoreCare:
-    """Repairs for this node's store (``datasets``: its :class:`~floydd.cluster.replication.datasets.ClusterDatasets`),
-    and the scrub when ``scrub_rate`` (bytes a second) is above 0. ``start()`` on the loop."""
+class Holdings(Protocol):
+    """What the care of the store uses of this box's dataset catalog
+    (:class:`~floydd.cluster.replication.datasets.ClusterDatasets`): the store it cares for, the
+    cluster copies come through (and its heartbeat), the replicated state (who holds what),
+    this box's judgement of the holders, and its store watch."""
 
-    def __init__(self, datasets: Any, *, scrub_rate: float = 0.0, scrub_every: float = 7 * 86400.0) -> None:
+    store: Store
+    cluster: Cluster
+    state: ClusterState
+    store_watch: StoreWatch | None
+
+    @property
+    def node_id(self) -> str: ...
+
+    def liveness(self) -> Liveness: ...
+
+
+class StoreCare:
+    """Repairs for this node's store (``datasets``: its catalog, what it uses of it:
+    :class:`Holdings`), and the scrub when ``scrub_rate`` (bytes a second) is above 0.
+    ``start()`` on the loop."""
+
+    def __init__(self, datasets: Holdings, *, scrub_rate: float = 0.0, scrub_every: float = 7 * 86400.0) -> None:
         self.datasets = datasets
         self.store = datasets.store
         self.scrub = Scrub(self.store, every=scrub_every) if scrub_rate > 0 else None
@@ -126,7 +147,7 @@ class StoreCare:
             await self.repair(oids)
         except FloyddError as exc:          # a full disk, say: said in the log, tried again by the next read
             _log.error("[%s] repairing %s failed: %s", self.datasets.node_id, ", ".join(o.short for o in oids), exc)
-            watch = getattr(self.datasets, "store_watch", None)
+            watch = self.datasets.store_watch
             if watch is not None and watch.failed(exc):     # full or failing: said in a heartbeat now
                 self.datasets.cluster.beat_soon()
 
@@ -155,7 +176,7 @@ class StoreCare:
         task.add_done_callback(self._tasks.discard)
 
 
-def sources(datasets: Any, *, trees: Iterable[str] = (), versions: Iterable[str] = ()) -> list[str]:
+def sources(datasets: Holdings, *, trees: Iterable[str] = (), versions: Iterable[str] = ()) -> list[str]:
     """Nodes to ask for an object of ``trees`` / version refs ``versions``: the holders of those
     versions (and of versions with those trees) and the nodes that ran or sent jobs with that
     code, those that count first; then every other node, silent ones last; never this node."""
@@ -171,7 +192,7 @@ def sources(datasets: Any, *, trees: Iterable[str] = (), versions: Iterable[str]
     return ranked_sources(state.nodes, likely, datasets.liveness(), skip=datasets.node_id)
 
 
-async def repair_damaged(report: VerifyReport, datasets: Any) -> dict:
+async def repair_damaged(report: VerifyReport, datasets: Holdings) -> dict:
     """``report`` as a dict, after fetching good copies of what it found damaged: ``repaired``
     lists what was fixed, ``damaged`` what is still damaged, each with ``repair`` (why not)."""
     repaired, left = [], []
@@ -188,7 +209,7 @@ async def repair_damaged(report: VerifyReport, datasets: Any) -> dict:
     return {**report.to_dict(), "ok": not left, "damaged": left, "repaired": repaired}
 
 
-def named_trees(state: Any, node_id: str, jobs: Iterable[dict]) -> set[ObjectId]:
+def named_trees(state: ClusterState, node_id: str, jobs: Iterable[dict]) -> set[ObjectId]:
     """Trees gc must keep although the local catalog may not name them: the cluster's versions
     held by ``node_id`` (job outputs among them), the code trees it holds a copy of for the
     cluster (their jobs' archived summaries included: :mod:`floydd.cluster.state.code`), the

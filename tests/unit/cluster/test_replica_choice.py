@@ -126,10 +126,11 @@ def test_the_note_says_no_box_can_take_the_copy_while_the_only_other_box_is_full
 
 
 def job(tree: str, state: str, node: str, parts: tuple[str, ...] = ()) -> Job:
-    return Job.from_dict({"id": "p/1", "project": "p", "number": 1, "created": 1.0, "updated": 1.0, "state": state,
-                          "node": node, "parts": [{"rank": r, "node": p, "gpus": [], "state": state}
-                                                  for r, p in enumerate(parts)],
-                          "spec": {"data": [{"ref": "mnist:1", "tree": tree, "mount": "/input"}]}})
+    return Job.from_dict({"id": "p/1", "project": "p", "number": 1, "created": 0.0, "updated": 0.0,
+                          "state": state, "node": node,
+                          "parts": [{"rank": r, "node": p, "gpus": [], "state": state} for r, p in enumerate(parts)],
+                          "spec": {"command": "python train.py", "code_tree": "ef" * 32,
+                                   "data": [{"ref": "mnist:1", "tree": tree, "mount": "/input"}]}})
 
 
 def test_extra_copies_beyond_r_go_last_in_the_order_never_below_r():

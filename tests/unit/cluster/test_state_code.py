@@ -125,7 +125,7 @@ class _Cluster:
 
     def __init__(self, nodes: dict, code: dict) -> None:
         self.node_id = "n1"
-        self.state = SimpleNamespace(nodes=nodes, code=code, jobs={})
+        self.state = _State(nodes=nodes, code=code, jobs={})
         self.config = SimpleNamespace(stale_after=5.0)
 
     async def read_index(self, *, timeout: float | None = None) -> int:
@@ -133,6 +133,16 @@ class _Cluster:
 
     def heard_ages(self) -> dict[str, float]:
         return {}           # heard from no box yet: their heartbeats' ts decide
+
+
+class _State(SimpleNamespace):
+    """The replicated state's code table, nodes and jobs (``jobs``: a few of each job's stored
+    fields, completed as the state would store them)."""
+
+    def list_jobs(self, project: str | None = None, states=None) -> list[Job]:
+        return [Job.from_dict({"id": key, "project": "mnist", "number": 1, "created": 0.0, "updated": 0.0, **job,
+                               "spec": {"command": "python train.py", **job["spec"]}})
+                for key, job in self.jobs.items() if not states or job["state"] in states]
 
 
 def _copies(cluster: _Cluster) -> CodeCopies:
