@@ -136,13 +136,10 @@ class _Cluster:
 
 
 class _State(SimpleNamespace):
-    """The replicated state's code table, nodes and jobs (``jobs``: a few of each job's stored
-    fields, completed as the state would store them)."""
+    """The replicated state's code table, nodes and jobs."""
 
     def list_jobs(self, project: str | None = None, states=None) -> list[Job]:
-        return [Job.from_dict({"id": key, "project": "mnist", "number": 1, "created": 0.0, "updated": 0.0, **job,
-                               "spec": {"command": "python train.py", **job["spec"]}})
-                for key, job in self.jobs.items() if not states or job["state"] in states]
+        return [job for job in self.jobs.values() if not states or job.state in states]
 
 
 def _copies(cluster: _Cluster) -> CodeCopies:
