@@ -110,7 +110,7 @@ async def _drain(boxes: Boxes, count: int, gpus: int, seconds: float, old: bool)
     ops.clear()
     t0 = time.monotonic()
     keys = [j["id"] for j in await asyncio.gather(*(follower.run("train", gpus=gpus) for _ in range(count)))]
-    await boxes.wait_for(lambda: all(all((x.job(k) or {}).get("state") in FINAL_STATES for k in keys)
+    await boxes.wait_for(lambda: all(all(getattr(x.job(k), "state", None) in FINAL_STATES for k in keys)
                                      for x in (a, b, c)), timeout=60 + 5 * len(keys) * seconds, what="the drain")
     drain = time.monotonic() - t0
     stop.set()
