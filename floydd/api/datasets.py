@@ -208,8 +208,8 @@ async def gc(request: web.Request) -> web.Response:
     """Keeps what the local catalog names and what the cluster and the job records still name."""
     store, cluster = request.app[keys.STORE], request.app[keys.CLUSTER]
     check_admin(cluster.state, acting_person(request, required=False), "collect this box's store's garbage")
-    jobs = await asyncio.to_thread(request.app[keys.RECORDS].list_jobs)
-    report = await asyncio.to_thread(store.gc, keep=named_trees(cluster.state, cluster.node_id, jobs))
+    runs = await asyncio.to_thread(request.app[keys.RECORDS].list_runs)
+    report = await asyncio.to_thread(store.gc, keep=named_trees(cluster.state, cluster.node_id, runs))
     return reply(report.to_dict())
 
 

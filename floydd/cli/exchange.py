@@ -110,8 +110,8 @@ def import_(file: Path, key_text: str | None, key_file: Path | None, expect_orig
     when = datetime.fromtimestamp(result["created"]).strftime("%Y-%m-%d %H:%M") if result.get("created") else "?"
     click.echo(f"imported {file.name}: from {result['origin']['description']}, exported by "
                f"{result.get('exported_by') or '?'} on {when}")
-    for job in result["jobs"]:
-        click.echo(f"  {job['origin_job']:<20} -> {job['job']}" + ("" if job["new"] else "   (imported before)"))
+    for moved in result["jobs"]:
+        click.echo(f"  {moved['origin_job']:<20} -> {moved['job']}" + ("" if moved["new"] else "   (imported before)"))
     for version in result["datasets"]:
         click.echo(f"  data {version['origin_ref']:<15} -> {version['ref']}" + ("" if version["new"] else "   (here before)"))
 

@@ -198,7 +198,7 @@ def _already(state: Any, key: str) -> str | None:
     if seen is not None and seen[0] == "job" and seen[1] in state.jobs:
         return seen[1]
     archived = state.archive.by_idem(key)
-    return archived["id"] if archived is not None else None
+    return archived.id if archived is not None else None
 
 
 async def _import_job(run: _Run, job: StagedJob, key: str, number: int) -> dict:

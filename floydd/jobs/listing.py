@@ -39,7 +39,7 @@ def job_view(job: Job, node_names: dict[str, str]) -> JobView:
         unknown_since=job.unknown_since, imported=None if imported is None else copy_of(imported),
         node=node_names.get(job.node, job.node or ""), node_id=job.node,
         metrics=metric_views(job.summary.get("metrics") or {}), workspace="", agent_pid=None, latest=None,
-        attempt=job.attempts, reruns=job.reruns, archived=job.extra.get("archived_at") is not None,
+        attempt=job.attempts, reruns=job.reruns, archived=job.archived_at is not None,
         parts=tuple(PartView(rank=p.rank, node=node_names.get(p.node, p.node), gpus=p.gpu_ids, state=p.state,
                              exit_code=p.exit_code, reason=p.reason, node_id=p.node) for p in job.parts),
         history=False, events=UNSET, warnings=UNSET)

@@ -8,8 +8,9 @@ the count it asked for (:attr:`~floydd.model.Resources.gpu_count`, in its spec).
 
 A placed job has parts, one per box: a job on one box has one part, rank None (its own
 ``node``/``gpus``/``state``); a gang's parts are ranked from 0, rank 0 speaking for the job.
-Keys this version does not know (a newer box's, the archive's ``archived_at``) are kept in
-:attr:`Job.extra` and written back unchanged.
+An archived job (:mod:`floydd.cluster.state.archive`) says when it was archived
+(:attr:`Job.archived_at`) and keeps no history. Keys this version does not know (a newer
+box's) are kept in :attr:`Job.extra` and written back unchanged.
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ class Job:
     """Since when its box is out of touch, while it is ``unknown``."""
     history: tuple[tuple[float, str], ...] = ()
     """What the cluster decided about it, oldest first (an archived job keeps none)."""
+    archived_at: int | None = None
+    """The log index of the ``job.archive`` that moved it to the archive; None while it is in
+    the hot state."""
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """Stored keys this version does not know, written back unchanged."""
     _spec: Any = field(default=_UNREAD, init=False, repr=False, compare=False)
@@ -216,6 +220,7 @@ class Job:
                    user=raw.get("user") or "", parts=parts, endpoint=raw.get("endpoint"),
                    unknown_since=raw.get("unknown_since"),
                    history=tuple((h[0], h[1]) for h in raw.get("history") or ()),
+                   archived_at=raw.get("archived_at"),
                    extra=MappingProxyType({k: v for k, v in raw.items() if k not in _KNOWN})
                    if raw.keys() - _KNOWN else _EMPTY)
 
@@ -230,6 +235,10 @@ class Job:
                "summary": dict(self.summary), "stop_requested": self.stop_requested, "origin": self.origin,
                "user": self.user, "parts": [p.to_dict() for p in self.parts], "endpoint": self.endpoint,
                "unknown_since": self.unknown_since, "history": [[ts, text] for ts, text in self.history]}
+        if self.archived_at is not None:          # the archive's form: when it moved, no history
+            if not self.history:
+                del out["history"]
+            out["archived_at"] = self.archived_at
         out.update(self.extra)
         return out
 
@@ -237,8 +246,9 @@ class Job:
 _KNOWN = frozenset({"id", "project", "number", "idem_key", "spec", "state", "reason", "waiting_for", "created",
                     "updated", "started", "ended", "node", "gpus", "attempts", "reruns", "placed_term", "exit_code",
                     "output_version", "summary", "stop_requested", "origin", "user", "parts", "endpoint",
-                    "unknown_since", "history"})
-"""The stored keys :class:`Job` has a field for."""
+                    "unknown_since", "history", "archived_at", "deleted_at"})
+"""The stored keys :class:`Job` has a field for (and ``deleted_at``, the archive's row's:
+:class:`~floydd.cluster.state.archive.Row`)."""
 
 
 def unsettled_on(job: Job, node: str) -> bool:

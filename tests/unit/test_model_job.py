@@ -48,8 +48,9 @@ def test_every_stored_job_reads_and_writes_back_unchanged(log):
         _check(job.to_dict())
     moved = state.apply({"op": "job.archive", "jobs": sorted(state.jobs), "ts": 1.0, "term": 1},
                         index=len(log) + 1, term=1)["archived"]
-    for key in moved:                        # the archive's form: no history, archived_at kept as extra
-        assert "archived_at" in _check(state.archive.get(key)).extra
+    for key in moved:                        # the archive's form: no history, when it moved
+        archived = _check(state.archive.get(key).to_dict())
+        assert archived.archived_at == len(log) + 1 and archived.history == ()
 
 
 def test_a_real_spec_is_typed_and_an_unreadable_one_is_kept_as_stored():
@@ -60,7 +61,7 @@ def test_a_real_spec_is_typed_and_an_unreadable_one_is_kept_as_stored():
               "summary": {"loss": 0.5}, "history": [[1.0, "submitted on n1"]], "archived_at": 7}
     job = _check(stored)
     assert job.spec.restart.max_attempts == 5 and job.spec.resources.gpu_count == 2 and job.gpu_ids == (0, 1)
-    assert job.extra == {"archived_at": 7} and job.to_dict()["archived_at"] == 7
+    assert job.extra == {} and job.archived_at == 7 and job.to_dict()["archived_at"] == 7
     with pytest.raises(TypeError):
         job.summary["loss"] = 1.0             # frozen all the way: the state's values cannot be changed through it
     with pytest.raises(dataclasses.FrozenInstanceError):

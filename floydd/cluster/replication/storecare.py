@@ -35,6 +35,7 @@ from floydd.cluster.replication.replicas import Liveness, ranked_sources
 from floydd.cluster.replication.seam import Cluster, StoreWatch
 from floydd.cluster.state.machine import ClusterState
 from floydd.errors import FloyddError, InvalidSpec
+from floydd.model import Run
 from floydd.store.ids import ObjectId
 from floydd.store.care.maintenance import VerifyReport
 from floydd.store.care.scrub import Scrub
@@ -209,17 +210,17 @@ async def repair_damaged(report: VerifyReport, datasets: Holdings) -> dict:
     return {**report.to_dict(), "ok": not left, "damaged": left, "repaired": repaired}
 
 
-def named_trees(state: ClusterState, node_id: str, jobs: Iterable[dict]) -> set[ObjectId]:
+def named_trees(state: ClusterState, node_id: str, runs: Iterable[Run]) -> set[ObjectId]:
     """Trees gc must keep although the local catalog may not name them: the cluster's versions
     held by ``node_id`` (job outputs among them), the code trees it holds a copy of for the
     cluster (their jobs' archived summaries included: :mod:`floydd.cluster.state.code`), the
-    code of every job in the cluster's state, and the code of this node's job records (``jobs``)."""
+    code of every job in the cluster's state, and the code of this node's runs (its records: ``runs``)."""
     trees: set[str] = set()
     for dataset in state.datasets.values():
         trees.update(v["tree"] for v in dataset["versions"].values() if node_id in v.get("holders", ()))
     trees.update(tree for tree, entry in getattr(state, "code", {}).items() if node_id in entry["holders"])
     trees.update(job.code_tree or "" for job in state.jobs.values())
-    trees.update(job.get("code_tree") or "" for job in jobs)
+    trees.update(run.code_tree or "" for run in runs)
     out = set()
     for tree in trees:
         try:

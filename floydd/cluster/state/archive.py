@@ -41,13 +41,15 @@ reads); the daemon's nodes use :class:`~floydd.cluster.tables.archive_db.SqliteA
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 import msgpack
 
 from floydd.errors import InvalidSpec
+from floydd.model import Job
 
-__all__ = ["MemoryArchive", "ArchiveRules", "Run", "archived_form", "tombstone", "visible", "row_of", "decode_chunk",
+__all__ = ["MemoryArchive", "ArchiveRules", "Row", "Run", "archived_form", "visible", "row_of", "decode_chunk",
            "newest_first", "EXPORT_ROWS"]
 
 EXPORT_ROWS = 500
@@ -57,47 +59,62 @@ Run = Callable[..., Awaitable[Any]]
 """``await run(fn, *args)``: ``fn(*args)`` on the raft driver's writer thread."""
 
 
-def archived_form(job: dict, index: int) -> dict:
-    """What the archive keeps of a finished job: everything but its cluster history, and the
-    log index of the ``job.archive`` that moved it."""
-    return {**{k: v for k, v in job.items() if k != "history"}, "archived_at": index, "deleted_at": None}
+@dataclass(frozen=True, slots=True)
+class Row:
+    """An archived job as the archive keeps it: the job as it ended, less its cluster history
+    (its :attr:`~floydd.model.Job.archived_at` says when it moved), and once deleted, when
+    (a tombstone, until purged)."""
+
+    job: Job
+    deleted_at: int | None = None
+
+    def stored(self) -> dict:
+        """The row's job as the table and a snapshot's chunks carry it."""
+        return {**self.job.to_dict(), "deleted_at": self.deleted_at}
+
+    @classmethod
+    def from_stored(cls, raw: dict) -> Row:
+        return cls(Job.from_dict(raw), raw.get("deleted_at"))
+
+    @classmethod
+    def from_blob(cls, blob: bytes) -> Row:
+        return cls.from_stored(msgpack.unpackb(blob, raw=False))
 
 
-def tombstone(job: dict, index: int) -> dict:
-    """The row of an archived job deleted at log index ``index``."""
-    return {**job, "deleted_at": index}
+def archived_form(job: Job, index: int) -> Row:
+    """What the archive keeps of a finished job moved at log index ``index``."""
+    return Row(replace(job, history=(), archived_at=index))
 
 
-def visible(job: dict | None, before: int | None = None) -> dict | None:
-    """``job`` if it is in the archive as a command at log index ``before`` sees it (None: as
-    it is now): archived before it and not deleted before it."""
-    if job is None:
+def visible(row: Row | None, before: int | None = None) -> Job | None:
+    """The row's job if it is in the archive as a command at log index ``before`` sees it
+    (None: as it is now): archived before it and not deleted before it."""
+    if row is None:
         return None
-    deleted = job.get("deleted_at")
     if before is None:
-        return None if deleted is not None else job
-    if job.get("archived_at", 0) >= before or (deleted is not None and deleted < before):
+        return None if row.deleted_at is not None else row.job
+    if row.job.archived_at >= before or (row.deleted_at is not None and row.deleted_at < before):
         return None
-    return job if deleted is None else {**job, "deleted_at": None}    # as it was then
+    return row.job
 
 
 class ArchiveRules:
     """What both archives derive from ``get``, ``put`` and ``_idem_keys`` (the keys of rows
     with an idempotency key): lookups by key and deletion as a tombstone."""
 
-    def by_idem(self, idem_key: str, before: int | None = None) -> dict | None:
+    def by_idem(self, idem_key: str, before: int | None = None) -> Job | None:
         """The archived job submitted with ``idem_key``, as a command at log ``before`` sees it."""
         for key in sorted(self._idem_keys(idem_key)):
             job = self.get(key, before)
-            if job is not None and job.get("idem_key") == idem_key:
+            if job is not None and job.idem_key == idem_key:
                 return job
         return None
 
-    def drop(self, key: str, index: int) -> dict | None:
+    def drop(self, key: str, index: int) -> Job | None:
         """Delete the job (as of log ``index``): it stays as a tombstone until purged."""
         job = self.get(key, index)
         if job is not None:
-            self.put(tombstone(job, index))
+            self.put(Row(job, deleted_at=index))
         return job
 
 
@@ -105,33 +122,34 @@ class MemoryArchive(ArchiveRules):
     """The archive in memory (tests, the simulator, offline reads)."""
 
     def __init__(self) -> None:
-        self._jobs: dict[str, dict] = {}
+        self._rows: dict[str, Row] = {}
         self._idem: dict[str, set[str]] = {}
-        self._incoming: tuple[int, int, list[dict]] | None = None
+        self._incoming: tuple[int, int, list[Row]] | None = None
 
     # -- what the state machine calls --------------------------------------------------------
 
-    def put(self, job: dict) -> None:
-        """Store a row (an :func:`archived_form` or a :func:`tombstone`), replacing its key's."""
-        self._jobs[job["id"]] = job
-        if job.get("idem_key"):
-            self._idem.setdefault(job["idem_key"], set()).add(job["id"])
+    def put(self, row: Row) -> None:
+        """Store a row (an :func:`archived_form` or a tombstone), replacing its key's."""
+        key = row.job.id
+        self._rows[key] = row
+        if row.job.idem_key:
+            self._idem.setdefault(row.job.idem_key, set()).add(key)
 
-    def get(self, key: str, before: int | None = None) -> dict | None:
-        return visible(self._jobs.get(key), before)
+    def get(self, key: str, before: int | None = None) -> Job | None:
+        return visible(self._rows.get(key), before)
 
     def _idem_keys(self, idem_key: str) -> set[str]:
         return self._idem.get(idem_key, set())
 
     def count(self) -> int:
-        return sum(1 for j in self._jobs.values() if j.get("deleted_at") is None)
+        return sum(1 for row in self._rows.values() if row.deleted_at is None)
 
     # -- reads -------------------------------------------------------------------------------
 
     async def page(self, *, project: str | None = None, states: Iterable[str] | None = None,
-                   since: float | None = None, limit: int | None = None) -> list[dict]:
+                   since: float | None = None, limit: int | None = None) -> list[Job]:
         """Archived jobs, newest first (by creation), filtered like the hot listing."""
-        return newest_first((j for j in self._jobs.values() if j.get("deleted_at") is None),
+        return newest_first((row.job for row in self._rows.values() if row.deleted_at is None),
                             project, states, since, limit)
 
     # -- durability and snapshots (nothing to write; snapshots staged in memory) -------------
@@ -145,14 +163,14 @@ class MemoryArchive(ArchiveRules):
 
     async def purge(self, upto: int, run: Run) -> None:
         """Drop the tombstones of deletions at or before log index ``upto`` (a durable snapshot)."""
-        for key in [k for k, j in self._jobs.items() if (j.get("deleted_at") or upto + 1) <= upto]:
-            job = self._jobs.pop(key)
-            self._idem.get(job.get("idem_key"), set()).discard(key)
+        for key in [k for k, row in self._rows.items() if row.deleted_at is not None and row.deleted_at <= upto]:
+            row = self._rows.pop(key)
+            self._idem.get(row.job.idem_key, set()).discard(key)
 
     async def export(self, rows: int = EXPORT_ROWS) -> AsyncIterator[bytes]:
-        jobs = list(self._jobs.values())
-        for i in range(0, len(jobs), rows):
-            yield msgpack.packb([list(row_of(j)) for j in jobs[i:i + rows]], use_bin_type=True)
+        every = list(self._rows.values())
+        for i in range(0, len(every), rows):
+            yield msgpack.packb([list(row_of(row)) for row in every[i:i + rows]], use_bin_type=True)
 
     def receive(self, index: int, term: int, run: Run) -> "_MemorySink":
         return _MemorySink(self, index, term)
@@ -164,9 +182,9 @@ class MemoryArchive(ArchiveRules):
         """The state was replaced by the snapshot at (index, term): take the rows staged with it."""
         incoming, self._incoming = self._incoming, None
         if incoming is not None and incoming[:2] == (index, term):
-            self._jobs, self._idem = {}, {}
-            for job in incoming[2]:
-                self.put(job)
+            self._rows, self._idem = {}, {}
+            for row in incoming[2]:
+                self.put(row)
 
     def close(self) -> None:
         pass
@@ -177,29 +195,30 @@ class _MemorySink:
         self._archive, self._staged = archive, (index, term, [])
 
     async def add(self, chunk: bytes) -> None:
-        self._staged[2].extend(msgpack.unpackb(row[-1], raw=False) for row in decode_chunk(chunk))
+        self._staged[2].extend(Row.from_blob(row[-1]) for row in decode_chunk(chunk))
 
     async def finish(self) -> None:
         self._archive._incoming = self._staged
 
 
-def row_of(job: dict) -> tuple:
+def row_of(row: Row) -> tuple:
     """The table row of an archived job: id, project, number, created, state, idem_key, deleted, job."""
-    return (job["id"], job["project"], job["number"], float(job.get("created") or 0), job["state"],
-            job.get("idem_key"), job.get("deleted_at"), msgpack.packb(job, use_bin_type=True))
+    job = row.job
+    return (job.id, job.project, job.number, float(job.created or 0), job.state, job.idem_key, row.deleted_at,
+            msgpack.packb(row.stored(), use_bin_type=True))
 
 
 def decode_chunk(chunk: bytes) -> list[tuple]:
     """The rows of a chunk from a peer, checked against the job each carries."""
     try:
         out = []
-        for row in msgpack.unpackb(chunk, raw=False):
-            key, project, number, created, state, idem_key, deleted, blob = row
-            job = msgpack.unpackb(blob, raw=False)
-            if not (isinstance(key, str) and job.get("id") == key and job.get("project") == project
-                    and job.get("number") == number and isinstance(created, (int, float))
-                    and job.get("state") == state and job.get("idem_key") == idem_key
-                    and job.get("deleted_at") == deleted and type(job.get("archived_at")) is int):
+        for key, project, number, created, state, idem_key, deleted, blob in msgpack.unpackb(chunk, raw=False):
+            row = Row.from_blob(blob)
+            job = row.job
+            if not (isinstance(key, str) and job.id == key and job.project == project and job.number == number
+                    and isinstance(created, (int, float)) and job.state == state
+                    and job.idem_key == (idem_key or "") and row.deleted_at == deleted
+                    and type(job.archived_at) is int):
                 raise ValueError(f"row {key!r:.60} does not match its job")
             out.append((key, project, number, float(created), state, idem_key, deleted, blob))
         return out
@@ -209,11 +228,11 @@ def decode_chunk(chunk: bytes) -> list[tuple]:
                           hint="the sender runs another version or is broken") from None
 
 
-def newest_first(jobs: Iterable[dict], project: str | None, states: Iterable[str] | None, since: float | None,
-                 limit: int | None) -> list[dict]:
+def newest_first(jobs: Iterable[Job], project: str | None, states: Iterable[str] | None, since: float | None,
+                 limit: int | None) -> list[Job]:
     """``jobs`` of ``project`` in ``states`` created at or after ``since``, newest first, at most ``limit``."""
     wanted = None if states is None else set(states)
-    out = [j for j in jobs if (project is None or j["project"] == project)
-           and (wanted is None or j["state"] in wanted) and (since is None or (j.get("created") or 0) >= since)]
-    out.sort(key=lambda j: (j.get("created") or 0, j["number"]), reverse=True)
+    out = [j for j in jobs if (project is None or j.project == project)
+           and (wanted is None or j.state in wanted) and (since is None or (j.created or 0) >= since)]
+    out.sort(key=lambda j: (j.created or 0, j.number), reverse=True)
     return out if limit is None else out[:limit]

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from floydd.cluster.state import code as state_code, versions
+from floydd.cluster.state.jobs import answer
 from floydd.errors import Conflict, InvalidSpec
 from floydd.model import FINAL_STATES, Job, check_project
 
@@ -61,7 +62,7 @@ def import_job(state: Any, cmd: dict) -> dict:
         return state.stored_job(seen[1])
     archived = state.archive.by_idem(key, state.applying)
     if archived is not None:
-        return dict(archived)
+        return answer(archived)
     if seen != ["number", project, number]:
         raise Conflict(f"job.import: {project}/{number} was not allocated to {key[:80]}",
                        code="not_allocated", hint="allocate the number first (project.allocate)")
@@ -103,8 +104,8 @@ def _number_of(state: Any, key: str, project: str) -> int | None:
             return job.number
         raise Conflict(f"idempotency key {key[:80]!r} was used for something else", code="idempotency_key_reused")
     archived = state.archive.by_idem(key, state.applying)
-    if archived is not None and archived["project"] == project:
-        return archived["number"]
+    if archived is not None and archived.project == project:
+        return archived.number
     return None
 
 

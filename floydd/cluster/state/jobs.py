@@ -60,7 +60,7 @@ def submit(state, cmd: dict, term: int) -> dict:
         return answer(state.jobs[seen[1]])
     archived = state.archive.by_idem(cmd["idem_key"], state.applying)
     if archived is not None:                  # a retry long after: the same job, archived since
-        return copy_of(archived)
+        return answer(archived)
     project = check_project(cmd["project"])
     number = cmd.get("number", state.counters.get(project, 0) + 1)
     if not 1 <= number < 10**18:
@@ -182,7 +182,7 @@ def delete(state, cmd: dict, term: int) -> None:
         archived = state.archive.drop(key, state.applying)
         if archived is not None:              # an archived job: its row goes
             if versions.at_least(state, 3):
-                state_code.job_gone(state, key, Job.from_dict(archived).code_tree)
+                state_code.job_gone(state, key, archived.code_tree)
             return
     job = state.live_job(key)
     if job.state in ACTIVE_STATES:
@@ -206,7 +206,7 @@ def archive(state, cmd: dict, term: int) -> dict:
         state.drop_job(key)
         if state.idem.get(job.idem_key) == ["job", key]:
             del state.idem[job.idem_key]
-        state.archive.put(archived_form(job.to_dict(), state.applying))
+        state.archive.put(archived_form(job, state.applying))
         moved.append(key)
     return {"archived": moved}
 

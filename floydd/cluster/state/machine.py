@@ -259,9 +259,7 @@ class ClusterState:
         """The job from the hot state or else the archive (as of log index ``before``:
         :func:`~floydd.cluster.state.archive.visible`), None if in neither."""
         job = self.jobs.get(key)
-        if job is None:
-            return Job.of(self.archive.get(key, before))
-        return job
+        return self.archive.get(key, before) if job is None else job
 
     def list_jobs(self, project: str | None = None, states: Iterable[str] | None = None) -> list[Job]:
         """Jobs of the hot state in submission order."""
@@ -271,11 +269,8 @@ class ClusterState:
 
     def stored_job(self, key: str) -> dict:
         """:meth:`job` in its stored form, a copy (a command's answer, a forwarded read)."""
-        job = self.jobs.get(key)
-        if job is not None:
-            return copy_of(job.to_dict())
-        archived = self.archive.get(key)
-        return copy_of(archived) if archived is not None else self.live_job(key)
+        job = self.find_job(key)
+        return jobs.answer(job) if job is not None else self.live_job(key)
 
     def list_nodes(self) -> list[dict]:
         return copy_of(list(self.nodes.values()))

@@ -19,8 +19,9 @@ from typing import Any, AsyncIterator, Iterable
 
 import msgpack
 
-from floydd.cluster.state.archive import EXPORT_ROWS, ArchiveRules, Run, decode_chunk, newest_first, row_of, visible
+from floydd.cluster.state.archive import EXPORT_ROWS, ArchiveRules, Row, Run, decode_chunk, newest_first, row_of, visible
 from floydd.cluster.tables.sidetable import SideTable, StagedSink
+from floydd.model import Job
 
 __all__ = ["SqliteArchive", "ARCHIVE_TABLES"]
 
@@ -44,22 +45,23 @@ class SqliteArchive(ArchiveRules):
 
     def __init__(self, path: str | Path) -> None:
         self.table = SideTable(path, name="archive", columns=_COLUMNS, schema=_SCHEMA, decode_chunk=decode_chunk)
-        self._pending: dict[str, dict] = {}          # rows applied, not yet written
+        self._pending: dict[str, Row] = {}           # rows applied, not yet written
         self._pending_idem: dict[str, set[str]] = {}  # their idempotency keys (a replay queues thousands)
 
     # -- what the state machine calls (in the loop) ------------------------------------------
 
-    def put(self, job: dict) -> None:
-        self._pending[job["id"]] = job
-        if job.get("idem_key"):
-            self._pending_idem.setdefault(job["idem_key"], set()).add(job["id"])
+    def put(self, row: Row) -> None:
+        key = row.job.id
+        self._pending[key] = row
+        if row.job.idem_key:
+            self._pending_idem.setdefault(row.job.idem_key, set()).add(key)
 
-    def get(self, key: str, before: int | None = None) -> dict | None:
+    def get(self, key: str, before: int | None = None) -> Job | None:
         """The archived job as a command at log ``before`` sees it (None: as it is now)."""
         if key in self._pending:
             return visible(self._pending[key], before)
-        row = self.table.loop().execute("SELECT job FROM archive WHERE id = ?", (key,)).fetchone()
-        return None if row is None else visible(msgpack.unpackb(row[0], raw=False), before)
+        found = self.table.loop().execute("SELECT job FROM archive WHERE id = ?", (key,)).fetchone()
+        return None if found is None else visible(Row.from_blob(found[0]), before)
 
     def _idem_keys(self, idem_key: str) -> set[str]:
         stored = {k for (k,) in self.table.loop().execute("SELECT id FROM archive WHERE idem_key = ?", (idem_key,))}
@@ -74,12 +76,12 @@ class SqliteArchive(ArchiveRules):
         live, stored = self.table.loop().execute(
             "SELECT (SELECT count(*) FROM archive WHERE deleted IS NULL), "
             f"(SELECT count(*) FROM archive WHERE deleted IS NULL AND id IN ({marks}))", list(pending)).fetchone()
-        return live - stored + sum(1 for j in pending.values() if j.get("deleted_at") is None)
+        return live - stored + sum(1 for row in pending.values() if row.deleted_at is None)
 
     # -- reads -------------------------------------------------------------------------------
 
     async def page(self, *, project: str | None = None, states: Iterable[str] | None = None,
-                   since: float | None = None, limit: int | None = None) -> list[dict]:
+                   since: float | None = None, limit: int | None = None) -> list[Job]:
         """Archived jobs, newest first (by creation), filtered like the hot listing; the query
         runs in a worker thread, the pending rows are laid over it."""
         pending = dict(self._pending)
@@ -88,12 +90,12 @@ class SqliteArchive(ArchiveRules):
         rows = await asyncio.to_thread(self._query, project, states, since, want)
         if not pending:
             return rows                      # filtered and sorted by the query
-        jobs = {j["id"]: j for j in rows if j["id"] not in pending}
-        jobs.update((k, j) for k, j in pending.items() if j.get("deleted_at") is None)
+        jobs = {j.id: j for j in rows if j.id not in pending}
+        jobs.update((k, row.job) for k, row in pending.items() if row.deleted_at is None)
         return newest_first(jobs.values(), project, states, since, limit)
 
     def _query(self, project: str | None, states: list[str] | None, since: float | None,
-               limit: int | None) -> list[dict]:
+               limit: int | None) -> list[Job]:
         where, args = ["deleted IS NULL"], []
         if project is not None:
             where.append("project = ?")
@@ -109,7 +111,7 @@ class SqliteArchive(ArchiveRules):
         sql = f"SELECT job FROM archive WHERE {' AND '.join(where)} ORDER BY created DESC, number DESC" + \
             ("" if limit is None else f" LIMIT {int(limit)}")
         with self.table.reader() as db:
-            return [msgpack.unpackb(blob, raw=False) for (blob,) in db.execute(sql, args)]
+            return [Row.from_blob(blob).job for (blob,) in db.execute(sql, args)]
 
     # -- durability ----------------------------------------------------------------------------
 
@@ -121,10 +123,11 @@ class SqliteArchive(ArchiveRules):
         """Write the pending rows in one fsynced transaction (``run``: on the writer thread)."""
         batch = list(self._pending.values())
         await run(self._write, batch)
-        for job in batch:
-            if self._pending.get(job["id"]) is job:
-                del self._pending[job["id"]]
-                self._pending_idem.get(job.get("idem_key"), set()).discard(job["id"])
+        for row in batch:
+            key = row.job.id
+            if self._pending.get(key) is row:
+                del self._pending[key]
+                self._pending_idem.get(row.job.idem_key, set()).discard(key)
 
     def flush_now(self) -> None:
         """Write the pending rows here and now (offline tools: ``floydd recover``)."""
@@ -135,8 +138,8 @@ class SqliteArchive(ArchiveRules):
         """Drop the tombstones of deletions at or before log ``upto`` (a durable snapshot's index)."""
         await run(self.table.transaction, [("DELETE FROM archive WHERE deleted IS NOT NULL AND deleted <= ?", (upto,))])
 
-    def _write(self, batch: list[dict]) -> None:
-        self.table.transaction([(self.table.insert("archive"), row_of(job)) for job in batch])
+    def _write(self, batch: list[Row]) -> None:
+        self.table.transaction([(self.table.insert("archive"), row_of(row)) for row in batch])
 
     # -- snapshots -----------------------------------------------------------------------------
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import sqlite3
 
-from floydd.cluster.state.archive import archived_form
+from floydd.cluster.state.archive import Row, archived_form
 from floydd.cluster.tables.archive_db import SqliteArchive
 from floydd.cluster.archiver import Archiver
 from floydd.cluster.raft import ConfState, Snapshot
 from floydd.cluster.raft.sqlite_storage import SqliteStorage
+from floydd.model import Job
 from tests.harness.cluster import fast
 
 SPEC = {"project": "m", "command": "true"}
@@ -52,12 +53,12 @@ async def test_finished_jobs_are_archived_everywhere_and_a_late_node_gets_them(m
         assert not any(i[0] == "job" and i[1] in keys[:35] for i in n.service.state.idem.values())
     # still readable, still numbered, and a retried submission finds its archived job
     old = await nodes[2].service.job(keys[0])
-    assert old.state == "stopped" and old.history == () and old.extra["archived_at"]
+    assert old.state == "stopped" and old.history == () and old.archived_at
     again = await nodes[2].service.submit_job(SPEC, "k0")
     assert again["id"] == keys[0]
     assert (await nodes[2].service.submit_job(SPEC, "fresh"))["id"] == "m/42"
     listed = await nodes[1].service.state.archive.page(project="m", limit=3)
-    assert [j["id"] for j in listed] == [keys[34], keys[33], keys[32]]
+    assert [j.id for j in listed] == [keys[34], keys[33], keys[32]]
 
     # enough entries to compact the log past the archive commands, then a fourth node joins
     archived_at = lead.driver.status().applied
@@ -109,9 +110,10 @@ async def _direct(fn, *args):
     return fn(*args)
 
 
-def _archived(n: int, index: int) -> dict:
-    return archived_form({"id": f"p/{n}", "project": "p", "number": n, "created": float(n), "state": "success",
-                          "idem_key": f"k{n}", "history": [[1.0, "x"]]}, index)
+def _archived(n: int, index: int) -> Row:
+    return archived_form(Job.from_dict({"id": f"p/{n}", "project": "p", "number": n, "created": float(n),
+                                        "updated": float(n), "state": "success", "idem_key": f"k{n}",
+                                        "history": [[1.0, "x"]]}), index)
 
 
 async def test_a_received_archive_is_swapped_in_only_whole_and_with_its_snapshot(tmp_path):
@@ -142,15 +144,16 @@ async def test_a_received_archive_is_swapped_in_only_whole_and_with_its_snapshot
     storage.save(None, (), Snapshot(index=13, term=1, conf=conf, data=b""))
     node.installed(13, 1)
     assert node.count() == 1099 and node.get("p/5000") is None and node.get("p/7") is None
-    assert node.get("p/7", before=1500)["id"] == "p/7"     # deleted later than a replay from 1500 sees
-    assert [j["id"] for j in await node.page(limit=2)] == ["p/1100", "p/1099"]
-    assert node.by_idem("k12")["id"] == "p/12" and "history" not in node.get("p/12")
+    assert node.get("p/7", before=1500).id == "p/7"     # deleted later than a replay from 1500 sees
+    assert [j.id for j in await node.page(limit=2)] == ["p/1100", "p/1099"]
+    assert node.by_idem("k12").id == "p/12" and node.get("p/12").history == ()
+    assert "history" not in node.get("p/12").to_dict()
     await node.purge(2000, _direct)
     assert node.get("p/7", before=1500) is None           # purged with the snapshot past its deletion
     node.put(_archived(6000, 3000))                       # pending rows are read before they are written
     node.drop("p/1", 3001)
-    assert node.count() == 1099 and node.by_idem("k6000")["id"] == "p/6000"
-    assert [j["id"] for j in await node.page(project="p", limit=1)] == ["p/6000"]
+    assert node.count() == 1099 and node.by_idem("k6000").id == "p/6000"
+    assert [j.id for j in await node.page(project="p", limit=1)] == ["p/6000"]
     storage.close()
     for archive in (leader, node):
         archive.close()

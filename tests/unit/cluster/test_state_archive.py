@@ -8,7 +8,7 @@ import random
 import pytest
 
 from floydd.cluster.state import commands
-from floydd.cluster.state.archive import MemoryArchive, decode_chunk
+from floydd.cluster.state.archive import MemoryArchive, archived_form, decode_chunk
 from floydd.cluster.archiver import choose
 from floydd.cluster.state.machine import ClusterState
 from floydd.errors import Conflict, InvalidSpec, NotFound
@@ -104,8 +104,8 @@ def test_a_replay_over_an_archive_that_is_ahead_makes_the_same_state():
 
 def _copy(archive: MemoryArchive) -> MemoryArchive:
     out = MemoryArchive()
-    for job in archive._jobs.values():
-        out.put(dict(job))
+    for row in archive._rows.values():
+        out.put(row)
     return out
 
 
@@ -140,8 +140,8 @@ def test_choose_takes_the_oldest_finished_past_the_count_or_the_age():
 def test_an_archive_travels_as_chunks_and_a_bad_chunk_is_refused():
     src, dst = MemoryArchive(), MemoryArchive()
     for n in range(1, 1200):
-        src.put({"id": f"p/{n}", "project": "p", "number": n, "created": float(n), "state": "success",
-                 "idem_key": f"k{n}", "archived_at": n})
+        src.put(archived_form(Job.from_dict({"id": f"p/{n}", "project": "p", "number": n, "created": float(n),
+                                             "updated": float(n), "state": "success", "idem_key": f"k{n}"}), n))
 
     async def ship():
         sink = dst.receive(5, 2, run=None)
@@ -151,7 +151,7 @@ def test_an_archive_travels_as_chunks_and_a_bad_chunk_is_refused():
     asyncio.run(ship())
     assert dst.count() == 0                 # staged until the snapshot is installed
     dst.installed(5, 2)
-    assert dst.count() == 1199 and dst.by_idem("k7")["id"] == "p/7"
-    assert [j["id"] for j in asyncio.run(dst.page(limit=2))] == ["p/1199", "p/1198"]
+    assert dst.count() == 1199 and dst.by_idem("k7").id == "p/7"
+    assert [j.id for j in asyncio.run(dst.page(limit=2))] == ["p/1199", "p/1198"]
     with pytest.raises(InvalidSpec):
         decode_chunk(b"\x91\x97\xa3p/1\xa1p\x02\x00\xa7success\xc0\xc4\x01\x80")
