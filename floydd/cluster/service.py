@@ -383,6 +383,12 @@ class ClusterService:
                    stale: bool = False) -> list[Job]:
         return await self.driver.read(lambda s: s.list_jobs(project, states), stale=stale)
 
+    async def archived_jobs(self, *, project: str | None = None, states: Iterable[str] | None = None,
+                            since: float | None = None, limit: int | None = None) -> list[Job]:
+        """Archived jobs, newest first, from this box's copy of the archive (every box holds
+        the same: :mod:`floydd.cluster.state.archive`)."""
+        return await self.state.archive.page(project=project, states=states, since=since, limit=limit)
+
     async def datasets(self, *, stale: bool = False) -> list[dict]:
         return await self.driver.read(lambda s: s.list_datasets(), stale=stale)
 

@@ -229,8 +229,7 @@ class JobService:
 
         hot = [j for j in await self.cluster.jobs(project=project, states=states, stale=stale)
                if since is None or j.created >= since]
-        archived = await self.cluster.state.archive.page(project=project, states=states, since=since,
-                                                         limit=source_limit)
+        archived = await self.cluster.archived_jobs(project=project, states=states, since=since, limit=source_limit)
         history = await self.local.history(project, states, since=since, limit=source_limit)   # views
         rows = [_Row(j.created, j.number, j.id, j.user, j) for j in hot + archived] + \
                [_Row(v.created or 0, v.number, v.id, v.user or "", v) for v in history]
