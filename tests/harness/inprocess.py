@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -30,6 +31,7 @@ from floydd.client import Client
 from floydd.config import Config, preset_for_tests
 from floydd.daemon.cluster_files import read_settings, write_settings
 from floydd.daemon.main import serve as serve_daemon
+from floydd.records import Records
 from tests.conftest import free_ports
 from tests.harness.wait import wait_until
 
@@ -133,3 +135,18 @@ def _answers(url: str) -> bool:
 
 def _stop() -> None:
     raise web.GracefulExit()      # as run_app's own signal handler stops it
+
+
+def add_old_run(records_path: Path) -> None:
+    """A job this node ran before it had a control plane (attempt 0): only in its records."""
+    records_path.parent.mkdir(parents=True, exist_ok=True)
+    records = Records(records_path)
+    try:
+        records.insert_job("old", 3, {"command": "python old.py", "attempt": 0, "created": time.time() - 60,
+                                      "params": {"lr": "0.3"}, "resources": {"gpus": 0, "cpu": True},
+                                      "node": "test-node", "user": "someone"})
+        for state in ("starting", "running", "success"):
+            records.set_state("old", 3, state, "exit code 0" if state == "success" else "")
+        records.add_metrics("old", 3, [("loss", 0.7, 0, time.time()), ("loss", 0.4, 1, time.time())])
+    finally:
+        records.close()

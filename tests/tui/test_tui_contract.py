@@ -16,7 +16,6 @@ import http.client
 import json
 import socket
 import threading
-import time
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,8 +34,8 @@ from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
 from floydd.answers import decode_job
 from floydd.model import STATES
-from floydd.records import Records
 from tests.conftest import wait_until
+from tests.harness.inprocess import add_old_run
 from tests.tui.fake_cluster import FakeCluster
 from tests.tui.stub_api import StubServer
 
@@ -65,7 +64,7 @@ def daemon_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, 
     """What a real daemon answered, by (method, path) as the spec names them."""
     folder = tmp_path_factory.mktemp("contract")
     config = preset_for_tests(folder / "state", dev_fake_gpus="2", sandbox="none", sample_interval=0.2)
-    _add_history(config.records_path)
+    add_old_run(config.records_path)
     with _serving(create_app(config), config.socket_path):
         return _ask_the_daemon(Client(config.socket_path), folder)
 
@@ -231,21 +230,6 @@ def _ask_the_daemon(client: Client, folder: Path) -> dict[tuple[str, str], list[
 
 def _state(client: Client, key: str) -> str | None:
     return next((j["state"] for j in client.jobs(key.partition("/")[0]) if j["id"] == key), None)
-
-
-def _add_history(records_path: Path) -> None:
-    """A job this node ran before it had a control plane (attempt 0): only in its records."""
-    records_path.parent.mkdir(parents=True, exist_ok=True)
-    records = Records(records_path)
-    try:
-        records.insert_job("old", 3, {"command": "python old.py", "attempt": 0, "created": time.time() - 60,
-                                      "params": {"lr": "0.3"}, "resources": {"gpus": 0, "cpu": True},
-                                      "node": "test-node", "user": "someone"})
-        for state in ("starting", "running", "success"):
-            records.set_state("old", 3, state, "exit code 0" if state == "success" else "")
-        records.add_metrics("old", 3, [("loss", 0.7, 0, time.time()), ("loss", 0.4, 1, time.time())])
-    finally:
-        records.close()
 
 
 def _renamed(answer: dict, path: tuple, old: str, new: str) -> dict:

@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,8 @@ from floydd.client import Client
 from floydd.cluster.archiver import Archiver
 from floydd.config import preset_for_tests
 from floydd.daemon.app import create_app
-from floydd.records import Records
 from tests.conftest import wait_until
-from tests.harness.inprocess import _answers, serve_on
+from tests.harness.inprocess import _answers, add_old_run, serve_on
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -77,7 +75,7 @@ def _event_shapes(answer: Any) -> Any:
 def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("answers")
     config = preset_for_tests(root / "state", dev_fake_gpus="2", sandbox="none", sample_interval=0.2)
-    _add_history(config.records_path)
+    add_old_run(config.records_path)
     app = create_app(config)
     app[keys.TCP_TOKEN] = token = secrets.token_hex(16)
     sock = socket.socket()
@@ -140,21 +138,6 @@ def _ask(client: Client, app, loop: asyncio.AbstractEventLoop, root: Path) -> di
     got["delete history"] = client.delete("old/3")
     got["list end"] = client.jobs()
     return got
-
-
-def _add_history(records_path: Path) -> None:
-    """A job this node ran before it had a control plane (attempt 0): only in its records."""
-    records_path.parent.mkdir(parents=True, exist_ok=True)
-    records = Records(records_path)
-    try:
-        records.insert_job("old", 3, {"command": "python old.py", "attempt": 0, "created": time.time() - 60,
-                                      "params": {"lr": "0.3"}, "resources": {"gpus": 0, "cpu": True},
-                                      "node": "test-node", "user": "someone"})
-        for state in ("starting", "running", "success"):
-            records.set_state("old", 3, state, "exit code 0" if state == "success" else "")
-        records.add_metrics("old", 3, [("loss", 0.7, 0, time.time()), ("loss", 0.4, 1, time.time())])
-    finally:
-        records.close()
 
 
 def test_every_job_answer_is_as_it_was(answers) -> None:
