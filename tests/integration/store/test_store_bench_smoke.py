@@ -19,6 +19,7 @@ def test_store_bench_smoke(tmp_path: Path):
     text = out.stdout
     assert "restore byte-identical (diff -r)             yes" in text
     assert "ok=True" in text
+    assert "floyd data upload (a fresh daemon)" in text and "re-upload speed / restic second" in text
     line = next(l for l in text.splitlines() if "new chunks stored after the change" in l)
     assert int(line.split()[-1]) <= 3
     assert "pyfastcdc 0.3 (Cython) [chosen]" in text
