@@ -1,4 +1,5 @@
-"""``floyd top`` at scale: 64 nodes × 8 GPUs and 1,000 jobs served by the stub API.
+"""``floyd top`` at scale: 256 nodes × 8 GPUs and 10,000 jobs served by the stub API (issue 23;
+``--nodes``/``--jobs`` change them).
 
 Figures (targets: a refresh renders in < 100 ms; < 15 % of one core at 1 Hz):
 
@@ -49,9 +50,10 @@ from floydd.client import Client  # noqa: E402
 from floydd.tui.app import FloydTop, SnapshotReady  # noqa: E402
 from floydd.tui.poll import View, Want  # noqa: E402
 from floydd.tui.poller import Poller  # noqa: E402
+from floydd.tui.screens.jobs import JobsScreen  # noqa: E402
 
 SIZE = (160, 50)
-NODES, GPUS, JOBS = 64, 8, 1000
+NODES, GPUS, JOBS = 256, 8, 10_000
 
 
 @contextmanager
@@ -75,7 +77,8 @@ def stub_server(state_dir: Path) -> Iterator[Path]:
 
 def bench_poll(sock: Path, rounds: int) -> dict[str, tuple[float, float]]:
     """view -> (median wall ms, median CPU ms of this process)."""
-    wants = {"cluster": Want(view=View.CLUSTER), "jobs": Want(view=View.JOBS),
+    wants = {"cluster": Want(view=View.CLUSTER), "jobs": JobsScreen().want(),
+             "jobs, all (a sort)": Want(view=View.JOBS),
              "detail": Want(view=View.DETAIL, job="mnist/300"),
              "experiments": Want(view=View.EXPERIMENTS, compare=("mnist/300", "mnist/299", "mnist/298"))}
     poller = Poller(Client(sock))
@@ -101,7 +104,7 @@ async def bench_render(sock: Path, rounds: int) -> dict[str, tuple[float, float,
     async with app.run_test(size=SIZE) as pilot:
         while app.polls < 1:
             await pilot.pause(0.01)
-        steps = [("cluster", "1", Want(view=View.CLUSTER)), ("jobs", "2", Want(view=View.JOBS)),
+        steps = [("cluster", "1", Want(view=View.CLUSTER)), ("jobs", "2", None),
                  ("experiments", "3", None), ("detail", None, Want(view=View.DETAIL, job="mnist/300"))]
         for name, key, want in steps:
             if key:
@@ -173,10 +176,15 @@ def cpu_on_pty(argv: list[str], env: dict[str, str], warmup: float, seconds: flo
 
 
 def main() -> None:
+    global NODES, JOBS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="a quick run: fewer rounds, 3 s windows")
     ap.add_argument("--seconds", type=float, default=10.0, help="CPU window per screen (default 10)")
+    ap.add_argument("--nodes", type=int, default=None, help=f"boxes (default {NODES}; smoke 32)")
+    ap.add_argument("--jobs", type=int, default=None, help=f"jobs (default {JOBS:,}; smoke 1,000)")
     args = ap.parse_args()
+    NODES = args.nodes or (32 if args.smoke else NODES)
+    JOBS = args.jobs or (1000 if args.smoke else JOBS)
     rounds, seconds, warmup = (5, 3.0, 2.0) if args.smoke else (20, args.seconds, 3.0)
     with tempfile.TemporaryDirectory(prefix="ftb") as tmp, stub_server(Path(tmp)) as sock:
         polls = bench_poll(sock, rounds)

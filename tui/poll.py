@@ -39,13 +39,19 @@ class Want:
     """What the visible screen needs; the app sets it, the poller reads it.
 
     cluster: info, nodes, running jobs (who holds a GPU).
-    jobs, experiments: info, every job; experiments adds ``compare`` and curves.
+    jobs: info, the newest ``limit`` jobs in ``state`` (None: every job, e.g. to sort them all),
+    and when that page is full the open jobs too (the counts of the header).
+    experiments: info, every job, ``compare`` and curves.
     detail: info, the job in ``job``, its metric series and log tail.
     """
 
     view: str = View.CLUSTER
     job: str | None = None
     compare: tuple[str, ...] = ()
+    limit: int | None = None
+    """The jobs view's page: the newest this many (None: all)."""
+    state: str | None = None
+    """The jobs view's states, comma-separated as the API takes them (None: any)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +104,14 @@ class Snapshot:
     info: Mapping[str, Any] | None = None
     nodes: tuple[Mapping[str, Any], ...] | None = None
     jobs: tuple[JobView, ...] | None = None
-    """Every job (jobs and experiments views) or only the running ones (cluster view)."""
+    """The view's jobs (the jobs view's page, every job for experiments) or only the running
+    ones (cluster view)."""
     all_jobs: bool = False
+    """Whether ``jobs`` is the view's list (not the cluster view's running ones)."""
+    more_jobs: bool = False
+    """The jobs view's page came back full: there are older jobs than ``jobs``."""
+    open_jobs: tuple[JobView, ...] | None = None
+    """Every open job, when ``jobs`` is a full page (the header counts them)."""
     history: Mapping[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     """(node, gpu index) -> recent utilisation %, oldest first; gpu index -1 is the node's CPU."""
     detail: Detail | None = None

@@ -150,10 +150,14 @@ class Poller:
             parts["nodes"] = nodes
             parts["history"] = self._record_history(nodes)
             parts["jobs"] = tuple(decode_jobs(self.client.jobs(state="running")))
-            parts["all_jobs"] = False
-        elif want.view in (View.JOBS, View.EXPERIMENTS):
-            parts["jobs"] = tuple(decode_jobs(self.client.jobs()))
-            parts["all_jobs"] = True
+            parts.update(all_jobs=False, more_jobs=False, open_jobs=None)
+        elif want.view == View.JOBS:
+            jobs = tuple(decode_jobs(self.client.jobs(state=want.state, limit=want.limit)))
+            more = want.limit is not None and len(jobs) >= want.limit
+            parts.update(jobs=jobs, all_jobs=True, more_jobs=more, open_jobs=tuple(decode_jobs(
+                self.client.jobs(state=",".join(sorted(OPEN_STATES))))) if more else None)
+        elif want.view == View.EXPERIMENTS:
+            parts.update(jobs=tuple(decode_jobs(self.client.jobs())), all_jobs=True, more_jobs=False, open_jobs=None)
         if want.view == View.DETAIL and want.job:
             parts["detail"] = self._detail(want.job)
         if want.view == View.EXPERIMENTS:
@@ -271,4 +275,5 @@ def _carry(prev: Snapshot | None) -> dict[str, Any]:
     if prev is None:
         return {}
     return {"info": prev.info, "nodes": prev.nodes, "jobs": prev.jobs, "all_jobs": prev.all_jobs,
-            "history": prev.history, "detail": prev.detail, "comparison": prev.comparison}
+            "more_jobs": prev.more_jobs, "open_jobs": prev.open_jobs, "history": prev.history,
+            "detail": prev.detail, "comparison": prev.comparison}

@@ -223,13 +223,17 @@ class FakeCluster:
     def list_nodes(self) -> list[dict]:
         return self.nodes
 
-    def list_jobs(self, project: str | None = None, state: str | None = None) -> list[dict]:
+    def list_jobs(self, project: str | None = None, state: str | None = None, limit: int | None = None,
+                  offset: int = 0) -> list[dict]:
+        """Newest first, as the daemon lists them (``state``: comma-separated, as the API takes it)."""
+        states = set(state.split(",")) if state else None
         out = []
         for job in reversed(list(self.jobs.values())):
-            if (project and job["project"] != project) or (state and job["state"] != state):
+            if (project and job["project"] != project) or (states and job["state"] not in states):
                 continue
-            out.append({**job, "metrics": self._summary(job)})
-        return out
+            out.append(job)
+        out = out[offset:] if limit is None else out[offset:offset + limit]
+        return [{**job, "metrics": self._summary(job)} for job in out]
 
     def job(self, key: str) -> dict:
         job = self.get(key)
@@ -316,8 +320,9 @@ class FakeClient:
     def nodes(self) -> list[dict]:
         return self._enter("nodes").list_nodes()
 
-    def jobs(self, project: str | None = None, state: str | None = None) -> list[dict]:
-        return self._enter("jobs").list_jobs(project, state)
+    def jobs(self, project: str | None = None, state: str | None = None, *, limit: int | None = None,
+             offset: int = 0) -> list[dict]:
+        return self._enter("jobs").list_jobs(project, state, limit=limit, offset=offset)
 
     def job(self, key: str) -> dict:
         return self._enter("job").job(key)

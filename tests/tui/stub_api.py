@@ -57,7 +57,9 @@ def create_app(cluster: FakeCluster, tick: float | None = None) -> web.Applicati
     @routes.get("/v1/jobs")
     async def jobs(request: web.Request) -> web.Response:
         q = request.query
-        return web.json_response(c().list_jobs(q.get("project") or None, q.get("state") or None))
+        limit = int(q["limit"]) if q.get("limit") else None
+        return web.json_response(c().list_jobs(q.get("project") or None, q.get("state") or None, limit=limit,
+                                               offset=int(q.get("offset") or 0)))
 
     @routes.get("/v1/jobs/{project}/{number}")
     async def job(request: web.Request) -> web.Response:

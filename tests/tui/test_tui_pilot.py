@@ -7,6 +7,7 @@ from floydd.tui.screens.cluster import ClusterScreen
 from floydd.tui.screens.confirm import Confirm
 from floydd.tui.screens.experiments import ExperimentsScreen
 from floydd.tui.screens.job_detail import JobDetailScreen
+from floydd.tui.screens import jobs as jobs_screen
 from floydd.tui.screens.jobs import JobsScreen
 from floydd.tui.widgets.banner import Banner
 from floydd.tui.widgets.chart import LineChart
@@ -84,6 +85,26 @@ async def test_jobs_screen_filters_sorts_and_follows_logs(client: FakeClient) ->
         await until(pilot, lambda: isinstance(app.screen, JobDetailScreen))
         assert app.screen.key == second
         assert app.focused is app.screen.query_one(RichLog)
+
+
+async def test_jobs_screen_polls_a_page_and_the_next_one_near_its_end(client: FakeClient, monkeypatch) -> None:
+    monkeypatch.setattr(jobs_screen, "PAGE", 4)
+    every = client.cluster.list_jobs()
+    app = make_app(client)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("2")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen) and len(table(app).rows) == 4)
+        assert [r.key for r in table(app).rows] == [j["id"] for j in every[:4]]      # the newest page
+        running = sum(1 for j in every if j["state"] == "running")
+        status = plain(app.screen.query_one("#status", Static))
+        assert "newest 4 jobs (more below)" in status and f"{running} running" in status   # counted over all
+        await pilot.press("end")                        # near the end of the page: the next one too
+        await until(pilot, lambda: len(table(app).rows) == 8, what="the second page")
+        await pilot.press("o")                          # oldest first needs every job
+        await until(pilot, lambda: len(table(app).rows) == len(every), what="every job")
+        assert table(app).rows[0].key == every[-1]["id"]
+        assert f"{len(every)} jobs" in plain(app.screen.query_one("#status", Static))
 
 
 async def test_stop_asks_first_and_no_means_no(client: FakeClient) -> None:

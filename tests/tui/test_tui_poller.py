@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from floydd.errors import Forbidden, Unavailable
+from floydd.model import OPEN_STATES
 from floydd.tui.poll import View, Want
 from floydd.tui.poller import Poller, Restart, Stop
 from tests.tui.fake_cluster import NOW, FakeClient
@@ -190,9 +191,24 @@ def test_comparison_has_table_and_curves_for_each_run(client: FakeClient) -> Non
 
 
 def test_unavailable_midway_is_unreachable(client: FakeClient) -> None:
-    def dies() -> list:
+    def dies(*args, **kwargs) -> list:
         raise Unavailable("connection reset")
 
     client.jobs = dies  # type: ignore[method-assign]
     snap = poller(client).poll(Want(view=View.JOBS))
     assert not snap.reachable and snap.error == "connection reset"
+
+
+def test_the_jobs_view_polls_a_page_and_then_counts_the_open_jobs_apart(client: FakeClient) -> None:
+    p = poller(client)
+    every = p.poll(Want(view=View.JOBS))
+    page = p.poll(Want(view=View.JOBS, limit=5))
+    assert [j.id for j in page.jobs] == [j.id for j in every.jobs][:5]       # the newest five
+    assert page.more_jobs and not every.more_jobs and every.open_jobs is None
+    assert sorted(j.id for j in page.open_jobs) == sorted(j.id for j in every.jobs if j.state in OPEN_STATES)
+    whole = p.poll(Want(view=View.JOBS, limit=100))
+    assert not whole.more_jobs and len(whole.jobs) == len(every.jobs) and whole.open_jobs is None
+    queued = p.poll(Want(view=View.JOBS, limit=100, state="queued"))
+    assert queued.jobs and {j.state for j in queued.jobs} == {"queued"}   # the daemon filters
+    cluster = p.poll(Want())
+    assert not cluster.more_jobs and cluster.open_jobs is None            # nothing carried into another view

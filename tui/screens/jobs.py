@@ -1,4 +1,9 @@
-"""The jobs screen: the queue and every run, filtered and sorted, with stop/restart/logs keys."""
+"""The jobs screen: the queue and every run, filtered and sorted, with stop/restart/logs keys.
+
+Newest first (the API's order), it polls a page of jobs, not all of them: the newest
+:data:`PAGE`, with the state filter asked of the daemon, and one page more each time the
+cursor comes near the end of what it has (10,000 jobs are a second of JSON a poll). A text
+filter or another sort needs every job, and asks for them all."""
 
 from __future__ import annotations
 
@@ -11,12 +16,15 @@ from textual.widgets import Input
 
 from floydd.model import FINAL_STATES, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES, JobView
 from floydd.tui.format import duration, job_seconds, metric_summary, state_style
-from floydd.tui.poll import Snapshot, View
+from floydd.tui.poll import Snapshot, View, Want
 from floydd.tui.screens.base import SnapshotScreen
 from floydd.tui.widgets.panel import Panel
 from floydd.tui.widgets.table import Column, Row, RowTable
 
-__all__ = ["JobsScreen", "job_rows", "STATE_FILTERS", "SORTS", "COLUMNS"]
+__all__ = ["JobsScreen", "job_rows", "STATE_FILTERS", "SORTS", "COLUMNS", "PAGE"]
+
+PAGE = 500
+"""Jobs a poll of the jobs screen fetches, and how many more when the cursor nears their end."""
 
 COLUMNS = (
     Column("Job", 12), Column("State", 8), Column("User", 7), Column("Node", 8), Column("GPUs", 5),
@@ -52,6 +60,19 @@ class JobsScreen(SnapshotScreen):
         self.text = ""
         self.state_filter = "all"
         self.sort = "newest"
+        self.limit = PAGE
+
+    def want(self) -> Want:
+        if self.text or self.sort != "newest":       # filtered by text or sorted otherwise: every job
+            return Want(view=View.JOBS)
+        states = STATE_FILTERS[self.state_filter]
+        return Want(view=View.JOBS, limit=self.limit, state=",".join(sorted(states)) if states else None)
+
+    def _asked_again(self) -> None:
+        """Filter or sort changed: the first page of what they show, at once."""
+        self.limit = PAGE
+        self.want_changed()
+        self._redraw()
 
     def compose_body(self) -> Iterable[Widget]:
         yield Panel(id="status", classes="summary")
@@ -68,9 +89,13 @@ class JobsScreen(SnapshotScreen):
         table = self.query_one(RowTable)
         table.set_rows(rows, empty="no jobs match" if jobs else
                        ("no jobs yet: submit one with `floyd run`" if snap.all_jobs else "loading jobs…"))
-        shown = f"{len(rows)} of {len(jobs)} jobs" if len(rows) != len(jobs) else f"{len(jobs)} jobs"
-        queued = sum(1 for j in jobs if j.state in WAITING_STATES)
-        running = sum(1 for j in jobs if j.state == "running")
+        if snap.more_jobs:
+            shown = f"newest {len(rows)} jobs (more below)"
+        else:
+            shown = f"{len(rows)} of {len(jobs)} jobs" if len(rows) != len(jobs) else f"{len(jobs)} jobs"
+        counted = snap.open_jobs if snap.more_jobs and snap.open_jobs is not None else jobs
+        queued = sum(1 for j in counted if j.state in WAITING_STATES)
+        running = sum(1 for j in counted if j.state == "running")
         filt = f" · filter “{self.text}”" if self.text else ""
         self.query_one("#status", Panel).show(
             f"{shown} · {running} running, {queued} queued · state: {self.state_filter} (f) · "
@@ -89,6 +114,14 @@ class JobsScreen(SnapshotScreen):
             return None
         return next((j for j in snap.jobs or () if j.id == key), None)
 
+    def on_row_table_highlighted(self, event: RowTable.Highlighted) -> None:
+        """Near the end of a full page: ask for the next one too."""
+        table, snap = event.table, self.app.snapshot
+        if snap is not None and snap.more_jobs and len(table.rows) >= self.limit \
+                and table.cursor >= len(table.rows) - max(1, table.size.height) * 2:
+            self.limit += PAGE
+            self.want_changed()
+
     def on_row_table_selected(self, event: RowTable.Selected) -> None:
         event.stop()
         self.app.open_job(event.key)
@@ -97,7 +130,7 @@ class JobsScreen(SnapshotScreen):
         event.stop()
         if event.column in _SORT_BY_COLUMN:
             self.sort = _SORT_BY_COLUMN[event.column]
-            self._redraw()
+            self._asked_again()
 
     def action_logs(self) -> None:
         job = self._current()
@@ -124,7 +157,7 @@ class JobsScreen(SnapshotScreen):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.text = event.value.strip()
-        self._redraw()
+        self._asked_again()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.input.display = False
@@ -136,16 +169,16 @@ class JobsScreen(SnapshotScreen):
         box.display = False
         self.text = ""
         self.query_one(RowTable).focus()
-        self._redraw()
+        self._asked_again()
 
     def action_state_filter(self) -> None:
         names = list(STATE_FILTERS)
         self.state_filter = names[(names.index(self.state_filter) + 1) % len(names)]
-        self._redraw()
+        self._asked_again()
 
     def action_sort(self) -> None:
         self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
-        self._redraw()
+        self._asked_again()
 
 
 def job_rows(jobs: Sequence[JobView], now: float, *, text: str = "",
