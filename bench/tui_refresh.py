@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from floydd.client import Client  # noqa: E402
 from floydd.tui.app import FloydTop, SnapshotReady  # noqa: E402
-from floydd.tui.poll import View, Want  # noqa: E402
+from floydd.tui.poll import PAGE, View, Want  # noqa: E402
 from floydd.tui.poller import Poller  # noqa: E402
 from floydd.tui.screens.jobs import JobsScreen  # noqa: E402
 
@@ -80,7 +80,8 @@ def bench_poll(sock: Path, rounds: int) -> dict[str, tuple[float, float]]:
     wants = {"cluster": Want(view=View.CLUSTER), "jobs": JobsScreen().want(),
              "jobs, all (a sort)": Want(view=View.JOBS),
              "detail": Want(view=View.DETAIL, job="mnist/300"),
-             "experiments": Want(view=View.EXPERIMENTS, compare=("mnist/300", "mnist/299", "mnist/298"))}
+             "experiments": Want(view=View.EXPERIMENTS, compare=("mnist/300", "mnist/299", "mnist/298"),
+                                 project="mnist", limit=PAGE)}
     poller = Poller(Client(sock))
     out = {}
     for name, want in wants.items():

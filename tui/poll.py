@@ -19,7 +19,10 @@ from typing import Any, Mapping
 
 from floydd.model import JobView
 
-__all__ = ["View", "Want", "LogLine", "Detail", "Comparison", "Snapshot"]
+__all__ = ["View", "Want", "LogLine", "Detail", "Comparison", "Snapshot", "PAGE"]
+
+PAGE = 500
+"""Jobs one poll of a list of jobs fetches (the jobs screen asks for more as it scrolls)."""
 
 Points = tuple[tuple[float, float], ...]
 """A metric series as ``((step, value), ...)``, in step order."""
@@ -41,7 +44,8 @@ class Want:
     cluster: info, nodes, running jobs (who holds a GPU).
     jobs: info, the newest ``limit`` jobs in ``state`` (None: every job, e.g. to sort them all),
     and when that page is full the open jobs too (the counts of the header).
-    experiments: info, every job, ``compare`` and curves.
+    experiments: info, the newest ``limit`` jobs (the projects to pick from) and the newest
+    ``limit`` of ``project``, ``compare`` and curves.
     detail: info, the job in ``job``, its metric series and log tail.
     """
 
@@ -49,7 +53,9 @@ class Want:
     job: str | None = None
     compare: tuple[str, ...] = ()
     limit: int | None = None
-    """The jobs view's page: the newest this many (None: all)."""
+    """The page of the jobs and experiments views: the newest this many (None: all)."""
+    project: str | None = None
+    """The experiments view's project."""
     state: str | None = None
     """The jobs view's states, comma-separated as the API takes them (None: any)."""
 
@@ -104,8 +110,8 @@ class Snapshot:
     info: Mapping[str, Any] | None = None
     nodes: tuple[Mapping[str, Any], ...] | None = None
     jobs: tuple[JobView, ...] | None = None
-    """The view's jobs (the jobs view's page, every job for experiments) or only the running
-    ones (cluster view)."""
+    """The view's jobs (the jobs view's page; for experiments the project's newest and the
+    newest of all) or only the running ones (cluster view)."""
     all_jobs: bool = False
     """Whether ``jobs`` is the view's list (not the cluster view's running ones)."""
     more_jobs: bool = False

@@ -157,7 +157,10 @@ class Poller:
             parts.update(jobs=jobs, all_jobs=True, more_jobs=more, open_jobs=tuple(decode_jobs(
                 self.client.jobs(state=",".join(sorted(OPEN_STATES))))) if more else None)
         elif want.view == View.EXPERIMENTS:
-            parts.update(jobs=tuple(decode_jobs(self.client.jobs())), all_jobs=True, more_jobs=False, open_jobs=None)
+            runs = tuple(decode_jobs(self.client.jobs(want.project, limit=want.limit))) if want.project else ()
+            mine = {j.id for j in runs}
+            recent = (j for j in decode_jobs(self.client.jobs(limit=want.limit)) if j.id not in mine)
+            parts.update(jobs=runs + tuple(recent), all_jobs=True, more_jobs=False, open_jobs=None)
         if want.view == View.DETAIL and want.job:
             parts["detail"] = self._detail(want.job)
         if want.view == View.EXPERIMENTS:

@@ -212,3 +212,15 @@ def test_the_jobs_view_polls_a_page_and_then_counts_the_open_jobs_apart(client: 
     assert queued.jobs and {j.state for j in queued.jobs} == {"queued"}   # the daemon filters
     cluster = p.poll(Want())
     assert not cluster.more_jobs and cluster.open_jobs is None            # nothing carried into another view
+
+
+def test_the_experiments_view_polls_the_newest_jobs_and_the_projects_newest(client: FakeClient) -> None:
+    p = poller(client)
+    every = p.poll(Want(view=View.JOBS)).jobs
+    some = p.poll(Want(view=View.EXPERIMENTS, limit=3))
+    assert [j.id for j in some.jobs] == [j.id for j in every[:3]]
+    oldest_project = every[-1].project
+    theirs = p.poll(Want(view=View.EXPERIMENTS, limit=3, project=oldest_project))
+    runs = [j.id for j in every if j.project == oldest_project][:3]
+    assert [j.id for j in theirs.jobs][:len(runs)] == runs                      # the project's newest first
+    assert {j.id for j in theirs.jobs} == set(runs) | {j.id for j in every[:3]}  # then the newest of all

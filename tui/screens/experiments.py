@@ -1,4 +1,7 @@
-"""Experiments: pick runs of a project and compare params and metrics, curves overlaid."""
+"""Experiments: pick runs of a project and compare params and metrics, curves overlaid.
+
+The projects to pick from are those of the newest :data:`~floydd.tui.poll.PAGE` jobs, and a
+project's newest that many runs are listed (``floyd compare`` reaches older ones)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from textual.widget import Widget
 
 from floydd.model import JobView
 from floydd.tui.format import metric_summary, number, state_style
-from floydd.tui.poll import Comparison, Snapshot, View, Want
+from floydd.tui.poll import PAGE, Comparison, Snapshot, View, Want
 from floydd.tui.screens.base import SnapshotScreen
 from floydd.tui.widgets.chart import COLORS, LineChart, Series
 from floydd.tui.widgets.panel import Panel
@@ -57,7 +60,7 @@ class ExperimentsScreen(SnapshotScreen):
                 yield LineChart(id="exp-chart")
 
     def want(self) -> Want:
-        return Want(view=View.EXPERIMENTS, compare=tuple(self._picks()))
+        return Want(view=View.EXPERIMENTS, compare=tuple(self._picks()), project=self.project, limit=PAGE)
 
     def _picks(self) -> list[str]:
         return self.picked.get(self.project or "", [])
@@ -67,6 +70,7 @@ class ExperimentsScreen(SnapshotScreen):
         projects = projects_of(jobs)
         if self.project not in projects and projects:
             self.project = projects[0]
+            self.want_changed()                 # its runs, not only the newest of all
         runs = [j for j in jobs if j.project == self.project]
         if self.project and self.project not in self.picked and snap.all_jobs:
             self.picked[self.project] = [j.id for j in runs if j.metrics][:3]

@@ -16,15 +16,12 @@ from textual.widgets import Input
 
 from floydd.model import FINAL_STATES, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES, JobView
 from floydd.tui.format import duration, job_seconds, metric_summary, state_style
-from floydd.tui.poll import Snapshot, View, Want
+from floydd.tui.poll import PAGE, Snapshot, View, Want
 from floydd.tui.screens.base import SnapshotScreen
 from floydd.tui.widgets.panel import Panel
 from floydd.tui.widgets.table import Column, Row, RowTable
 
-__all__ = ["JobsScreen", "job_rows", "STATE_FILTERS", "SORTS", "COLUMNS", "PAGE"]
-
-PAGE = 500
-"""Jobs a poll of the jobs screen fetches, and how many more when the cursor nears their end."""
+__all__ = ["JobsScreen", "job_rows", "STATE_FILTERS", "SORTS", "COLUMNS"]
 
 COLUMNS = (
     Column("Job", 12), Column("State", 8), Column("User", 7), Column("Node", 8), Column("GPUs", 5),
