@@ -58,8 +58,9 @@ class Reconnecting:
     def nodes(self) -> list[dict]:
         return self._call("nodes")
 
-    def jobs(self, project: str | None = None, state: str | None = None) -> list[dict]:
-        return self._call("jobs", project=project, state=state)
+    def jobs(self, project: str | None = None, state: str | None = None, *, limit: int | None = None,
+             offset: int = 0) -> list[dict]:
+        return self._call("jobs", project=project, state=state, limit=limit, offset=offset)
 
     def job(self, key: str) -> dict:
         return self._call("job", key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 from pathlib import Path
 
@@ -108,3 +109,16 @@ def test_main_takes_the_cli_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse_address(":8123") == ("127.0.0.1", 8123) and parse_address("[::1]:80") == ("::1", 80)
     with pytest.raises(SystemExit):
         parse_address("host:http")
+
+
+def test_the_tui_double_and_the_reconnecting_client_take_the_same_arguments() -> None:
+    """The poller is tested over the double and runs over Reconnecting (over floydd.client): a
+    keyword one of them lacks is a TypeError on the banner of a real `floyd top` only."""
+    from floydd.client import Client
+    from tests.tui.fake_cluster import FakeClient
+
+    for name in ("info", "nodes", "jobs", "job", "metrics", "compare", "stop", "restart", "logs"):
+        double, real = inspect.signature(getattr(FakeClient, name)), inspect.signature(getattr(Reconnecting, name))
+        assert list(double.parameters) == list(real.parameters), name
+        keywords = {n for n, p in real.parameters.items() if p.kind is p.KEYWORD_ONLY or p.default is not p.empty}
+        assert keywords <= set(inspect.signature(getattr(Client, name)).parameters), name
