@@ -46,7 +46,7 @@ from floydd import log
 from floydd.errors import NotFound, StoreError, StoreFull
 from floydd.store.backend import Check
 from floydd.store.fileio import (_read_all, _read_back, _start_writeback, _syncfs, _syncfs_path, _unlink_quiet,
-                                 _write_all, fsync_dir)
+                                 _write_all, fsync_dir, fsync_dirs)
 from floydd.store.ids import ID_SIZE, ObjectId
 
 __all__ = ["LocalBackend", "fsync_dir"]
@@ -215,8 +215,7 @@ class _LocalBatch:
                 if pending or dirs:
                     _syncfs_path(self._b.root)          # every name, ours and reused ones
             else:
-                for prefix in sorted(dirs):
-                    fsync_dir(self._b.root / prefix)
+                fsync_dirs(self._b.root / prefix for prefix in sorted(dirs))
         except OSError as e:
             for tmp, _ in pending:
                 _unlink_quiet(tmp)
