@@ -196,6 +196,10 @@ def run(args, base: Path) -> int:
         s.close()
         shutil.rmtree(base / f"store-{sync}")
 
+    # -- the commit's folder fsyncs ---------------------------------------------------
+    print("a commit's 256 fan-out folders made durable (each with a fresh rename), ms")
+    row("one after another | 8 at a time (now)", dir_fsyncs(base / "dirs", rounds=3 if args.smoke else 7))
+
     # -- chunkers ----------------------------------------------------------------------
     print("chunkers (one core, in memory)")
     for name, value in chunker_comparison(8 if args.smoke else 64):
@@ -300,6 +304,35 @@ def upload_twice(src: Path, state: Path) -> tuple[Timing, Timing]:
             out.append(Timing(t.wall, t.cpu + sum(daemon.cpu_times()[:2]) - before, t.load))
     shutil.rmtree(state)
     return out[0], out[1]
+
+
+def dir_fsyncs(root: Path, rounds: int) -> str:
+    """fsync of 256 folders, each holding a fresh rename, serially and with
+    :func:`floydd.store.fileio.fsync_dirs`, interleaved: min/median/max ms each."""
+    from floydd.store.fileio import fsync_dir, fsync_dirs
+
+    dirs = [root / f"{i:02x}" for i in range(256)]
+    for d in dirs:
+        d.mkdir(parents=True)
+    times: dict[str, list[float]] = {"serial": [], "parallel": []}
+    for r in range(rounds):
+        for name in times:
+            for d in dirs:
+                (d / "a").write_bytes(b"x")
+            os.sync()
+            for d in dirs:
+                os.rename(d / "a", d / f"{name}{r}")        # each folder has a name to make durable
+            t = time.perf_counter()
+            if name == "serial":
+                for d in dirs:
+                    fsync_dir(d)
+            else:
+                fsync_dirs(dirs)
+            times[name].append((time.perf_counter() - t) * 1000)
+    shutil.rmtree(root)
+    s, p = (sorted(times[k]) for k in ("serial", "parallel"))
+    return (f"{s[0]:.0f}/{s[len(s) // 2]:.0f}/{s[-1]:.0f} | {p[0]:.0f}/{p[len(p) // 2]:.0f}/{p[-1]:.0f} "
+            f"(min/median/max)  {s[len(s) // 2] / p[len(p) // 2]:.1f}x faster")
 
 
 def _cpu() -> float:
