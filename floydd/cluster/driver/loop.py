@@ -110,6 +110,8 @@ class RaftDriver:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._leader_changed = asyncio.Event()
+        self._company = asyncio.Event()
+        """Set while this node is not a leader alone (see :meth:`alone`): its clock must run."""
         self._led = False
         self._on_leader: list[Callable[[str | None, int], None]] = []
         self._failed: BaseException | None = None
@@ -141,6 +143,7 @@ class RaftDriver:
         self.applier.replay_until = durable.hard_state.commit
         self._running = True
         self.contact.started = asyncio.get_running_loop().time()
+        self._company.set()                       # a follower at first: its clock runs until it leads alone
         conf = self._node.status().conf
         if conf.voters == {self.node_id}:
             self.submit(self._node.campaign)      # a cluster of one leads at once
@@ -273,6 +276,19 @@ class RaftDriver:
     def node(self) -> RaftNode | None:
         return self._node
 
+    @property
+    def alone(self) -> bool:
+        """This node leads a configuration of itself only (a box alone): no election can
+        happen and nobody waits for its heartbeats, so its clock stops (no ticks, no autopilot
+        rounds) until a learner or a voter is added or it stops leading."""
+        node = self._node
+        return (node is not None and node.role == Role.LEADER and not node.tracker.learners
+                and node.tracker.voters == (self.node_id,))
+
+    async def until_company(self) -> None:
+        """Return at once unless :attr:`alone`; else once it is no longer alone."""
+        await self._company.wait()
+
     def status(self) -> DriverStatus:
         st = self._node.status()
         return DriverStatus(id=self.node_id, role=st.role.name.lower(), term=st.term, leader=st.lead,
@@ -323,6 +339,10 @@ class RaftDriver:
                         self._leadership(rd.soft_state.lead, rd.soft_state.role, term)
                     node.advance()
                     self._drain()
+                if self.alone:                      # the clock stops; it starts again with a peer
+                    self._company.clear()
+                else:
+                    self._company.set()
                 if self.applier.applied - self.snapshots.index >= self.config.snapshot_every:
                     await self.snapshots.compact()
         except asyncio.CancelledError:
@@ -339,6 +359,9 @@ class RaftDriver:
         tick = self._node.tick
         due = loop.time()
         while True:
+            if not self._company.is_set():      # a leader alone: nothing to time until a peer comes
+                await self._company.wait()
+                due = loop.time()
             due += interval
             delay = due - loop.time()
             if delay < -5 * interval:       # the loop stalled: do not fire a burst of ticks
