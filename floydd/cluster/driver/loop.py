@@ -367,7 +367,8 @@ class RaftDriver:
             if delay < -5 * interval:       # the loop stalled: do not fire a burst of ticks
                 due, delay = loop.time(), 0.0
             await asyncio.sleep(max(0.0, delay))
-            self.submit(tick)
+            if self._company.is_set():
+                self.submit(tick)
 
     def _leadership(self, lead: str | None, role: Role, term: int) -> None:
         if lead is not None:
