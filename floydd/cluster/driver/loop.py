@@ -30,6 +30,12 @@ when its entry is applied, which is after this ready's save. A leader that crash
 mid-save loses only its own copy: what committed is on a quorum of followers, what did
 not was never reported (tests/sim models this crash; see ``count_self_unsynced``).
 
+The clock (``_ticker``) queues a tick every ``tick_interval_ms``, except on a leader alone
+(:attr:`RaftDriver.alone`: a configuration of itself only, no learner): no election can
+happen there and nobody waits for its heartbeats, so the clock stops, and autopilot's rounds
+with it, until a ready leaves the node with company (a learner or voter added, a step-down);
+an idle box alone then wakes only for what it is asked (issue 23).
+
 Every node records which leader it saw in which term (:attr:`RaftDriver.leaders_seen`),
 so tests can check there is at most one per term.
 
