@@ -31,8 +31,8 @@ __all__ = ["Archiver", "Leading", "choose", "finished", "referenced"]
 
 _log = log.cluster.getChild("archiver")
 _LOOK = 0.5
-"""Seconds between looks at the hot state's size: a burst of jobs is archived without waiting
-for the next round."""
+"""Seconds between looks at the hot state's size once it holds half of what makes a burst: a
+burst of jobs is archived without waiting for the next round."""
 
 
 def finished(job: Job) -> bool:
@@ -89,14 +89,23 @@ class Archiver:
             config = self.config
             batch = min(config.archive_batch, MAX_ARCHIVE)
             crowded = len(self._state.jobs) >= config.archive_keep + batch    # a burst of jobs
+            again = False
             if self._driver.is_leader and (crowded or loop.time() >= due):
                 due = loop.time() + config.archive_interval
                 try:
-                    if await self.archive_once() >= batch:
-                        due = 0.0                   # a full batch: the next one at once
+                    again = await self.archive_once() >= batch      # a full batch: the next one at once
                 except FloyddError as exc:          # a lost leadership, a full disk: next round
                     _log.info("[%s] archiving finished jobs: %s", self.node_id, exc)
-            await asyncio.sleep(0 if due == 0.0 else min(_LOOK, config.archive_interval))
+            await asyncio.sleep(0 if again else self._pause(due - loop.time(), batch))
+
+    def _pause(self, until_due: float, batch: int) -> float:
+        """Seconds to the next look: every ``_LOOK`` while the hot state is past half of what
+        makes a burst (and on a node that does not lead: it may lead soon), else at the round."""
+        config = self.config
+        look = min(_LOOK, config.archive_interval)
+        if not self._driver.is_leader or 2 * len(self._state.jobs) >= config.archive_keep + batch:
+            return look
+        return max(look, until_due)
 
     async def archive_once(self) -> int:
         """Commit one batch; how many jobs moved."""

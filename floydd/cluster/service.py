@@ -266,6 +266,13 @@ class ClusterService:
         return self.driver.is_leader
 
     @property
+    def alone(self) -> bool:
+        """This box leads a cluster of itself only (its raft configuration and its node table
+        name no other box): no one to hear from nor to judge, so its loops wait for events
+        and long timers rather than looking every second."""
+        return self.driver.alone and all(nid == self.node_id for nid in self.state.nodes)
+
+    @property
     def leader_id(self) -> str | None:
         """The leader this node knows of (None: none heard, e.g. during an election)."""
         return self.driver.leader_id

@@ -3,7 +3,8 @@
 A part of :class:`~floydd.cluster.service.ClusterService` (:class:`Upkeep`, its ``upkeep``),
 reading what the node says of itself through :class:`Member`. One task per node
 (:meth:`Upkeep.keep_membership`) wakes every half of the shorter of
-``rejoin_interval`` and ``heartbeat_interval``, or at once after :meth:`beat_soon`, and::
+``rejoin_interval`` and ``heartbeat_interval`` (a leader alone, which has no seat to keep: when
+its next heartbeat is due), or at once after :meth:`beat_soon`, and::
 
     leader, and the cluster below the level every box speaks  -> raise_level
     not announced yet (or its settings changed)               -> node.upsert (this node's record)
@@ -79,10 +80,13 @@ class Upkeep:
         loop = asyncio.get_running_loop()
         leaderless_since = loop.time()
         next_beat = 0.0
+        period = min(self.config.rejoin_interval, self.config.heartbeat_interval) / 2
         while True:
+            wait = period
+            if self.announced and self.driver.alone:    # no seat to keep, no leader to lose: the beat
+                wait = max(period, next_beat - loop.time())
             try:
-                await asyncio.wait_for(self._beat_now.wait(),
-                                       min(self.config.rejoin_interval, self.config.heartbeat_interval) / 2)
+                await asyncio.wait_for(self._beat_now.wait(), wait)
             except asyncio.TimeoutError:
                 pass
             now = loop.time()

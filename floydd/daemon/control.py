@@ -19,6 +19,7 @@ from another box, and the background scrub (``store_scrub_rate``) re-checks ever
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 from dataclasses import replace
 from functools import partial
 
@@ -29,7 +30,6 @@ from floydd.api import keys
 from floydd.cluster.state.access import ReadRules
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG
 from floydd.cluster.replication.datasets import ClusterDatasets
-from floydd.cluster.net.discovery import Discovery
 from floydd.cluster.service import ClusterService
 from floydd.cluster.replication.storecare import StoreCare
 from floydd.config import settings_line
@@ -47,6 +47,9 @@ from floydd.security.tls import api_server_context, server_context
 from floydd.daemon.epochs import StoreEpochs
 from floydd.store.keys.rekey import cluster_secret
 from floydd.store.keys.epochs import epoch_secret
+
+if TYPE_CHECKING:
+    from floydd.cluster.net.discovery import Discovery
 
 __all__ = ["control_ctx"]
 
@@ -169,6 +172,7 @@ async def _listen(app: web.Application, service: ClusterService, identity: NodeI
 
 
 async def _discover(service: ClusterService, identity: NodeIdentity, settings: ClusterSettings) -> Discovery | None:
+    from floydd.cluster.net.discovery import Discovery  # zeroconf (~12 MiB): only a box with peers to find
     adv_host, _ = split_address(service.advertise)
     _, port = split_address(settings.listen)
 

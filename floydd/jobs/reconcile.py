@@ -63,6 +63,11 @@ __all__ = ["Reconciler"]
 
 _log = log.scheduler.getChild("reconcile")
 _MAX_SUMMARY_METRICS = 64
+IDLE_SWEEP = 60.0
+"""Seconds between the sweeps for leftover job processes once this box has had no job for as
+long (every heartbeat interval before): a run's processes appear only when the runtime starts
+one, and the first round after a start sweeps what an earlier daemon left. An idle box's
+rounds wait for an event (a job or node entry applied, a run ending) or the next sweep."""
 
 FetchTree = Callable[[Store, str, list[str]], Awaitable[Any]]
 """``fetch(store, tree, sources)``: make a tree complete in this store from those nodes."""
@@ -85,6 +90,7 @@ class Reconciler:
         self._progress_due: dict[str, float] = {}
         self._waiting: dict[str, list[str]] = {}     # placed here, its GPUs held by other runs
         self._sweep_due = 0.0
+        self._active_at = -IDLE_SWEEP               # monotonic time of the last round with a job here
         self.checkpoints = Checkpoints(cluster=cluster, runtime=runtime, store=store, interval=checkpoint_interval,
                                        ensure_tree=self.ensure_tree, report=self._report, spawn=self._spawn)
         self._tasks: set[asyncio.Task] = set()
@@ -95,8 +101,15 @@ class Reconciler:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._spawn(every_second_or_sooner(self._wake, self.round, "reconciling this node's jobs"),
+        self._spawn(every_second_or_sooner(self._wake, self.round, "reconciling this node's jobs", self._period),
                     "floydd.jobs.reconcile")
+
+    def _period(self) -> float:
+        """Every second while this box has jobs (or had one within ``IDLE_SWEEP``), else until
+        the next sweep: what a round looks at without a job here changes only by events."""
+        if self._busy or time.monotonic() - self._active_at < IDLE_SWEEP:
+            return 1.0
+        return max(1.0, self._sweep_due - time.monotonic())
 
     async def close(self) -> None:
         await cancel_and_wait(self._tasks)
@@ -123,6 +136,9 @@ class Reconciler:
         gpu_holder = {g: f"{p}/{n}" for (p, n), gpus in running.items() for g in gpus}
         keys = [k for k, j in list(state.jobs.items()) if unsettled_on(j, self.node_id)]
         keys += sorted(held - set(keys))
+        if keys or self._busy:                       # sweeps every heartbeat interval again
+            self._active_at = time.monotonic()
+            self._sweep_due = min(self._sweep_due, self._active_at + self.cluster.config.heartbeat_interval)
         self._call_off_starts(held)
         scanned: dict | None = None                  # the processes of every run here, looked at once
         for key in keys:
@@ -147,11 +163,14 @@ class Reconciler:
                 del memo[key]
 
     async def _sweep(self) -> None:
-        """Every heartbeat interval: kill what is left of runs the runtime does not hold (their
-        GPUs are fenced until then) and, if there was any, tell the cluster at once."""
-        if time.monotonic() < self._sweep_due:
+        """Every heartbeat interval (every ``IDLE_SWEEP`` on a box without jobs): kill what is
+        left of runs the runtime does not hold (their GPUs are fenced until then) and, if there
+        was any, tell the cluster at once."""
+        now = time.monotonic()
+        if now < self._sweep_due:
             return
-        self._sweep_due = time.monotonic() + self.cluster.config.heartbeat_interval
+        idle = not self._busy and now - self._active_at >= IDLE_SWEEP
+        self._sweep_due = now + (IDLE_SWEEP if idle else self.cluster.config.heartbeat_interval)
         try:
             if await self.runtime.sweep():
                 self.cluster.beat_soon()

@@ -26,11 +26,30 @@ opening the same file cannot both apply them and a failing one leaves no trace.
 from __future__ import annotations
 
 import sqlite3
-
-from sqlite_utils import Database, Migrations
+import sys
 
 from floydd import log
 from floydd.errors import Conflict
+
+
+def _without_numpy_and_pandas():
+    """sqlite-utils imports numpy and pandas when they are installed, for column types this
+    schema never writes: 14 MiB (numpy) and ~50 MiB (pandas) of every daemon's memory. Hide
+    them while it loads (it takes their absence as it would on a box without them)."""
+    hidden = [name for name in ("numpy", "pandas") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None            # ``import numpy`` raises ImportError
+    try:
+        import sqlite_utils
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+    return sqlite_utils
+
+
+_sqlite_utils = _without_numpy_and_pandas()
+Database, Migrations = _sqlite_utils.Database, _sqlite_utils.Migrations
 
 __all__ = ["MIGRATIONS", "migrate", "configure", "SYNCHRONOUS", "BUSY_TIMEOUT_MS", "TABLES"]
 

@@ -15,7 +15,8 @@ shuts down cleanly gives it back: it is made again at the next start)::
       └──────────(free ≥ 3 × reserve)───┘ the reserve is allocated again
 
 :meth:`Disk.check` is blocking (statvfs, fallocate): call it in a thread. The runtime
-calls it every :data:`CHECK_INTERVAL` seconds and whenever a write fails for lack of
+calls it every :data:`CHECK_INTERVAL` seconds (:data:`IDLE_CHECK_INTERVAL` with no job running
+and room) and whenever a write fails for lack of
 space (:func:`no_space`).
 """
 
@@ -33,7 +34,7 @@ from floydd import log
 from floydd.errors import StoreError, StoreFull
 
 __all__ = ["Disk", "StoreWatch", "no_space", "store_fault", "is_full", "reserve_size", "RESERVE_NAME",
-           "CHECK_INTERVAL", "RECHECK_AFTER"]
+           "CHECK_INTERVAL", "IDLE_CHECK_INTERVAL", "RECHECK_AFTER"]
 
 RESERVE_NAME = "reserve"
 RESERVE_SHARE = 0.02
@@ -43,7 +44,10 @@ RESERVE_MAX = 16 * 1024 * 1024
 """16 MiB holds thousands of SQLite transactions: every stop, delete and report a full disk
 needs, with room to spare; on a 1 TB disk it is invisible."""
 CHECK_INTERVAL = 1.0
-"""Seconds between two looks at the free space (one statvfs)."""
+"""Seconds between two looks at the free space (one statvfs) while jobs run here or the disk is full."""
+IDLE_CHECK_INTERVAL = 5.0
+"""Seconds between two looks on a box with no job running and room (issue 23: an idle box wakes
+rarely); a write that fails for lack of space looks at once either way."""
 RECHECK_AFTER = 600.0
 """Seconds after a failed store write that a box offers to take data again even if nothing
 says it recovered (it is asked again; a write that fails again keeps it out as long)."""

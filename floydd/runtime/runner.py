@@ -57,7 +57,7 @@ from floydd.runtime import checkpoint, envs, fence, spawn, workspace
 from floydd.runtime.catchup import CatchUps
 from floydd.runtime.prestart import Prestart
 from floydd.runtime.sandboxing import Sandboxing, resolve
-from floydd.runtime.disk import CHECK_INTERVAL, Disk, no_space
+from floydd.runtime.disk import CHECK_INTERVAL, IDLE_CHECK_INTERVAL, Disk, no_space
 from floydd.runtime.watch import JobWatch
 from floydd.tasks import cancel_and_wait
 
@@ -323,11 +323,11 @@ class NodeRuntime:
         return Path(run.workspace) if run.workspace else workspace.job_dir(self.state_dir, run.project, run.number)
 
     async def _watch_disk(self) -> None:
-        """Every CHECK_INTERVAL: on a full disk end every job here as failed (whatever writes
-        would take the space the daemon frees to record it) and release the reserve; allocate
-        it again once there is room."""
+        """Every CHECK_INTERVAL (IDLE_CHECK_INTERVAL with no job here and room): on a full disk
+        end every job here as failed (whatever writes would take the space the daemon frees to
+        record it) and release the reserve; allocate it again once there is room."""
         while True:
-            await asyncio.sleep(CHECK_INTERVAL)
+            await asyncio.sleep(CHECK_INTERVAL if self._held or self.disk.full else IDLE_CHECK_INTERVAL)
             try:
                 if await asyncio.to_thread(self.disk.check):
                     self.end_for_full_disk()

@@ -27,11 +27,16 @@ from floydd.scheduler import outages
 from floydd.model import DEFAULT_LOST_AFTER, DatasetRef, Job
 from floydd.scheduler import NodeSnapshot, PendingJob, node_snapshots, place
 
-__all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "every_second_or_sooner"]
+__all__ = ["ClusterScheduler", "REPORT_TIMEOUT", "ALONE_ROUND", "every_second_or_sooner"]
 
 _log = log.scheduler.getChild("cluster")
 REPORT_TIMEOUT = 5.0
 """Seconds a state report may take to commit (it is retried next round)."""
+ALONE_ROUND = 30.0
+"""Seconds between the rounds of a box alone (:attr:`ClusterService.alone
+<floydd.cluster.service.ClusterService.alone>`) when nothing wakes it: no other box to judge,
+and every change placement depends on (a job, a node's record or heartbeat) is an applied
+entry that wakes the round at once."""
 
 
 class ClusterScheduler:
@@ -54,7 +59,10 @@ class ClusterScheduler:
         self.wake_event.set()
 
     async def run(self) -> None:
-        await every_second_or_sooner(self.wake_event, self._lead_if_leader, "scheduling round")
+        await every_second_or_sooner(self.wake_event, self._lead_if_leader, "scheduling round", self._period)
+
+    def _period(self) -> float:
+        return ALONE_ROUND if getattr(self.cluster, "alone", False) else 1.0
 
     async def _lead_if_leader(self) -> None:
         if not self.cluster.is_leader:
@@ -175,11 +183,14 @@ class _Near:
         return self._seen[refs]
 
 
-async def every_second_or_sooner(wake: asyncio.Event, body: Callable[[], Any], what: str) -> None:
-    """Run ``body`` when ``wake`` is set, and at least once a second; survive its failures."""
+async def every_second_or_sooner(wake: asyncio.Event, body: Callable[[], Any], what: str,
+                                 period: Callable[[], float] | None = None) -> None:
+    """Run ``body`` when ``wake`` is set, and at least once a second (or every ``period()``
+    seconds, asked after each round: longer when nothing but an event can change); survive its
+    failures."""
     while True:
         try:
-            await asyncio.wait_for(wake.wait(), 1.0)
+            await asyncio.wait_for(wake.wait(), period() if period is not None else 1.0)
         except asyncio.TimeoutError:
             pass
         wake.clear()

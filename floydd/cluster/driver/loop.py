@@ -30,6 +30,12 @@ when its entry is applied, which is after this ready's save. A leader that crash
 mid-save loses only its own copy: what committed is on a quorum of followers, what did
 not was never reported (tests/sim models this crash; see ``count_self_unsynced``).
 
+The clock (``_ticker``) queues a tick every ``tick_interval_ms``, except on a leader alone
+(:attr:`RaftDriver.alone`: a configuration of itself only, no learner): no election can
+happen there and nobody waits for its heartbeats, so the clock stops, and autopilot's rounds
+with it, until a ready leaves the node with company (a learner or voter added, a step-down);
+an idle box alone then wakes only for what it is asked (issue 23).
+
 Every node records which leader it saw in which term (:attr:`RaftDriver.leaders_seen`),
 so tests can check there is at most one per term.
 
@@ -110,6 +116,8 @@ class RaftDriver:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._leader_changed = asyncio.Event()
+        self._company = asyncio.Event()
+        """Set while this node is not a leader alone (see :meth:`alone`): its clock must run."""
         self._led = False
         self._on_leader: list[Callable[[str | None, int], None]] = []
         self._failed: BaseException | None = None
@@ -141,6 +149,7 @@ class RaftDriver:
         self.applier.replay_until = durable.hard_state.commit
         self._running = True
         self.contact.started = asyncio.get_running_loop().time()
+        self._company.set()                       # a follower at first: its clock runs until it leads alone
         conf = self._node.status().conf
         if conf.voters == {self.node_id}:
             self.submit(self._node.campaign)      # a cluster of one leads at once
@@ -273,6 +282,19 @@ class RaftDriver:
     def node(self) -> RaftNode | None:
         return self._node
 
+    @property
+    def alone(self) -> bool:
+        """This node leads a configuration of itself only (a box alone): no election can
+        happen and nobody waits for its heartbeats, so its clock stops (no ticks, no autopilot
+        rounds) until a learner or a voter is added or it stops leading."""
+        node = self._node
+        return (node is not None and node.role == Role.LEADER and not node.tracker.learners
+                and node.tracker.voters == (self.node_id,))
+
+    async def until_company(self) -> None:
+        """Return at once unless :attr:`alone`; else once it is no longer alone."""
+        await self._company.wait()
+
     def status(self) -> DriverStatus:
         st = self._node.status()
         return DriverStatus(id=self.node_id, role=st.role.name.lower(), term=st.term, leader=st.lead,
@@ -323,6 +345,10 @@ class RaftDriver:
                         self._leadership(rd.soft_state.lead, rd.soft_state.role, term)
                     node.advance()
                     self._drain()
+                if self.alone:                      # the clock stops; it starts again with a peer
+                    self._company.clear()
+                else:
+                    self._company.set()
                 if self.applier.applied - self.snapshots.index >= self.config.snapshot_every:
                     await self.snapshots.compact()
         except asyncio.CancelledError:
@@ -339,12 +365,16 @@ class RaftDriver:
         tick = self._node.tick
         due = loop.time()
         while True:
+            if not self._company.is_set():      # a leader alone: nothing to time until a peer comes
+                await self._company.wait()
+                due = loop.time()
             due += interval
             delay = due - loop.time()
             if delay < -5 * interval:       # the loop stalled: do not fire a burst of ticks
                 due, delay = loop.time(), 0.0
             await asyncio.sleep(max(0.0, delay))
-            self.submit(tick)
+            if self._company.is_set():
+                self.submit(tick)
 
     def _leadership(self, lead: str | None, role: Role, term: int) -> None:
         if lead is not None:

@@ -128,6 +128,7 @@ class Membership:
 
     async def autopilot(self) -> None:
         while True:
+            await self._loop.until_company()       # a box alone has no one to promote nor remove
             await asyncio.sleep(self._loop.config.autopilot_interval)
             if not self._loop.is_leader:
                 continue

@@ -32,6 +32,13 @@ class Loop(Protocol):
     @property
     def leader_id(self) -> str | None: ...
 
+    @property
+    def alone(self) -> bool:
+        """This node leads a configuration of itself only (nothing to time, see the driver)."""
+
+    async def until_company(self) -> None:
+        """Return once this node is not :attr:`alone` (at once if it is not)."""
+
     def submit(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the loop's task, the only one that steps the core."""
 

@@ -45,10 +45,14 @@ from floydd.errors import FloyddError
 from floydd.scheduler.storehealth import trouble
 from floydd.tasks import cancel_and_wait
 
-__all__ = ["CopyKeeper", "Kind", "Touched", "PASS_AFTER", "liveness_of"]
+__all__ = ["CopyKeeper", "Kind", "Touched", "PASS_AFTER", "ALONE_WATCH", "liveness_of"]
 
 PASS_AFTER = 3
 """Failed attempts at a copy (not the store's fault) after which a box passes it to the next."""
+
+ALONE_WATCH = 5.0
+"""Seconds between the watch's looks on a box alone (issue 23: an idle box wakes rarely): no
+other box's window to cross; its own store's health is polled as often."""
 
 K = TypeVar("K", bound=Hashable)
 """An item's key: a version's (name, number), a code tree's id."""
@@ -230,12 +234,13 @@ class CopyKeeper(Generic[K]):
 
     async def _watch(self) -> None:
         """Scan again whenever a node crosses a window (a holder's grace, a taker's freshness)
-        without an entry saying so: a crash is silence, not a command. Polls the store watch."""
+        without an entry saying so: a crash is silence, not a command. Polls the store watch.
+        A box alone (no other box to hold or take a copy) looks every ``ALONE_WATCH`` seconds."""
         period = max(0.05, min(1.0, self.liveness().grace / 4, self.cluster.config.stale_after / 4))
         loop = asyncio.get_running_loop()
         log = self.kind.log
         while True:
-            await asyncio.sleep(period)
+            await asyncio.sleep(ALONE_WATCH if getattr(self.cluster, "alone", False) else period)
             watch = self.store_watch
             if watch is not None and loop.time() - self._polled >= 1.0:
                 self._polled = loop.time()

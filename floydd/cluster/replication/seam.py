@@ -31,6 +31,10 @@ class Cluster(Protocol):
     @property
     def is_leader(self) -> bool: ...
 
+    @property
+    def alone(self) -> bool:
+        """This box leads a cluster of itself only (its loops may look rarely)."""
+
     def on_apply(self, callback: Callable[[Applied], None]) -> None:
         """``callback(Applied)`` for every entry applied on this node, in log order."""
 

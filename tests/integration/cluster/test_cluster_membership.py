@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import aiohttp
@@ -200,3 +201,30 @@ async def test_a_node_that_left_for_good_is_refused(cluster):
                                 server_hostname=lead.id, headers=PEER_HEADERS) as resp:
             assert resp.status == 403
             assert (await resp.json())["error"]["code"] == "not_a_member"
+
+
+
+async def test_a_leader_alone_stops_its_clock_and_starts_it_again_when_a_node_joins(cluster):
+    """Issue 23: a one-voter raft needs no ticks (no election can happen, nobody waits for its
+    heartbeats) nor autopilot rounds; a learner that joins needs both again."""
+    (node,) = await cluster.start(1)
+    driver = node.service.driver
+    ticks = [0]
+    submit = driver.submit
+
+    def counted(fn) -> None:
+        if fn == driver.node.tick:
+            ticks[0] += 1
+        submit(fn)
+    driver.submit = counted
+    await cluster.wait_for(lambda: driver.alone and node.service.alone, what="the leader alone")
+    alone_at = ticks[0]
+    await node.service.submit_job(SPEC, "k-alone")          # a write does not start the clock
+    await asyncio.sleep(5 * driver.config.raft.tick_interval_ms / 1000)   # a window to see no tick in
+    assert driver.alone and ticks[0] == alone_at
+    new = await cluster.join(via=node)
+    await cluster.wait_for(lambda: new.id in roles(node)[1], what="the learner seat")
+    assert not driver.alone and not node.service.alone
+    await cluster.wait_for(lambda: ticks[0] >= alone_at + 10, what="the clock running again")
+    await cluster.wait_for(lambda: new.service.driver.leader_id == node.id, what="the learner hears the leader")
+    assert new.service.driver.leader_silent_for() < driver.config.leader_lost_after
