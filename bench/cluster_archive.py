@@ -71,8 +71,9 @@ SPEC = {"command": "python train.py --lr 0.01 --epochs 10", "params": {"lr": "0.
 SMOKE_JOBS, SMOKE_KEEP = 150, 50
 
 
-def form(tmp: Path, n: int):
-    boxes = [box(tmp, f"box{i + 1}") for i in range(n)]
+def form(tmp: Path, n: int, boxes: list) -> list:
+    """Form the cluster in ``boxes`` (empty; filled as they are made, so a failure stops them)."""
+    boxes += [box(tmp, f"box{i + 1}") for i in range(n)]
     for b in boxes:
         b.env["FLOYDD_LOG_LEVEL"] = "warning"
     p, api = free_ports(2)
@@ -326,7 +327,7 @@ def main(argv=None) -> int:
         lone.start()
         boxes, fourth = [], None
         try:
-            boxes = form(tmp, 3)
+            form(tmp, 3, boxes)
             for b in boxes:
                 b.env["FLOYDD_ARCHIVE_KEEP"] = str(keep)
             first = boxes[0]
