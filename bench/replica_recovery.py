@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from floydd.client import Client  # noqa: E402
 from floydd.config import socket_path_for  # noqa: E402
 from floydd.errors import FloyddError  # noqa: E402
-from tests.conftest import wait_until  # noqa: E402
+from tests.conftest import free_ports, wait_until  # noqa: E402
 
 BOXES = ("box-a", "box-b", "box-c")
 
@@ -89,12 +88,12 @@ def cluster(tmp: Path, grace: float, heartbeat: float):
     boxes = [Box(tmp, name, env) for name in BOXES]
     try:
         for box in boxes:
-            port = _port()
-            addr = f"127.0.0.1:{port}"
+            port, api = free_ports(2)           # an API port of its own: the default is one per machine
+            addr, api = f"127.0.0.1:{port}", ("--api-listen", f"127.0.0.1:{api}")
             if box is boxes[0]:
-                box.floydd("init", "--name", "bench", "--listen", addr, "--advertise", addr)
+                box.floydd("init", "--name", "bench", "--listen", addr, "--advertise", addr, *api)
             else:
-                box.floydd("join", boxes[0].floydd("token", "create"), "--listen", addr, "--advertise", addr)
+                box.floydd("join", boxes[0].floydd("token", "create"), "--listen", addr, "--advertise", addr, *api)
             box.start()
         wait_until(lambda: _roles(boxes[0]) == ["voter"] * 3, timeout=60, what="three voters")
         yield boxes
@@ -180,12 +179,6 @@ def _listed(box: Box, name: str) -> dict:
     except FloyddError:
         versions = []
     return versions[0] if versions else {"holders": [], "copies": 0}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":
