@@ -123,7 +123,8 @@ def one_round(boxes: list[Box], src: Path, name: str, grace: float) -> dict:
                what=f"a new copy of {name} on {third.name}")
     new_copy = time.monotonic() - killed
     began, answering = second.start()
-    wait_until(lambda: _listed(a, name)["copies"] == 3, timeout=60, interval=0.01, what=f"{second.name} counted")
+    wait_until(lambda: _listed(a, name)["copies"] == 3, timeout=60, interval=0.01, what=f"{second.name} counted",
+               details=lambda: f"the version as listed: {_listed(a, name)}; node ids {ids}")
     counted = time.monotonic()
     return {"first_copy": answered - snapshot_done, "new_copy": new_copy, "start": answering - began,
             "counted_from_start": counted - began, "counted_from_answer": counted - answering}

@@ -21,8 +21,6 @@ import pytest
 
 from tests.netns.network import netns_unavailable_reason
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 
@@ -40,8 +38,10 @@ SMOKES: dict[str, list[str]] = {
     "cluster_archive": [rf"floyd status \(20 newest, 3 rounds, min/median/max\): {N}/{N}/{N} s .* vs {N}/{N}/{N} s "
                         rf"on a lone box", r"its own listing: (\d+) jobs \(expected \1\)",
                         rf"a fresh box joins after {N} jobs: up to date {N} s"],
-    "cluster_failover": [],
-    "cluster_job_start": [],
+    "cluster_failover": [rf"kill -> another node serving: median {N} ms, max {N} ms",
+                         rf"baseline: simulator, same timings, 3 nodes, {N} seeds: median {N} ms"],
+    "cluster_job_start": [rf"single box: +median +{N} ms", rf"placed on another box: +median +{N} ms",
+                          rf"cost of the cluster path: -?{N} ms"],
     "cluster_throughput": [rf"32 clients: +{N} /s", rf"baseline, 1-node cluster, same path: 1 client {N} /s",
                            rf"bare SqliteStorage, one entry per fsynced transaction: {N} /s"],
     "daemon_idle": [rf"bare python: +RSS +{N} MiB +CPU +{N} %", rf"floydd idle: +RSS +{N} MiB +CPU +{N} %"],
@@ -54,7 +54,8 @@ SMOKES: dict[str, list[str]] = {
                    rf"floyd run --nodes 2 over two boxes: +median +{N} s"],
     "job_failover": [rf"crash -> not-yet-started job running elsewhere: median {N}s",
                      rf"baseline, submit -> running on a healthy cluster: median {N}s"],
-    "netns_discovery": [],
+    "netns_discovery": [rf"baseline: spawn -> multicast answered by all median +{N} ms",
+                        rf"fresh node listed by all peers \(from spawn\) +median +{N} ms"],
     "raft_failover": [rf"ms: +median {N}, p99 {N}, max {N}", rf"baseline: one minimum election timeout = {N} ms"],
     "raft_sim": [r"50 runs x 2,000 steps \(5 nodes; seeds 0..49\): 0 failed", rf"{N} runs/min"],
     "raft_storage": [rf"batch +1: +{N} entries/s committed", rf"batch 100: +{N} entries/s committed"],
@@ -62,7 +63,8 @@ SMOKES: dict[str, list[str]] = {
     "replica_recovery": [],
     "store_rekey": [rf"re-key \(durable, verified\) +{N}s +{N} MB/s", rf"re-key speed vs cp -r +{N}x",
                     rf"re-key in a child: wall, peak RSS +{N}s, {N} MiB"],
-    "tui_refresh": [],
+    "tui_refresh": [rf"draw +{N} ms +draw\+paint +{N} ms wall", rf"empty app +{N} %",
+                    rf"result: render {N} ms \(< 100\), CPU {N} %"],
 }
 """What each smoke run must print: regular expressions matched against its stdout."""
 
@@ -99,6 +101,7 @@ def test_every_bench_has_a_smoke_run():
         assert f"{name}.py" in (ROOT / test).read_text(), f"{test} no longer runs bench/{name}.py"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SMOKES))
 def test_bench_smoke(name: str, tmp_path: Path):
     reason = _skip_reason(name)
