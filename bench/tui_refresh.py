@@ -18,7 +18,8 @@ Figures (targets: a refresh renders in < 100 ms; < 15 % of one core at 1 Hz):
 The stub server runs in its own process (its CPU is not the TUI's) and moves
 the cluster every second, so every poll brings new numbers to draw.
 
-    python bench/tui_refresh.py [--smoke] [--seconds 10]
+    python bench/tui_refresh.py [--smoke] [--seconds 10] [--nodes 64] [--jobs 1000]
+    python bench/tui_refresh.py --nodes 256 --jobs 10000     # issue 23's size
 """
 
 from __future__ import annotations
@@ -176,7 +177,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="a quick run: fewer rounds, 3 s windows")
     ap.add_argument("--seconds", type=float, default=10.0, help="CPU window per screen (default 10)")
+    ap.add_argument("--nodes", type=int, default=None, help=f"nodes of {GPUS} GPUs (default 64; issue 23: 256)")
+    ap.add_argument("--jobs", type=int, default=None, help="jobs (default 1,000; issue 23: 10,000)")
     args = ap.parse_args()
+    global NODES, JOBS
+    NODES, JOBS = args.nodes or NODES, args.jobs or JOBS
     rounds, seconds, warmup = (5, 3.0, 2.0) if args.smoke else (20, args.seconds, 3.0)
     with tempfile.TemporaryDirectory(prefix="ftb") as tmp, stub_server(Path(tmp)) as sock:
         polls = bench_poll(sock, rounds)
