@@ -31,7 +31,8 @@ the old table renderer (rich) on the same 10,000 rows in this process.
 
     python bench/cluster_archive.py                  # 2,000 then 10,000 (~3 min on 2 cores)
     python bench/cluster_archive.py --phases 2000,20000   # issue 12's sizes
-    python bench/cluster_archive.py --smoke          # 150 jobs, one phase, archived 2 s after they end (CI)
+    python bench/cluster_archive.py --smoke          # 150 jobs, one phase, archived 2 s after they end,
+                                                     # no restarts (CI, ~35 s)
 """
 
 from __future__ import annotations
@@ -262,7 +263,8 @@ def _wait(cond, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
-def report(label: str, boxes, phase_jobs: int, rate: float, lone, rounds: int, args_real: int) -> dict:
+def report(label: str, boxes, phase_jobs: int, rate: float, lone, rounds: int, args_real: int,
+           restart: bool = True) -> dict:
     print(f"\n== {label}: {phase_jobs} finished jobs committed ({rate:.0f} jobs/s, 2 commands each)")
     out = {}
     for b in boxes:
@@ -275,13 +277,14 @@ def report(label: str, boxes, phase_jobs: int, rate: float, lone, rounds: int, a
               f"hot state had nothing been archived: {would_be / 1e6:.1f} MB")
         out[b.env["FLOYDD_NODE_NAME"]] = (s, rss)
     restarted = []
-    for b in boxes:                 # without what the burst of commits left in the allocator
+    for b in boxes if restart else ():  # without what the burst of commits left in the allocator
         b.proc.send_signal(signal.SIGTERM)
         b.proc.wait(timeout=60)
         b.start("--dev-fake-gpus", "2")
         _wait(lambda b=b: _lists(b), 60, "the box to answer listings again")
         restarted.append(rss_mib(b.proc.pid))
-    print("  RSS after a restart (and a listing of 20): " + ", ".join(f"{r:.0f} MiB" for r in restarted))
+    if restart:
+        print("  RSS after a restart (and a listing of 20): " + ", ".join(f"{r:.0f} MiB" for r in restarted))
     out["restarted"] = restarted
     d = boxes[0]
     load = os.getloadavg()[0]
@@ -351,7 +354,8 @@ def main(argv=None) -> int:
                 rate = asyncio.run(commit_jobs(identity, lead, total - done))
                 done = total
                 settle(boxes, done, keep)
-                results.append(report(f"{done} jobs", boxes, done, rate, lone, args.rounds, len(real)))
+                results.append(report(f"{done} jobs", boxes, done, rate, lone, args.rounds, len(real),
+                                      restart=not args.smoke))
             ours, old, n = rich_baseline(first)
             print(f"\nrendering {n} rows: ours {ours * 1000:.0f} ms, rich (before) {old * 1000:.0f} ms "
                   f"({old / ours:.0f}x)")

@@ -175,14 +175,14 @@ def cpu_on_pty(argv: list[str], env: dict[str, str], warmup: float, seconds: flo
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--smoke", action="store_true", help="a quick run: fewer rounds, 3 s windows")
+    ap.add_argument("--smoke", action="store_true", help="a quick run: 3 rounds, 1.5 s windows")
     ap.add_argument("--seconds", type=float, default=10.0, help="CPU window per screen (default 10)")
     ap.add_argument("--nodes", type=int, default=None, help=f"nodes of {GPUS} GPUs (default 64; issue 23: 256)")
     ap.add_argument("--jobs", type=int, default=None, help="jobs (default 1,000; issue 23: 10,000)")
     args = ap.parse_args()
     global NODES, JOBS
     NODES, JOBS = args.nodes or NODES, args.jobs or JOBS
-    rounds, seconds, warmup = (5, 3.0, 2.0) if args.smoke else (20, args.seconds, 3.0)
+    rounds, seconds, warmup = (3, 1.5, 2.0) if args.smoke else (20, args.seconds, 3.0)
     with tempfile.TemporaryDirectory(prefix="ftb") as tmp, stub_server(Path(tmp)) as sock:
         polls = bench_poll(sock, rounds)
         renders = asyncio.run(bench_render(sock, rounds))
