@@ -344,8 +344,8 @@ def main(argv=None) -> int:
             for key in real:
                 first.client.wait(key, timeout=120)
             lone.floyd("init", "bench")
-            for key in [lone.client.submit({"project": "bench", "command": "true", "code_path": str(lone.project)})["id"]
-                        for _ in range(args.real)]:
+            body = {"project": "bench", "command": "true", "code_path": str(lone.project)}
+            for key in [lone.client.submit(body)["id"] for _ in range(args.real)]:
                 lone.client.wait(key, timeout=120)
             identity = member_identity(boxes[1])
             done, results = len(real), []

@@ -123,7 +123,8 @@ def main() -> None:
             stop.set()
             spinner.join()
     b, o = statistics.median(base), statistics.median(ours)
-    print(f"{'one core kept busy by this bench' if args.busy else 'no load added by this bench'}, {runs} rounds (a direct spawn and a submitted job each, "
+    extra = "one core kept busy by this bench" if args.busy else "no load added by this bench"
+    print(f"{extra}, {runs} rounds (a direct spawn and a submitted job each, "
           f"interleaved), load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(f"direct spawn:   min/median/max {_ms(base)}")
     print(f"floydd submit:  min/median/max {_ms(ours)}")

@@ -112,4 +112,4 @@ def test_bench_smoke(name: str, tmp_path: Path):
                          capture_output=True, text=True, timeout=TIMEOUT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     for pattern in SMOKES[name]:
-        assert re.search(pattern, out.stdout), f"bench/{name}.py --smoke did not print /{pattern}/:\n{out.stdout[-3000:]}"
+        assert re.search(pattern, out.stdout), f"bench/{name}.py --smoke printed no /{pattern}/:\n{out.stdout[-3000:]}"
