@@ -63,13 +63,14 @@ def two_boxes(tmp: Path):
         clients = []
         for name, gpus in (("box-a", "0"), ("box-b", "1")):
             state = tmp / name
-            port = _port()
+            port, api = _port(), _port()        # an API port of its own: the default is one per machine
             if name == "box-a":
                 _floydd(state, "init", "--name", "bench", "--listen", f"127.0.0.1:{port}",
-                        "--advertise", f"127.0.0.1:{port}")
+                        "--advertise", f"127.0.0.1:{port}", "--api-listen", f"127.0.0.1:{api}")
             else:
                 token = _floydd(tmp / "box-a", "token", "create")
-                _floydd(state, "join", token, "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}")
+                _floydd(state, "join", token, "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
+                        "--api-listen", f"127.0.0.1:{api}")
             log = open(tmp / f"{name}.log", "wb")
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir", str(state), "--node-name", name,

@@ -38,7 +38,8 @@ SPEC = {"command": "python train.py --epochs 10", "resources": {"gpus": 1}, "par
         "code_tree": "ab" * 32, "env": "default"}
 
 
-async def submissions_per_second(transport: Transport, leader: str, clients: int, seconds: float) -> float:
+async def submissions_per_second(transport: Transport, leader: dict, clients: int, seconds: float) -> float:
+    """Commits/s of ``clients`` concurrent submitters; ``leader``: forward_propose's peer= or address=."""
     done = 0
     stop = time.monotonic() + seconds
 
@@ -47,7 +48,7 @@ async def submissions_per_second(transport: Transport, leader: str, clients: int
         while time.monotonic() < stop:
             cmd = {"op": "job.submit", "idem_key": uuid.uuid4().hex, "project": "bench", "spec": SPEC,
                    "ts": time.time()}
-            await transport.forward_propose(cmd, 10.0, peer=leader)
+            await transport.forward_propose(cmd, 10.0, **leader)
             done += 1
 
     t0 = time.monotonic()
@@ -68,7 +69,7 @@ def bare_sqlite_commits(path: Path, seconds: float) -> float:
 
 
 async def run(root: Path, seconds: float, n: int = 3) -> tuple[float, float]:
-    folders = make_identities(root, n + 1)       # the nodes and the client
+    folders = make_identities(root, n)
     ports = free_ports(n)
     nodes = [DevNode(tls, root / f"state{i + 1}", f"127.0.0.1:{port}")
              for i, (tls, port) in enumerate(zip(folders[:n], ports))]
@@ -77,12 +78,17 @@ async def run(root: Path, seconds: float, n: int = 3) -> tuple[float, float]:
         node.start("--founders", founders)
     try:
         lead = await asyncio.to_thread(_serving, nodes)
-        transport = Transport(NodeIdentity.load(folders[n]))
+        # the client speaks as a member (since the trust boundary, issue 21, the leader takes
+        # proposals from members only): a follower's certificate, the leader's own when alone
+        sender = next((f for f, node in zip(folders, nodes) if node is not lead), folders[0])
+        transport = Transport(NodeIdentity.load(sender))
         transport.set_peer(lead.node_id, lead.listen)
+        # a transport never dials its own node id: alone, the leader is reached by its address
+        target = {"peer": lead.node_id} if n > 1 else {"address": lead.listen}
         try:
-            await submissions_per_second(transport, lead.node_id, 4, 0.5)      # warm connections
-            one = await submissions_per_second(transport, lead.node_id, 1, seconds)
-            many = await submissions_per_second(transport, lead.node_id, 32, seconds)
+            await submissions_per_second(transport, target, 4, 0.5)      # warm connections
+            one = await submissions_per_second(transport, target, 1, seconds)
+            many = await submissions_per_second(transport, target, 32, seconds)
         finally:
             await transport.close()
     finally:
@@ -118,7 +124,7 @@ def main(argv=None) -> int:
           f"32 clients {solo_many:.0f} /s; 3 nodes / 1 node: {one / solo_one:.2f}, {many / solo_many:.2f}")
     print(f"baseline, bare SqliteStorage, one entry per fsynced transaction: {bare:.0f} /s; "
           f"32 clients / bare: {many / bare:.2f}")
-    return 0 if many >= 500 else 1
+    return 0 if many >= 500 or args.smoke else 1
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ def trial(boxes, project: Path) -> dict:
     suspect = wait_until(lambda: any(n["name"] == "box2" and n["health"] == "suspect"
                                      for n in attempt(client.nodes) or ()) and time.time(),
                          timeout=60, interval=0.02, what="box2 suspect")
-    job = wait_until(lambda: running_on(client, key, "box3"), timeout=60, interval=0.02, what="the job on box3")
+    job = wait_until(lambda: running_on(client, key, "box3"), timeout=60, interval=0.02, what="the job on box3",
+                     details=lambda: f"job {listed(client, key)}; nodes {attempt(client.nodes)}")
     daemon.kill9()
     daemon.start(timeout=60)
     wait_until(lambda: any(n["name"] == "box2" and n["health"] == "healthy" for n in attempt(client.nodes) or ()),

@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._scratch import scratch  # noqa: E402
 from floydd.store import Store  # noqa: E402
-from floydd.store.keys import rekey
+from floydd.store.keys import rekey  # noqa: E402
 from store_ingest import MiB, build_tree, median, ratio, timed, walls  # noqa: E402
 
 # VmHWM, not ru_maxrss: a forked child's ru_maxrss starts at its parent's RSS
-CHILD = ("import sys; from pathlib import Path; from floydd.store import rekey; rekey.rekey(Path(sys.argv[1])); "
+CHILD = ("import sys; from pathlib import Path; from floydd.store.keys import rekey; rekey.rekey(Path(sys.argv[1])); "
          "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))")
 
 

@@ -19,7 +19,8 @@ Figures (targets: a refresh renders in < 100 ms; < 15 % of one core at 1 Hz):
 The stub server runs in its own process (its CPU is not the TUI's) and moves
 the cluster every second, so every poll brings new numbers to draw.
 
-    python bench/tui_refresh.py [--smoke] [--seconds 10]
+    python bench/tui_refresh.py [--smoke] [--seconds 10] [--nodes 64] [--jobs 1000]
+    python bench/tui_refresh.py --nodes 256 --jobs 10000     # issue 23's size
 """
 
 from __future__ import annotations
@@ -179,14 +180,14 @@ def cpu_on_pty(argv: list[str], env: dict[str, str], warmup: float, seconds: flo
 def main() -> None:
     global NODES, JOBS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--smoke", action="store_true", help="a quick run: fewer rounds, 3 s windows")
+    ap.add_argument("--smoke", action="store_true", help="a quick run: 3 rounds, 1.5 s windows")
     ap.add_argument("--seconds", type=float, default=10.0, help="CPU window per screen (default 10)")
     ap.add_argument("--nodes", type=int, default=None, help=f"boxes (default {NODES}; smoke 32)")
     ap.add_argument("--jobs", type=int, default=None, help=f"jobs (default {JOBS:,}; smoke 1,000)")
     args = ap.parse_args()
     NODES = args.nodes or (32 if args.smoke else NODES)
     JOBS = args.jobs or (1000 if args.smoke else JOBS)
-    rounds, seconds, warmup = (5, 3.0, 2.0) if args.smoke else (20, args.seconds, 3.0)
+    rounds, seconds, warmup = (3, 1.5, 2.0) if args.smoke else (20, args.seconds, 3.0)
     with tempfile.TemporaryDirectory(prefix="ftb") as tmp, stub_server(Path(tmp)) as sock:
         polls = bench_poll(sock, rounds)
         renders = asyncio.run(bench_render(sock, rounds))
