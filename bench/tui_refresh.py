@@ -165,7 +165,7 @@ def cpu_on_pty(argv: list[str], env: dict[str, str], warmup: float, seconds: flo
             t0 = ps.cpu_times()
             time.sleep(seconds)
             t1 = ps.cpu_times()
-            out[label] = (t1.user + t1.system - t0.user - t0.system) / seconds * 100
+            out[label] = max(0.0, (t1.user + t1.system - t0.user - t0.system) / seconds * 100)   # never -0.0
     finally:
         done.set()
         proc.terminate()
