@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -54,3 +55,20 @@ def daemon(*extra: str, env: dict | None = None) -> Iterator[tuple[Client, subpr
 
 def wait_final(client: Client, key: str, timeout: float = 600) -> dict:
     return client.wait(key, timeout=timeout)
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now (a box's own cluster or API port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def floydd_cli(state: Path, *args: str) -> str:
+    """``floydd ARGS --state-dir STATE`` (init, token create, join, ...): its stdout, or exit
+    saying what failed."""
+    res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *args, "--state-dir", str(state)],
+                         capture_output=True, text=True, timeout=120)
+    if res.returncode:
+        raise SystemExit(f"floydd {' '.join(args)} failed: {res.stderr}")
+    return res.stdout.strip()

@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,25 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _daemon import daemon  # noqa: E402
+from _daemon import daemon, floydd_cli, free_port  # noqa: E402
 from floydd.client import Client  # noqa: E402
 from floydd.config import socket_path_for  # noqa: E402
 
 CMD = 'python -c "import time; print(time.time())"'
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _floydd(state: Path, *args: str) -> str:
-    res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *args, "--state-dir", str(state)],
-                         capture_output=True, text=True, timeout=120)
-    if res.returncode:
-        raise SystemExit(f"floydd {' '.join(args)} failed: {res.stderr}")
-    return res.stdout.strip()
 
 
 @contextlib.contextmanager
@@ -63,13 +48,13 @@ def two_boxes(tmp: Path):
         clients = []
         for name, gpus in (("box-a", "0"), ("box-b", "1")):
             state = tmp / name
-            port, api = _port(), _port()        # an API port of its own: the default is one per machine
+            port, api = free_port(), free_port()        # an API port of its own: the default is one per machine
             if name == "box-a":
-                _floydd(state, "init", "--name", "bench", "--listen", f"127.0.0.1:{port}",
+                floydd_cli(state, "init", "--name", "bench", "--listen", f"127.0.0.1:{port}",
                         "--advertise", f"127.0.0.1:{port}", "--api-listen", f"127.0.0.1:{api}")
             else:
-                token = _floydd(tmp / "box-a", "token", "create")
-                _floydd(state, "join", token, "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
+                token = floydd_cli(tmp / "box-a", "token", "create")
+                floydd_cli(state, "join", token, "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
                         "--api-listen", f"127.0.0.1:{api}")
             log = open(tmp / f"{name}.log", "wb")
             procs.append(subprocess.Popen(

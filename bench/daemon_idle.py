@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _daemon import daemon  # noqa: E402
+from _daemon import daemon, floydd_cli, free_port  # noqa: E402
 from floydd.client import Client  # noqa: E402
 from floydd.config import socket_path_for  # noqa: E402
 
@@ -82,20 +81,6 @@ def sample(pids: dict[str, int], windows: int, window: float) -> dict[str, dict]
     return out
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _floydd(state: Path, *args: str) -> str:
-    res = subprocess.run([sys.executable, "-m", "floydd.cli.floydd", *args, "--state-dir", str(state)],
-                         capture_output=True, text=True, timeout=120)
-    if res.returncode:
-        raise SystemExit(f"floydd {' '.join(args)} failed: {res.stderr}")
-    return res.stdout.strip()
-
-
 def _until(cond, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -114,13 +99,13 @@ def two_boxes(tmp: Path):
     try:
         clients = []
         for name in ("box-a", "box-b"):
-            state, port = tmp / name, _port()
+            state, port = tmp / name, free_port()
             if name == "box-a":
-                _floydd(state, "init", "--name", "idle", "--listen", f"127.0.0.1:{port}",
+                floydd_cli(state, "init", "--name", "idle", "--listen", f"127.0.0.1:{port}",
                         "--advertise", f"127.0.0.1:{port}", "--api-listen", "off")
             else:
-                token = _floydd(tmp / "box-a", "token", "create")
-                _floydd(state, "join", token, "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
+                token = floydd_cli(tmp / "box-a", "token", "create")
+                floydd_cli(state, "join", token, "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
                         "--api-listen", "off")
             log = open(tmp / f"{name}.log", "wb")
             procs.append(subprocess.Popen(

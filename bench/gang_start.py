@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _daemon import free_port  # noqa: E402
 from cluster_job_start import two_boxes  # noqa: E402
 
 SCRIPT = """\
@@ -45,14 +45,8 @@ dist.destroy_process_group()
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def bare(project: Path) -> float:
-    port, t0 = _port(), time.time()
+    port, t0 = free_port(), time.time()
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={rank}",
                                "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}", "ddp.py"],
                               cwd=project, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
