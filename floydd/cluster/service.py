@@ -333,24 +333,13 @@ class ClusterService:
         before :meth:`listen` on a box alone, which has none."""
         return self.transport.advertise
 
-    def address_of(self, node_id: str) -> str | None:
-        """Where ``node_id`` listens for node-to-node traffic, if this node knows."""
-        return self.transport.address_of(node_id)
-
     def learn_address(self, node_id: str, address: str) -> None:
         """Note where ``node_id`` listens (discovery): raft messages and calls to it go there."""
         self.transport.set_peer(node_id, address)
 
-    def new_connections(self) -> None:
-        """This node's certificate was renewed: later node-to-node requests present it."""
-        self.transport.new_connections()
-
-    async def fetch(self, peer: str, path: str, *, params: dict[str, str] | None = None,
-                    timeout: float | None = None) -> tuple[bytes, dict[str, str]]:
-        """GET ``path`` (a ``/cluster/v1/...`` route) from node ``peer`` over mTLS: (body,
-        response headers). For bulky data that never goes through raft (store objects, job
-        logs); an error answer raises as its FloyddError."""
-        return await self.transport.fetch(peer, path, params=params, timeout=timeout)
+    address_of = _part("transport", Transport.address_of)
+    new_connections = _part("transport", Transport.new_connections)
+    fetch = _part("transport", Transport.fetch)
 
     # -- commands (floydd.cluster.writes.Commands answers them), heartbeats, discovery -------------
 
@@ -371,15 +360,8 @@ class ClusterService:
     raise_level = _part("commands", Commands.raise_level)
     _propose = _part("commands", Commands.propose)
 
-    def beat_soon(self) -> None:
-        """Send a heartbeat now rather than at the next interval (a run here ended: its GPUs
-        are free as soon as the cluster hears that its processes are gone)."""
-        self.upkeep.beat_soon()
-
-    def on_discovered(self, peers: Iterable[Any]) -> None:
-        """``Discovery(on_change=service.on_discovered)``: learn peers' addresses from mDNS
-        (and static seeds, which have no node id yet: they become contacts to ask)."""
-        self.addresses.on_discovered(peers)
+    beat_soon = _part("upkeep", Upkeep.beat_soon)
+    on_discovered = _part("addresses", AddressBook.on_discovered)     # Discovery(on_change=...)
 
     # -- reads, and the nodes (floydd.cluster.roster.Roster answers for them) -----------------------
 

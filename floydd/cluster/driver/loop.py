@@ -30,12 +30,6 @@ when its entry is applied, which is after this ready's save. A leader that crash
 mid-save loses only its own copy: what committed is on a quorum of followers, what did
 not was never reported (tests/sim models this crash; see ``count_self_unsynced``).
 
-The clock (``_ticker``) queues a tick every ``tick_interval_ms``, except on a leader alone
-(:attr:`RaftDriver.alone`: a configuration of itself only, no learner): no election can
-happen there and nobody waits for its heartbeats, so the clock stops, and autopilot's rounds
-with it, until a ready leaves the node with company (a learner or voter added, a step-down);
-an idle box alone then wakes only for what it is asked (issue 23).
-
 Every node records which leader it saw in which term (:attr:`RaftDriver.leaders_seen`),
 so tests can check there is at most one per term.
 
@@ -48,7 +42,8 @@ uses in its constructor (what they use of the loop itself: :class:`~floydd.clust
 streamed with them (:mod:`floydd.cluster.driver.snapshots`); ``reads``, linearizable reads
 (:mod:`floydd.cluster.driver.reads`); ``membership``, membership changes, leadership
 hand-over, leaving and autopilot (:mod:`floydd.cluster.driver.membership`); ``contact``, who
-was heard from when (:mod:`floydd.cluster.driver.contact`). The driver's public methods
+was heard from when (:mod:`floydd.cluster.driver.contact`); ``clock``, the ticks, stopped on a
+leader alone (:mod:`floydd.cluster.driver.clock`). The driver's public methods
 that are theirs delegate to them.
 """
 
@@ -66,6 +61,7 @@ from floydd.cluster.driver._futures import settle
 from floydd.cluster.driver.applied import Applied, Applier
 from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG, ClusterConfig
 from floydd.cluster.driver.autopilot import View
+from floydd.cluster.driver.clock import Clock, leads_alone
 from floydd.cluster.driver.contact import Contact
 from floydd.cluster.driver.membership import Membership
 from floydd.cluster.driver.persist import Persist
@@ -116,12 +112,11 @@ class RaftDriver:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._leader_changed = asyncio.Event()
-        self._company = asyncio.Event()
-        """Set while this node is not a leader alone (see :meth:`alone`): its clock must run."""
         self._led = False
         self._on_leader: list[Callable[[str | None, int], None]] = []
         self._failed: BaseException | None = None
         self._running = False
+        self.clock = Clock(self, config.raft.tick_interval_ms / 1000)
         self.persist = Persist(node_id, self.path, self.state)
         self.contact = Contact(node_id, config)
         self.proposals = Proposals(self, self.state, transport)
@@ -149,11 +144,10 @@ class RaftDriver:
         self.applier.replay_until = durable.hard_state.commit
         self._running = True
         self.contact.started = asyncio.get_running_loop().time()
-        self._company.set()                       # a follower at first: its clock runs until it leads alone
         conf = self._node.status().conf
         if conf.voters == {self.node_id}:
             self.submit(self._node.campaign)      # a cluster of one leads at once
-        for coro, name in ((self._run(), "loop"), (self._ticker(), "tick"), (self.membership.autopilot(), "autopilot")):
+        for coro, name in ((self._run(), "loop"), (self.clock.run(self._node.tick), "tick"), (self.membership.autopilot(), "autopilot")):
             self._spawn(coro, f"raft-{name}-{self.node_id[:6]}")
         _log.info("[%s] raft started: term %d, commit %d, voters %s, learners %s", self.node_id,
                   durable.hard_state.term, durable.hard_state.commit, sorted(conf.voters),
@@ -287,13 +281,11 @@ class RaftDriver:
         """This node leads a configuration of itself only (a box alone): no election can
         happen and nobody waits for its heartbeats, so its clock stops (no ticks, no autopilot
         rounds) until a learner or a voter is added or it stops leading."""
-        node = self._node
-        return (node is not None and node.role == Role.LEADER and not node.tracker.learners
-                and node.tracker.voters == (self.node_id,))
+        return leads_alone(self._node, self.node_id)
 
     async def until_company(self) -> None:
         """Return at once unless :attr:`alone`; else once it is no longer alone."""
-        await self._company.wait()
+        await self.clock.until_company()
 
     def status(self) -> DriverStatus:
         st = self._node.status()
@@ -345,10 +337,7 @@ class RaftDriver:
                         self._leadership(rd.soft_state.lead, rd.soft_state.role, term)
                     node.advance()
                     self._drain()
-                if self.alone:                      # the clock stops; it starts again with a peer
-                    self._company.clear()
-                else:
-                    self._company.set()
+                self.clock.heard(self.alone)        # stops alone; starts again with a peer
                 if self.applier.applied - self.snapshots.index >= self.config.snapshot_every:
                     await self.snapshots.compact()
         except asyncio.CancelledError:
@@ -358,23 +347,6 @@ class RaftDriver:
             _log.critical("[%s] raft loop failed; this node stops taking part: %s", self.node_id, exc,
                           exc_info=True)
             self._fail_pending(InternalError(f"raft on node {self.node_id} failed: {exc}"))
-
-    async def _ticker(self) -> None:
-        loop = asyncio.get_running_loop()
-        interval = self.config.raft.tick_interval_ms / 1000
-        tick = self._node.tick
-        due = loop.time()
-        while True:
-            if not self._company.is_set():      # a leader alone: nothing to time until a peer comes
-                await self._company.wait()
-                due = loop.time()
-            due += interval
-            delay = due - loop.time()
-            if delay < -5 * interval:       # the loop stalled: do not fire a burst of ticks
-                due, delay = loop.time(), 0.0
-            await asyncio.sleep(max(0.0, delay))
-            if self._company.is_set():
-                self.submit(tick)
 
     def _leadership(self, lead: str | None, role: Role, term: int) -> None:
         if lead is not None:

@@ -125,6 +125,7 @@ class Transport:
                 self.on_peer(node_id, address)
 
     def address_of(self, node_id: str) -> str | None:
+        """Where ``node_id`` listens for node-to-node traffic, if this node knows."""
         return self._addresses.get(node_id)
 
     @property
