@@ -62,60 +62,14 @@ from floydd.cluster.state.machine import ClusterState  # noqa: E402
 from floydd.cluster.net.transport import Transport  # noqa: E402
 from floydd.errors import FloyddError  # noqa: E402
 from floydd.security.identity import NodeIdentity  # noqa: E402
-from tests.conftest import free_ports  # noqa: E402
 from tests.harness.processes import box, stop  # noqa: E402
+from bench._boxes import form, join, leader, member_identity, wait  # noqa: E402
 
 SPEC = {"command": "python train.py --lr 0.01 --epochs 10", "params": {"lr": "0.01", "epochs": "10"},
         "code_tree": "ab" * 32, "data": [], "resources": {"gpus": 64, "nodes": 1}, "env": "default",
         "message": "a bench job", "mode": "job", "max_runtime": None}
 
 SMOKE_JOBS, SMOKE_KEEP = 150, 50
-
-
-def form(tmp: Path, n: int, boxes: list) -> list:
-    """Form the cluster in ``boxes`` (empty; filled as they are made, so a failure stops them)."""
-    boxes += [box(tmp, f"box{i + 1}") for i in range(n)]
-    for b in boxes:
-        b.env["FLOYDD_LOG_LEVEL"] = "warning"
-    p, api = free_ports(2)
-    boxes[0].floydd("init", "--name", "lab", "--listen", f"127.0.0.1:{p}", "--advertise", f"127.0.0.1:{p}",
-                    "--api-listen", f"127.0.0.1:{api}")
-    boxes[0].start("--dev-fake-gpus", "2")
-    for b in boxes[1:]:
-        join(boxes[0], b)
-    for b in boxes:
-        _wait(lambda b=b: len(b.client.nodes()) == n, 60, "every box listed")
-    boxes[0].floyd("init", "bench")
-    return boxes
-
-
-def join(first, new) -> float:
-    """``floydd join`` then start the daemon; the time the daemon's start began."""
-    token = first.floydd("token", "create").stdout.strip()
-    p, api = free_ports(2)
-    new.floydd("join", token, "--listen", f"127.0.0.1:{p}", "--advertise", f"127.0.0.1:{p}",
-               "--api-listen", f"127.0.0.1:{api}")
-    started = time.monotonic()
-    new.start("--dev-fake-gpus", "2")
-    return started
-
-
-def leader(boxes) -> tuple[str, str]:
-    """(node id, address) of the leader."""
-    import json
-    for _ in range(100):
-        view = json.loads(boxes[0].floydd("members", "--json").stdout)
-        for m in view["members"]:
-            if m["leader"] and m["address"]:
-                return m["id"], m["address"]
-        time.sleep(0.1)
-    raise SystemExit("no leader")
-
-
-def member_identity(member) -> NodeIdentity:
-    """A member box's own node certificate: since the trust boundary (issue 21) the leader
-    takes proposals only from members, stamped with the sender's node id as proposer."""
-    return NodeIdentity.load(member.state / "tls")
 
 
 async def commit_jobs(identity: NodeIdentity, lead: tuple[str, str], n: int, clients: int = 32) -> float:
@@ -252,15 +206,7 @@ def settle(boxes, total: int, keep: int, timeout: float = 600) -> None:
 
     def done() -> bool:
         return all(archived(b) >= total - keep - 5 for b in boxes)
-    _wait(done, timeout, "the archive to catch up")
-
-
-def _wait(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.5)
+    wait(done, timeout, "the archive to catch up")
 
 
 def report(label: str, boxes, phase_jobs: int, rate: float, lone, rounds: int, args_real: int,
@@ -281,7 +227,7 @@ def report(label: str, boxes, phase_jobs: int, rate: float, lone, rounds: int, a
         b.proc.send_signal(signal.SIGTERM)
         b.proc.wait(timeout=60)
         b.start("--dev-fake-gpus", "2")
-        _wait(lambda b=b: _lists(b), 60, "the box to answer listings again")
+        wait(lambda b=b: _lists(b), 60, "the box to answer listings again")
         restarted.append(rss_mib(b.proc.pid))
     if restart:
         print("  RSS after a restart (and a listing of 20): " + ", ".join(f"{r:.0f} MiB" for r in restarted))
@@ -382,7 +328,7 @@ def main(argv=None) -> int:
                     return bool(listed) and listed[0]["id"] == newest and old["id"] == oldest
                 except FloyddError:
                     return False
-            _wait(up_to_date, 300, "the fourth box to be up to date")
+            wait(up_to_date, 300, "the fourth box to be up to date")
             took = time.monotonic() - started
             (snap_bytes,) = sqlite3.connect((first.state / "cluster" / "raft.db").as_uri() + "?mode=ro",
                                             uri=True).execute("SELECT length(data) FROM raft_snapshot").fetchone()
