@@ -62,7 +62,7 @@ class ClusterScheduler:
         await every_second_or_sooner(self.wake_event, self._lead_if_leader, "scheduling round", self._period)
 
     def _period(self) -> float:
-        return ALONE_ROUND if getattr(self.cluster, "alone", False) else 1.0
+        return ALONE_ROUND if self.cluster.alone else 1.0
 
     async def _lead_if_leader(self) -> None:
         if not self.cluster.is_leader:

@@ -240,7 +240,7 @@ class CopyKeeper(Generic[K]):
         loop = asyncio.get_running_loop()
         log = self.kind.log
         while True:
-            await asyncio.sleep(ALONE_WATCH if getattr(self.cluster, "alone", False) else period)
+            await asyncio.sleep(ALONE_WATCH if self.cluster.alone else period)
             watch = self.store_watch
             if watch is not None and loop.time() - self._polled >= 1.0:
                 self._polled = loop.time()

@@ -19,7 +19,7 @@ TREE = "ab" * 32
 
 class _Cluster:
     def __init__(self, node_id: str, nodes: dict, *, leader: bool = False) -> None:
-        self.node_id, self.is_leader = node_id, leader
+        self.node_id, self.is_leader, self.alone = node_id, leader, False
         self.config = SimpleNamespace(stale_after=5.0)
         self.state = SimpleNamespace(nodes=nodes)
         self.hooks: list = []
