@@ -191,7 +191,9 @@ class Config:
     store_reseal_rate: float = 100.0
     """MB a second the background re-seal rewrites after a new store key epoch
     (``floydd rotate-store-key``, ``floydd remove``): at 100, 1 TB takes about 3 hours,
-    while the daemon serves. 0 turns it off (objects stay under the older epoch)."""
+    while the daemon serves. 0 turns it off (objects stay under the older epoch). The re-seal
+    of a box that joins a cluster keeps to it too; at 0 that one runs unpaced (its datasets
+    join the cluster's catalog only once it is done)."""
     store_epoch_check: float = 5.0
     """Seconds between two looks for a key epoch this box lacks (asked from a member)."""
     # -- state that stays small (issue 12): floydd.cluster.archiver, floydd.cluster.state.archive --

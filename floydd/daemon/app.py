@@ -101,11 +101,14 @@ async def _reseal(config: Config, records: Records, store: Store, ready: asyncio
                        "sealed under it already; this box's older datasets join the cluster's catalog once it "
                        "is done; a stop or a crash resumes where it was)", config.store_dir)
     last = [0.0]
+    pace = _Pace(config.store_reseal_rate * 1e6, stop)
 
     def progress(p) -> None:
         if time.monotonic() - last[0] > 10:
             last[0] = time.monotonic()
             log.daemon.info("re-sealing (%s): %d of %d objects", p.phase, p.objects_done, p.objects_total)
+        if p.phase == "copy":
+            pace.after(p.bytes_done)
     while not stop.is_set():
         try:
             trees = await asyncio.to_thread(rekey, config.store_dir, progress=progress, online=True,
@@ -124,6 +127,28 @@ async def _reseal(config: Config, records: Records, store: Store, ready: asyncio
         ready.set()
         log.daemon.warning("store re-sealed: %d trees renamed, %d job records updated", len(trees), changed)
         return
+
+
+class _Pace:
+    """Keeps the join's re-seal at ``rate`` bytes a second on average (``store_reseal_rate``,
+    as the epoch re-seal): called after each durable batch with the bytes done so far, it
+    sleeps in the re-seal's thread until the batch's share of time is spent, a tenth of a
+    second at a time so a stop is heard. ``rate`` 0: unpaced (this re-seal cannot be left
+    undone: the box's older datasets join the catalog once it ends)."""
+
+    def __init__(self, rate: float, stop: threading.Event) -> None:
+        self.rate, self.stop = rate, stop
+        self.start: tuple[float, int] | None = None
+
+    def after(self, done: int) -> None:
+        if self.rate <= 0:
+            return
+        if self.start is None or done < self.start[1]:      # the first call, or a new pass over the journal
+            self.start = (time.monotonic(), done)
+            return
+        until = self.start[0] + (done - self.start[1]) / self.rate
+        while not self.stop.is_set() and (left := until - time.monotonic()) > 0:
+            self.stop.wait(min(0.1, left))
 
 
 async def _inventory_ctx(app: web.Application):

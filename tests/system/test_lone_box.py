@@ -164,7 +164,7 @@ def test_a_used_box_joins_a_cluster_keeping_its_jobs_and_datasets_across_a_crash
     boxes.append(lab)
     lab.start()
     lab.floyd("init", "proj")
-    used = _box(tmp_path, "desk")
+    used = _box(tmp_path, "desk", FLOYDD_STORE_RESEAL_RATE="32")   # 256 MB: the re-seal takes ~8 s
     boxes.append(used)
     used.start()
     used.floyd("init", "desk")
@@ -183,14 +183,16 @@ def test_a_used_box_joins_a_cluster_keeping_its_jobs_and_datasets_across_a_crash
     proc = subprocess.Popen([sys.executable, "-m", "floydd.cli.floydd", "start", "--state-dir", str(used.state)],
                             env=used.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     journal = used.state / "store" / "rekey.db"
-    wait_until(lambda: _resealed(journal) > 0 or proc.poll() is not None, timeout=120, interval=0.002,
-               what="the re-seal to get under way")
-    wait_until(lambda: used.client.ping() or proc.poll() is not None, timeout=60, interval=0.01,
-               what="the daemon to answer")
-    assert proc.poll() is None and (used.state / "store" / "key.next").exists(), \
-        "the daemon answers while it re-seals (issue 21: no downtime)"
-    proc.kill()                                          # a crash in the middle of the re-seal
-    proc.wait(timeout=30)
+    try:
+        wait_until(lambda: _resealed(journal) > 0 or proc.poll() is not None, timeout=120, interval=0.002,
+                   what="the re-seal to get under way")
+        wait_until(lambda: used.client.ping() or proc.poll() is not None, timeout=60, interval=0.01,
+                   what="the daemon to answer")
+        assert proc.poll() is None and (used.state / "store" / "key.next").exists(), \
+            "the daemon answers while it re-seals (issue 21: no downtime)"
+    finally:
+        proc.kill()                                      # a crash in the middle of the re-seal
+        proc.wait(timeout=30)
     assert (used.state / "store" / "key").read_text() == key_before, "killed before the key switch"
 
     used.start()                                         # answers at once, resumes the re-seal in the background
