@@ -61,12 +61,39 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["--spare"]:
+        argv = _wait_for_a_job()
+        if not argv:
+            return 0
     if len(argv) != 1:
         print("usage: python -m floydd.agent WORKSPACE", file=sys.stderr)
         return 2
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s agent[%(process)d] %(levelname)s %(message)s")
     return Supervisor(Path(argv[0])).run()
+
+
+def _wait_for_a_job() -> list[str]:
+    """A spare agent (:mod:`floydd.runtime.spare`), its imports done: wait for a workspace on
+    stdin, then stand where ``python -m floydd.agent WORKSPACE`` starts: in the workspace, its
+    output appended to ``agent.log``, stdin from /dev/null. ``[]`` when the daemon let it go
+    (end of file) or sent nothing usable."""
+    line = sys.stdin.buffer.readline()
+    if not line.endswith(b"\n") or len(line) < 2:
+        return []
+    ws = os.fsdecode(line[:-1])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        os.chdir(ws)
+        out = os.open("agent.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:      # a full disk: the agent still writes its status in the room kept for it
+        out = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    return [ws]
 
 
 def outcome_of(returncode: int, ending: tuple[str, str] | None) -> tuple[str, str, int, str | None]:

@@ -4,9 +4,11 @@ Both sides run the same command, which prints the wall-clock time at which it
 started; latency is that time minus the moment the caller began (the
 ``Client.submit`` call, or ``subprocess.Popen``). Target: the daemon's median is
 < 60 ms above the direct spawn's (issue 23; it was < 150 ms). 50 rounds (``--smoke``: 5),
-each a direct spawn and a job through one daemon back to back, the order alternating
-(interleaved, so both see the same load); min / median / max of each and the ratio of the
-medians. A first job, not counted, warms the daemon up.
+each a direct spawn, a job through a daemon as it runs by default (its spare agent ready:
+:mod:`floydd.runtime.spare`) and a job through a daemon with spares off (each job starts its
+agent, as the first job on a box idle for ``agent_spare_idle`` does), the order rotating round
+by round (interleaved, so all see the same load); min / median / max of each and the ratio of
+the medians. A first job on each daemon, not counted, warms it up.
 
 A box alone is a one-voter cluster, so a job's road includes fsynced raft commits (the
 submission, the placement, the running report). What one costs is measured in the same
@@ -58,22 +60,27 @@ def submitted(client, project: Path) -> tuple[float, float]:
     return float(line[2]) - t0, answered
 
 
-def interleaved(runs: int) -> tuple[list[float], list[float], list[float]]:
-    """``runs`` rounds on one daemon, each a direct spawn and a submitted job back to back,
-    the order alternating round by round: (direct, through the daemon, the submit call)."""
-    base, ours, answered = [], [], []
-    with daemon() as (client, _proc, project):
+def interleaved(runs: int) -> tuple[list[float], list[float], list[float], list[float]]:
+    """``runs`` rounds, each a direct spawn, a job through a daemon with its spare agent (the
+    default: a box that started a job in the last ``agent_spare_idle`` seconds) and a job through
+    a daemon with spares off (every job starts its agent: the first job on an idle box), the
+    order rotating round by round: (direct, warm, cold, the warm daemon's submit call)."""
+    base, ours, cold, answered = [], [], [], []
+    with daemon() as (client, _proc, project), \
+            daemon(env={"FLOYDD_AGENT_SPARE_IDLE": "0"}) as (cold_client, _cold_proc, cold_project):
         submitted(client, project)      # warm-up, not counted: the first job makes the project
-        for r in range(runs):
-            if r % 2:
-                o, a = submitted(client, project)
-                base.append(direct())
-            else:
-                base.append(direct())
-                o, a = submitted(client, project)
+        submitted(cold_client, cold_project)
+
+        def warm() -> None:
+            o, a = submitted(client, project)
             ours.append(o)
             answered.append(a)
-    return base, ours, answered
+        steps = [lambda: base.append(direct()), warm,
+                 lambda: cold.append(submitted(cold_client, cold_project)[0])]
+        for r in range(runs):
+            for i in range(3):
+                steps[(r + i) % 3]()
+    return base, ours, cold, answered
 
 
 def one_voter_commits(runs: int) -> list[float]:
@@ -116,7 +123,7 @@ def main() -> None:
         spinner.start()
     try:
         load = os.getloadavg()
-        base, ours, answered = interleaved(runs)
+        base, ours, cold, answered = interleaved(runs)
         commits = one_voter_commits(max(runs, 20))
     finally:
         if spinner:
@@ -124,10 +131,12 @@ def main() -> None:
             spinner.join()
     b, o = statistics.median(base), statistics.median(ours)
     extra = "one core kept busy by this bench" if args.busy else "no load added by this bench"
-    print(f"{extra}, {runs} rounds (a direct spawn and a submitted job each, "
-          f"interleaved), load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
+    print(f"{extra}, {runs} rounds (a direct spawn and a job through each daemon, "
+          f"the order rotating), load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(f"direct spawn:   min/median/max {_ms(base)}")
-    print(f"floydd submit:  min/median/max {_ms(ours)}")
+    print(f"floydd submit:  min/median/max {_ms(ours)} (its spare agent ready: a box that ran a job lately)")
+    print(f"  spares off:   min/median/max {_ms(cold)} (each job starts its agent: the first job after "
+          f"agent_spare_idle; +{1000 * (statistics.median(cold) - b):.1f} ms)")
     print(f"  of which the submit call (snapshot + one commit): min/median/max {_ms(answered)}")
     print(f"  one fsynced raft commit on a one-voter log: median {statistics.median(commits) * 1000:.1f} ms "
           f"(a job's road commits 3: submission, placement, running)")

@@ -98,6 +98,9 @@ class Config:
     wheelhouse: str = ""
     """A folder of wheels for environment builds (``pip --find-links``), shown read-only
     inside the build's sandbox; with ``build_network = false`` the only source."""
+    agent_spare_idle: float = 600.0
+    """Seconds a spare agent (:mod:`floydd.runtime.spare`: started ahead, so the next job starts
+    without waiting ~0.1 s for Python) is kept after the box last started a job; 0: none."""
     job_env_pass: str = ""
     """Names of the daemon's environment variables jobs get on top of the allow-list
     (:mod:`floydd.agent.jobenv`: locale, TZ, CUDA_*, NCCL_*, NVIDIA_*), comma-separated;

@@ -181,7 +181,8 @@ async def _jobs_ctx(app: web.Application):
                           tail_interval=config.tail_interval, stop_grace=config.stop_grace,
                           on_finished=on_finished, job_user=job_account(config.job_user) if config.system else None,
                           on_recorded=on_recorded, max_metric_points=config.max_metric_points,
-                          max_log_bytes=int(config.max_log_mb * 2**20) or None)
+                          max_log_bytes=int(config.max_log_mb * 2**20) or None,
+                          spare_idle=config.agent_spare_idle)
 
     async def fetch(store, tree: str, sources: list[str]):
         return await fetch_tree(store, tree, sources, cluster)

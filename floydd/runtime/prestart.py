@@ -22,6 +22,7 @@ from floydd.model import Run
 from floydd.runtime import envs, fence, spawn, workspace
 from floydd.runtime.disk import Disk, no_space
 from floydd.runtime.sandboxing import Sandboxing
+from floydd.runtime.spare import Spares
 
 __all__ = ["Prestart"]
 
@@ -37,13 +38,14 @@ class Prestart:
 
     def __init__(self, *, state_dir: Path, store, records, disk: Disk, sandboxing: Callable[[], Sandboxing],
                  builds: envs.BuildPolicy, env_pass, stop_grace: float, job_user: tuple[int, int] | None,
-                 max_log_bytes: int | None, stop_requests: dict[Key, tuple[str, str]],
+                 max_log_bytes: int | None, stop_requests: dict[Key, tuple[str, str]], spares: Spares | None,
                  end: Callable[[Key, str, str], Awaitable[None]],
                  watch: Callable[[str, int, Path, object], None]) -> None:
         self._state_dir, self._store, self._records, self._disk = state_dir, store, records, disk
         self._sandboxing, self._builds, self._env_pass = sandboxing, builds, env_pass
         self._stop_grace, self._job_user, self._max_log_bytes = stop_grace, job_user, max_log_bytes
         self._stop_requests = stop_requests
+        self._spares = spares
         """The runtime's: key -> (outcome, reason) of a stop asked for."""
         self._end, self._watch = end, watch
 
@@ -51,6 +53,8 @@ class Prestart:
                         env: dict[str, str] | None = None, resume: str | None = None) -> None:
         project, number = key = run.key
         started = time.monotonic()
+        if self._spares is not None:    # its imports overlap this job's preparation (not awaited)
+            asyncio.get_running_loop().run_in_executor(None, self._spares.refill)
         if await asyncio.to_thread(self._disk.check):  # what is free is for recording and cleaning up
             await self._end(key, "failed", f"{self._disk.why()}: the job was not started")
             return
@@ -75,7 +79,7 @@ class Prestart:
                              uid=self._job_user[0] if self._job_user else None,
                              gid=self._job_user[1] if self._job_user else None,
                              max_log_bytes=self._max_log_bytes)
-            handle = await asyncio.to_thread(spawn.start_agent, ws, spec, env_pass=self._env_pass)
+            handle = await asyncio.to_thread(spawn.start_agent, ws, spec, env_pass=self._env_pass, spares=self._spares)
         except _StopRequested:
             await self._end(key, *self._stop_requests.get(key, ("stopped", "stopped")))
             return

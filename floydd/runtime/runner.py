@@ -44,11 +44,12 @@ and a final state is set only from starting/running.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Callable, Sequence
 
 from floydd import log
-from floydd.agent.jobenv import pass_list
+from floydd.agent.jobenv import agent_env, pass_list
 from floydd.agent.sandbox import probe_bwrap
 from floydd.agent.status import read_status
 from floydd.errors import Conflict, FloyddError, InvalidSpec, Unavailable
@@ -57,6 +58,7 @@ from floydd.runtime import checkpoint, envs, fence, spawn, workspace
 from floydd.runtime.catchup import CatchUps
 from floydd.runtime.prestart import Prestart
 from floydd.runtime.sandboxing import Sandboxing, resolve
+from floydd.runtime.spare import Spares
 from floydd.runtime.disk import CHECK_INTERVAL, IDLE_CHECK_INTERVAL, Disk, no_space
 from floydd.runtime.watch import JobWatch
 from floydd.tasks import cancel_and_wait
@@ -77,7 +79,7 @@ class NodeRuntime:
                  sampler: Callable[[int], dict | None] | None = None,
                  job_user: tuple[int, int] | None = None,
                  on_recorded: Callable[[str, int], None] | None = None,
-                 max_log_bytes: int | None = None, max_metric_points: int = 0) -> None:
+                 max_log_bytes: int | None = None, max_metric_points: int = 0, spare_idle: float = 0.0) -> None:
         if sandbox not in _SETTINGS:
             raise InvalidSpec(f"sandbox {sandbox!r} is unknown", hint=f"use one of {', '.join(_SETTINGS)}")
         self.state_dir = Path(state_dir).absolute()
@@ -103,10 +105,13 @@ class NodeRuntime:
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self.disk = Disk(self.state_dir)
+        self._spares = Spares(agent_env(os.environ, self._env_pass), idle=spare_idle) if spare_idle > 0 else None
+        """The agent started ahead of the next job (:mod:`.spare`): ``spare_idle`` seconds after a start."""
         self._prestart = Prestart(state_dir=self.state_dir, store=store, records=records, disk=self.disk,
                                   sandboxing=lambda: self.sandboxing, builds=self._builds, env_pass=self._env_pass,
                                   stop_grace=stop_grace, job_user=job_user, max_log_bytes=max_log_bytes,
-                                  stop_requests=self._stop_requests, end=self._end_before_start, watch=self._watch)
+                                  stop_requests=self._stop_requests, end=self._end_before_start, watch=self._watch,
+                                  spares=self._spares)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -242,6 +247,8 @@ class NodeRuntime:
         """Stop watching (the agents keep running and are re-adopted by the next daemon)."""
         self._closed = True
         await cancel_and_wait(self._tasks)
+        if self._spares is not None:
+            await asyncio.to_thread(self._spares.close)
         await asyncio.to_thread(self.disk.release)
 
     # -- steps ---------------------------------------------------------------------------------

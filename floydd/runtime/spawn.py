@@ -22,6 +22,7 @@ from floydd.agent.jobenv import agent_env
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import Status, atomic_write, make_room, process_start_time, read_status
 from floydd.agent.stop import write_stop
+from floydd.runtime.spare import Spares
 
 __all__ = ["AgentHandle", "start_agent", "write_spec", "alive", "request_stop", "kill_orphans"]
 
@@ -39,16 +40,21 @@ def write_spec(ws: Path, spec: AgentSpec) -> None:
 
 
 def start_agent(ws: Path, spec: AgentSpec, *, python: str = sys.executable,
-                env_pass: tuple[str, ...] = ()) -> AgentHandle:
+                env_pass: tuple[str, ...] = (), spares: Spares | None = None) -> AgentHandle:
     """Write spec.json and start the agent detached; returns at once (blocking: use a thread).
 
     The agent starts with the allow-listed environment (:func:`floydd.agent.jobenv.agent_env`),
     not the daemon's: what it does not hold, no job can inherit. ``env_pass``: the site's
-    extra names (``job_env_pass``). Raises OSError where the spec or the room for the agent's
-    status cannot be written (a full disk: the job is not started)."""
+    extra names (``job_env_pass``). ``spares``: the spare agent (:mod:`.spare`, started the same
+    way) becomes this one when there is a live one. Raises OSError where the spec or the room
+    for the agent's status cannot be written (a full disk: the job is not started)."""
     ws = Path(ws)
     write_spec(ws, spec)
     make_room(ws)
+    spare = spares.take(ws) if spares is not None else None
+    if spare is not None:
+        log.runtime.debug("spare agent %d took %s", spare.pid, spec.job)
+        return AgentHandle(spare.pid, process_start_time(spare.pid), spare)
     with open(ws / "agent.log", "ab") as out:
         proc = subprocess.Popen([python, "-m", "floydd.agent", str(ws)], stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ws, start_new_session=True,
