@@ -5,7 +5,8 @@
     header    "FLOYDX\\x01\\n" | u32 n | header JSON (n bytes) | BLAKE3(u32 n ‖ JSON)
               JSON: format, file_id, key_check, kdf ({"kind": "random"} or scrypt's salt and cost)
     part*     "FXPT" | u32 index | u8 n | kind | u16 n | name | BLAKE3(those bytes)[:16]
-              record*   u8 flags | u32 n | sealed record (n bytes; crypto.RecordSealer)
+              record*   u8 flags | u32 n | sealed record (n bytes; crypto.RecordSealer);
+                        flags ZSTD: the record was compressed (zstd, before sealing)
               end       a record with flags LAST and nothing in it (authenticated: a part cut
                         short, or records dropped from its end, fails there)
               "FXPE" | BLAKE3(the part's header and record frames)
@@ -14,6 +15,13 @@
               hash), what the file holds, where it comes from; seal: the manifest's MAC
               (export key) and its signature (:mod:`floydd.bundle.signing`)
     footer    u64 offset of the trailer | "FXEND01\\n"
+
+Compression (format 2): a record whose bytes compress (zstd level 3) to at most 31/32 of
+their size is sealed compressed, with the ZSTD flag, which the seal authenticates; others are
+sealed as they are. A large record is judged by its first 64 KiB first, so incompressible data
+(most datasets: images, weights, packed shards) costs a small probe, not a full pass. A part's
+``bytes`` in the manifest counts what its records hold as stored (compressed where they are),
+so a reader checks it without the key. Files of format 1 (no compression) still read.
 
 A writer that fails after it started (the daemon's export stream) ends the file with
 ``"FXER" | u32 n | {"error": ...}`` instead of a trailer, so the receiver says why, not
@@ -33,14 +41,19 @@ import blake3
 from floydd.errors import IntegrityError, UserError
 from floydd.bundle.crypto import FILE_ID_SIZE, ExportKey
 
-__all__ = ["Writer", "PartWriter", "Damaged", "Truncated", "NotAnExport", "WrongKey", "MAGIC", "FORMAT", "MAX_RECORD",
-           "LAST", "error_frame"]
+__all__ = ["Writer", "PartWriter", "Damaged", "Truncated", "NotAnExport", "WrongKey", "MAGIC", "FORMAT", "FORMATS", "MAX_RECORD",
+           "LAST", "ZSTD", "error_frame"]
 
 MAGIC = b"FLOYDX\x01\n"
-FORMAT = 1
+FORMAT = 2
+FORMATS = (1, 2)
+"""What a reader reads: 1 has no compressed records."""
 MAX_RECORD = 16 << 20
 """The most plaintext one record holds (chunks are at most 4 MiB, packs a little more)."""
 LAST = 1
+ZSTD = 2
+_LEVEL = 3
+_PROBE = 64 << 10
 _PART, _PART_END, _TRAILER, _ERROR = b"FXPT", b"FXPE", b"FXTR", b"FXER"
 _FOOTER = b"FXEND01\n"
 _U32, _U64 = struct.Struct(">I"), struct.Struct(">Q")
@@ -89,6 +102,21 @@ class Writer:
         self.header_hash = blake3.blake3(framed).hexdigest()
         self._write(MAGIC + framed + bytes.fromhex(self.header_hash))
         self._open: PartWriter | None = None
+        self._zstd = None
+
+    def compress(self, data: bytes | memoryview) -> bytes | None:
+        """``data`` compressed, or None where that does not pay (see the module docstring)."""
+        if len(data) < 256:
+            return None
+        if self._zstd is None:
+            import zstandard       # only an export's writer needs it
+            self._zstd = zstandard.ZstdCompressor(level=_LEVEL)
+        if len(data) > 2 * _PROBE:
+            probe = self._zstd.compress(data[:_PROBE])
+            if len(probe) > _PROBE - _PROBE // 32:
+                return None
+        packed = self._zstd.compress(data)
+        return packed if len(packed) <= len(data) - len(data) // 32 else None
 
     def part(self, kind: str, name: str) -> PartWriter:
         """A new part (the previous one must be closed); use as a context manager."""
@@ -132,8 +160,11 @@ class PartWriter:
         """One record (at most :data:`MAX_RECORD` bytes)."""
         if len(data) > MAX_RECORD:
             raise ValueError(f"a record holds at most {MAX_RECORD} bytes, not {len(data)}")
-        self._record(0, data)
-        self.bytes += len(data)
+        packed = self._w.compress(data)
+        if packed is None:
+            self._record(0, data)
+        else:
+            self._record(ZSTD, packed)
 
     def close(self) -> None:
         if self._closed:
@@ -148,6 +179,7 @@ class PartWriter:
 
     def _record(self, flags: int, data: bytes | memoryview) -> None:
         sealed = self._w._sealer.seal(self.index, self.records, flags, data)
+        self.bytes += len(data)
         frame = bytes([flags]) + _U32.pack(len(sealed))
         self._hash.update(frame)
         self._hash.update(sealed)

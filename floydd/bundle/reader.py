@@ -21,7 +21,7 @@ from typing import IO, Iterator
 import blake3
 
 from floydd.errors import from_payload
-from floydd.bundle.container import (FORMAT, LAST, MAGIC, MAX_RECORD, Damaged, NotAnExport, Truncated, WrongKey,
+from floydd.bundle.container import (FORMATS, LAST, ZSTD, MAGIC, MAX_RECORD, Damaged, NotAnExport, Truncated, WrongKey,
                                        _ERROR, _FOOTER, _HINT, _PART, _PART_END, _TRAILER, _U32, _U64)
 from floydd.bundle.crypto import RECORD_OVERHEAD, ExportKey, RecordSealer
 from floydd.bundle.signing import Origin, verify
@@ -80,6 +80,8 @@ class Reader:
         except (KeyError, TypeError, ValueError):
             raise self._damaged("its header is malformed") from None
         self._sealer: RecordSealer | None = key.records(file_id) if key is not None else None
+        self._flags = (0, LAST, ZSTD) if self.header["format"] >= 2 else (0, LAST)
+        self._unzstd = None
 
     def parts(self) -> Iterator[Part]:
         """Every part in order; after the last, the trailer is read and checked (MAC with the
@@ -122,7 +124,7 @@ class Reader:
             header = json.loads(body)
         except ValueError:
             raise self._damaged("its header is damaged") from None
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
+        if not isinstance(header, dict) or header.get("format") not in FORMATS:
             raise NotAnExport(f"{self.where} is a floyd export of another format version",
                               hint="import it with the floyd version that made it, or a newer one")
         return header, digest
@@ -154,7 +156,7 @@ class Reader:
             if frame[:4] == _ERROR:              # the writer failed between two records: why
                 raise self._error_frame(frame[4:])
             flags, n = frame[0], _U32.unpack(frame[1:])[0]
-            if flags not in (0, LAST) or not RECORD_OVERHEAD <= n <= MAX_RECORD + RECORD_OVERHEAD:
+            if flags not in self._flags or not RECORD_OVERHEAD <= n <= MAX_RECORD + RECORD_OVERHEAD:
                 raise self._damaged_part(part, f"record {count} is malformed (byte {self.position - 5})")
             sealed = self._exact(n, part.label)
             hasher.update(frame)
@@ -164,17 +166,37 @@ class Reader:
                 plain = self._sealer.open(part.index, count, flags, sealed)
                 if plain is None:
                     raise self._damaged_part(part, f"record {count} fails authentication")
+                if flags == ZSTD:
+                    plain = self._unpack(part, count, plain)
             count += 1
             if flags == LAST:
                 if self._decrypt and plain:
                     raise self._damaged_part(part, "its end record is not empty")
                 break
-            size += len(plain) if self._decrypt else n - RECORD_OVERHEAD
+            size += n - RECORD_OVERHEAD           # as stored (compressed where it is)
             yield plain
         if self._exact(4, part.label) != _PART_END or self._exact(32, part.label) != hasher.digest():
             raise self._damaged_part(part, "its checksum does not match")
         self._read_parts.append({"index": part.index, "kind": part.kind, "name": part.name, "records": count,
                                  "bytes": size, "hash": hasher.hexdigest()})
+
+    def _unpack(self, part: Part, count: int, packed: bytes) -> bytes:
+        """A compressed record's bytes; at most :data:`MAX_RECORD` of them (a record that says
+        more, or does not decompress, is damage: it was sealed, so only a key holder made it)."""
+        if self._unzstd is None:
+            import zstandard
+            self._unzstd = zstandard
+        z = self._unzstd
+        try:
+            size = z.frame_content_size(packed)
+            if not 0 <= size <= MAX_RECORD:
+                raise z.ZstdError(f"a frame of {size} bytes")
+            plain = z.ZstdDecompressor().decompress(packed, max_output_size=size)
+        except z.ZstdError:
+            raise self._damaged_part(part, f"record {count} does not decompress") from None
+        if len(plain) != size:
+            raise self._damaged_part(part, f"record {count} does not decompress")
+        return plain
 
     def _trailer(self) -> None:
         start = self.position - 4
