@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from floydd.errors import IntegrityError, NotFound, StoreError, StoreFull
-from floydd.store import Backend, LocalBackend, MemoryBackend, ObjectId
+from floydd.store import Backend, LocalBackend, MemoryBackend, ObjectId, local
 from floydd.store.keys.crypto import Keys
 from store_testlib import wait_until_set
 
@@ -187,7 +187,7 @@ def test_disk_full_is_store_full_and_leaves_nothing(tmp_path: Path, monkeypatch,
 # -- object mode: fsync and rename on the batch's publishing thread -----------------------
 
 def _publish_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "floydd-store-publish"]
+    return [t for t in threading.enumerate() if t.name.startswith("floydd-store-publish")]
 
 
 def _failing_fsync(monkeypatch, err: int, fail_on: int) -> None:
@@ -225,6 +225,7 @@ def test_a_failed_fsync_names_nothing_after_it_and_commit_raises(tmp_path: Path,
 
 
 def test_abort_drops_what_is_verified_but_not_yet_fsynced(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(local, "_PUBLISHERS", 1)     # one in flight, three queued behind it
     backend = LocalBackend(tmp_path / "objects", sync="object")
     objs = [_obj(f"queued {i}".encode() * 1000) for i in range(4)]
     entered, real = threading.Event(), os.fsync
@@ -247,6 +248,39 @@ def test_abort_drops_what_is_verified_but_not_yet_fsynced(tmp_path: Path, monkey
     assert list(backend.list()) == [objs[0][0]]
     for oid in backend.list():
         assert KEYS.open(oid, backend.load(oid)) == b"queued 0" * 1000
+    assert backend.clean_temp() == 0
+    assert not _publish_threads()
+
+
+def test_with_every_publisher_busy_abort_names_only_what_was_fsynced(tmp_path: Path, monkeypatch):
+    n = local._PUBLISHERS
+    backend = LocalBackend(tmp_path / "objects", sync="object")
+    objs = [_obj(f"many {i}".encode() * 1000) for i in range(n + 5)]
+    entered, real, lock = threading.Semaphore(0), os.fsync, threading.Lock()
+    batch = backend.batch()
+    synced: list[int] = []
+
+    def slow_fsync(fd):  # every publisher holds one object until abort has begun
+        publisher = batch._pub
+        entered.release()
+        deadline = time.monotonic() + 30
+        while not publisher._discard and time.monotonic() < deadline:
+            time.sleep(0.001)
+        real(fd)
+        with lock:
+            synced.append(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    for oid, data in objs:
+        batch.save(oid, data, _check(oid))
+    for _ in range(n):
+        assert entered.acquire(timeout=30), "each publisher took an object"
+    batch.abort()
+    monkeypatch.undo()
+    named = list(backend.list())
+    assert len(named) == len(synced) == n, "the ones in flight were fsynced and named; the queued five dropped"
+    for oid in named:
+        assert KEYS.open(oid, backend.load(oid)).startswith(b"many ")
     assert backend.clean_temp() == 0
     assert not _publish_threads()
 
