@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -58,6 +58,8 @@ class SnapshotResult:
     files: int
     stats: WriteStats
     cache_hits: int
+    manifest: Tree | None = field(default=None, repr=False, compare=False)
+    """The tree as built (so the caller need not read back and decode what it just wrote)."""
 
     def to_dict(self) -> dict:
         return {"tree": str(self.tree), "size": self.size, "files": self.files, "cache_hits": self.cache_hits,
@@ -113,7 +115,8 @@ def _snapshot(objects: Objects, root_fd: int, root: bytes, *, cache_path: Path |
     log.store.info("snapshot %s: %d files, %d bytes, %d new objects (%d bytes), %d cached files",
                    tree_id.short, tree.files, tree.size, stats.written_objects, stats.written_bytes,
                    ingest.hits)
-    return SnapshotResult(tree=tree_id, size=tree.size, files=tree.files, stats=stats, cache_hits=ingest.hits)
+    return SnapshotResult(tree=tree_id, size=tree.size, files=tree.files, stats=stats, cache_hits=ingest.hits,
+                          manifest=tree)
 
 
 class _Ingest:

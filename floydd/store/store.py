@@ -145,6 +145,8 @@ class Store:
                                ignore=ignore, progress=progress, exclude=self.root, workers=self.workers,
                                dir_fd=dir_fd)
             self.catalog.pin(result.tree, f"upload:{secrets.token_hex(8)}", ttl_s=UPLOAD_LEASE_S)
+        if result.manifest is not None:     # add_version's stats and a job's restore read it next
+            self._remember(result.tree, result.manifest)
         return result
 
     def upload(self, src: Path, name: str, *, message: str = "", ignore: Ignore | None = None,
@@ -182,11 +184,15 @@ class Store:
             if getattr(e, "object", None) is None:
                 e.object = tree_id
             raise
+        self._remember(tree_id, tree)
+        return tree
+
+    def _remember(self, tree_id: ObjectId, tree: Tree) -> None:
         with self._trees_lock:
             self._trees[tree_id] = tree
+            self._trees.move_to_end(tree_id)
             while len(self._trees) > 8:
                 self._trees.popitem(last=False)
-        return tree
 
     def tree_stats(self, tree_id: ObjectId) -> tuple[int, int]:
         """(bytes in files, number of files) of a tree."""

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from floydd.errors import Conflict, NotFound, UnsafePath
 from floydd.store import IgnoreRules, Store
 from floydd.store.ingest import PACK_FILE_MAX
+from floydd.store.tree import Tree
 from store_testlib import describe, object_files, write_tree
 
 # -- round trips --------------------------------------------------------------------------
@@ -62,7 +63,8 @@ def test_random_trees_round_trip(store: Store, spec):
         store.restore(tree_id, dest)
         assert describe(dest) == describe(src)
         assert store.snapshot(src) == tree_id  # same content, same id
-        tree = store.read_tree(tree_id)
+        tree = store.read_tree(tree_id)                    # the tree as the snapshot built it ...
+        assert tree == Tree.decode(store._objects.get(tree_id)), "... is the tree as stored"
         assert store.tree_stats(tree_id) == (tree.size, tree.files)
         assert tree.files == sum(1 for k in spec if not k.endswith(("/", "@")))
 
