@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG  # noqa: E402
 from tests.integration.cluster.procs import DevNode, free_ports, make_identities  # noqa: E402
 from tests.sim.failover import measure, summary  # noqa: E402
-from floydd.cluster.config import DEFAULT_CLUSTER_CONFIG  # noqa: E402
 
 RAFT = DEFAULT_CLUSTER_CONFIG.raft
 ELECTION = RAFT.election_ticks * RAFT.tick_interval_ms / 1000
