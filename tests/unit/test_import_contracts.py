@@ -60,8 +60,8 @@ START_PATH = ("import floydd.cli.floydd, floydd.daemon.main, floydd.daemon.app, 
 
 
 def test_the_daemon_start_loads_none_of_what_it_no_longer_needs():
-    """Issue 23 (an idle box ≤ 60 MiB): sqlite-utils (and click's, dateutil's and pluggy's modules it
-    brought, ~5 MiB) left the start path, and the OpenAPI spec (~1 MiB) loads when first asked;
+    """Issue 23 (an idle box ≤ 60 MiB): sqlite-utils (and the dateutil and pluggy modules it
+    brought, ~1.3 MiB) left the start path, and the OpenAPI spec (~1 MiB) loads when first asked;
     numpy and pandas never enter it."""
     loaded = _loaded_after(START_PATH)
     assert {"floydd.records._schema", "floydd.api.jobs"} <= loaded      # it did load the start path
