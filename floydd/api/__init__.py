@@ -17,6 +17,16 @@ __all__ = ["routes"]
 
 def routes() -> list[web.AbstractRouteDef]:
     """Every ``/v1`` route (what ``/v1/openapi.json`` describes)."""
-    from floydd.api import apitokens, audit, cluster, datasets, exchange, jobs, nodes, openapi, people
-    return [route for module in (nodes, jobs, datasets, exchange, cluster, apitokens, audit, people, openapi)
-            for route in module.routes]
+    from aiohttp import web
+
+    from floydd.api import apitokens, audit, cluster, datasets, exchange, jobs, nodes, people
+    return [*(route for module in (nodes, jobs, datasets, exchange, cluster, apitokens, audit, people)
+              for route in module.routes),
+            web.get("/v1/openapi.json", _openapi)]
+
+
+async def _openapi(request: web.Request) -> web.StreamResponse:
+    """The spec's module is loaded when first asked, not at start: its tables and msgspec's
+    schemas are ~1 MiB of every idle daemon (issue 23)."""
+    from floydd.api import openapi
+    return await openapi.openapi(request)

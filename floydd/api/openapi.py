@@ -21,6 +21,7 @@ from floydd.api.jobs import MAX_LIST, MAX_WAIT
 from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
 
 routes = web.RouteTableDef()
+"""Served through :func:`floydd.api.routes`, which loads this module on the first ask."""
 
 _TYPES = (Submission, Restart, Error, Info, list[Node], JobView, list[JobView], Metrics, Compare, CodeUpload, JobCheck,
           list[DatasetVersion], DatasetInfo, DatasetDeleted, GcReport, Cluster, JoinToken, Left, Drained, Removed,

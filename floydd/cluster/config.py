@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from floydd.cluster.driver.autopilot import AutopilotConfig
 from floydd.cluster.raft import DEFAULT_CONFIG, RaftConfig
 
-__all__ = ["ClusterConfig", "DEFAULT_CLUSTER_CONFIG", "TEST_CONFIG"]
+__all__ = ["BOX_RAFT", "ClusterConfig", "DEFAULT_CLUSTER_CONFIG", "TEST_CONFIG"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterConfig:
     raft: RaftConfig = DEFAULT_CONFIG
-    """Ticks and timeouts of the raft core; defaults: 50 ms tick, 0.5-1 s election timeout."""
+    """Ticks and timeouts of the raft core; the core's defaults here (50 ms tick, 0.5-1 s election
+    timeout), :data:`BOX_RAFT` in :data:`DEFAULT_CLUSTER_CONFIG` (real boxes)."""
 
     autopilot: AutopilotConfig = field(default_factory=AutopilotConfig)
     """Voter count and grace period for crashed voters."""
@@ -101,7 +102,15 @@ class ClusterConfig:
         return max(4 * self.election_timeout, 2.0)
 
 
-DEFAULT_CLUSTER_CONFIG = ClusterConfig()
+BOX_RAFT = RaftConfig(tick_interval_ms=125, election_ticks=8, heartbeat_ticks=2)
+"""Raft timing of real boxes (daemons, devnodes): a heartbeat every 250 ms, an election timeout of
+1-2 s (4 heartbeats in the shortest), a tick every 125 ms. Issue 23: with the core's 50 ms tick
+and a heartbeat every tick, an idle member spent ~4 % of a core, nearly all of it on 20 HTTPS
+POSTs a second each way (aiohttp and TLS, ~1 ms a POST on each side: no single waste to cut);
+this is ~1.4 %. The price is failover: a dead leader is noticed after 1-2 s instead of
+0.5-1 s (``bench/cluster_failover.py``: median 0.76 s before, see bench/README.md after)."""
+
+DEFAULT_CLUSTER_CONFIG = ClusterConfig(raft=BOX_RAFT)
 
 TEST_CONFIG = ClusterConfig(
     raft=RaftConfig(tick_interval_ms=20, election_ticks=10, heartbeat_ticks=2),

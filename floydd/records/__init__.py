@@ -1,7 +1,8 @@
 """Experiment records of one node in SQLite (``records.db``): jobs, metrics, events, samples.
 
 One writer connection (``BEGIN IMMEDIATE`` under a lock), per-thread read connections,
-WAL with ``synchronous=NORMAL``; the schema is built by sqlite-utils ``Migrations``.
+WAL with ``synchronous=NORMAL``; the schema is built by ``_migrations.Migrations`` (the table
+sqlite-utils kept, on plain sqlite3).
 """
 
 from floydd.records._records import Records

@@ -1,4 +1,5 @@
-"""The records schema, built by sqlite-utils ``Migrations``, and the connection pragmas.
+"""The records schema, built by :class:`~floydd.records._migrations.Migrations` (the table
+sqlite-utils kept, on plain sqlite3), and the connection pragmas.
 
 Tables (one ``records.db`` per node)::
 
@@ -26,30 +27,11 @@ opening the same file cannot both apply them and a failing one leaves no trace.
 from __future__ import annotations
 
 import sqlite3
-import sys
 
 from floydd import log
 from floydd.errors import Conflict
+from floydd.records._migrations import Migrations
 
-
-def _without_numpy_and_pandas():
-    """sqlite-utils imports numpy and pandas when they are installed, for column types this
-    schema never writes: 14 MiB (numpy) and ~50 MiB (pandas) of every daemon's memory. Hide
-    them while it loads (it takes their absence as it would on a box without them)."""
-    hidden = [name for name in ("numpy", "pandas") if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None            # ``import numpy`` raises ImportError
-    try:
-        import sqlite_utils
-    finally:
-        for name in hidden:
-            if sys.modules.get(name, 0) is None:
-                del sys.modules[name]
-    return sqlite_utils
-
-
-_sqlite_utils = _without_numpy_and_pandas()
-Database, Migrations = _sqlite_utils.Database, _sqlite_utils.Migrations
 
 __all__ = ["MIGRATIONS", "migrate", "configure", "SYNCHRONOUS", "BUSY_TIMEOUT_MS", "TABLES"]
 
@@ -76,7 +58,7 @@ checks for them; later migrations add more)."""
 
 
 @MIGRATIONS()
-def m001_initial(db: Database) -> None:
+def m001_initial(db: sqlite3.Connection) -> None:
     for statement in _INITIAL:
         db.execute(statement)
 
@@ -154,7 +136,7 @@ _INITIAL = (
 
 
 @MIGRATIONS()
-def m002_metric_stats(db: Database) -> None:
+def m002_metric_stats(db: sqlite3.Connection) -> None:
     """Per (job, metric) count/min/max/last kept up to date by ``add_metrics``, so a summary
     costs O(metric names) instead of a scan of every point (job lists show summaries)."""
     db.execute("""CREATE TABLE metric_stats (
@@ -172,7 +154,7 @@ def m002_metric_stats(db: Database) -> None:
 
 
 @MIGRATIONS()
-def m003_cluster_attempt(db: Database) -> None:
+def m003_cluster_attempt(db: sqlite3.Connection) -> None:
     """Which placement of a cluster job this record is (the cluster's ``attempts`` count when it
     was placed here); 0 for this node's history: jobs it ran before it joined its cluster (or
     before a box alone had a control plane), which that cluster does not know."""
@@ -180,7 +162,7 @@ def m003_cluster_attempt(db: Database) -> None:
 
 
 @MIGRATIONS()
-def m004_log_behind(db: Database) -> None:
+def m004_log_behind(db: sqlite3.Connection) -> None:
     """Whether an ended job's log still holds lines not recorded (issue 20): its final state is
     set as soon as its process ended, and the rest of its log is recorded behind it; a daemon
     restarted meanwhile picks that up again from the log offset."""
@@ -208,17 +190,16 @@ def migrate(conn: sqlite3.Connection, migrations: Migrations = MIGRATIONS) -> li
     ``conn`` must be in autocommit mode (``isolation_level=None``) with no open transaction.
     Refuses a file written by a newer floydd (a migration this code does not know).
     """
-    db = Database(conn, execute_plugins=False)
-    known = {m.name for m in migrations._migrations}  # sqlite-utils has no public list of them
+    known = set(migrations.names())
     conn.execute("BEGIN IMMEDIATE")
     try:
-        unknown = [m.name for m in migrations.applied(db) if m.name not in known]
+        unknown = [name for name in migrations.applied(conn) if name not in known]
         if unknown:
             raise Conflict(f"the records database has migration {unknown[0]!r}, unknown to this "
                            "floydd: it was written by a newer version",
                            hint="upgrade floydd on this node (or move records.db aside)")
-        pending = [m.name for m in migrations.pending(db)]
-        migrations.apply(db)
+        pending = migrations.pending(conn)
+        migrations.apply(conn)
     except BaseException:
         conn.execute("ROLLBACK")
         raise

@@ -54,6 +54,21 @@ def test_the_cli_loads_neither_textual_nor_aiohttp_nor_the_daemon():
         assert heavy not in loaded, f"floyd's CLI imports {heavy}"
 
 
+START_PATH = ("import floydd.cli.floydd, floydd.daemon.main, floydd.daemon.app, floydd.daemon.control, floydd.records, "
+              "floydd.api; floydd.api.routes()")
+"""What ``floydd start`` loads before it serves (the CLI, the app, the control plane, the records)."""
+
+
+def test_the_daemon_start_loads_none_of_what_it_no_longer_needs():
+    """Issue 23 (an idle box ≤ 60 MiB): sqlite-utils (and the dateutil and pluggy modules it
+    brought, ~1.3 MiB) left the start path, and the OpenAPI spec (~1 MiB) loads when first asked;
+    numpy and pandas never enter it."""
+    loaded = _loaded_after(START_PATH)
+    assert {"floydd.records._schema", "floydd.api.jobs"} <= loaded      # it did load the start path
+    for heavy in ("sqlite_utils", "dateutil", "pluggy", "numpy", "pandas", "textual", "floydd.api.openapi"):
+        assert heavy not in loaded, f"floydd start imports {heavy}"
+
+
 def _imports(folder: Path) -> list[tuple[str, str]]:
     """(file, imported module) for every import under ``folder``."""
     found = []

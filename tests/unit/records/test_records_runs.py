@@ -8,7 +8,6 @@ import dataclasses
 import sqlite3
 
 import pytest
-from sqlite_utils import Database
 
 from floydd.errors import NotFound
 from floydd.model import Mount, Resources, Run
@@ -62,7 +61,7 @@ def test_nulls_and_defaults_read_as_none_or_the_defaults(records):
 def test_a_row_of_an_older_schema_reads_the_newer_columns_defaults(tmp_path):
     path = tmp_path / "records.db"
     conn = sqlite3.connect(path, isolation_level=None)
-    MIGRATIONS.apply(Database(conn, execute_plugins=False), stop_before="m003_cluster_attempt")
+    MIGRATIONS.apply(conn, stop_before="m003_cluster_attempt")
     conn.execute("INSERT INTO projects (id, name, created) VALUES (1, 'old', 0)")
     conn.execute("INSERT INTO jobs (project_id, number, state, created, gpus, resources) "
                  "VALUES (1, 1, 'running', 7, '[0]', '{\"gpus\": 1, \"cpu\": false}')")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from sqlite_utils import Database, Migrations
 
 from floydd.errors import Conflict, Unavailable
 from floydd.records import MIGRATIONS, Records
+from floydd.records._migrations import Migrations
 from floydd.records._schema import migrate
 
 ALL = ["m001_initial", "m002_metric_stats", "m003_cluster_attempt", "m004_log_behind"]
@@ -48,7 +48,7 @@ def test_reopen_keeps_data_and_applies_nothing_twice(tmp_path):
 def test_existing_file_at_an_older_schema_is_upgraded_with_its_data(tmp_path):
     path = tmp_path / "records.db"
     conn = sqlite3.connect(path, isolation_level=None)
-    MIGRATIONS.apply(Database(conn, execute_plugins=False), stop_before="m002_metric_stats")
+    MIGRATIONS.apply(conn, stop_before="m002_metric_stats")
     conn.execute("INSERT INTO projects (id, name, created) VALUES (1, 'old', 0)")
     conn.execute("INSERT INTO jobs (id, project_id, number, state, created) VALUES (7, 1, 1, 'running', 0)")
     conn.execute("INSERT INTO metric_names (id, name) VALUES (1, 'loss'), (2, 'acc')")
@@ -86,6 +86,26 @@ def test_failing_migration_leaves_no_trace(tmp_path):
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone() == (0,)
     conn.close()
     assert applied(path) == ALL
+
+
+def test_a_file_whose_migrations_sqlite_utils_applied_reads_the_same(tmp_path):
+    """records.db files written before floydd dropped sqlite-utils: the same table, nothing
+    applied twice, a newer migration applied on top and recorded after them."""
+    sqlite_utils = pytest.importorskip("sqlite_utils")
+    path = tmp_path / "records.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    theirs = sqlite_utils.Migrations("floydd.records")
+    for m in MIGRATIONS._migrations[:2]:
+        theirs(name=m.name)(m.fn)
+    theirs.apply(sqlite_utils.Database(conn, execute_plugins=False))
+    conn.close()
+    assert applied(path) == ALL[:2]
+    with Records(path) as r:
+        r.ensure_project("p")
+    assert applied(path) == ALL
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+                            "AND tbl_name = '_sqlite_migrations'").fetchone() == (1,)
 
 
 def test_file_from_a_newer_floydd_is_refused(tmp_path):
