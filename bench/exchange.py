@@ -4,6 +4,7 @@
     python bench/exchange.py                 # 100 jobs, 1 GiB dataset, 3 rounds (a few minutes)
     python bench/exchange.py --smoke         # 3 jobs, 16 MiB, 1 round (seconds)
     python bench/exchange.py --jobs 20 --size-mb 256 --rounds 2
+    python bench/exchange.py --text-share 0.5   # half the dataset CSV text (compresses), half shards
 
 Site A is built in-process (the job pipeline of ``tests/harness/pipeline.py``: a real
 control plane, store, catalog and records, a test runtime that runs no processes), so 100
@@ -57,6 +58,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=100)
     ap.add_argument("--size-mb", type=int, default=1024, help="size of the dataset (default 1024)")
+    ap.add_argument("--text-share", type=float, default=0.0,
+                    help="share of the dataset that is CSV text, which compresses (default 0: incompressible "
+                         "shards only, as model inputs usually are)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="3 jobs, 16 MiB, one round")
     ap.add_argument("--dir", default=None, help="where to make the temp folder (default: system temp)")
@@ -70,8 +74,8 @@ def main() -> int:
 
 def run(args, base: Path) -> int:
     t = time.perf_counter()
-    site_a = asyncio.run(build_site_a(base, args.jobs, args.size_mb))
-    print(f"site A: {args.jobs} jobs mounting a {args.size_mb} MiB dataset, built in {time.perf_counter() - t:.1f}s "
+    site_a = asyncio.run(build_site_a(base, args.jobs, args.size_mb, args.text_share))
+    print(f"site A: {args.jobs} jobs mounting a {args.size_mb} MiB dataset ({args.text_share:.0%} text), built in {time.perf_counter() - t:.1f}s "
           f"under {base}")
     files = [base / "data", site_a / "jobs", site_a / "records.db"]
     payload = sum(_du(f) for f in files)
@@ -129,11 +133,19 @@ def run(args, base: Path) -> int:
     return 0
 
 
-async def build_site_a(base: Path, jobs: int, size_mb: int) -> Path:
+async def build_site_a(base: Path, jobs: int, size_mb: int, text_share: float = 0.0) -> Path:
     rnd = random.Random(7)
     data = base / "data"
     data.mkdir()
-    left, i = size_mb * MiB, 0
+    text = int(size_mb * MiB * text_share)
+    for k in range(0, text, 64 * MiB):         # tables: numbers as text, as a CSV export writes them
+        rows, n = [], 0
+        while n < min(64 * MiB, text - k):
+            row = f"{rnd.randrange(10**6)},{rnd.random():.6f},{rnd.choice(('cat', 'dog', 'bird'))},{rnd.gauss(0, 1):.4f}\n"
+            rows.append(row)
+            n += len(row)
+        (data / f"table-{k // (64 * MiB):03d}.csv").write_text("".join(rows))
+    left, i = size_mb * MiB - text, 0
     while left > 0:                           # large incompressible files, as model inputs are
         n = min(left, 64 * MiB)
         (data / f"shard-{i:03d}.bin").write_bytes(rnd.randbytes(n))
