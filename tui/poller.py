@@ -152,7 +152,8 @@ class Poller:
             parts["jobs"] = tuple(decode_jobs(self.client.jobs(state="running")))
             parts.update(all_jobs=False, more_jobs=False, open_jobs=None)
         elif want.view == View.JOBS:
-            jobs = tuple(decode_jobs(self.client.jobs(state=want.state, limit=want.limit)))
+            jobs = tuple(decode_jobs(self.client.jobs(state=want.state, limit=want.limit, sort=want.sort,
+                                                      q=want.text)))
             more = want.limit is not None and len(jobs) >= want.limit
             parts.update(jobs=jobs, all_jobs=True, more_jobs=more, open_jobs=tuple(decode_jobs(
                 self.client.jobs(state=",".join(sorted(OPEN_STATES))))) if more else None)
