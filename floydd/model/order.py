@@ -107,12 +107,10 @@ def ordered(items: Sequence[T], order: JobOrder, now: float,
             fields: Callable[[T], Sortable] = lambda item: item) -> list[T]:  # type: ignore[assignment,return-value]
     """``items`` (newest first) sorted by ``order``; ties keep their order (newest first), both ways."""
     key = order.key
+    value: Callable[[Sortable], Any]
     if key == "created":
-        if order.descending:
-            return list(items)      # as they came: newest first
-        value: Callable[[Sortable], Any] = lambda j: (j.created or 0, j.number)
-        return sorted(items, key=lambda i: value(fields(i)))
-    if key == "state":
+        value = lambda j: (j.created or 0, j.number)
+    elif key == "state":
         value = lambda j: STATE_ORDER.get(j.state, len(STATE_ORDER))
     elif key == "project":
         value = lambda j: j.project

@@ -16,8 +16,8 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input
 
-from floydd.model import (FINAL_STATES, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES, JobOrder, JobView, job_text,
-                          matching, ordered)
+from floydd.model import (FINAL_STATES, MAX_FILTER, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES, JobOrder, JobView,
+                          job_text, matching, ordered)
 from floydd.tui.format import duration, job_seconds, metric_summary, state_style
 from floydd.tui.poll import PAGE, Snapshot, View, Want
 from floydd.tui.screens.base import SnapshotScreen
@@ -77,7 +77,7 @@ class JobsScreen(SnapshotScreen):
         yield Panel(id="status", classes="summary")
         yield RowTable(COLUMNS, id="jobs", empty="waiting for the daemon…")
         yield Input(placeholder="filter: part of a job, user, node, state, param or command; enter to apply, escape to clear",
-                    id="filter")
+                    id="filter", max_length=MAX_FILTER)
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
@@ -187,7 +187,8 @@ def job_rows(jobs: Sequence[JobView], now: float, *, text: str = "",
     them) after filter and sort: the daemon's rule (:mod:`floydd.model.order`)."""
     needle = text.strip().lower()
     picked = matching([j for j in jobs if states is None or j.state in states], needle, _haystack)
-    picked = ordered(picked, JobOrder.parse(SORTS[sort]), now)
+    if sort != "newest":                    # newest first: the API's own order
+        picked = ordered(picked, JobOrder.parse(SORTS[sort]), now)
     return [Row(j.id, partial(_cells, j, now)) for j in picked]
 
 
