@@ -52,7 +52,8 @@ from floydd.model.run import Run
 from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
                                      Submission, check_max_runtime)
 from floydd.model.gangcommand import check_gang_command
-from floydd.model.order import MAX_FILTER, SORTS, STATE_ORDER, JobOrder, filter_text, job_text, matching, ordered, run_seconds
+from floydd.model.order import (MAX_FILTER, SORTS, STATE_ORDER, JobOrder, filter_text, job_text, matching, ordered,
+                                run_seconds)
 
 __all__ = [
     "STATES", "FINAL_STATES", "ACTIVE_STATES", "OPEN_STATES", "WAITING_STATES", "UNSUCCESSFUL_STATES", "RUN_OUTCOMES",
