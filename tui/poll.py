@@ -45,7 +45,7 @@ class Want:
     cluster: info, nodes, running jobs (who holds a GPU).
     jobs: info, the first ``limit`` jobs in ``state`` whose text holds ``text``, newest first or
     by ``sort`` (the daemon filters and sorts before it pages: :mod:`floydd.model.order`), and
-    when that page is full the open jobs too (the counts of the header).
+    when that page is full or filtered by text the open jobs too (the counts of the header).
     experiments: info, the newest ``limit`` jobs (the projects to pick from) and the newest
     ``limit`` of ``project``, ``compare`` and curves.
     detail: info, the job in ``job``, its metric series and log tail.
@@ -123,7 +123,8 @@ class Snapshot:
     more_jobs: bool = False
     """The jobs view's page came back full: there are older jobs than ``jobs``."""
     open_jobs: tuple[JobView, ...] | None = None
-    """Every open job, when ``jobs`` is a full page (the header counts them)."""
+    """Every open job, when ``jobs`` is a full page or the text filter's matches (the header
+    counts them: running and queued over every job, as when every job was fetched)."""
     history: Mapping[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     """(node, gpu index) -> recent utilisation %, oldest first; gpu index -1 is the node's CPU."""
     detail: Detail | None = None

@@ -92,7 +92,7 @@ class JobsScreen(SnapshotScreen):
             shown = f"{'newest' if self.sort == 'newest' else 'first'} {len(rows)} jobs (more below)"
         else:
             shown = f"{len(rows)} of {len(jobs)} jobs" if len(rows) != len(jobs) else f"{len(jobs)} jobs"
-        counted = snap.open_jobs if snap.more_jobs and snap.open_jobs is not None else jobs
+        counted = snap.open_jobs if snap.open_jobs is not None else jobs
         queued = sum(1 for j in counted if j.state in WAITING_STATES)
         running = sum(1 for j in counted if j.state == "running")
         filt = f" · filter “{self.text}”" if self.text else ""
