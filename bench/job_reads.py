@@ -15,6 +15,9 @@ process, min/median/max over ``--rounds``):
   old ``job_view`` (kept here, :func:`old_job_view`) over the copies; now, the
   :class:`~floydd.model.JobView` values of ``job_view`` over ``list_jobs()``, and the same with
   each job's typed spec read as well.
+- a page of 500 of the listing sorted by time or filtered by text, as ``GET /v1/jobs?sort=-time&limit=500``
+  and ``?q=...&limit=500`` take it (every job sorted or filtered, then the page's views: issue 23),
+  against the views of every job (what the TUI fetched for a sort or a filter before).
 
 Exits 1 if the typed reads differ from the copies or the views' JSON from the old views'
 (byte for byte: key order, nulls and missing keys included).
@@ -34,8 +37,8 @@ import msgspec  # noqa: E402
 
 from floydd.cluster.state.commands import copy_of  # noqa: E402
 from floydd.cluster.state.machine import ClusterState  # noqa: E402
-from floydd.jobs.listing import job_view  # noqa: E402
-from floydd.model import SPEC_FIELDS, Job  # noqa: E402
+from floydd.jobs.listing import filtered_and_sorted, job_view  # noqa: E402
+from floydd.model import SPEC_FIELDS, Job, JobOrder, filter_text  # noqa: E402
 
 SPEC = {"command": "python train.py --epochs 30", "params": {"lr": "0.05", "batch": "64"}, "code_tree": "ab" * 32,
         "data": [{"ref": "mnist:1", "tree": "cd" * 32, "mount": "/input"}],
@@ -104,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         "listing: views of Jobs (now)": lambda: msgspec.json.encode([job_view(j, names) for j in state.list_jobs()]),
         "listing, each spec read (now)": lambda: msgspec.json.encode(
             [job_view(j, names) for j in state.list_jobs() if j.spec]),
+        "page of 500, sorted by -time": lambda: msgspec.json.encode(
+            [job_view(j, names) for j in filtered_and_sorted(state.list_jobs()[::-1], "", JobOrder.parse("-time"),
+                                                             names, 1_900_000_000.0)[:500]]),
+        "page of 500, filtered 'seed=1'": lambda: msgspec.json.encode(
+            [job_view(j, names) for j in filtered_and_sorted(state.list_jobs()[::-1], filter_text("seed=1"),
+                                                             JobOrder(), names, 1_900_000_000.0)[:500]]),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
@@ -119,10 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':<34} {'min':>8} {'median':>8} {'max':>8} {'vs before':>10}")
     for name, values in times.items():
         median = statistics.median(values)
-        base = statistics.median(times["read: copies (before)" if name.startswith("read")
+        base = statistics.median(times["read: copies (before)" if name.startswith("read") else
+                                       "listing: views of Jobs (now)" if name.startswith("page")
                                        else "listing: views of copies (before)"])
         print(f"{name:<34} {min(values) * 1e3:>8.1f} {median * 1e3:>8.1f} {max(values) * 1e3:>8.1f} "
               f"{median / base:>9.2f}x")
+    print("(a page's ratio is to the views of every job, what a sort or a filter fetched before)")
     print(f"typed reads and their views match the copies and the old views: {'yes' if same else 'NO'}")
     return 0 if same else 1
 

@@ -145,12 +145,14 @@ class Client(Connection):
 
     def jobs(self, project: str | None = None, state: str | None = None, *, stale: bool = False,
              limit: int | None = None, offset: int = 0, since: float | None = None,
-             user: str | None = None) -> list[dict]:
-        """Jobs, newest first (archived ones too): ``limit`` of them from ``offset`` (None: every
-        one), created at or after ``since`` (unix seconds), submitted by ``user``."""
+             user: str | None = None, sort: str | None = None, q: str | None = None) -> list[dict]:
+        """Jobs, newest first (archived ones too) or by ``sort`` (``state``, ``-time``...:
+        :data:`floydd.model.SORTS`), whose text holds ``q``: ``limit`` of them from ``offset``
+        (None: every one), created at or after ``since`` (unix seconds), submitted by ``user``."""
         return self._call("GET", "/v1/jobs", query={"project": project, "state": state,
                                                     "stale": "1" if stale else None, "limit": limit,
-                                                    "offset": offset or None, "since": since, "user": user})
+                                                    "offset": offset or None, "since": since, "user": user,
+                                                    "sort": sort or None, "q": q or None})
 
     def job(self, job: str) -> dict:
         return self._call("GET", f"/v1/jobs/{_job_path(job)}")

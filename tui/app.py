@@ -31,6 +31,7 @@ from textual.message import Message
 from textual.worker import get_current_worker
 
 from floydd.model import OPEN_STATES, JobView
+from floydd.tui.gcpace import GcPacing
 from floydd.tui.poll import Snapshot, Want
 from floydd.tui.poller import Outcome, Poller, Restart, Stop
 from floydd.tui.screens.base import SnapshotScreen
@@ -67,9 +68,12 @@ class FloydTop(App[None]):
     ]
 
     def __init__(self, client: Any, *, clock: Callable[[], float] = time.time, refresh: float = 1.0,
-                 poller: Poller | None = None) -> None:
+                 poller: Poller | None = None, pace_gc: bool = False) -> None:
         super().__init__()
         self.poller = poller or Poller(client, clock=clock)
+        self.gc_pacing = GcPacing() if pace_gc else None
+        """Full passes of Python's collector between polls, not mid-draw (:mod:`floydd.tui.gcpace`;
+        it changes the process's collector while the app runs: ``floyd top`` and the bench)."""
         self.refresh_seconds = refresh
         self.snapshot: Snapshot | None = None
         self.polls = 0
@@ -93,12 +97,16 @@ class FloydTop(App[None]):
             snapshot = self.poller.poll(self._want)
             if self._stopping or worker.is_cancelled:
                 return
+            if self.gc_pacing is not None:
+                self.gc_pacing.after_poll()        # a full pass of the collector here, not mid-draw
             self.post_message(SnapshotReady(snapshot, outcomes))
             self._wake.wait(self.refresh_seconds)
 
     def on_unmount(self) -> None:
         self._stopping = True
         self._wake.set()
+        if self.gc_pacing is not None:
+            self.gc_pacing.stop()
 
     async def action_quit(self) -> None:
         self._stopping = True
@@ -189,4 +197,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     from floydd.tui.connection import Reconnecting
 
-    FloydTop(Reconnecting(), refresh=args.refresh).run()
+    FloydTop(Reconnecting(), refresh=args.refresh, pace_gc=True).run()

@@ -59,8 +59,8 @@ class Reconnecting:
         return self._call("nodes")
 
     def jobs(self, project: str | None = None, state: str | None = None, *, limit: int | None = None,
-             offset: int = 0) -> list[dict]:
-        return self._call("jobs", project=project, state=state, limit=limit, offset=offset)
+             offset: int = 0, sort: str | None = None, q: str | None = None) -> list[dict]:
+        return self._call("jobs", project=project, state=state, limit=limit, offset=offset, sort=sort, q=q)
 
     def job(self, key: str) -> dict:
         return self._call("job", key)

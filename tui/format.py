@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from floydd.model import JobView, MetricView
+from floydd.model import JobView, MetricView, run_seconds
 from floydd.present import human_bytes
 
 __all__ = ["human_bytes", "used_total", "duration", "job_seconds", "bar", "spark", "number",
@@ -47,13 +47,9 @@ def duration(seconds: float | None) -> str:
 
 
 def job_seconds(job: JobView, now: float) -> float | None:
-    """How long a job ran (or has run so far); for a queued job, how long it waited."""
-    started, ended, created = job.started, job.ended, job.created
-    if started:
-        return (ended or now) - started
-    if created and not ended:
-        return now - created
-    return None
+    """How long a job ran (or has run so far); for a queued job, how long it waited (the rule a
+    ``time`` sort sorts by: :func:`floydd.model.run_seconds`)."""
+    return run_seconds(job.started, job.ended, job.created, now)
 
 
 def bar(percent: float | None, width: int) -> str:

@@ -22,7 +22,8 @@ from floydd.model import JobView
 __all__ = ["View", "Want", "LogLine", "Detail", "Comparison", "Snapshot", "PAGE"]
 
 PAGE = 500
-"""Jobs one poll of a list of jobs fetches (the jobs screen asks for more as it scrolls)."""
+"""Jobs one poll of a list of jobs fetches (the jobs screen asks for more as it scrolls; sorted
+and filtered by the daemon, so a page is the first of what the screen shows)."""
 
 Points = tuple[tuple[float, float], ...]
 """A metric series as ``((step, value), ...)``, in step order."""
@@ -42,8 +43,9 @@ class Want:
     """What the visible screen needs; the app sets it, the poller reads it.
 
     cluster: info, nodes, running jobs (who holds a GPU).
-    jobs: info, the newest ``limit`` jobs in ``state`` (None: every job, e.g. to sort them all),
-    and when that page is full the open jobs too (the counts of the header).
+    jobs: info, the first ``limit`` jobs in ``state`` whose text holds ``text``, newest first or
+    by ``sort`` (the daemon filters and sorts before it pages: :mod:`floydd.model.order`), and
+    when that page is full or filtered by text the open jobs too (the counts of the header).
     experiments: info, the newest ``limit`` jobs (the projects to pick from) and the newest
     ``limit`` of ``project``, ``compare`` and curves.
     detail: info, the job in ``job``, its metric series and log tail.
@@ -58,6 +60,10 @@ class Want:
     """The experiments view's project."""
     state: str | None = None
     """The jobs view's states, comma-separated as the API takes them (None: any)."""
+    sort: str | None = None
+    """The jobs view's sort as the API takes it (``state``, ``-time``...; None: newest first)."""
+    text: str | None = None
+    """The jobs view's text filter (None: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +123,8 @@ class Snapshot:
     more_jobs: bool = False
     """The jobs view's page came back full: there are older jobs than ``jobs``."""
     open_jobs: tuple[JobView, ...] | None = None
-    """Every open job, when ``jobs`` is a full page (the header counts them)."""
+    """Every open job, when ``jobs`` is a full page or the text filter's matches (the header
+    counts them: running and queued over every job, as when every job was fetched)."""
     history: Mapping[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     """(node, gpu index) -> recent utilisation %, oldest first; gpu index -1 is the node's CPU."""
     detail: Detail | None = None

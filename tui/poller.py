@@ -152,10 +152,12 @@ class Poller:
             parts["jobs"] = tuple(decode_jobs(self.client.jobs(state="running")))
             parts.update(all_jobs=False, more_jobs=False, open_jobs=None)
         elif want.view == View.JOBS:
-            jobs = tuple(decode_jobs(self.client.jobs(state=want.state, limit=want.limit)))
+            jobs = tuple(decode_jobs(self.client.jobs(state=want.state, limit=want.limit, sort=want.sort,
+                                                      q=want.text)))
             more = want.limit is not None and len(jobs) >= want.limit
+            counts = more or bool(want.text)        # the header counts every open job, not the page's
             parts.update(jobs=jobs, all_jobs=True, more_jobs=more, open_jobs=tuple(decode_jobs(
-                self.client.jobs(state=",".join(sorted(OPEN_STATES))))) if more else None)
+                self.client.jobs(state=",".join(sorted(OPEN_STATES))))) if counts else None)
         elif want.view == View.EXPERIMENTS:
             runs = tuple(decode_jobs(self.client.jobs(want.project, limit=want.limit))) if want.project else ()
             mine = {j.id for j in runs}

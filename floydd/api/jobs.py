@@ -26,7 +26,8 @@ from floydd.cluster.state import access
 from floydd.errors import Unavailable, UserError
 from floydd.jobs.codesnap import snapshot_code
 from floydd.jobs.listing import event_view
-from floydd.model import MAX_NODES, STATES, EventView, JobView, MetricView, Restart, Submission, parse_job_key
+from floydd.model import (MAX_NODES, STATES, EventView, JobOrder, JobView, MetricView, Restart, Submission, filter_text,
+                          parse_job_key)
 
 routes = web.RouteTableDef()
 
@@ -101,7 +102,9 @@ async def check_submission(request: web.Request) -> web.Response:
 async def list_jobs(request: web.Request) -> web.Response:
     """Jobs, newest first (archived ones too); in a cluster every node's, read through the leader
     unless ``stale=1``. A page: ``limit`` jobs from ``offset``, created at or after ``since``
-    (unix seconds); without ``limit`` every job."""
+    (unix seconds); without ``limit`` every job. ``sort``: a key of :data:`~floydd.model.SORTS`,
+    ``-`` before it for descending (default ``-created``); ``q``: only jobs whose id, state,
+    user, node, command or params hold this text (:mod:`floydd.model.order`); both before the page."""
     q = request.query
     unknown = {s.strip() for s in q.get("state", "").split(",")} - set(STATES) - {""}
     if unknown:
@@ -110,9 +113,10 @@ async def list_jobs(request: web.Request) -> web.Response:
     offset = query_int(q, "offset", 0, minimum=0, maximum=MAX_LIST, hint="offset=20 skips the 20 newest jobs")
     since = query_float(q, "since", minimum=0, maximum=2**53, hint="since=1700000000 (unix seconds) lists jobs "
                                                                     "created since then")
+    order, needle = JobOrder.parse(q.get("sort")), filter_text(q.get("q"))
     jobs = await request.app[keys.JOBS].list(q.get("project"), q.get("state"), stale=query_stale(request.query),
                                              limit=limit, offset=offset or 0, since=since,
-                                             user=q.get("user") or None)
+                                             user=q.get("user") or None, order=order, needle=needle)
     return _answer(_hide_metrics(request, jobs))
 
 

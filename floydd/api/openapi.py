@@ -18,7 +18,7 @@ from floydd.api.schemas import (ApiToken, AuditCheck, AuditEntry, Cluster, CodeU
 from floydd.api.schemas import AuditHead, CaInfo, StoreKeyReport, StoreKeyRotated
 from floydd.api.cluster import MAX_TTL
 from floydd.api.jobs import MAX_LIST, MAX_WAIT
-from floydd.model import MAX_NODES, PROJECT_PATTERN, Restart, Submission
+from floydd.model import MAX_FILTER, MAX_NODES, PROJECT_PATTERN, SORTS, Restart, Submission
 
 routes = web.RouteTableDef()
 """Served through :func:`floydd.api.routes`, which loads this module on the first ask."""
@@ -123,11 +123,15 @@ PATHS = {
     "/v1/info": {"get": _op("This daemon: version, node, state dir, uptime", Info)},
     "/v1/nodes": {"get": _op("Nodes with CPUs, memory, disk, GPUs and which job holds each GPU; stale=1 reads "
                              "this node's copy of the cluster state", list[Node], params=_q("stale"))},
-    "/v1/jobs": {"get": _op("Jobs, newest first (archived ones too): limit jobs from offset (default: every job), "
-                            "created at or after since (unix seconds), submitted by user (a person's name); stale=1 reads "
+    "/v1/jobs": {"get": _op("Jobs, newest first (archived ones too) or by sort (created, state, project, user, "
+                            "time; -KEY descending): limit jobs from offset (default: every job), created at or after "
+                            "since (unix seconds), submitted by user (a person's name), whose id, state, user, node, "
+                            "command or params hold q (case aside; sort and q apply before the page); stale=1 reads "
                             "this node's copy",
                             list[JobView], params=_q("project", "state", "stale", "user", limit=_count(1), offset=_count(0),
-                                                 since={"type": "number", "minimum": 0, "maximum": 2**53})),
+                                                 since={"type": "number", "minimum": 0, "maximum": 2**53},
+                                                 sort={"type": "string", "pattern": f"^[-+]?({'|'.join(SORTS)})$"},
+                                                 q={"type": "string", "maxLength": MAX_FILTER})),
                  "post": _queue_limited(_op("Submit a job", JobView, body=SUBMIT, status="201"))},
     "/v1/jobs/check": {"post": _queue_limited(_op("Would POST /v1/jobs take this job? The same body, the code not "
                                                   "looked at; refused as the submit would be (ask before sending the "

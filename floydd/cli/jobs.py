@@ -19,7 +19,7 @@ from floydd.cli.project import find_project, job_key
 from floydd.answers import decode_job, decode_jobs
 from floydd.client import Client
 from floydd.errors import FloyddError, UserError
-from floydd.model import FINAL_STATES
+from floydd.model import FINAL_STATES, SORTS, JobOrder, filter_text
 from floydd.present import human_duration
 
 if TYPE_CHECKING:
@@ -73,14 +73,19 @@ _STATE_WIDTH = 60
                    "'2024-05-01 14:30').")
 @click.option("--user", "owner", metavar="NAME", help="Only the jobs NAME submitted (a person of the lab).")
 @click.option("--mine", is_flag=True, help="Only the jobs you submitted.")
+@click.option("--sort", "sort", metavar="KEY",
+              help=f"Sort by KEY ({', '.join(SORTS)}), -KEY for descending (default -created: newest first).")
+@click.option("--filter", "text", metavar="TEXT",
+              help="Only the jobs whose id, state, owner, node, command or params hold TEXT (case aside).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly what the daemon returned.")
 @STALE
 @handle_errors
-def status(job, all_jobs, limit, page, since, owner, mine, as_json, stale) -> None:
+def status(job, all_jobs, limit, page, since, owner, mine, sort, text, as_json, stale) -> None:
     """This project's newest jobs (state, owner, duration, GPUs, latest metrics), or one JOB."""
     client = connect()
     if mine and owner:
         fail("--mine and --user say the same thing twice", "give one: --mine, or --user NAME")
+    order, text = JobOrder.parse(sort), filter_text(text)     # refused here, before the daemon is asked
     if mine:
         owner = client.whoami()["person"]
     if job:
@@ -98,7 +103,8 @@ def status(job, all_jobs, limit, page, since, owner, mine, as_json, stale) -> No
             fail("--page needs a page size", "add --limit N, e.g. floyd status --all --limit 100 --page 2")
         ask = None if limit is None else limit + (0 if as_json else 1)   # one more: are there older ones?
         answer = client.jobs(project, stale=stale, limit=ask, offset=(page - 1) * (limit or 0),
-                             since=None if since is None else since_time(since), user=owner)
+                             since=None if since is None else since_time(since), user=owner,
+                             sort=None if order.newest_first else str(order), q=text or None)
     if as_json:
         echo_json(answer[:limit])
         return
@@ -107,11 +113,13 @@ def status(job, all_jobs, limit, page, since, owner, mine, as_json, stale) -> No
     jobs = jobs[:limit]
     if not jobs:
         click.echo("no jobs yet: floyd run \"python train.py\"" if page == 1 and since is None and not job
-                   and not owner else "no jobs match")
+                   and not owner and not text else "no jobs match")
         return
     print_table(*_status_table(jobs))
     if more:
-        click.echo(f"{'the newest' if page == 1 else 'page ' + str(page) + ':'} {len(jobs)} shown; older ones: "
+        first = "the newest" if order.newest_first else "the first"
+        click.echo(f"{first if page == 1 else 'page ' + str(page) + ':'} {len(jobs)} shown; "
+                   f"{'older' if order.newest_first else 'more'} ones: "
                    f"floyd status --page {page + 1}" + ("" if all_jobs else " (--all: every project, every job)")
                    + ", --limit N, --since 2d", err=True)
 

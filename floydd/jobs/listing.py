@@ -1,7 +1,7 @@
 """Jobs as the API shows them: the :class:`~floydd.model.JobView` of a replicated
 :class:`~floydd.model.Job` (:func:`job_view`) and of a record of this box's history
 (:func:`history_view`), with their metric summaries and events (:func:`metric_views`,
-:func:`event_view`).
+:func:`event_view`); a listing's text filter and sort over both (:func:`filtered_and_sorted`).
 
 A view answers as the daemon answered when it built dicts: its values are the stored ones (a
 spec from an older release shows what it holds), and what the stored form leaves out is
@@ -15,10 +15,10 @@ from typing import Any, Mapping
 from msgspec import UNSET
 
 from floydd.cluster.state.commands import copy_of
-from floydd.model import Job, JobView, Mount
+from floydd.model import Job, JobOrder, JobView, Mount, job_text, matching, ordered
 from floydd.model.view import EventView, MetricView, PartView, ResourcesView, RestartView
 
-__all__ = ["job_view", "history_view", "metric_views", "event_view"]
+__all__ = ["job_view", "history_view", "metric_views", "event_view", "filtered_and_sorted"]
 
 
 def job_view(job: Job, node_names: dict[str, str]) -> JobView:
@@ -74,6 +74,20 @@ def event_view(event: Mapping[str, Any]) -> EventView:
     """An event as the records (:meth:`floydd.records.Records.events`) or the cluster's history hold it."""
     return EventView(seq=event.get("seq", UNSET), ts=event["ts"], kind=event["kind"], message=event["message"],
                      data=event.get("data", UNSET))
+
+
+def filtered_and_sorted(items: list[Job | JobView], needle: str, order: JobOrder, node_names: dict[str, str],
+                        now: float) -> list[Job | JobView]:
+    """``items`` (cluster jobs and views of this box's history, newest first) whose text holds
+    ``needle`` (:func:`floydd.model.filter_text`; node ids named by ``node_names``), sorted by
+    ``order``: the one rule of :mod:`floydd.model.order`, before a listing takes its page."""
+    def text(item: Job | JobView) -> str:
+        if isinstance(item, Job):
+            spec = item.stored_spec
+            return job_text(item.id, item.state, item.user, node_names.get(item.node, item.node or ""),
+                            spec.get("command"), spec.get("params"))
+        return job_text(item.id, item.state, item.user, item.node, item.command, item.params)
+    return ordered(matching(items, needle, text), order, now)
 
 
 def _mounts(data: list | None) -> tuple[Mount, ...]:

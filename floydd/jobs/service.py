@@ -55,9 +55,9 @@ from floydd.jobs.admission import Admission
 from floydd.scheduler.placer import ClusterScheduler
 from floydd.jobs.local import LocalJobs, code_pin, output_ref
 from floydd.jobs.reconcile import FetchTree, Reconciler
-from floydd.jobs.listing import job_view, metric_views
+from floydd.jobs.listing import filtered_and_sorted, job_view, metric_views
 from floydd.jobs.waiting import WaitingReasons
-from floydd.model import (DEFAULT_LOST_AFTER, FINAL_STATES, Job, JobKey, JobView, Mount, Restart, Submission,
+from floydd.model import (DEFAULT_LOST_AFTER, FINAL_STATES, Job, JobKey, JobOrder, JobView, Mount, Restart, Submission,
                           check_project)
 from floydd.records import Records
 from floydd.runtime import NodeRuntime
@@ -213,19 +213,21 @@ class JobService:
 
     async def list(self, project: str | None = None, state: str | None = None, *, stale: bool = False,
                    limit: int | None = None, offset: int = 0, since: float | None = None,
-                   user: str | None = None) -> list[JobView]:
+                   user: str | None = None, order: JobOrder = JobOrder(), needle: str = "") -> list[JobView]:
         """Jobs of the cluster (the hot state and the archive) and this node's history, newest
-        first (by creation): ``limit`` of them from ``offset``, created at or after ``since``,
-        submitted by ``user`` (a person's name; None: anyone's).
+        first (by creation) or sorted by ``order``: ``limit`` of them from ``offset``, created at
+        or after ``since``, submitted by ``user`` (a person's name; None: anyone's), whose text
+        holds ``needle`` (:func:`~floydd.model.filter_text`).
         Each source gives at most ``offset + limit`` (the archive from an index; with ``user``,
-        which the archive's index does not hold, every archived job is read and filtered); only
+        a ``needle`` or another order, which the archive's index does not hold, every archived
+        job is read, then filtered and sorted with the others); only
         the page is turned into views; metrics come from the replicated summaries (a query per
         job only for runs here not yet ended, and this node's history)."""
         if project is not None:
             check_project(project)
         states = [s.strip() for s in state.split(",")] if state else None
         want = None if limit is None else offset + limit
-        source_limit = want if user is None else None
+        source_limit = want if user is None and not needle and order.newest_first else None
 
         hot = [j for j in await self.cluster.jobs(project=project, states=states, stale=stale)
                if since is None or j.created >= since]
@@ -239,8 +241,10 @@ class JobService:
             if row.id not in seen and (user is None or row.user == user):          # the archive (a replay):
                 seen.add(row.id)                                                     # the hot one
                 merged.append(row.item)
-        page = merged[offset:want]
         names = {nid: n["name"] for nid, n in self.cluster.state.nodes.items()}
+        if needle or not order.newest_first:
+            merged = filtered_and_sorted(merged, needle, order, names, self._clock())
+        page = merged[offset:want]
         views = await self.waiting.fill([job_view(item, names) if isinstance(item, Job) else item for item in page],
                                          stale=stale)
 

@@ -22,6 +22,7 @@ One module per concept, each importing only those above it:
 - ``run``: one run of a job on a box, as that box's records keep it;
 - ``submission``: the request bodies that make a job (a submission, a restart's changes);
 - ``gangcommand``: what the command of a job over several boxes may be (torchrun's rendezvous is floydd's);
+- ``order``: how a list of jobs is sorted and filtered (the API's ``sort`` and ``q``, the TUI's jobs screen);
 - ``view``: a job as the API answers it and the CLI and the TUI read it (:class:`JobView`), not the cluster's record.
 
 Every name is imported from here (``from floydd.model import JobKey``), not from its module.
@@ -51,6 +52,8 @@ from floydd.model.run import Run
 from floydd.model.submission import (CODE_UPLOAD_PATTERN, ENVIRONMENTS, MAX_COMMAND, MAX_MESSAGE, MAX_RUNTIME, Restart,
                                      Submission, check_max_runtime)
 from floydd.model.gangcommand import check_gang_command
+from floydd.model.order import (MAX_FILTER, SORTS, STATE_ORDER, JobOrder, filter_text, job_text, matching, ordered,
+                                run_seconds)
 
 __all__ = [
     "STATES", "FINAL_STATES", "ACTIVE_STATES", "OPEN_STATES", "WAITING_STATES", "UNSUCCESSFUL_STATES", "RUN_OUTCOMES",
@@ -68,6 +71,7 @@ __all__ = [
     "DEFAULT_MAX_ATTEMPTS", "DEFAULT_RESTART", "DEFAULT_LOST_AFTER", "DEFAULT_ENV", "DEFAULT_MODE",
     "DEFAULT_CHECKPOINT_INTERVAL", "DEFAULT_STOP_GRACE", "MAX_ATTEMPTS", "MAX_LOST_AFTER", "parse_duration",
     "CODE_UPLOAD_PATTERN", "check_gang_command", "JobState",
+    "SORTS", "STATE_ORDER", "MAX_FILTER", "JobOrder", "filter_text", "job_text", "matching", "ordered", "run_seconds",
     "JobView", "PartView", "ResourcesView", "MetricView", "EventView", "RestartView",
 ]
 

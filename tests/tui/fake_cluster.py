@@ -19,7 +19,7 @@ from typing import Iterator
 
 from floydd.errors import Conflict, InvalidSpec, NotFound, Unavailable
 from floydd.answers import decode_job
-from floydd.model import JobView, MetricView
+from floydd.model import JobOrder, JobView, MetricView, filter_text, job_text, matching, ordered
 
 __all__ = ["FakeCluster", "FakeClient", "NOW"]
 
@@ -224,14 +224,18 @@ class FakeCluster:
         return self.nodes
 
     def list_jobs(self, project: str | None = None, state: str | None = None, limit: int | None = None,
-                  offset: int = 0) -> list[dict]:
-        """Newest first, as the daemon lists them (``state``: comma-separated, as the API takes it)."""
+                  offset: int = 0, sort: str | None = None, q: str | None = None) -> list[dict]:
+        """Newest first or by ``sort``, with the text filter ``q``, as the daemon lists them
+        (the rule of :mod:`floydd.model.order`; ``state``: comma-separated, as the API takes it)."""
         states = set(state.split(",")) if state else None
         out = []
         for job in reversed(list(self.jobs.values())):
             if (project and job["project"] != project) or (states and job["state"] not in states):
                 continue
             out.append(job)
+        order, needle = JobOrder.parse(sort), filter_text(q)
+        if needle or not order.newest_first:
+            out = ordered(matching(out, needle, _text), order, self.now, _Fields)
         out = out[offset:] if limit is None else out[offset:offset + limit]
         return [{**job, "metrics": self._summary(job)} for job in out]
 
@@ -297,13 +301,15 @@ class FakeCluster:
 class FakeClient:
     """In-process stand-in for :class:`floydd.client.Client` over a :class:`FakeCluster`.
 
-    ``calls`` records every API call by name; set ``down`` to make every call
+    ``calls`` records every API call by name, ``listed`` what each ``jobs`` call asked for
+    (its keywords); set ``down`` to make every call
     raise :class:`~floydd.errors.Unavailable`, as a dead daemon does.
     """
 
     def __init__(self, cluster: FakeCluster | None = None) -> None:
         self.cluster = cluster or FakeCluster()
         self.calls: list[str] = []
+        self.listed: list[dict] = []
         self.down = False
         self.where = "/tmp/fake/api.sock"
 
@@ -321,8 +327,9 @@ class FakeClient:
         return self._enter("nodes").list_nodes()
 
     def jobs(self, project: str | None = None, state: str | None = None, *, limit: int | None = None,
-             offset: int = 0) -> list[dict]:
-        return self._enter("jobs").list_jobs(project, state, limit=limit, offset=offset)
+             offset: int = 0, sort: str | None = None, q: str | None = None) -> list[dict]:
+        self.listed.append({"project": project, "state": state, "limit": limit, "offset": offset, "sort": sort, "q": q})
+        return self._enter("jobs").list_jobs(project, state, limit=limit, offset=offset, sort=sort, q=q)
 
     def job(self, key: str) -> dict:
         return self._enter("job").job(key)
@@ -346,3 +353,18 @@ class FakeClient:
 def _node_id(name: str) -> str:
     """A node's id: 16 hex digits, as the daemon's."""
     return f"{zlib.crc32(name.encode()):08x}{zlib.crc32(name[::-1].encode()):08x}"
+
+
+def _text(job: dict) -> str:
+    """What the daemon's text filter looks in (:func:`floydd.model.job_text`)."""
+    return job_text(job["id"], job["state"], job["user"], job["node"], job["command"], job["params"])
+
+
+class _Fields:
+    """A job's dict read as :class:`floydd.model.order.Sortable`, as the daemon sorts its jobs."""
+
+    __slots__ = ("created", "number", "state", "project", "user", "started", "ended")
+
+    def __init__(self, job: dict) -> None:
+        for name in self.__slots__:
+            setattr(self, name, job[name])

@@ -59,7 +59,8 @@ def create_app(cluster: FakeCluster, tick: float | None = None) -> web.Applicati
         q = request.query
         limit = int(q["limit"]) if q.get("limit") else None
         return web.json_response(c().list_jobs(q.get("project") or None, q.get("state") or None, limit=limit,
-                                               offset=int(q.get("offset") or 0)))
+                                               offset=int(q.get("offset") or 0), sort=q.get("sort"),
+                                               q=q.get("q")))
 
     @routes.get("/v1/jobs/{project}/{number}")
     async def job(request: web.Request) -> web.Response:

@@ -90,6 +90,7 @@ async def test_jobs_screen_filters_sorts_and_follows_logs(client: FakeClient) ->
 async def test_jobs_screen_polls_a_page_and_the_next_one_near_its_end(client: FakeClient, monkeypatch) -> None:
     monkeypatch.setattr(jobs_screen, "PAGE", 4)
     every = client.cluster.list_jobs()
+    oldest = [j["id"] for j in sorted(every, key=lambda j: (j["created"], j["number"]))]
     app = make_app(client)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
@@ -101,10 +102,21 @@ async def test_jobs_screen_polls_a_page_and_the_next_one_near_its_end(client: Fa
         assert "newest 4 jobs (more below)" in status and f"{running} running" in status   # counted over all
         await pilot.press("end")                        # near the end of the page: the next one too
         await until(pilot, lambda: len(table(app).rows) == 8, what="the second page")
-        await pilot.press("o")                          # oldest first needs every job
-        await until(pilot, lambda: len(table(app).rows) == len(every), what="every job")
-        assert table(app).rows[0].key == every[-1]["id"]
-        assert f"{len(every)} jobs" in plain(app.screen.query_one("#status", Static))
+        await pilot.press("o")                          # oldest first: the daemon's first page of that sort
+        await until(pilot, lambda: any(c["sort"] == "created" for c in client.listed), what="a sorted page asked for")
+        await until(pilot, lambda: [r.key for r in table(app).rows] == oldest[:4],
+                    what="the oldest page")
+        assert "first 4 jobs (more below)" in plain(app.screen.query_one("#status", Static))
+        await pilot.press("home", "end")                # and its next page, still sorted
+        await until(pilot, lambda: len(table(app).rows) >= 8, what="the next sorted page")
+        assert [r.key for r in table(app).rows] == oldest[:len(table(app).rows)]
+        await pilot.press("slash", "b", "e", "r", "t")  # a text filter: asked of the daemon, a page again
+        await until(pilot, lambda: any(c["q"] == "bert" for c in client.listed), what="a filtered page asked for")
+        await until(pilot, lambda: [r.key for r in table(app).rows] == ["bert/1", "bert/2", "bert/3", "bert/4"],
+                    what="the filtered page")
+        assert {c["sort"] for c in client.listed if c["q"] == "bert"} == {"created"}
+        asked = [c for c in client.listed if c["sort"] or c["q"]]
+        assert asked and all(c["limit"] is not None and c["limit"] % 4 == 0 for c in asked)   # never every job
 
 
 async def test_stop_asks_first_and_no_means_no(client: FakeClient) -> None:

@@ -208,6 +208,9 @@ def test_the_jobs_view_polls_a_page_and_then_counts_the_open_jobs_apart(client: 
     assert sorted(j.id for j in page.open_jobs) == sorted(j.id for j in every.jobs if j.state in OPEN_STATES)
     whole = p.poll(Want(view=View.JOBS, limit=100))
     assert not whole.more_jobs and len(whole.jobs) == len(every.jobs) and whole.open_jobs is None
+    bert = p.poll(Want(view=View.JOBS, limit=100, text="bert"))          # a text filter: counted over all
+    assert bert.jobs and all(j.id.startswith("bert/") for j in bert.jobs) and not bert.more_jobs
+    assert sorted(j.id for j in bert.open_jobs) == sorted(j.id for j in every.jobs if j.state in OPEN_STATES)
     queued = p.poll(Want(view=View.JOBS, limit=100, state="queued"))
     assert queued.jobs and {j.state for j in queued.jobs} == {"queued"}   # the daemon filters
     cluster = p.poll(Want())

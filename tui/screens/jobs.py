@@ -1,9 +1,11 @@
 """The jobs screen: the queue and every run, filtered and sorted, with stop/restart/logs keys.
 
-Newest first (the API's order), it polls a page of jobs, not all of them: the newest
-:data:`PAGE`, with the state filter asked of the daemon, and one page more each time the
-cursor comes near the end of what it has (10,000 jobs are a second of JSON a poll). A text
-filter or another sort needs every job, and asks for them all."""
+Newest first (the API's order), it polls a page of jobs, not all of them: the first
+:data:`PAGE` of what it shows, with the state filter, the text filter and the sort asked of
+the daemon (which filters and sorts before it pages), and one page more each time the cursor
+comes near the end of what it has (10,000 jobs are a second of JSON a poll). The page is
+filtered and sorted here again by the same rule (:mod:`floydd.model.order`), so a change
+shows at once on the page it has, before the daemon's answer comes."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input
 
-from floydd.model import FINAL_STATES, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES, JobView
+from floydd.model import (FINAL_STATES, MAX_FILTER, OPEN_STATES, UNSUCCESSFUL_STATES, WAITING_STATES, JobOrder, JobView,
+                          job_text, matching, ordered)
 from floydd.tui.format import duration, job_seconds, metric_summary, state_style
 from floydd.tui.poll import PAGE, Snapshot, View, Want
 from floydd.tui.screens.base import SnapshotScreen
@@ -31,9 +34,9 @@ STATE_FILTERS: dict[str, frozenset[str] | None] = {
     "all": None, "active": OPEN_STATES, "running": frozenset({"running"}), "queued": WAITING_STATES,
     "succeeded": FINAL_STATES - UNSUCCESSFUL_STATES, "failed": UNSUCCESSFUL_STATES,
 }
-SORTS = ("newest", "oldest", "state", "project", "user", "time")
-_STATE_ORDER = {s: i for i, s in enumerate(("running", "unknown", "starting", "queued", "failed", "timeout", "lost",
-                                            "stopped", "success"))}
+SORTS = {"newest": "-created", "oldest": "created", "state": "state", "project": "project", "user": "user",
+         "time": "-time"}
+"""The screen's sorts, and each as the API's ``sort`` (:data:`floydd.model.SORTS`)."""
 _SORT_BY_COLUMN = {0: "project", 1: "state", 2: "user", 5: "time"}
 
 
@@ -60,10 +63,9 @@ class JobsScreen(SnapshotScreen):
         self.limit = PAGE
 
     def want(self) -> Want:
-        if self.text or self.sort != "newest":       # filtered by text or sorted otherwise: every job
-            return Want(view=View.JOBS)
         states = STATE_FILTERS[self.state_filter]
-        return Want(view=View.JOBS, limit=self.limit, state=",".join(sorted(states)) if states else None)
+        return Want(view=View.JOBS, limit=self.limit, state=",".join(sorted(states)) if states else None,
+                    sort=None if self.sort == "newest" else SORTS[self.sort], text=self.text or None)
 
     def _asked_again(self) -> None:
         """Filter or sort changed: the first page of what they show, at once."""
@@ -75,7 +77,7 @@ class JobsScreen(SnapshotScreen):
         yield Panel(id="status", classes="summary")
         yield RowTable(COLUMNS, id="jobs", empty="waiting for the daemon…")
         yield Input(placeholder="filter: part of a job, user, node, state, param or command; enter to apply, escape to clear",
-                    id="filter")
+                    id="filter", max_length=MAX_FILTER)
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
@@ -87,10 +89,10 @@ class JobsScreen(SnapshotScreen):
         table.set_rows(rows, empty="no jobs match" if jobs else
                        ("no jobs yet: submit one with `floyd run`" if snap.all_jobs else "loading jobs…"))
         if snap.more_jobs:
-            shown = f"newest {len(rows)} jobs (more below)"
+            shown = f"{'newest' if self.sort == 'newest' else 'first'} {len(rows)} jobs (more below)"
         else:
             shown = f"{len(rows)} of {len(jobs)} jobs" if len(rows) != len(jobs) else f"{len(jobs)} jobs"
-        counted = snap.open_jobs if snap.more_jobs and snap.open_jobs is not None else jobs
+        counted = snap.open_jobs if snap.open_jobs is not None else jobs
         queued = sum(1 for j in counted if j.state in WAITING_STATES)
         running = sum(1 for j in counted if j.state == "running")
         filt = f" · filter “{self.text}”" if self.text else ""
@@ -174,32 +176,24 @@ class JobsScreen(SnapshotScreen):
         self._asked_again()
 
     def action_sort(self) -> None:
-        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+        names = list(SORTS)
+        self.sort = names[(names.index(self.sort) + 1) % len(names)]
         self._asked_again()
 
 
 def job_rows(jobs: Sequence[JobView], now: float, *, text: str = "",
              states: frozenset[str] | None = None, sort: str = "newest") -> list[Row]:
-    """The rows for ``jobs`` (newest first, as the API lists them) after filter and sort."""
-    needle = text.lower()
-    picked = [j for j in jobs if (states is None or j.state in states)
-              and (not needle or needle in _haystack(j))]
-    if sort == "oldest":
-        picked.reverse()
-    elif sort == "state":
-        picked.sort(key=lambda j: _STATE_ORDER.get(j.state, 99))
-    elif sort == "project":
-        picked.sort(key=lambda j: (j.project, -j.number))
-    elif sort == "user":
-        picked.sort(key=lambda j: j.user)
-    elif sort == "time":
-        picked.sort(key=lambda j: -(job_seconds(j, now) or 0.0))
+    """The rows for ``jobs`` (newest first, or already in ``sort``'s order, as the API lists
+    them) after filter and sort: the daemon's rule (:mod:`floydd.model.order`)."""
+    needle = text.strip().lower()
+    picked = matching([j for j in jobs if states is None or j.state in states], needle, _haystack)
+    if sort != "newest":                    # newest first: the API's own order
+        picked = ordered(picked, JobOrder.parse(SORTS[sort]), now)
     return [Row(j.id, partial(_cells, j, now)) for j in picked]
 
 
 def _haystack(job: JobView) -> str:
-    params = " ".join(f"{k}={v}" for k, v in job.params.items())
-    return " ".join((job.id, job.state, job.user, job.node, job.command)).lower() + " " + params.lower()
+    return job_text(job.id, job.state, job.user, job.node, job.command, job.params)
 
 
 def _cells(job: JobView, now: float) -> tuple:

@@ -44,6 +44,10 @@ CASES = {
     "ttl = NaN": ("POST", "/v1/cluster/tokens", {"data": '{"ttl": NaN}', "headers": JSON}, "NaN"),
     "dataset version past 64 bits": ("POST", "/v1/datasets/delete", {"json": {"ref": f"mnist:{BIG}"}}, "version"),
     "Arabic-Indic dataset version": ("GET", "/v1/datasets/info", {"params": {"ref": "mnist:\u0661"}}, "version"),
+    # a listing's sort and text filter
+    "unknown sort key": ("GET", "/v1/jobs", {"params": {"sort": "-bogus"}}, "cannot sort jobs by 'bogus'"),
+    "sort by a bare minus": ("GET", "/v1/jobs", {"params": {"sort": "-"}}, "cannot sort jobs"),
+    "filter past its length": ("GET", "/v1/jobs", {"params": {"q": "x" * 5000}}, "at most 200"),
     # names and text past their limits
     "long project": ("POST", "/v1/jobs", {"json": {**JOB, "project": "p" * 1000}}, "project name"),
     "long command": ("POST", "/v1/jobs", {"json": {**JOB, "command": "x" * 70000}}, "command"),
@@ -161,6 +165,13 @@ def test_job_listings_page_and_refuse_odd_page_sizes(api):
     for params in ({"limit": "0"}, {"offset": "-1"}, {"since": "soon"}, {"limit": "1e3"}):
         status, answer, _ = api.call("GET", "/v1/jobs", params=params)
         assert status == 400 and answer["error"]["hint"], params
+
+
+def test_a_listing_sorts_and_filters_odd_text_as_text(api):
+    assert [j["id"] for j in api.call("GET", "/v1/jobs", params={"q": "SEED/", "sort": "+state"})[1]] == ["seed/1"]
+    for odd in ("\x00", "%' OR 1=1 --", "\u0661", "\U0001f600", "*", "\\", "x" * 200, "a\r\nb"):
+        status, answer, text = api.call("GET", "/v1/jobs", params={"q": odd, "sort": "-time", "limit": "5"})
+        assert status == 200 and answer == [], (odd, text[:300])
 
 
 def test_a_check_answers_what_the_submit_would_pin_and_commits_nothing(api):

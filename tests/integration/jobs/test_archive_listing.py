@@ -9,6 +9,7 @@ import pytest
 
 from floydd.cluster.archiver import Archiver
 from floydd.errors import NotFound
+from floydd.model import JobOrder
 from tests.harness.pipeline import answered
 
 pytestmark = pytest.mark.timeout(60)
@@ -53,6 +54,35 @@ async def test_archived_jobs_are_listed_paged_read_and_deleted(lone):
     with pytest.raises(NotFound):
         await box.jobs.get("mnist/2")
     assert (await box.run("true"))["id"] == "mnist/13"
+
+
+async def test_a_sort_and_a_text_filter_span_the_hot_jobs_and_the_archive(lone):
+    box = await lone.start()
+    for i in range(8):
+        job = await box.run("true" if i % 3 else "false", message=f"run {i + 1}", project="mnist" if i % 2 else "bert")
+        await lone.ended(box, job["id"])
+    assert await _archive(box, keep=3) == 5                       # the five oldest are archived
+    every = answered(await box.jobs.list())
+    archived = {j["id"] for j in every if j["archived"]}
+    assert len(archived) == 5
+
+    oldest = sorted(every, key=lambda j: (j["created"], j["number"]))
+    by_state = sorted(every, key=lambda j: j["state"] != "failed")          # failed before success, ties newest first
+    by_project = sorted(every, key=lambda j: j["project"])
+    for order, expected in (("created", oldest), ("state", by_state), ("project", by_project),
+                            ("-project", sorted(every, key=lambda j: j["project"], reverse=True))):
+        got = [j["id"] for j in answered(await box.jobs.list(order=JobOrder.parse(order)))]
+        assert got == [j["id"] for j in expected], order
+        for offset in (0, 2, 4, 6):                              # pages of a sort are slices of the whole
+            page = answered(await box.jobs.list(order=JobOrder.parse(order), limit=2, offset=offset))
+            assert [j["id"] for j in page] == got[offset:offset + 2], (order, offset)
+    bert = [j["id"] for j in every if j["project"] == "bert"]
+    assert {j["id"] for j in every if j["id"] in archived and j["project"] == "bert"}, "bert jobs in the archive"
+    assert [j["id"] for j in answered(await box.jobs.list(needle="bert/"))] == bert
+    assert [j["id"] for j in answered(await box.jobs.list(needle="bert/", limit=2, offset=1))] == bert[1:3]
+    failed = [j["id"] for j in every if j["state"] == "failed"]
+    assert [j["id"] for j in answered(await box.jobs.list(needle="fail", order=JobOrder.parse("created")))] == \
+        failed[::-1]
 
 
 def _no_record(box, number: int) -> bool:

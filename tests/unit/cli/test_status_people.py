@@ -19,9 +19,11 @@ def _job(key: str, user: str) -> dict:
 class _Client:
     def __init__(self) -> None:
         self.asked: list = []
+        self.sorted: list = []
 
     def jobs(self, project=None, **kw):
         self.asked.append(kw.get("user"))
+        self.sorted.append((kw.get("sort"), kw.get("q")))
         every = [_job("p/2", "bob"), _job("p/1", "alice")]
         return [j for j in every if kw.get("user") in (None, j["user"])]
 
@@ -50,6 +52,18 @@ def test_user_and_mine_ask_the_daemon_for_one_persons_jobs(monkeypatch):
     assert res.exit_code == 0 and client.asked == ["alice"] and "p/2" not in res.output
     client, res = _status(monkeypatch, "--mine", "--user", "bob")
     assert res.exit_code != 0 and "--mine and --user" in res.output and "Traceback" not in res.output
+
+
+def test_sort_and_filter_are_asked_of_the_daemon_and_checked_first(monkeypatch):
+    client, res = _status(monkeypatch, "--sort", "-time", "--filter", " Bert ")
+    assert res.exit_code == 0 and client.sorted == [("-time", "bert")], res.output
+    client, res = _status(monkeypatch)
+    assert client.sorted == [(None, None)]                      # newest first: the daemon's own order
+    client, res = _status(monkeypatch, "--sort", "size")
+    assert res.exit_code != 0 and "cannot sort jobs by 'size'" in res.output and client.sorted == []
+    assert "Traceback" not in res.output
+    client, res = _status(monkeypatch, "--filter", "x" * 300)
+    assert res.exit_code != 0 and "at most 200" in res.output and client.sorted == []
 
 
 def test_a_gpu_holder_is_named_by_job_and_person():
