@@ -60,6 +60,6 @@ def test_no_other_module_defines_a_set_of_job_states() -> None:
     assert found == {}
 
 
-def test_the_tuis_sort_order_names_every_state() -> None:
-    from floydd.tui.screens import jobs
-    assert set(jobs._STATE_ORDER) == set(STATES)
+def test_the_listing_sort_order_names_every_state() -> None:
+    from floydd.model.order import STATE_ORDER      # the daemon's sort=state, and the TUI's
+    assert set(STATE_ORDER) == set(STATES)

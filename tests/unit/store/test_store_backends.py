@@ -192,12 +192,14 @@ def _publish_threads() -> list[threading.Thread]:
 
 def _failing_fsync(monkeypatch, err: int, fail_on: int) -> None:
     """fsync fails (``err``) on its ``fail_on``-th call on a regular file."""
-    real, calls = os.fsync, []
+    real, calls, lock = os.fsync, [], threading.Lock()
 
     def fsync(fd):
         if stat.S_ISREG(os.fstat(fd).st_mode):
-            calls.append(fd)
-            if len(calls) == fail_on:
+            with lock:                  # several publishers call it at once
+                calls.append(fd)
+                failing = len(calls) == fail_on
+            if failing:
                 raise OSError(err, os.strerror(err))
         return real(fd)
 
@@ -206,6 +208,7 @@ def _failing_fsync(monkeypatch, err: int, fail_on: int) -> None:
 
 @pytest.mark.parametrize("err, kind", [(errno.EIO, StoreError), (errno.ENOSPC, StoreFull)])
 def test_a_failed_fsync_names_nothing_after_it_and_commit_raises(tmp_path: Path, monkeypatch, err, kind):
+    monkeypatch.setattr(local, "_PUBLISHERS", 1)     # "after it": one publisher keeps the order
     backend = LocalBackend(tmp_path / "objects", sync="object")
     objs = [_obj(f"object {i}".encode() * 1000) for i in range(5)]
     _failing_fsync(monkeypatch, err, fail_on=2)
@@ -221,6 +224,26 @@ def test_a_failed_fsync_names_nothing_after_it_and_commit_raises(tmp_path: Path,
     for oid in backend.list():
         assert KEYS.open(oid, backend.load(oid)) == b"object 0" * 1000
     assert backend.clean_temp() == 0  # every temp file was removed at once
+    assert not _publish_threads()
+
+
+@pytest.mark.parametrize("err, kind", [(errno.EIO, StoreError), (errno.ENOSPC, StoreFull)])
+def test_with_several_publishers_a_failed_fsync_names_only_fsynced_objects_and_commit_raises(
+        tmp_path: Path, monkeypatch, err, kind):
+    backend = LocalBackend(tmp_path / "objects", sync="object")
+    objs = [_obj(f"object {i}".encode() * 1000) for i in range(12)]
+    _failing_fsync(monkeypatch, err, fail_on=2)
+    with pytest.raises(kind):
+        with backend.batch() as batch:
+            for oid, data in objs:
+                batch.save(oid, data, _check(oid))
+            batch.commit()
+    monkeypatch.undo()
+    named = list(backend.list())
+    assert len(named) < len(objs), "the object whose fsync failed is not named"
+    for oid in named:                              # what was named was fsynced and is whole
+        assert KEYS.open(oid, backend.load(oid)).startswith(b"object ")
+    assert backend.clean_temp() == 0
     assert not _publish_threads()
 
 
