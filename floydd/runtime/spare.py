@@ -56,6 +56,8 @@ class Spares:
             if self._closed:
                 return
             if self._spare is None or self._spare.poll() is not None:
+                if self._spare is not None:      # died while it waited: its end of the pipe too
+                    _close(self._spare)
                 try:
                     self._spare = subprocess.Popen(
                         [self._python, "-m", "floydd.agent", "--spare"], stdin=subprocess.PIPE,
