@@ -146,12 +146,20 @@ def extra_copies(nodes: dict[str, dict], version: Mapping, replicas: int, live: 
 def ranked_sources(nodes: dict[str, dict], likely: Iterable[str], live: Liveness, *, skip: str = "") -> list[str]:
     """Nodes to fetch from: the ``likely`` ones (holders) that count, then other nodes heard
     from lately, then the silent holders, then the rest; never ``skip`` (this node). A silent
-    node asked first could hold a fetch up for a whole connect timeout."""
+    node asked first could hold a fetch up for a whole connect timeout. A node the leader
+    marked suspect comes after those, even one this box heard from a moment ago: a frozen
+    box (a hung kernel, SIGSTOP) still accepts connections and answers nothing, and the
+    leader's mark is the first sign (a job moved off it would wait out a read timeout)."""
     likely = [n for n in dict.fromkeys(likely) if n and n != skip]
     rest = [n for n in nodes if n != skip and n not in likely]
     good = [n for n in likely if live.holds(nodes.get(n))]
     fresh = [n for n in rest if live.takes(nodes[n]) or live.holds(nodes[n])]
-    return list(dict.fromkeys([*good, *fresh, *likely, *rest]))
+    ranked = dict.fromkeys([*good, *fresh, *likely, *rest])
+    return [n for n in ranked if not _suspect(nodes.get(n))] + [n for n in ranked if _suspect(nodes.get(n))]
+
+
+def _suspect(node: dict | None) -> bool:
+    return node is not None and node.get("status") == "suspect"
 
 
 def copies_note(nodes: dict[str, dict], version: dict, replicas: int, live: Liveness) -> str:

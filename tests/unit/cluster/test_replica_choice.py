@@ -81,6 +81,12 @@ def test_sources_put_counted_holders_first_and_silent_nodes_last():
     assert ranked_sources(n, ["me", "zz"], LIVE, skip="me") == ["b", "c", "zz", "a", "d"]   # unknown: after the good
 
 
+def test_a_holder_the_leader_marked_suspect_is_asked_last_though_heard_from_just_now():
+    n = nodes(a="suspect", b="up", c=("up", 400.0))           # a: frozen a moment ago, connections hang
+    assert ranked_sources(n, ["a", "b"], LIVE) == ["b", "c", "a"]
+    assert ranked_sources(n, ["a"], LIVE) == ["b", "c", "a"], "any box that may hold it before a suspect one"
+
+
 def test_the_note_says_how_many_copies_and_what_follows():
     v = version("a")
     assert copies_note(nodes(a="up", b="up"), v, 2, LIVE) == "stored on 1 of 2 boxes; the second copy follows"
