@@ -45,8 +45,8 @@ class Prestart:
         self._sandboxing, self._builds, self._env_pass = sandboxing, builds, env_pass
         self._stop_grace, self._job_user, self._max_log_bytes = stop_grace, job_user, max_log_bytes
         self._stop_requests = stop_requests
-        self._spares = spares
         """The runtime's: key -> (outcome, reason) of a stop asked for."""
+        self._spares = spares
         self._end, self._watch = end, watch
 
     async def run(self, run: Run, ws: Path, gpu_ids: tuple[int, ...], *, command: str | None = None,

@@ -264,7 +264,8 @@ class _Publisher:
     worker that wrote and verified an object goes on to the next one instead of sleeping
     in fsync, and the disk flushes while we hash and encrypt (``save`` started writeback).
     At most ``_UNSYNCED_MAX`` files wait here (each holds an fd); ``put`` blocks beyond.
-    The first failed fsync or rename stops publishing: the files behind it are removed
+    The first failed fsync or rename stops publishing: the files still queued are removed (one
+    another publisher was fsyncing meanwhile is named: it is durable)
     and ``save``/``commit`` raise it.
     """
 
