@@ -42,7 +42,7 @@ from floydd.agent import jobuser, procs, sandbox
 from floydd.agent.capture import LogWriter
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import Status, process_start_time, write_status
-from floydd.agent.stop import read_stop
+from floydd.agent.stop import keeps_log, read_stop
 from floydd.errors import FloyddError
 
 __all__ = ["Supervisor", "main", "outcome_of"]
@@ -50,6 +50,9 @@ __all__ = ["Supervisor", "main", "outcome_of"]
 log = logging.getLogger("floydd.agent")
 
 READ_SIZE = 64 * 1024
+READS_A_TURN = 16
+"""Reads of a stream in one turn of the loop (1 MiB): a flood is written, and a stop heard,
+a MiB at a time, not after all it could print meanwhile."""
 NAP = 0.01
 """Pause after a burst so the job's many small writes pile up into one big read."""
 DRAIN_LIMIT = 2.0
@@ -133,6 +136,7 @@ class Supervisor:
         self._kill_at: float | None = None
         self._killed = False
         self._log_full = False
+        self._stop_seen = False
 
     def run(self) -> int:
         wake_r = self._install_signals()
@@ -220,8 +224,12 @@ class Supervisor:
                     procs.drain_fd(wake_r)
                 elif fd == pidfd:
                     sel.unregister(pidfd)
+            if self._signalled and not self._stop_seen:
+                self._stop_seen = True
+                if not keeps_log(self.ws):      # a stop for the daemon's full disk: not one line more
+                    self._log_full = True
             if not self._write_log(writer) and returncode is None and self._ending is None:
-                self._terminate(spec, proc, ("failed", self._disk_full))
+                self._terminate(spec, proc, self._stop_request() if self._signalled else ("failed", self._disk_full))
             if writer.capped and self.status.log_capped is None:   # said once, for the daemon's events
                 self.status = self.status.evolve(log_capped=time.time())
                 write_status(self.ws, self.status)
@@ -256,7 +264,7 @@ class Supervisor:
     def _read(self, fd: int, streams: dict[int, bytes], writer: LogWriter, sel: selectors.BaseSelector) -> int:
         total = 0
         ts = time.time()
-        while True:
+        for _ in range(READS_A_TURN):
             try:
                 data = os.read(fd, READ_SIZE)
             except BlockingIOError:
@@ -268,6 +276,7 @@ class Supervisor:
             total += len(data)
             if len(data) < READ_SIZE:
                 return total
+        return total
 
     @staticmethod
     def _close_stream(fd: int, streams: dict[int, bytes], sel: selectors.BaseSelector) -> None:

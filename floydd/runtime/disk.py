@@ -115,9 +115,10 @@ class Disk:
         st = os.statvfs(self.state_dir)
         return reserve_size(st.f_blocks * st.f_frsize)
 
-    def check(self) -> bool:
+    def check(self, *, release: bool = True) -> bool:
         """Look at the free space: release the reserve when the disk is full, allocate it
-        again once there is room. Returns whether the disk is full."""
+        again once there is room. Returns whether the disk is full. ``release=False`` only
+        looks (to end the jobs that write before the reserve is given up)."""
         with self._lock:
             try:
                 free, size = self.free(), self.reserve()
@@ -125,6 +126,8 @@ class Disk:
                 log.runtime.warning("cannot read the free space of %s: %s", self.state_dir, exc)
                 return self.full
             if free < size // 2:
+                if not release:
+                    return True
                 if not self.full:
                     log.runtime.warning("disk full at %s (%d bytes free): released the %d-byte reserve so "
                                         "floydd can record and clean up; free space with floyd delete or "

@@ -192,14 +192,20 @@ class NodeRuntime:
         ends before the job runs, a running agent is signalled; the job ends as ``outcome``
         (stopped, or failed). True when this call asked (False: the runtime holds no such
         job, or a stop was asked already)."""
-        key = (project, number)
-        if key not in self._held or key in self._stop_requests:
+        asking = self._ask_stop((project, number), reason, outcome)
+        if asking is None:
             return False
-        self._stop_requests[key] = (outcome, reason)
-        ws = workspace.job_dir(self.state_dir, project, number)
-        self._spawn(asyncio.to_thread(spawn.request_stop, ws, reason, outcome),
-                    f"floydd.runtime.stop {project}/{number}")
+        self._spawn(asking, f"floydd.runtime.stop {project}/{number}")
         return True
+
+    def _ask_stop(self, key: Key, reason: str, outcome: str, **kw):
+        """The stop of :meth:`request_stop`, to await (None: not held, or asked already);
+        ``kw`` for :func:`spawn.request_stop`."""
+        if key not in self._held or key in self._stop_requests:
+            return None
+        self._stop_requests[key] = (outcome, reason)
+        ws = workspace.job_dir(self.state_dir, *key)
+        return asyncio.to_thread(spawn.request_stop, ws, reason, outcome, **kw)
 
     async def stop_job(self, project: str, number: int, reason: str = "stopped by user") -> None:
         """Stop a starting or running job and wait (up to stop_grace + 30 s) until it is recorded."""
@@ -336,16 +342,26 @@ class NodeRuntime:
         while True:
             await asyncio.sleep(CHECK_INTERVAL if self._held or self.disk.full else IDLE_CHECK_INTERVAL)
             try:
-                if await asyncio.to_thread(self.disk.check):
-                    self.end_for_full_disk()
+                await self.end_for_full_disk()
             except Exception:  # a bug here must not stop the watching
                 log.runtime.exception("checking the free space of %s failed", self.state_dir)
 
-    def end_for_full_disk(self) -> None:
-        """End every job this runtime holds as failed, "disk full at STATE"."""
-        for project, number in list(self._held):
-            if self.request_stop(project, number, self.disk.why(), outcome="failed"):
-                log.runtime.warning("job %s/%d: %s; ending it", project, number, self.disk.why())
+    async def end_for_full_disk(self) -> None:
+        """On a full disk, end every job this runtime holds as failed, "disk full at STATE"
+        (each agent told to write no more to its log), then release the reserve to record
+        that with; allocate it again once there is room."""
+        if await asyncio.to_thread(self.disk.check, release=False):
+            why = self.disk.why()
+            asks = {key: self._ask_stop(key, why, "failed", keep_log=False, make_room=self.disk.check)
+                    for key in list(self._held)}
+            asked = [key for key, ask in asks.items() if ask is not None]
+            signalled = await asyncio.gather(*(asks[key] for key in asked), return_exceptions=True)
+            for (project, number), done in zip(asked, signalled):
+                if isinstance(done, BaseException):
+                    log.runtime.warning("job %s/%d: asking it to end failed: %s", project, number, done)
+                elif done:
+                    log.runtime.warning("job %s/%d: %s; ending it", project, number, why)
+        await asyncio.to_thread(self.disk.check)
 
     # -- bookkeeping -----------------------------------------------------------------------------
 

@@ -16,12 +16,14 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from floydd import log
 from floydd.agent.jobenv import agent_env
 from floydd.agent.spec import AgentSpec
 from floydd.agent.status import Status, atomic_write, make_room, process_start_time, read_status
 from floydd.agent.stop import write_stop
+from floydd.runtime.disk import no_space
 from floydd.runtime.spare import Spares
 
 __all__ = ["AgentHandle", "start_agent", "write_spec", "alive", "request_stop", "kill_orphans"]
@@ -78,22 +80,35 @@ def alive(status: Status | None) -> bool:
     return process_start_time(status.agent_pid) == status.agent_start_time
 
 
-def request_stop(ws: Path, reason: str, outcome: str = "stopped") -> bool:
+def request_stop(ws: Path, reason: str, outcome: str = "stopped", *, keep_log: bool = True,
+                 make_room: Callable[[], object] | None = None) -> bool:
     """Ask the job's agent to end it as ``outcome`` (stopped, or failed): write ``ws/stop``
     (:mod:`floydd.agent.stop`), then SIGTERM the agent.
 
     Returns whether an agent was signalled. An agent that has not yet written its
     status finds the stop file when it starts and does not run the job at all.
-    A workspace that does not exist yet (still being prepared) is left alone. On a full
-    disk, where the file cannot be written, the agent is signalled all the same.
+    A workspace that does not exist yet (still being prepared) is left alone.
+
+    A stop for a full disk (``keep_log=False``) tells the agent to write nothing more to its
+    log: the caller releases the disk's reserve only after this, so the space freed for
+    recording the job's end is not taken by its last lines first. A stop file that finds no
+    room even for itself is written again after ``make_room()`` (which releases the reserve);
+    where it still cannot be, the agent is signalled all the same (it ends the job as
+    stopped; the daemon records the failure it asked for).
     """
     ws = Path(ws)
     if not ws.is_dir():
         return False
-    try:
-        write_stop(ws, reason, outcome)
-    except OSError as exc:
-        log.runtime.warning("cannot write %s: %s; signalling its agent all the same", ws / "stop", exc)
+    for attempt in (1, 2):
+        try:
+            write_stop(ws, reason, outcome, keep_log=keep_log)
+            break
+        except OSError as exc:
+            if attempt == 1 and make_room is not None and no_space(exc):
+                make_room()
+                continue
+            log.runtime.warning("cannot write %s: %s; signalling its agent all the same", ws / "stop", exc)
+            break
     status = read_status(ws)
     if status is None or status.exited or not alive(status):
         return False

@@ -229,12 +229,13 @@ class JobWatch:
                 self._no_space(self._records.path)
 
     def _no_space(self, path: Path) -> None:
-        """A write for this job failed for lack of space: release the reserve, end the job failed."""
-        self._disk.check()
+        """A write for this job failed for lack of space: end the job failed (its agent told to
+        write no more to its log), then release the reserve to record that with."""
         if self._failure is None:
             self._failure = self._disk.why(path)
             log.runtime.warning("job %s: %s; ending it", self.key, self._failure)
-            spawn.request_stop(self.ws, self._failure, "failed")
+            spawn.request_stop(self.ws, self._failure, "failed", keep_log=False, make_room=self._disk.check)
+        self._disk.check()
 
     def _open_pidfd(self) -> int | None:
         """A pidfd of the agent (readable once it exits), or None (then ticks poll)."""

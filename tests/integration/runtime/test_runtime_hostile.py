@@ -117,7 +117,24 @@ async def test_a_log_that_cannot_be_written_ends_the_job_failed_not_lost(small):
     await small.runtime.start_job("p", number, [])
     job = await ended(small, number, timeout=60)
     ws = Path(job["workspace"])
-    assert (job["state"], job["reason"]) == ("failed", f"disk full at {ws / 'job.log'}"), job
+    # whichever met the full disk first: the agent's log, or the daemon's records (which asks
+    # the agent to write no more, so the reserve it releases is left to record the end)
+    assert job["state"] == "failed", job
+    assert job["reason"] in (f"disk full at {ws / 'job.log'}", f"disk full at {small.records.path}"), job
+
+
+async def test_a_stop_for_a_full_disk_ends_the_log_at_once_while_the_job_floods_through_its_grace(node):
+    flood = ("python -c \"import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "while True: print('x' * 4000, flush=True)\"")
+    number, ws, _ = await _running(node, flood)
+    log = ws / "job.log"
+    await until(lambda: log.stat().st_size > 1 << 20, what="the job flooding its log")
+    before = log.stat().st_size
+    assert spawn.request_stop(ws, f"disk full at {node.records.path}", "failed", keep_log=False)
+    job = await ended(node, number)      # SIGKILLed after its 2 s grace, flooding all the while
+    assert (job["state"], job["reason"]) == ("failed", f"disk full at {node.records.path}"), job
+    # at most the MiB or two the agent had read when the signal came, not 2 s of a flood (GBs)
+    assert log.stat().st_size - before < 4 << 20, (before, log.stat().st_size)
 
 
 async def test_metrics_that_cannot_be_recorded_end_the_job_failed(small, monkeypatch):
@@ -170,7 +187,28 @@ async def test_a_job_ended_for_a_full_disk_fails_though_its_stop_file_could_not_
     def no_room(*args, **kw):          # what the daemon freed was taken again before the stop file was written
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(spawn, "write_stop", no_room)
-    node.runtime.end_for_full_disk()
+    monkeypatch.setattr(node.runtime.disk, "check", lambda release=True: True)   # the disk is full
+    await node.runtime.end_for_full_disk()
     job = await ended(node, number)
     assert read_status(ws).outcome == "stopped"   # the agent was signalled, never told why
+    assert (job["state"], job["reason"]) == ("failed", f"disk full at {node.state}"), job
+
+
+async def test_a_full_disk_tells_every_agent_to_stop_logging_before_the_reserve_is_released(node, monkeypatch):
+    number, ws, _ = await _running(node, "sleep 600")
+    order, real_stop = [], spawn.request_stop
+
+    def stop(*args, **kw):
+        order.append(("stop", kw.get("keep_log")))
+        return real_stop(*args, **kw)
+
+    def check(release=True):           # the disk is full
+        order.append(("check", release))
+        return True
+    monkeypatch.setattr(spawn, "request_stop", stop)
+    monkeypatch.setattr(node.runtime.disk, "check", check)
+    await node.runtime.end_for_full_disk()
+    assert order == [("check", False), ("stop", False), ("check", True)]
+    assert json.loads((ws / "stop").read_text())["log"] is False
+    job = await ended(node, number)
     assert (job["state"], job["reason"]) == ("failed", f"disk full at {node.state}"), job
