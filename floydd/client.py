@@ -286,6 +286,20 @@ class Client(Connection):
         finally:
             conn.close()
 
+    def export_into(self, ticket: str, *, jobs: list[str] = (), datasets: list[str] = (), key_hex: str,
+                    kdf: dict | None = None) -> Iterator[dict]:
+        """:meth:`export`, written by the daemon straight into the file handed over under
+        ``ticket`` (:meth:`hand_over`) and fsynced there: progress events, then ``{"bytes"}``."""
+        return self._stream("POST", "/v1/export", {"jobs": list(jobs), "datasets": list(datasets), "key": key_hex,
+                                                   "kdf": kdf or {"kind": "random"}, "to_ticket": ticket})
+
+    def import_handed(self, ticket: str, *, key_hex: str, name: str = "",
+                      expect_origin: str | None = None) -> Iterator[dict]:
+        """:meth:`import_file` of the file handed over under ``ticket`` (:meth:`hand_over`),
+        which the daemon reads itself: progress events, then what it made."""
+        return self._stream("POST", "/v1/import", query={"name": name or None, "expect_origin": expect_origin},
+                            headers={"Floydd-Export-Key": key_hex, "Floydd-File-Ticket": ticket})
+
     def import_file(self, f: IO[bytes], *, key_hex: str, name: str = "", expect_origin: str | None = None,
                     progress: Progress | None = None) -> dict:
         """Send the export file ``f`` (from its current position) to be verified and imported;

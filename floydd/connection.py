@@ -50,27 +50,36 @@ class _UnixConnection(http.client.HTTPConnection):
         self._path = path
 
     def connect(self) -> None:
-        # A socket under the temp dir is talked to only when its folder is ours and 0700
-        # (another local user may have made the folder first and put their own socket
-        # there); it is reached through the descriptor of the folder that was checked.
-        folder_fd = None
-        path = self._path
-        if is_shared_socket(Path(path)):
-            folder = Path(path).parent
-            folder_fd = open_owned_dir(folder, hint=socket_folder_hint(folder))
-            path = f"/proc/self/fd/{folder_fd}/{Path(path).name}"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if self.timeout is not None:
-            sock.settimeout(self.timeout)
-        try:
-            sock.connect(path)
-        except OSError:
-            sock.close()
-            raise
-        finally:
-            if folder_fd is not None:
-                os.close(folder_fd)
-        self.sock = sock
+        self.sock = unix_connect(self._path, self.timeout)
+
+
+def unix_connect(path: str, timeout: float | None) -> socket.socket:
+    """A connected unix socket to ``path``. A socket under the temp dir is talked to only when
+    its folder is ours and 0700 (another local user may have made the folder first and put
+    their own socket there); it is reached through the descriptor of the folder that was checked."""
+    folder_fd = None
+    if is_shared_socket(Path(path)):
+        folder = Path(path).parent
+        folder_fd = open_owned_dir(folder, hint=socket_folder_hint(folder))
+        path = f"/proc/self/fd/{folder_fd}/{Path(path).name}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if timeout is not None:
+        sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        if folder_fd is not None:
+            os.close(folder_fd)
+    return sock
+
+
+def handoff_path(socket_path: Path) -> Path:
+    """The daemon's socket that takes open files from a local CLI (:mod:`floydd.api.handoff`),
+    beside its API socket."""
+    return socket_path.with_name(socket_path.name + ".files")
 
 
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
@@ -167,6 +176,27 @@ class Connection:
         return f"{'https' if self.ca_pem else 'http'}://{self.address}"
 
 
+    def hand_over(self, fd: int, mode: str) -> str | None:
+        """Hand the open file ``fd`` to the daemon for ``mode`` (``"w"``: it writes into the
+        empty file; ``"r"``: it reads it), over the socket beside its API's
+        (:mod:`floydd.api.handoff`): the ticket a request names the file by. None where it
+        cannot be handed (TCP or TLS, a daemon without that socket, a file it refuses: a pipe,
+        say); the file then travels in the request."""
+        if self.socket_path is None:
+            return None
+        try:
+            sock = unix_connect(os.fspath(handoff_path(Path(self.socket_path))), 10.0)
+        except OSError:
+            return None
+        try:
+            with sock:
+                socket.send_fds(sock, [mode.encode()], [fd])
+                answer = sock.recv(200).decode(errors="replace")
+        except OSError:
+            return None
+        kind, _, ticket = answer.strip().partition(" ")
+        return ticket if kind == "ticket" and ticket else None
+
     # -- plumbing ---------------------------------------------------------------------
 
     def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
@@ -224,13 +254,13 @@ class Connection:
                 self.on_pin(self.pin, "learned")
 
     def _open(self, method: str, path: str, body: Any = None, *, query: dict | None = None,
-              timeout: float | None = None, raw: _Counted | None = None,
+              timeout: float | None = None, raw: _Counted | None = None, headers: dict | None = None,
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         if query:
             clean = {k: v for k, v in query.items() if v is not None}
             if clean:
                 path += "?" + urllib.parse.urlencode(clean)
-        headers = self._headers()
+        headers = {**self._headers(), **(headers or {})}
         data: Any = None
         if body is not None:
             data = json.dumps(body).encode()

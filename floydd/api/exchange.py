@@ -16,12 +16,19 @@ client raises, never with a file that looks complete.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import os
+import queue
+import threading
+from typing import Callable
 
 from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.params import text_field
-from floydd.api.request import acting_user, body, error_event, reply
+from floydd.api.handoff import READ, WRITE, HandedFile
+from floydd.api.request import Progress, acting_user, body, error_event, ndjson, peer_uid, reply
 from floydd.api.tarstream import scratch
 from floydd.bundle import ExportKey
 from floydd.bundle.container import error_frame
@@ -35,6 +42,8 @@ routes = web.RouteTableDef()
 
 OCTET = "application/octet-stream"
 KEY_HEADER = "Floydd-Export-Key"
+TICKET_HEADER = "Floydd-File-Ticket"
+"""An import's file, handed over by a local CLI (:mod:`floydd.api.handoff`)."""
 SIZE_HEADER = "Floydd-Export-Size"
 """About how many bytes the export will be (for a progress bar; not a Content-Length)."""
 _BLOCK = 1 << 20
@@ -42,64 +51,134 @@ _SMALL = 64 << 10
 _HANDOFF = 4 << 20
 """Bytes handed from the writing thread to the loop at a time (each hand-off is a trip)."""
 _MAX_NAMES = 10_000
+_QUEUED = 8
+"""Writes queued for a handed export file's writing thread (~32 MiB of sealed records)."""
 
 
 @routes.post("/v1/export")
 async def export(request: web.Request) -> web.StreamResponse:
-    """``{"jobs": [PROJECT or PROJECT/N], "datasets": [NAME[:N]], "key": hex, "kdf"}`` -> the file."""
+    """``{"jobs": [PROJECT or PROJECT/N], "datasets": [NAME[:N]], "key": hex, "kdf"}`` -> the file;
+    with ``"to_ticket"`` (a file a local CLI handed over, :mod:`floydd.api.handoff`) it is
+    written and fsynced there instead, and the answer is ``{"bytes": N}``."""
     data = await body(request)
     person = acting_user(request)
     key = ExportKey.from_text(text_field(data, "key", limit=200, hint="floyd export sends the key it made"))
     kdf = check_kdf(data.get("kdf"))
     selection, refs = _names(data, "jobs"), _names(data, "datasets")
     jobs, cluster = request.app[keys.JOBS], request.app[keys.CLUSTER]
-    async with scratch(request, "exchange", "; nothing was imported or exported") as spool:
-        plan = await gather(jobs=jobs, datasets=jobs.datasets, selection=selection, refs=refs, person=person,
-                            spool=spool)
-        resp = web.StreamResponse(headers={"Content-Type": OCTET, SIZE_HEADER: str(plan.estimate)})
-        await resp.prepare(request)
-        pipe = _Pipe(asyncio.get_running_loop())
+    handed = _handed(request, data.get("to_ticket"), WRITE)
 
-        def run() -> None:
-            try:
-                write(plan, store=jobs.store, out=pipe, key=key, kdf=kdf, identity=cluster.identity,
-                      exported_by=person, box=cluster.name)
-            finally:
-                pipe.close()
-        task = asyncio.create_task(asyncio.to_thread(run))
+    def run(out) -> None:
+        write(plan, store=jobs.store, out=out, key=key, kdf=kdf, identity=cluster.identity, exported_by=person,
+              box=cluster.name)
+    try:
+        async with scratch(request, "exchange", "; nothing was imported or exported") as spool:
+            plan = await gather(jobs=jobs, datasets=jobs.datasets, selection=selection, refs=refs, person=person,
+                                spool=spool)
+            if handed is None:
+                return await _streamed(request, plan.estimate, run)
+
+            def into_file(progress: Progress) -> dict:
+                out = _FileOut(handed.claim(), lambda done: progress(done, max(done, plan.estimate)))
+                try:
+                    try:
+                        run(out)
+                    except BaseException:
+                        with contextlib.suppress(OSError):
+                            out.close(sync=False)
+                        raise
+                    out.close(sync=True)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise UserError("no space left on the device of the export file; what was written of it "
+                                        "is not usable", code="no_space", hint="free space there, or export elsewhere"
+                                        ) from None
+                    raise
+                finally:
+                    os.close(out.fd)
+                return {"bytes": out.position}
+            return await ndjson(request, into_file)
+    finally:
+        if handed is not None:
+            handed.close()
+
+
+async def _streamed(request: web.Request, estimate: int, run) -> web.StreamResponse:
+    """The file as the answer, as ``run(out)`` writes it in a worker thread."""
+    resp = web.StreamResponse(headers={"Content-Type": OCTET, SIZE_HEADER: str(estimate)})
+    await resp.prepare(request)
+    pipe = _Pipe(asyncio.get_running_loop())
+
+    def streamed() -> None:
         try:
-            while (blocks := await pipe.get()) is not None:
-                for block in blocks:
-                    await resp.write(block)
-        except BaseException:
-            pipe.broken = True              # the client went away: the writer stops at its next write
-            await pipe.drain()
-            await asyncio.gather(task, return_exceptions=True)
-            raise
-        try:
-            await task
-        except Exception as exc:        # after the status line: the file ends with why
-            await resp.write(error_frame(error_event(exc)))
-        await resp.write_eof()
-        return resp
+            run(pipe)
+        finally:
+            pipe.close()
+    task = asyncio.create_task(asyncio.to_thread(streamed))
+    try:
+        while (blocks := await pipe.get()) is not None:
+            for block in blocks:
+                await resp.write(block)
+    except BaseException:
+        pipe.broken = True              # the client went away: the writer stops at its next write
+        await pipe.drain()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    try:
+        await task
+    except Exception as exc:        # after the status line: the file ends with why
+        await resp.write(error_frame(error_event(exc)))
+    await resp.write_eof()
+    return resp
 
 
 @routes.post("/v1/import")
-async def import_(request: web.Request) -> web.Response:
-    """The file as the body (``Floydd-Export-Key``: the key as hex); what it made (201)."""
+async def import_(request: web.Request) -> web.StreamResponse:
+    """The file as the body (``Floydd-Export-Key``: the key as hex); what it made (201). Or
+    handed over by a local CLI (``Floydd-File-Ticket``, :mod:`floydd.api.handoff`; no body):
+    then progress events as the daemon reads it, and what it made."""
     person = acting_user(request)
-    if request.content_type != OCTET:
-        raise InvalidSpec(f"send the export file as {OCTET}, not {request.content_type}", hint="floyd import FILE")
-    key = ExportKey.from_text(request.headers.get(KEY_HEADER, ""))
-    name = text_field(request.query, "name", limit=200, hint="the file's name, for messages") or "the export"
-    expect = text_field(request.query, "expect_origin", limit=80, hint="a CA fingerprint (hex)") or None
-    jobs = request.app[keys.JOBS]
-    async with scratch(request, "exchange", "; nothing was imported or exported") as spool:
-        src = _Body(request.content, asyncio.get_running_loop())
-        staged = await asyncio.to_thread(stage, src, key, store=jobs.store, spool=spool, where=name,
-                                         expect_origin=expect)
-        result = await commit(staged, jobs=jobs, person=person)
-    return reply(result, status=201)
+    handed = _handed(request, request.headers.get(TICKET_HEADER), READ)
+    try:
+        if handed is None and request.content_type != OCTET:
+            raise InvalidSpec(f"send the export file as {OCTET}, not {request.content_type}",
+                              hint="floyd import FILE")
+        key = ExportKey.from_text(request.headers.get(KEY_HEADER, ""))
+        name = text_field(request.query, "name", limit=200, hint="the file's name, for messages") or "the export"
+        expect = text_field(request.query, "expect_origin", limit=80, hint="a CA fingerprint (hex)") or None
+        jobs = request.app[keys.JOBS]
+        async with scratch(request, "exchange", "; nothing was imported or exported") as spool:
+            if handed is None:
+                src = _Body(request.content, asyncio.get_running_loop())
+                staged = await asyncio.to_thread(stage, src, key, store=jobs.store, spool=spool, where=name,
+                                                 expect_origin=expect)
+                return reply(await commit(staged, jobs=jobs, person=person), status=201)
+
+            def staging(progress: Progress):
+                fd = handed.claim()
+                try:
+                    return stage(_FileIn(fd, progress), key, store=jobs.store, spool=spool, where=name,
+                                 expect_origin=expect)
+                finally:
+                    os.close(fd)
+
+            async def committed(staged) -> dict:
+                return {"result": await commit(staged, jobs=jobs, person=person)}
+            return await ndjson(request, staging, committed)
+    finally:
+        if handed is not None:
+            handed.close()
+
+
+def _handed(request: web.Request, ticket: object, mode: str) -> HandedFile | None:
+    """The file a local CLI handed over under ``ticket`` (None: none named)."""
+    if ticket is None:
+        return None
+    handoffs = request.app.get(keys.HANDOFFS)
+    if handoffs is None:
+        raise UserError("this daemon takes no handed files here", code="handoff_gone",
+                        hint="send the file in the request (an up-to-date floyd does so by itself)")
+    return handoffs.take(ticket, peer_uid(request), mode)
 
 
 def _names(data: dict, field: str) -> list[str]:
@@ -182,3 +261,73 @@ class _Body:
         return b"".join(pieces)
 
 
+
+
+class _FileOut:
+    """A handed file the export's worker thread writes into, through a thread of its own: the
+    write calls (the page cache's copy, most of an export's time) run while the next records
+    are opened and sealed. Small writes are gathered, large ones (a sealed record) queued as
+    they are, :data:`_QUEUED` at most; ``progress(bytes written)`` after each. A failed write
+    is raised at the next :meth:`write` or :meth:`close`."""
+
+    def __init__(self, fd: int, progress: Callable[[int], None]) -> None:
+        self.fd, self.position, self._progress = fd, 0, progress
+        self._small = bytearray()
+        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUED)
+        self._failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name="floydd-export-out", daemon=True)
+        self._thread.start()
+
+    def write(self, data) -> None:
+        if self._failed is not None:
+            raise self._failed
+        self.position += len(data)
+        if len(data) < _SMALL:
+            self._small += data
+            if len(self._small) >= _BLOCK:
+                self._put_small()
+        else:
+            self._put_small()
+            self._queue.put(data if isinstance(data, bytes) else bytes(data))
+        self._progress(self.position)       # raises once the client went away: the writing stops
+
+    def close(self, *, sync: bool) -> None:
+        """Write what is queued (and fsync when ``sync``), then end the thread; raises what failed."""
+        if self._failed is None:
+            self._put_small()
+        self._queue.put(None)
+        self._thread.join()
+        if self._failed is not None:
+            raise self._failed
+        if sync:
+            os.fsync(self.fd)
+
+    def _put_small(self) -> None:
+        if self._small:
+            self._queue.put(bytes(self._small))
+            self._small = bytearray()
+
+    def _drain(self) -> None:
+        while (data := self._queue.get()) is not None:
+            if self._failed is not None:
+                continue                    # taken and dropped: the writer stops at its next write
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self.fd, view):]
+            except BaseException as exc:    # raised in the export's thread
+                self._failed = exc
+
+
+class _FileIn:
+    """A handed file the import reads (from where the CLI's offset is), with progress."""
+
+    def __init__(self, fd: int, progress: Progress) -> None:
+        self.fd, self._progress = fd, progress
+        self._done, self._total = os.lseek(fd, 0, os.SEEK_CUR), os.fstat(fd).st_size
+
+    def read(self, n: int) -> bytes:
+        data = os.read(self.fd, n)
+        self._done += len(data)
+        self._progress(self._done, max(self._done, self._total))
+        return data

@@ -26,3 +26,6 @@ EPOCHS = web.AppKey("epochs", object)
 """Store key epochs and the background re-seal, :class:`~floydd.daemon.epochs.StoreEpochs`."""
 TOKENS = web.AppKey("tokens", object)
 """Join tokens (``create(ttl) -> str``) where this node holds the cluster CA; else None."""
+HANDOFFS = web.AppKey("handoffs", object)
+"""Open files a local CLI handed over (:class:`~floydd.api.handoff.Handoffs`; absent in an app
+that serves no unix socket)."""

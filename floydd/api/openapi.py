@@ -259,19 +259,27 @@ PATHS = {
             **_op("Export ended jobs (PROJECT or PROJECT/N: records, logs, code, outputs, mounted data) and dataset "
                   "versions as one signed file sealed under key (64 hex digits; kdf: how a passphrase made it)",
                   body=_json(("key",), jobs={"type": "array", "items": _TEXT}, datasets={"type": "array", "items": _TEXT},
-                             key=_TEXT, kdf={"type": "object"})),
-            "responses": {"200": {"description": "the export file, ending with its trailer (or an error record)",
+                             key=_TEXT, kdf={"type": "object"}, to_ticket=_TEXT)),
+            "responses": {"200": {"description": "the export file, ending with its trailer (or an error record); "
+                                                 "with to_ticket (a file a CLI on this machine handed over the socket "
+                                                 "beside the API's, SCM_RIGHTS) it is written there and fsynced, and "
+                                                 "the answer is NDJSON progress events, then {\"result\": {\"bytes\"}}",
                                   "content": {"application/octet-stream": {"schema": {"type": "string",
-                                                                                      "format": "binary"}}},
+                                                                                      "format": "binary"}},
+                                              "application/x-ndjson": {"schema": {"type": "string"}}},
                                   "headers": {"Floydd-Export-Size": {"schema": {"type": "integer"},
                                                                      "description": "about how many bytes"}}},
                           "default": _ERROR}}},
         "/v1/import": {"post": _op(
             "Verify an export file (the body) and add its jobs, finished, under new numbers and its dataset versions; "
-            "a file imported before adds nothing", ImportResult, status="201",
+            "a file imported before adds nothing. With Floydd-File-Ticket (a file a CLI on this machine handed over "
+            "the socket beside the API's) there is no body: the daemon reads that file, and answers NDJSON progress "
+            "events, then {\"result\": what it made}", ImportResult, status="201",
             params=_q("name", "expect_origin") + [{"name": "Floydd-Export-Key", "in": "header", "required": True,
+                                                   "schema": {"type": "string"}},
+                                                  {"name": "Floydd-File-Ticket", "in": "header", "required": False,
                                                    "schema": {"type": "string"}}],
-            body={"required": True, "content": {"application/octet-stream": {"schema": {"type": "string",
+            body={"required": False, "content": {"application/octet-stream": {"schema": {"type": "string",
                                                                                         "format": "binary"}}}})},
     },
 }

@@ -2,9 +2,12 @@
 
 The CLI makes the export key (or reads it from a ``--key-file``, or derives it from a
 passphrase with scrypt) and hands it to the daemon for this one request; a key it made is
-printed once. The file is written next to its destination and verified while it arrives
-(every part's hash, the manifest's MAC, the signature): only a whole, verified file is
-renamed into place. ``floyd import --check`` verifies a file completely (every record
+printed once. The file is written next to its destination and verified (every part's hash,
+the manifest's MAC, the signature): only a whole, verified file is renamed into place. A
+daemon on this machine is handed the open file (:mod:`floydd.api.handoff`): it writes the
+export into it itself, or reads the import from it, and the CLI verifies the file it wrote
+from the page cache; elsewhere (FLOYD_HOST) the file streams in the request and is verified
+while it arrives. ``floyd import --check`` verifies a file completely (every record
 decrypted) with no daemon at all, for a site that wants to look before it imports.
 """
 
@@ -20,7 +23,7 @@ from pathlib import Path
 import click
 
 from floydd.cli.common import connect, echo_json, fail, handle_errors, new_file
-from floydd.cli.progress import transfer_bar
+from floydd.cli.progress import follow_progress, transfer_bar
 from floydd.present import human_bytes
 
 __all__ = ["export", "import_", "write_export", "KEY_ENV", "PASSPHRASE_ENV"]
@@ -101,9 +104,15 @@ def import_(file: Path, key_text: str | None, key_file: Path | None, expect_orig
         _echo_contents(contents)
         return
     client = connect()
-    with open(file, "rb") as f, transfer_bar(f"importing {file.name}") as progress:
-        result = client.import_file(f, key_hex=key.hex, name=file.name, expect_origin=expect_origin,
-                                    progress=progress)
+    with open(file, "rb") as f:
+        ticket = client.hand_over(f.fileno(), "r")
+        if ticket is not None:                  # the daemon reads it itself: no second stream
+            result = follow_progress(client.import_handed(ticket, key_hex=key.hex, name=file.name,
+                                                          expect_origin=expect_origin), f"importing {file.name}")
+        else:
+            with transfer_bar(f"importing {file.name}") as progress:
+                result = client.import_file(f, key_hex=key.hex, name=file.name, expect_origin=expect_origin,
+                                            progress=progress)
     if as_json:
         echo_json(result)
         return
@@ -125,13 +134,23 @@ def write_export(*, jobs: list[str], datasets: list[str], dest: Path, key_file: 
     client = connect()
     partial = dest.with_name(f".{dest.name}.partial-{secrets.token_hex(4)}")
     try:
-        with client.export(jobs=jobs, datasets=datasets, key_hex=key.hex, kdf=kdf) as (stream, size), \
-                open(partial, "wb") as out, transfer_bar(f"exporting to {dest.name}") as progress:
-            reader = Reader(_Tee(stream, out, progress, size), key, where=dest.name, decrypt=False)
-            for _ in reader.parts():            # every part's hash, the MAC, the signature
-                pass
-            out.flush()
-            os.fsync(out.fileno())
+        with open(partial, "xb") as out:
+            ticket = client.hand_over(out.fileno(), "w")
+            if ticket is not None:              # the daemon writes (and fsyncs) it: no second stream
+                follow_progress(client.export_into(ticket, jobs=jobs, datasets=datasets, key_hex=key.hex, kdf=kdf),
+                                f"exporting to {dest.name}")
+                with open(partial, "rb") as back:
+                    reader = Reader(back, key, where=dest.name, decrypt=False)
+                    for _ in reader.parts():    # every part's hash, the MAC, the signature
+                        pass
+            else:
+                with client.export(jobs=jobs, datasets=datasets, key_hex=key.hex, kdf=kdf) as (stream, size), \
+                        transfer_bar(f"exporting to {dest.name}") as progress:
+                    reader = Reader(_Tee(stream, out, progress, size), key, where=dest.name, decrypt=False)
+                    for _ in reader.parts():
+                        pass
+                    out.flush()
+                    os.fsync(out.fileno())
         os.replace(partial, dest)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -29,10 +29,12 @@ from aiohttp import web
 from floydd import log
 from floydd.api import keys
 from floydd.api.badhttp import ApiRunner
+from floydd.api.handoff import Handoffs
 from floydd.daemon import logs
 from floydd.daemon.app import create_app
 from floydd.daemon.ports import start_site
 from floydd.config import Config
+from floydd.connection import handoff_path
 from floydd.errors import Conflict, UserError
 from floydd.security.owned_dirs import (claim_state_dir, ensure_group_dir, ensure_owned_dir, is_shared_socket,
                                         open_private_file, socket_folder_hint)
@@ -108,6 +110,7 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
         else:
             ensure_group_dir(sock_path.parent, gid, hint=hint)
     app = create_app(config)
+    app[keys.HANDOFFS] = handoffs = Handoffs(handoff_path(sock_path))
     runner = ApiRunner(app, handle_signals=False, access_log=None)      # malformed HTTP answered in JSON too
     bound = False
     try:
@@ -124,6 +127,7 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
         else:                           # members of the group reach it; SO_PEERCRED says who they are
             os.chown(sock_path, -1, gid)
             os.chmod(sock_path, 0o660)
+        handoffs.start(gid=gid)         # beside it, as it: open files from local CLIs
         if config.dev_tcp:
             host, port = _tcp_address(config)
             app[keys.TCP_TOKEN] = api_token(config)
@@ -140,6 +144,7 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
             ready.set()
         await stop.wait()
     finally:
+        handoffs.close()
         await runner.cleanup()
         if bound:
             sock_path.unlink(missing_ok=True)
