@@ -79,7 +79,7 @@ def unix_connect(path: str, timeout: float | None) -> socket.socket:
 def handoff_path(socket_path: Path) -> Path:
     """The daemon's socket that takes open files from a local CLI (:mod:`floydd.api.handoff`),
     beside its API socket."""
-    return socket_path.with_name(socket_path.name + ".files")
+    return socket_path.with_name(f"{socket_path.stem}-files{socket_path.suffix or '.sock'}")
 
 
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):

@@ -378,8 +378,9 @@ class ClusterService:
         the same: :mod:`floydd.cluster.state.archive`)."""
         return await self.state.archive.page(project=project, states=states, since=since, limit=limit)
 
-    async def datasets(self, *, stale: bool = False) -> list[dict]:
-        return await self.driver.read(lambda s: s.list_datasets(), stale=stale)
+    async def datasets(self, *, stale: bool = False, name: str | None = None) -> list[dict]:
+        """Every dataset version (``name``: that dataset's only)."""
+        return await self.driver.read(lambda s: s.list_datasets(name), stale=stale)
 
     nodes = _part("roster", Roster.nodes)
     heard_ages = _part("roster", Roster.heard_ages)

@@ -201,11 +201,11 @@ async def _job(service: Any, view: JobView, spool: Path) -> JobItem:
                 break
             log.write(chunk)
             offset += len(chunk)
-    code = await service.tree_for(key, "code") if view.code_tree else None
+    code = await service.tree_for(key, "code", view) if view.code_tree else None
     output = None
     if view.output_version:
         try:
-            output = await service.tree_for(key, "output")
+            output = await service.tree_for(key, "output", view)
         except NotFound:            # its output was deleted since: the job goes without it
             view = replace(view, output_version=None)
     doc = parts.job_document(view)

@@ -336,9 +336,10 @@ class JobService:
         raw, headers = await self.cluster.fetch(node, f"/cluster/v1/jobs/{key}/log", params=params)
         return raw, headers.get("X-Floydd-Final") == "1"
 
-    async def tree_for(self, key: str, which: str) -> ObjectId:
-        """The tree of the job's ``code`` or ``output``, made complete in this node's store."""
-        view = await self.get(key)
+    async def tree_for(self, key: str, which: str, view: JobView | None = None) -> ObjectId:
+        """The tree of the job's ``code`` or ``output``, made complete in this node's store
+        (``view``: the job's, where the caller has it already)."""
+        view = view if view is not None else await self.get(key)
         if view.history:
             return ObjectId.from_hex(view.code_tree) if which == "code" else await self.local.output_tree(view)
         if which == "code":

@@ -137,12 +137,12 @@ class ClusterDatasets:
         holders, size, files, message, created). ``NotFound`` lists what exists;
         ``Unavailable`` without a leader."""
         name, number = parse_ref(ref)
-        everything = await self.cluster.datasets()
-        versions = {v["version"]: v for v in everything if v["name"] == name}
+        versions = {v["version"]: v for v in await self.cluster.datasets(name=name)}
         if versions:
             found = versions.get(max(versions) if number is None else number)
             if found is not None:
                 return _public(found)
+        everything = await self.cluster.datasets()      # only to name what exists
         raise dataset_not_found(name, number, list(versions), sorted({v["name"] for v in everything}))
 
     async def resolve_readable(self, ref: str, user: str | None, verb: str = "mount", *,

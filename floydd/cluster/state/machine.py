@@ -275,7 +275,11 @@ class ClusterState:
     def list_nodes(self) -> list[dict]:
         return copy_of(list(self.nodes.values()))
 
-    def list_datasets(self) -> list[dict]:
+    def list_datasets(self, name: str | None = None) -> list[dict]:
+        """Every dataset version (``name``: that dataset's only), copies."""
+        if name is not None:
+            found = self.datasets.get(name)
+            return copy_of(list(found["versions"].values())) if found is not None else []
         return copy_of([v for d in self.datasets.values() for v in d["versions"].values()])
 
     def node_health(self, now: float, stale_after: float, ages: Mapping[str, float] | None = None) -> dict[str, str]:
