@@ -59,7 +59,8 @@ _QUEUED = 8
 async def export(request: web.Request) -> web.StreamResponse:
     """``{"jobs": [PROJECT or PROJECT/N], "datasets": [NAME[:N]], "key": hex, "kdf"}`` -> the file;
     with ``"to_ticket"`` (a file a local CLI handed over, :mod:`floydd.api.handoff`) it is
-    written and fsynced there instead, and the answer is ``{"bytes": N}``."""
+    written and fsynced there instead, and the answer is NDJSON progress events, then
+    ``{"result": {"bytes": N}}``."""
     data = await body(request)
     person = acting_user(request)
     key = ExportKey.from_text(text_field(data, "key", limit=200, hint="floyd export sends the key it made"))
@@ -259,8 +260,6 @@ class _Body:
             pieces.append(piece)
             got += len(piece)
         return b"".join(pieces)
-
-
 
 
 class _FileOut:
