@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from floydd import log
+from floydd.api.request import socket_uid
 from floydd.errors import Forbidden, UserError
 
 __all__ = ["Handoffs", "HandedFile", "TTL", "PER_UID", "READ", "WRITE"]
@@ -140,6 +141,7 @@ class Handoffs:
 
     def _receive(self, conn: socket.socket) -> None:
         try:
+            # not socket.recv_fds: Python 3.11's drops its flags, and the descriptors must be close-on-exec
             msg, ancdata, flags, _ = conn.recvmsg(_HELLO, socket.CMSG_SPACE(4 * 4), socket.MSG_CMSG_CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return
@@ -168,8 +170,9 @@ class Handoffs:
             raise _Refused(f"a file is handed for {READ!r} or {WRITE!r}, not {mode[:20]!r}")
         if len(fds) != 1 or flags & socket.MSG_CTRUNC:
             raise _Refused("hand one file at a time")
-        _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                              struct.calcsize("3i")))
+        uid = socket_uid(conn)
+        if uid is None:
+            raise _Refused("who sent it is not known")
         if sum(1 for h in self._waiting.values() if h.uid == uid) >= self.per_uid:
             raise _Refused(f"{self.per_uid} files of yours are waiting already")
         _check(fds[0], mode)

@@ -102,7 +102,12 @@ def caller(request: web.Request) -> str:
 
 def peer_uid(request: web.Request) -> int | None:
     """The uid of the process behind the unix socket (SO_PEERCRED); None on TCP."""
-    sock = request.transport.get_extra_info("socket") if request.transport else None
+    return socket_uid(request.transport.get_extra_info("socket") if request.transport else None)
+
+
+def socket_uid(sock: socket.socket | None) -> int | None:
+    """The uid of the process at the other end of the unix socket ``sock`` (SO_PEERCRED);
+    None for another kind of socket, or none."""
     if sock is None or sock.family != socket.AF_UNIX:
         return None
     try:
