@@ -5,10 +5,15 @@ no driver, container without GPUs) means "this node has no GPUs", never an error
 logged once per process. Every read after init is per field: an ``NVMLError`` for one
 field (not supported on this board, GPU fell off the bus, ...) makes that field ``None``.
 Identity (handle, uuid, name, total memory) is read once when the session opens.
+
+``pynvml`` is imported when a session first opens, and only once ``libnvidia-ml.so.1`` loads
+(the library its ``nvmlInit`` loads first on Linux): a box without NVIDIA's driver never
+imports it, which kept ~1.7 MiB of the daemon's idle RSS (issue 23).
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -16,12 +21,11 @@ from typing import Any, Callable
 from floydd import log
 from floydd.node._info import GpuInfo
 
-try:
-    import pynvml
-except ImportError:  # nvidia-ml-py is a dependency, but a broken install must not stop a CPU node
-    pynvml = None  # type: ignore[assignment]
-
 __all__ = ["session", "Device", "open_devices", "read_device", "tree_gpu_usage"]
+
+LIBRARY = "libnvidia-ml.so.1"
+pynvml: Any = None
+"""The ``pynvml`` module once a session has loaded it (:func:`_load`); None before."""
 
 
 class _Session:
@@ -35,8 +39,9 @@ class _Session:
     def acquire(self) -> bool:
         """Init NVML for one more user; False (logged once per process) if there is none."""
         with self._lock:
-            if pynvml is None:
-                self._report("the pynvml module (nvidia-ml-py) is not installed")
+            missing = _load()
+            if missing:
+                self._report(missing)
                 return False
             try:
                 pynvml.nvmlInit()
@@ -144,6 +149,23 @@ def _running_processes(handle: Any) -> list | None:
     except pynvml.NVMLError as exc:
         log.node.debug("NVML could not list GPU processes: %s", exc)
         return None
+
+
+def _load() -> str | None:
+    """Import ``pynvml`` once NVIDIA's library loads; why not, if it cannot (None: loaded)."""
+    global pynvml
+    if pynvml is not None:
+        return None
+    try:
+        ctypes.CDLL(LIBRARY)
+    except OSError as exc:
+        return f"NVML Shared Library Not Found: {exc}"
+    try:
+        import pynvml as module
+    except ImportError:  # nvidia-ml-py is a dependency, but a broken install must not stop a CPU node
+        return "the pynvml module (nvidia-ml-py) is not installed"
+    pynvml = module
+    return None
 
 
 def _field(read: Callable[..., Any], *args: Any) -> Any:

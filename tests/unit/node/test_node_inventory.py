@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -19,8 +20,10 @@ GIB = 1024 ** 3
 
 @pytest.fixture(autouse=True)
 def fresh_nvml_session(monkeypatch):
-    """Each test starts with a session that has not logged or counted anything."""
+    """Each test starts with a session that has not logged or counted anything, on a box
+    whose libnvidia-ml loads (``pynvml``'s calls are faked per test)."""
     monkeypatch.setattr(_nvml, "session", _nvml._Session())
+    monkeypatch.setattr(_nvml, "pynvml", pynvml)
 
 
 def no_nvml(monkeypatch):
@@ -111,6 +114,19 @@ def test_without_nvml_the_node_has_no_gpus_and_says_so_once(monkeypatch, tmp_pat
     first.close()
     second.close()
     assert shutdowns == []  # never initialised, never shut down
+
+
+def test_without_nvidias_library_pynvml_is_never_imported(monkeypatch, tmp_path, caplog):
+    """Issue 23: a box without the driver does not pay for pynvml (~1.7 MiB of idle RSS)."""
+    monkeypatch.setattr(_nvml, "pynvml", None)
+    monkeypatch.setattr(_nvml, "LIBRARY", "libnvidia-ml-not-here.so.1")
+    monkeypatch.delitem(sys.modules, "pynvml")
+    with caplog.at_level(logging.DEBUG, logger="floydd.node"):
+        info = Inventory(disk_path=tmp_path).sample()
+    assert (info.gpus, info.gpu_source) == ((), "none")
+    assert _nvml.pynvml is None and "pynvml" not in sys.modules
+    assert ["NVML Shared Library Not Found" in r.message for r in caplog.records
+            if "NVML not available" in r.message] == [True]
 
 
 def test_nvml_readings_and_field_errors_become_none(monkeypatch, tmp_path):

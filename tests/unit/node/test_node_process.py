@@ -41,6 +41,7 @@ def no_gpu_sampler(monkeypatch):
     def fail():
         raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     monkeypatch.setattr(pynvml, "nvmlInit", fail)
+    monkeypatch.setattr(_nvml, "pynvml", pynvml)     # as if libnvidia-ml loaded: its calls are faked here
     monkeypatch.setattr(_nvml, "session", _nvml._Session())
     monkeypatch.setattr(_process, "_gpu", _process._Gpu())
 
