@@ -30,7 +30,7 @@ from floydd import log
 from floydd.api import keys
 from floydd.api.badhttp import ApiRunner
 from floydd.api.handoff import Handoffs
-from floydd.daemon import logs
+from floydd.daemon import logs, malloc
 from floydd.daemon.app import create_app
 from floydd.daemon.ports import start_site
 from floydd.config import Config
@@ -142,6 +142,7 @@ async def serve(config: Config, stop: asyncio.Event, ready: asyncio.Event | None
         log.daemon.info("floydd %s serving on %s (state %s)", config.node_name, sock_path, config.state_dir)
         if ready is not None:
             ready.set()
+        malloc.trim()                   # what start-up freed, back to the system (floydd.daemon.malloc)
         await stop.wait()
     finally:
         handoffs.close()
