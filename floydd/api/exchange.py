@@ -19,14 +19,12 @@ import asyncio
 import contextlib
 import errno
 import os
-import queue
-import threading
-from typing import Callable
 
 from aiohttp import web
 
 from floydd.api import keys
 from floydd.api.params import text_field
+from floydd.api.handedio import FileIn, FileOut
 from floydd.api.handoff import READ, WRITE, HandedFile
 from floydd.api.request import Progress, acting_user, body, error_event, ndjson, peer_uid, reply
 from floydd.api.tarstream import scratch
@@ -46,13 +44,10 @@ TICKET_HEADER = "Floydd-File-Ticket"
 """An import's file, handed over by a local CLI (:mod:`floydd.api.handoff`)."""
 SIZE_HEADER = "Floydd-Export-Size"
 """About how many bytes the export will be (for a progress bar; not a Content-Length)."""
-_BLOCK = 1 << 20
 _SMALL = 64 << 10
 _HANDOFF = 4 << 20
 """Bytes handed from the writing thread to the loop at a time (each hand-off is a trip)."""
 _MAX_NAMES = 10_000
-_QUEUED = 8
-"""Writes queued for a handed export file's writing thread (~32 MiB of sealed records)."""
 
 
 @routes.post("/v1/export")
@@ -69,9 +64,9 @@ async def export(request: web.Request) -> web.StreamResponse:
     jobs, cluster = request.app[keys.JOBS], request.app[keys.CLUSTER]
     handed = _handed(request, data.get("to_ticket"), WRITE)
 
-    def run(out) -> None:
-        write(plan, store=jobs.store, out=out, key=key, kdf=kdf, identity=cluster.identity, exported_by=person,
-              box=cluster.name)
+    def run(out, buffers=bytearray) -> None:
+        write(plan, store=jobs.store, out=out, buffers=buffers, key=key, kdf=kdf, identity=cluster.identity,
+              exported_by=person, box=cluster.name)
     try:
         async with scratch(request, "exchange", "; nothing was imported or exported") as spool:
             plan = await gather(jobs=jobs, datasets=jobs.datasets, selection=selection, refs=refs, person=person,
@@ -80,10 +75,10 @@ async def export(request: web.Request) -> web.StreamResponse:
                 return await _streamed(request, plan.estimate, run)
 
             def into_file(progress: Progress) -> dict:
-                out = _FileOut(handed.claim(), lambda done: progress(done, max(done, plan.estimate)))
+                out = FileOut(handed.claim(), lambda done: progress(done, max(done, plan.estimate)))
                 try:
                     try:
-                        run(out)
+                        run(out, out.buffer)
                     except BaseException:
                         with contextlib.suppress(OSError):
                             out.close(sync=False)
@@ -158,7 +153,7 @@ async def import_(request: web.Request) -> web.StreamResponse:
             def staging(progress: Progress):
                 fd = handed.claim()
                 try:
-                    return stage(_FileIn(fd, progress), key, store=jobs.store, spool=spool, where=name,
+                    return stage(FileIn(fd, progress), key, store=jobs.store, spool=spool, where=name,
                                  expect_origin=expect)
                 finally:
                     os.close(fd)
@@ -208,7 +203,7 @@ class _Pipe:
             self._small += data
         else:
             self._flush_small()
-            self._blocks.append(bytes(data))
+            self._blocks.append(data)       # a record's frame: the writer does not touch it again
             self._size += len(data)
         if self._size + len(self._small) >= _HANDOFF:
             self._flush_small()
@@ -260,73 +255,3 @@ class _Body:
             pieces.append(piece)
             got += len(piece)
         return b"".join(pieces)
-
-
-class _FileOut:
-    """A handed file the export's worker thread writes into, through a thread of its own: the
-    write calls (the page cache's copy, most of an export's time) run while the next records
-    are opened and sealed. Small writes are gathered, large ones (a sealed record) queued as
-    they are, :data:`_QUEUED` at most; ``progress(bytes written)`` after each. A failed write
-    is raised at the next :meth:`write` or :meth:`close`."""
-
-    def __init__(self, fd: int, progress: Callable[[int], None]) -> None:
-        self.fd, self.position, self._progress = fd, 0, progress
-        self._small = bytearray()
-        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUED)
-        self._failed: BaseException | None = None
-        self._thread = threading.Thread(target=self._drain, name="floydd-export-out", daemon=True)
-        self._thread.start()
-
-    def write(self, data) -> None:
-        if self._failed is not None:
-            raise self._failed
-        self.position += len(data)
-        if len(data) < _SMALL:
-            self._small += data
-            if len(self._small) >= _BLOCK:
-                self._put_small()
-        else:
-            self._put_small()
-            self._queue.put(data if isinstance(data, bytes) else bytes(data))
-        self._progress(self.position)       # raises once the client went away: the writing stops
-
-    def close(self, *, sync: bool) -> None:
-        """Write what is queued (and fsync when ``sync``), then end the thread; raises what failed."""
-        if self._failed is None:
-            self._put_small()
-        self._queue.put(None)
-        self._thread.join()
-        if self._failed is not None:
-            raise self._failed
-        if sync:
-            os.fsync(self.fd)
-
-    def _put_small(self) -> None:
-        if self._small:
-            self._queue.put(bytes(self._small))
-            self._small = bytearray()
-
-    def _drain(self) -> None:
-        while (data := self._queue.get()) is not None:
-            if self._failed is not None:
-                continue                    # taken and dropped: the writer stops at its next write
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(self.fd, view):]
-            except BaseException as exc:    # raised in the export's thread
-                self._failed = exc
-
-
-class _FileIn:
-    """A handed file the import reads (from where the CLI's offset is), with progress."""
-
-    def __init__(self, fd: int, progress: Progress) -> None:
-        self.fd, self._progress = fd, progress
-        self._done, self._total = os.lseek(fd, 0, os.SEEK_CUR), os.fstat(fd).st_size
-
-    def read(self, n: int) -> bytes:
-        data = os.read(self.fd, n)
-        self._done += len(data)
-        self._progress(self._done, max(self._done, self._total))
-        return data

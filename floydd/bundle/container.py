@@ -39,7 +39,7 @@ from typing import IO, Callable
 import blake3
 
 from floydd.errors import IntegrityError, UserError
-from floydd.bundle.crypto import FILE_ID_SIZE, ExportKey
+from floydd.bundle.crypto import FILE_ID_SIZE, RECORD_OVERHEAD, ExportKey
 
 __all__ = ["Writer", "PartWriter", "Damaged", "Truncated", "NotAnExport", "WrongKey", "MAGIC", "FORMAT", "FORMATS", "MAX_RECORD",
            "LAST", "ZSTD", "error_frame"]
@@ -57,6 +57,8 @@ _PROBE = 64 << 10
 _PART, _PART_END, _TRAILER, _ERROR = b"FXPT", b"FXPE", b"FXTR", b"FXER"
 _FOOTER = b"FXEND01\n"
 _U32, _U64 = struct.Struct(">I"), struct.Struct(">Q")
+_FRAME = 1 + _U32.size
+"""A record's flags and length, before the sealed record."""
 
 
 class Damaged(IntegrityError):
@@ -88,10 +90,15 @@ _HINT = "the file was changed or damaged on the way: copy it again from the expo
 class Writer:
     """Writes one export to ``out`` (anything with ``write``): the header now, parts as asked."""
 
-    def __init__(self, out: IO[bytes], key: ExportKey, *, kdf: dict, file_id: bytes, created: float) -> None:
+    def __init__(self, out: IO[bytes], key: ExportKey, *, kdf: dict, file_id: bytes, created: float,
+                 buffers: Callable[[int], bytearray] = bytearray) -> None:
+        """``buffers(n)``: a buffer of at least ``n`` bytes for one record's frame, which is then
+        given to ``out.write`` (as a memoryview of it) and not touched again: an ``out`` that
+        writes it later (a writing thread) hands out its own, reused once written."""
         if len(file_id) != FILE_ID_SIZE:
             raise ValueError("file_id must be 16 bytes")
         self._out = out
+        self._buffers = buffers
         self.position = 0
         self._key = key
         self._sealer = key.records(file_id)
@@ -178,13 +185,15 @@ class PartWriter:
         self._w._open = None
 
     def _record(self, flags: int, data: bytes | memoryview) -> None:
-        sealed = self._w._sealer.seal(self.index, self.records, flags, data)
+        """The record's frame (flags, length, sealed record) sealed straight into one buffer."""
+        n = _FRAME + RECORD_OVERHEAD + len(data)
+        frame = memoryview(self._w._buffers(n))[:n]
+        frame[0] = flags
+        _U32.pack_into(frame, 1, n - _FRAME)
+        self._w._sealer.seal_into(self.index, self.records, flags, data, frame[_FRAME:])
         self.bytes += len(data)
-        frame = bytes([flags]) + _U32.pack(len(sealed))
         self._hash.update(frame)
-        self._hash.update(sealed)
         self._w._write(frame)
-        self._w._write(sealed)
         self.records += 1
 
     def __enter__(self) -> PartWriter:

@@ -144,9 +144,14 @@ class RecordSealer:
     def __init__(self, key: bytes) -> None:
         self._aead = AESGCM(key)
 
-    def seal(self, part: int, record: int, flags: int, plaintext: bytes | memoryview) -> bytes:
+    def seal_into(self, part: int, record: int, flags: int, plaintext: bytes | memoryview, out: memoryview) -> int:
+        """Seal into ``out`` (at least ``len(plaintext) + RECORD_OVERHEAD`` bytes, a buffer the
+        caller reuses: no fresh memory per record); the sealed record's length."""
+        n = len(plaintext) + RECORD_OVERHEAD
         nonce = os.urandom(NONCE_SIZE)
-        return nonce + self._aead.encrypt(nonce, plaintext, _AD.pack(_AD_TAG, part, record, flags))
+        out[:NONCE_SIZE] = nonce
+        self._aead.encrypt_into(nonce, plaintext, _AD.pack(_AD_TAG, part, record, flags), out[NONCE_SIZE:n])
+        return n
 
     def open(self, part: int, record: int, flags: int, sealed: bytes | memoryview) -> bytes | None:
         """The plaintext, or None when the record fails authentication (damaged, moved, or

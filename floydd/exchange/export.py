@@ -31,7 +31,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 import msgpack
 
@@ -128,11 +128,12 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
 
 
 def write(plan: Plan, *, store: Any, out: IO[bytes], key: ExportKey, kdf: dict, identity: Any,
-          exported_by: str, box: str = "", created: float | None = None) -> dict:
-    """Write the export of ``plan`` to ``out`` (blocking; the store's shared lock is held). The
-    manifest is returned."""
+          exported_by: str, box: str = "", created: float | None = None,
+          buffers: Callable[[int], bytearray] = bytearray) -> dict:
+    """Write the export of ``plan`` to ``out`` (blocking; the store's shared lock is held;
+    ``buffers``: see :class:`~floydd.bundle.container.Writer`). The manifest is returned."""
     created = time.time() if created is None else created
-    w = Writer(out, key, kdf=kdf, file_id=secrets.token_bytes(FILE_ID_SIZE), created=created)
+    w = Writer(out, key, kdf=kdf, file_id=secrets.token_bytes(FILE_ID_SIZE), created=created, buffers=buffers)
     trees = _Trees(w, store)
     with store.holding(), ThreadPoolExecutor(2, thread_name_prefix="floydd-export") as pool:
         trees.pool = pool
@@ -267,6 +268,7 @@ class _Trees:
         self.written: set[ObjectId] = set()
         self.trees: set[ObjectId] = set()
         self.pool: ThreadPoolExecutor | None = None
+        self._buffer = bytearray()
 
     def write(self, tree_id: ObjectId, what: str) -> None:
         if tree_id in self.trees:
@@ -277,13 +279,23 @@ class _Trees:
         if new:
             with self.w.part(parts.DATA, f"data of {what}") as part:
                 for oid, data in _ahead(self.pool, lambda c: self.store.read_object(c, tree_id), new):
-                    part.write(oid.raw + data)
+                    part.write(self._record(oid.raw, data))
                     self.written.add(oid)
         with self.w.part(parts.TREE, f"tree of {what}") as part:
             part.write(tree_id.raw)
             for i in range(0, len(raw), MAX_RECORD):
                 part.write(raw[i:i + MAX_RECORD])
         self.trees.add(tree_id)
+
+    def _record(self, head: bytes, data: bytes) -> memoryview:
+        """``head ‖ data`` in a buffer reused from record to record (no fresh 4 MiB a chunk)."""
+        n = len(head) + len(data)
+        if len(self._buffer) < n:
+            self._buffer = bytearray(n)
+        record = memoryview(self._buffer)[:n]
+        record[:len(head)] = head
+        record[len(head):] = data
+        return record
 
 
 def _dataset(w: Writer, trees: _Trees, item: DatasetItem) -> None:
