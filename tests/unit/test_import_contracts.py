@@ -62,11 +62,13 @@ START_PATH = ("import floydd.cli.floydd, floydd.daemon.main, floydd.daemon.app, 
 def test_the_daemon_start_loads_none_of_what_it_no_longer_needs():
     """Issue 23 (an idle box ≤ 60 MiB): sqlite-utils (and the dateutil and pluggy modules it
     brought, ~1.3 MiB) left the start path, and the OpenAPI spec (~1 MiB) loads when first asked;
-    pynvml (~1.7 MiB) once NVIDIA's library is found (:mod:`floydd.node._nvml`); numpy and
-    pandas never enter it."""
+    pynvml (~1.7 MiB) once NVIDIA's library is found (:mod:`floydd.node._nvml`); the other
+    verbs of ``floydd`` (init, join, audit, user, ...) when named; numpy and pandas never
+    enter it."""
     loaded = _loaded_after(START_PATH)
     assert {"floydd.records._schema", "floydd.api.jobs", "floydd.node._nvml"} <= loaded  # it did load the start path
-    for heavy in ("sqlite_utils", "dateutil", "pluggy", "numpy", "pandas", "textual", "floydd.api.openapi", "pynvml"):
+    for heavy in ("sqlite_utils", "dateutil", "pluggy", "numpy", "pandas", "textual", "floydd.api.openapi", "pynvml",
+                  "floydd.cli.cluster", "floydd.cli.audit", "floydd.cli.people", "floydd.cli.tokens", "floydd.present"):
         assert heavy not in loaded, f"floydd start imports {heavy}"
 
 

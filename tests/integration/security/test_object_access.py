@@ -377,9 +377,9 @@ def _cli_attacks(tmp: Path) -> dict[str, list[tuple[list[str], str]]]:
 
 
 def _verbs(group: click.Group, prefix: str) -> list[str]:
-    found = []
-    for name, command in group.commands.items():
-        path = f"{prefix} {name}"
+    found, ctx = [], click.Context(group)
+    for name in group.list_commands(ctx):     # floydd's verbs of other modules load when named
+        command, path = group.get_command(ctx, name), f"{prefix} {name}"
         found.append(path)
         if isinstance(command, click.Group):
             found += _verbs(command, path)
