@@ -30,7 +30,7 @@ from floydd.security.identity import NodeIdentity
 
 __all__ = ["server_context", "api_server_context", "client_context", "peer_node_id", "peer_certificate", "check_peer",
            "require_peer_cert", "fingerprint_of_der", "time_trouble", "CLUSTER_PREFIX", "OPEN_ROUTES",
-           "JOINING_ROUTES", "PEER_STANDING"]
+           "JOINING_ROUTES", "PEER_STANDING", "PEER_STILL_ALLOWED"]
 
 log = logging.getLogger("floydd.security")
 
@@ -46,6 +46,10 @@ UNHEARD_ROUTES = (*JOINING_ROUTES, "/cluster/v1/raft", "/cluster/v1/snapshot")
 up to date, and announcing itself."""
 PEER_STANDING: web.RequestKey[str] = web.RequestKey("floydd.peer_standing", str)
 """Request key: what :func:`require_peer_cert` found the caller may do (``member``, ``joining``)."""
+PEER_STILL_ALLOWED: web.RequestKey[Callable[[], bool]] = web.RequestKey("floydd.peer_still_allowed", object)
+"""Asks the rule the request passed again, now: for a stream that outlives its request (the raft
+stream, :mod:`floydd.cluster.net.inbound`), which asks it before each frame, so a node removed
+while its stream is open is refused as a new request would be."""
 
 _TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
@@ -137,7 +141,8 @@ def require_peer_cert(prefix: str = CLUSTER_PREFIX, exempt: Iterable[str] = OPEN
     ``"joining"`` (a box whose join has not completed) only the ``joining`` routes, ``"unheard"``
     (a node this box's state knows nothing of yet) the ``unheard`` routes, None (a
     revoked certificate, a removed node, one that never joined and is not joining) nothing.
-    The answer is left in ``request[PEER_STANDING]``. ``is_member(node_id)`` is the older,
+    The answer is left in ``request[PEER_STANDING]``, and the same rule, asked again later, in
+    ``request[PEER_STILL_ALLOWED]``. ``is_member(node_id)`` is the older,
     coarser form (member or refused). Refusals are 403 with floydd's JSON error.
     """
     exempt, allowed = frozenset(exempt), {"joining": frozenset(joining), "unheard": frozenset(unheard)}
@@ -162,9 +167,15 @@ def require_peer_cert(prefix: str = CLUSTER_PREFIX, exempt: Iterable[str] = OPEN
             return _refuse("not_a_member", f"node {node_id} is not a member of this cluster",
                            "the node was removed; it must join again with a new token")
         if standing is not None:
-            found = standing(node_id, cert[1])
-            if found is None or (found != "member" and not (request.method == "POST"
-                                                             and paths <= allowed.get(found, frozenset()))):
+            serial = cert[1]
+
+            def may(found: str | None) -> bool:
+                # the raft stream is a GET (a WebSocket's upgrade) on the raft batches' path
+                return found == "member" or (found is not None and request.method in ("POST", "GET")
+                                             and paths <= allowed.get(found, frozenset()))
+
+            found = standing(node_id, serial)
+            if not may(found):
                 log.warning("refused %s %s from node %s (certificate %s): %s", request.method, request.path,
                             node_id, cert[1][:16], "not a member" if found is None else "its join is not complete")
                 return _refuse("not_a_member", f"node {node_id} is not a member of this cluster"
@@ -172,6 +183,7 @@ def require_peer_cert(prefix: str = CLUSTER_PREFIX, exempt: Iterable[str] = OPEN
                                "a removed node, or one whose certificate was revoked, must join again with a new "
                                "token" if found is None else "start floydd on the joined box: it completes the join")
             request[PEER_STANDING] = found
+            request[PEER_STILL_ALLOWED] = lambda: may(standing(node_id, serial))
         return await handler(request)
 
     return peer_cert_middleware

@@ -56,7 +56,11 @@ class PeerListener:
         app = web.Application(middlewares=[protocol_middleware, require_peer_cert(standing=self.standing)],
                               client_max_size=64 << 20)     # raft batches; snapshots stream, uncapped
         app.add_routes(self._transport.routes())
+        app.on_shutdown.append(self._close_streams)     # else each open raft stream holds the stop
         return app
+
+    async def _close_streams(self, _app: web.Application) -> None:
+        await self._transport.inbound.close_streams()
 
     async def listen(self, host: str = "127.0.0.1", port: int = 0, *, advertise_host: str | None = None,
                      app: web.Application | None = None) -> str:

@@ -5,7 +5,8 @@ the two a joining box calls needs a node certificate of this cluster whose node 
 removed (:func:`~floydd.security.tls.require_peer_cert`). The handlers stay with their logic
 and are handed in; a test checks the app serves exactly :data:`PEER_ROUTES`::
 
-    POST /cluster/v1/raft                          raft messages, in batches (the transport)
+    GET  /cluster/v1/raft                          the raft stream: a WebSocket of raft messages
+    POST /cluster/v1/raft                          raft messages, one batch a request (older senders)
     POST /cluster/v1/propose                       a command forwarded to the leader
     POST /cluster/v1/read                          a linearizable read forwarded to the leader
     POST /cluster/v1/snapshot                      the leader's snapshot, streamed in frames
@@ -18,7 +19,7 @@ and are handed in; a test checks the app serves exactly :data:`PEER_ROUTES`::
     POST /cluster/v1/certs/renew                   a member's renewed certificate (voters)
     POST /cluster/v1/store/epoch-key               a store key epoch's secret, to a member
 
-Handlers: :class:`~floydd.cluster.net.transport.Transport` (the first four),
+Handlers: :class:`~floydd.cluster.net.transport.Transport` (the first five),
 :func:`floydd.cluster.replication.peerstore.store_routes`, :func:`floydd.daemon.peers.peer_app`
 (job details), :mod:`floydd.cluster.net.join` and :class:`floydd.daemon.joining.Trust` (the
 last five).
@@ -50,10 +51,11 @@ RENEW_PATH = "/cluster/v1/certs/renew"
 EPOCH_KEY_PATH = "/cluster/v1/store/epoch-key"
 
 
-def raft_routes(*, raft: Handler, propose: Handler, read: Handler, snapshot: Handler) -> list[web.RouteDef]:
+def raft_routes(*, raft: Handler, stream: Handler, propose: Handler, read: Handler,
+                snapshot: Handler) -> list[web.RouteDef]:
     """Raft and forwarding: what every cluster's app serves (the transport's handlers)."""
-    return [web.post(RAFT_PATH, raft), web.post(PROPOSE_PATH, propose), web.post(READ_PATH, read),
-            web.post(SNAPSHOT_PATH, snapshot)]
+    return [web.get(RAFT_PATH, stream, allow_head=False), web.post(RAFT_PATH, raft), web.post(PROPOSE_PATH, propose),
+            web.post(READ_PATH, read), web.post(SNAPSHOT_PATH, snapshot)]
 
 
 def object_routes(get_object: Handler) -> list[web.RouteDef]:
@@ -76,7 +78,7 @@ def trust_routes(*, ca: Handler, join: Handler, ca_key: Handler, renew: Handler,
                                             web.post(EPOCH_KEY_PATH, epoch_key)]
 
 
-RAFT_ROUTES = frozenset({("POST", RAFT_PATH), ("POST", PROPOSE_PATH), ("POST", READ_PATH), ("POST", SNAPSHOT_PATH)})
+RAFT_ROUTES = frozenset({("GET", RAFT_PATH), ("POST", RAFT_PATH), ("POST", PROPOSE_PATH), ("POST", READ_PATH), ("POST", SNAPSHOT_PATH)})
 TRUST_ROUTES = frozenset({("GET", CA_PATH), ("POST", JOIN_PATH), ("POST", CA_KEY_PATH), ("POST", RENEW_PATH),
                           ("POST", EPOCH_KEY_PATH)})
 PEER_ROUTES = RAFT_ROUTES | {("GET", OBJECTS_PATH + "{hex}"), ("GET", JOB_DETAIL_PATH)} | TRUST_ROUTES

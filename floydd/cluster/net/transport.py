@@ -3,7 +3,10 @@
 Routes (an aiohttp route table the node-to-node app mounts behind
 :func:`floydd.security.tls.require_peer_cert`)::
 
+    GET  /cluster/v1/raft     ?from=&addr= a WebSocket: binary frames, each a list of encoded raft
+                              messages (the raft stream; nothing comes back on it)
     POST /cluster/v1/raft     {"from", "addr", "msgs": [encoded raft message, ...]} -> 204
+                              (the same, one batch a request: senders of the release before)
     POST /cluster/v1/propose  {"from", "addr", "cmd", "timeout"}    -> {"ok": result, "by"}
     POST /cluster/v1/read     {"from", "addr", "query", "args", "timeout"} -> {"ok": result, "by"}
     POST /cluster/v1/snapshot a stream of frames: an InstallSnapshot and what rides
@@ -19,9 +22,10 @@ leader answers a proposal with ProposalDropped, the leader and its address (``le
 
 Sending: :meth:`Transport.send` never blocks. Each peer has one sender task and a bounded
 queue; the task takes whatever has queued up (coalescing up to ``max_batch`` messages into
-one POST), backs off exponentially while the peer cannot be reached, and tells the driver:
-``report_unreachable(peer)`` after a failed POST, ``report_snapshot(peer, ok)`` once a POST
-carrying an InstallSnapshot succeeded or failed. A full queue drops messages (raft
+one frame of the peer's raft stream, :mod:`floydd.cluster.net.raftstream`: a WebSocket on
+``GET /cluster/v1/raft``; to a peer of the release before streams, one POST), backs off
+exponentially while the peer cannot be reached, and tells the driver
+``report_unreachable(peer)`` after a failed send. A full queue drops messages (raft
 retransmits). Outgoing calls verify the peer's node id in the TLS handshake
 (``server_hostname=<node id>``).
 
@@ -49,6 +53,7 @@ from floydd import log
 from floydd.cluster.state import versions
 from floydd.cluster.net.inbound import Inbound
 from floydd.cluster.net.link import Receiver
+from floydd.cluster.net.raftstream import OutStreams, StreamRefused
 from floydd.cluster.net.routes import raft_routes
 from floydd.cluster.net.snapshot_stream import SnapshotStream
 from floydd.cluster.net.wire import (BY_STATUS, MSGPACK, PROPOSE_PATH, RAFT_PATH, READ_PATH, SNAPSHOT_PATH,
@@ -95,6 +100,11 @@ class Transport:
         """The server side of the raft, propose and read routes."""
         self.snapshots = SnapshotStream(self, timeout=request_timeout)
         """InstallSnapshots, streamed to and from peers."""
+        self.streams = OutStreams(self, timeout=request_timeout, advertise=lambda: self.advertise)
+        """The raft stream to each peer."""
+        self._post_only: set[str] = set()
+        """Peers that do not serve the raft stream (a release before it): sent POSTs until a send
+        to them fails (they may come back upgraded)."""
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -108,8 +118,9 @@ class Transport:
 
     def routes(self) -> list[web.RouteDef]:
         """Raft and forwarding (:func:`floydd.cluster.net.routes.raft_routes`)."""
-        return raft_routes(raft=self.inbound.handle_raft, propose=self.inbound.handle_propose,
-                           read=self.inbound.handle_read, snapshot=self.snapshots.handle)
+        return raft_routes(raft=self.inbound.handle_raft, stream=self.inbound.handle_stream,
+                           propose=self.inbound.handle_propose, read=self.inbound.handle_read,
+                           snapshot=self.snapshots.handle)
 
     def ssl_context(self, verify_node_id: bool) -> ssl.SSLContext:
         """Made on first use: a box alone (a cluster of one) has no certificate and no peers."""
@@ -157,6 +168,8 @@ class Transport:
         senders += self.snapshots.close()
         await asyncio.gather(*senders, return_exceptions=True)
         self._senders.clear()
+        await self.streams.close()
+        await self.inbound.close_streams()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -187,11 +200,12 @@ class Transport:
             while len(batch) < self._max_batch and not queue.empty():
                 batch.append(queue.get_nowait())
             try:
-                await self._post_batch(peer, batch)
+                await self._deliver(peer, batch)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 _log.debug("[%s] sending %d messages to %s failed: %s", self.node_id, len(batch), peer, exc)
+                self._post_only.discard(peer)
                 self._time_trouble(peer, exc)
                 self._lost(peer, batch)
                 await asyncio.sleep(delay)
@@ -205,14 +219,24 @@ class Transport:
                     if isinstance(m, InstallSnapshot):
                         self._receiver.report_snapshot(peer, True)
 
-    async def _post_batch(self, peer: str, batch: list[Message]) -> None:
+    async def _deliver(self, peer: str, batch: list[Message]) -> None:
         if self.dropped(self.node_id, peer):
             raise Unavailable(f"link to {peer} is cut")
         address = self._addresses.get(peer)
         if address is None:
             raise Unavailable(f"no address known for {peer}")
-        body = msgpack.packb({"from": self.node_id, "addr": self.advertise,
-                              "msgs": [encode_message(m) for m in batch]}, use_bin_type=True)
+        encoded = [encode_message(m) for m in batch]
+        if peer not in self._post_only:
+            try:
+                await self.streams.send(peer, address, msgpack.packb(encoded, use_bin_type=True))
+                return
+            except StreamRefused as exc:
+                _log.info("[%s] %s; sending it POSTs", self.node_id, exc)
+                self._post_only.add(peer)
+        await self._post_batch(peer, address, encoded)
+
+    async def _post_batch(self, peer: str, address: str, encoded: list[bytes]) -> None:
+        body = msgpack.packb({"from": self.node_id, "addr": self.advertise, "msgs": encoded}, use_bin_type=True)
         async with self.client().post(f"https://{address}{RAFT_PATH}", data=body, ssl=self.ssl_context(True),
                                        server_hostname=peer, headers={"Content-Type": MSGPACK},
                                        timeout=aiohttp.ClientTimeout(total=self._timeout)) as resp:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import contextlib
 import socket
 
+import aiohttp
+import msgpack
 import pytest
 from aiohttp import web
 
-from floydd.cluster.raft import ConfState, Heartbeat, InstallSnapshot, Snapshot
-from floydd.cluster.net.transport import Transport
+from floydd.cluster.raft import ConfState, Heartbeat, InstallSnapshot, Snapshot, encode_message
+from floydd.cluster.net.transport import RAFT_PATH, Transport
+from floydd.cluster.state import versions
 from floydd.errors import Conflict, Unavailable
 from floydd.security.identity import NodeIdentity, init_cluster
-from floydd.security.tls import require_peer_cert, server_context
+from floydd.security.tls import client_context, require_peer_cert, server_context
 from tests.conftest import wait_until_async
 
 
@@ -77,13 +80,15 @@ def identities(tmp_path):
 
 
 @contextlib.asynccontextmanager
-async def endpoint(identity):
-    """A transport with a recorder, served on 127.0.0.1:0 behind the peer-certificate guard."""
+async def endpoint(identity, *, stream: bool = True, standing=None):
+    """A transport with a recorder, served on 127.0.0.1:0 behind the peer-certificate guard
+    (``standing``: its rule, see require_peer_cert). ``stream=False``: without the raft
+    stream's route, as a box of the release before it."""
     transport = Transport(identity, backoff=(0.01, 0.05), request_timeout=2.0)
     recorder = Recorder()
     transport.attach(recorder)
-    app = web.Application(middlewares=[require_peer_cert()])
-    app.add_routes(transport.routes())
+    app = web.Application(middlewares=[require_peer_cert(standing=standing)])
+    app.add_routes([r for r in transport.routes() if stream or r.method != "GET"])
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(identity))
@@ -208,3 +213,91 @@ async def test_a_cut_link_loses_everything_both_ways(identities):
         cut.clear()
         ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1)])
         await until(lambda: rb.batches)
+
+
+async def test_raft_messages_go_through_one_stream_that_a_restarted_peer_gets_again(identities):
+    a, b, _ = identities
+    async with endpoint(a) as (ta, ra):
+        async with endpoint(b) as (tb, rb):
+            ta.set_peer(b.node_id, tb.advertise)
+            for i in range(5):              # batches apart in time: each a frame of the same stream
+                ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1, commit=i)])
+                await until(lambda: len(rb.batches) == i + 1)
+            assert ta.streams.opened == 1 and tb.inbound.streams_from() == {a.node_id: 1}
+            assert [m.commit for batch in rb.batches for m in batch] == list(range(5))
+        async with endpoint(b) as (tb2, rb2):      # b again, elsewhere: the old stream is gone
+            ta.set_peer(b.node_id, tb2.advertise)
+            ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1, commit=9)])
+            await until(lambda: rb2.batches)
+            assert ta.streams.opened == 2 and [m.commit for m in rb2.batches[0]] == [9]
+
+
+async def test_a_peer_without_the_stream_is_sent_posts(identities):
+    """A box of the release before the raft stream serves only ``POST /cluster/v1/raft``."""
+    a, b, _ = identities
+    async with endpoint(a) as (ta, ra), endpoint(b, stream=False) as (tb, rb):
+        ta.set_peer(b.node_id, tb.advertise)
+        ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1, commit=1)])
+        await until(lambda: rb.batches)
+        ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1, commit=2)])
+        await until(lambda: len(rb.batches) == 2)
+        assert [m.commit for batch in rb.batches for m in batch] == [1, 2] and ra.unreachable == []
+        assert b.node_id in ta._post_only and tb.inbound.streams_from() == {}
+
+
+async def test_a_stream_is_cut_at_the_next_frame_once_its_sender_may_not_speak(identities):
+    """The peer-certificate rule is asked again before each frame: a node removed while its
+    stream is open delivers nothing more."""
+    a, b, _ = identities
+    members = {a.node_id, b.node_id}
+    async with endpoint(a) as (ta, ra), \
+            endpoint(b, standing=lambda node, _serial: "member" if node in members else None) as (tb, rb):
+        ta.set_peer(b.node_id, tb.advertise)
+        ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1, commit=1)])
+        await until(lambda: rb.batches)
+        members.discard(a.node_id)
+        ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1, commit=2)])
+        await until(lambda: tb.inbound.streams_from() == {})
+        ta.send([Heartbeat(frm=a.node_id, to=b.node_id, term=1, commit=3)])    # a new stream: refused
+        await until(lambda: ra.unreachable)
+        assert [m.commit for batch in rb.batches for m in batch] == [1]
+
+
+async def test_a_frame_with_a_spoofed_or_misaddressed_message_closes_the_stream(identities):
+    a, b, c = identities
+    async with endpoint(b) as (tb, rb):
+        for frm, to in ((c.node_id, b.node_id), (a.node_id, c.node_id)):
+            async with aiohttp.ClientSession(headers={versions.HEADER: str(versions.PROTOCOL)}) as session:
+                async with session.ws_connect(f"https://{tb.advertise}{RAFT_PATH}", params={"from": a.node_id},
+                                              ssl=client_context(a, verify_node_id=True),
+                                              server_hostname=b.node_id) as ws:
+                    await ws.send_bytes(msgpack.packb([encode_message(Heartbeat(frm=frm, to=to, term=1))]))
+                    msg = await ws.receive(timeout=5)
+                    assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.POLICY_VIOLATION
+        await until(lambda: tb.inbound.streams_from() == {})
+        assert rb.batches == []
+        async with aiohttp.ClientSession(headers={versions.HEADER: str(versions.PROTOCOL)}) as session:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as exc:      # the query claims another node
+                await session.ws_connect(f"https://{tb.advertise}{RAFT_PATH}", params={"from": c.node_id},
+                                         ssl=client_context(a, verify_node_id=True), server_hostname=b.node_id)
+            assert exc.value.status == 403
+
+
+async def test_a_peers_new_stream_replaces_the_one_it_gave_up_on(identities):
+    """A peer holds one stream to a node: a second (its machine came back, a renewed
+    certificate) closes the first, which would otherwise wait for a frame forever."""
+    a, b, _ = identities
+    async with endpoint(b) as (tb, rb):
+        async with aiohttp.ClientSession(headers={versions.HEADER: str(versions.PROTOCOL)}) as session:
+            def connect():
+                return session.ws_connect(f"https://{tb.advertise}{RAFT_PATH}", params={"from": a.node_id},
+                                          ssl=client_context(a, verify_node_id=True), server_hostname=b.node_id)
+            first = await connect()
+            await until(lambda: tb.inbound.streams_from() == {a.node_id: 1})
+            second = await connect()
+            msg = await first.receive(timeout=5)
+            assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.GOING_AWAY
+            await second.send_bytes(msgpack.packb([encode_message(Heartbeat(frm=a.node_id, to=b.node_id, term=1))]))
+            await until(lambda: rb.batches)
+            assert tb.inbound.streams_from() == {a.node_id: 1}
+            await second.close()

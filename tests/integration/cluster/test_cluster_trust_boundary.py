@@ -14,7 +14,7 @@ import aiohttp
 import msgpack
 import pytest
 
-from floydd.cluster.raft import AppendEntries, encode_message
+from floydd.cluster.raft import AppendEntries, Heartbeat, HeartbeatResponse, encode_message
 from floydd.cluster.net.transport import PROPOSE_PATH, RAFT_PATH, READ_PATH
 from floydd.errors import Forbidden
 from floydd.security.identity import NodeIdentity
@@ -62,6 +62,18 @@ async def post(identity: NodeIdentity, node, path: str, body: dict) -> tuple[int
                 return resp.status, json.loads(raw)
 
 
+async def open_stream(identity: NodeIdentity, node) -> int:
+    """Open the raft stream to ``node`` as ``identity``: 101 (opened), else the refusal's status."""
+    async with aiohttp.ClientSession(headers=PEER_HEADERS) as session:
+        try:
+            ws = await session.ws_connect(f"https://{node.address}{RAFT_PATH}", params={"from": identity.node_id},
+                                          ssl=client_context(identity, verify_node_id=True), server_hostname=node.id)
+        except aiohttp.WSServerHandshakeError as exc:
+            return exc.status
+        await ws.close()
+        return 101
+
+
 async def test_a_certificate_that_never_joined_cannot_lead_append_propose_or_read(cluster):
     nodes = await cluster.start(3)
     lead = await cluster.wait_leader()
@@ -74,6 +86,7 @@ async def test_a_certificate_that_never_joined_cannot_lead_append_propose_or_rea
         status, answer = await post(rogue, n, RAFT_PATH, {"from": rogue.node_id, "addr": None,
                                                           "msgs": [encode_message(heartbeat)]})
         assert status == 403 and answer["error"]["code"] == "not_a_member"
+        assert await open_stream(rogue, n) == 403
         status, _ = await post(rogue, n, READ_PATH, {"from": rogue.node_id, "query": "jobs", "args": {}})
         assert status == 403
         cmd = {"op": "job.submit", "idem_key": "evil", "project": "m", "spec": {"command": "id"}, "ts": 1.0,
@@ -110,8 +123,19 @@ async def test_a_removed_member_is_refused_everywhere(cluster):
     rest = [n for n in nodes if n is not victim]
     with pytest.raises(Forbidden, match="not an admin"):
         await rest[0].service.remove_node(victim.id, user="mallory")
+    # the victim's raft stream to each other box opened (by a stale answer, which raft ignores)
+    victim.service.transport.send([HeartbeatResponse(frm=victim.id, to=n.id, term=0) for n in rest])
+    await cluster.wait_for(lambda: all(victim.id in n.service.transport.inbound.streams_from() for n in rest),
+                           what="the victim's raft streams open")
     await rest[-1].service.remove_node(victim.id, user="root")
     await cluster.wait_for(lambda: all(victim.id in n.service.state.removed for n in rest), what="the tombstone")
+    terms = {n.id: n.driver.status().term for n in rest}
+    victim.service.transport.send([Heartbeat(frm=victim.id, to=n.id, term=terms[n.id] + 50) for n in rest])
+    await cluster.wait_for(lambda: all(victim.id not in n.service.transport.inbound.streams_from() for n in rest),
+                           what="the removed box's open raft streams cut at its next frame")
+    assert {n.id: n.driver.status().term for n in rest} == terms      # the frame reached no core
+    for n in rest:
+        assert await open_stream(victim.identity, n) == 403
     for n in rest:
         status, answer = await post(victim.identity, n, PROPOSE_PATH, {
             "from": victim.id, "cmd": {"op": "node.health", "id": victim.id, "status": "up", "ts": 1.0}})
