@@ -1,7 +1,7 @@
 """Leader failover of a real 3-node control plane, and how fast an isolated leader steps down.
 
 Three ``python -m floydd.cluster.devnode`` processes on 127.0.0.1 (mTLS, SQLite logs, the
-daemon's timings: ``floydd.cluster.config.BOX_RAFT``, since issue 23 a 125 ms tick, a heartbeat
+daemon's timings: ``floydd.cluster.config.BOX_RAFT``, since issue 23 a 250 ms tick, a heartbeat
 every 2 ticks, election timeout 1-2 s; before, 50 ms, every tick, 0.5-1 s). Each trial
 waits for a leader that serves, SIGKILLs it, and times until another node serves in a
 higher term (it leads and has committed in its term, so it takes writes and linearizable

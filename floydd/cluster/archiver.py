@@ -33,6 +33,8 @@ _log = log.cluster.getChild("archiver")
 _LOOK = 0.5
 """Seconds between looks at the hot state's size once it holds half of what makes a burst: a
 burst of jobs is archived without waiting for the next round."""
+_FOLLOWER_WAKE = 3600.0
+"""A node that does not lead waits for a change of leadership, and looks this often anyway."""
 
 
 def finished(job: Job) -> bool:
@@ -71,6 +73,9 @@ class Leading(Protocol):
 
     async def propose(self, cmd: dict, *, timeout: float | None = None, fenced: bool = False) -> Any: ...
 
+    async def leader_change(self, timeout: float) -> None:
+        """Return when leadership changes (or after ``timeout`` seconds)."""
+
 
 class Archiver:
     """The loop the leader runs (every node runs it; only the leader acts). ``state``: the
@@ -86,11 +91,14 @@ class Archiver:
         loop = asyncio.get_running_loop()
         due = 0.0
         while True:
+            if not self._driver.is_leader:      # nothing to do until this node leads (issue 23: it
+                await self._driver.leader_change(_FOLLOWER_WAKE)      # looked twice a second)
+                continue
             config = self.config
             batch = min(config.archive_batch, MAX_ARCHIVE)
             crowded = len(self._state.jobs) >= config.archive_keep + batch    # a burst of jobs
             again = False
-            if self._driver.is_leader and (crowded or loop.time() >= due):
+            if crowded or loop.time() >= due:
                 due = loop.time() + config.archive_interval
                 try:
                     again = await self.archive_once() >= batch      # a full batch: the next one at once
@@ -99,11 +107,11 @@ class Archiver:
             await asyncio.sleep(0 if again else self._pause(due - loop.time(), batch))
 
     def _pause(self, until_due: float, batch: int) -> float:
-        """Seconds to the next look: every ``_LOOK`` while the hot state is past half of what
-        makes a burst (and on a node that does not lead: it may lead soon), else at the round."""
+        """Seconds to the next look of a leader: every ``_LOOK`` while the hot state is past half
+        of what makes a burst, else at the round."""
         config = self.config
         look = min(_LOOK, config.archive_interval)
-        if not self._driver.is_leader or 2 * len(self._state.jobs) >= config.archive_keep + batch:
+        if 2 * len(self._state.jobs) >= config.archive_keep + batch:
             return look
         return max(look, until_due)
 

@@ -45,7 +45,7 @@ from floydd.errors import FloyddError
 from floydd.scheduler.storehealth import trouble
 from floydd.tasks import cancel_and_wait
 
-__all__ = ["CopyKeeper", "Kind", "Touched", "PASS_AFTER", "ALONE_WATCH", "liveness_of"]
+__all__ = ["CopyKeeper", "Kind", "Touched", "PASS_AFTER", "ALONE_WATCH", "WATCH_EVERY", "STORE_POLL", "liveness_of"]
 
 PASS_AFTER = 3
 """Failed attempts at a copy (not the store's fault) after which a box passes it to the next."""
@@ -53,6 +53,14 @@ PASS_AFTER = 3
 ALONE_WATCH = 5.0
 """Seconds between the watch's looks on a box alone (issue 23: an idle box wakes rarely): no
 other box's window to cross; its own store's health is polled as often."""
+
+WATCH_EVERY = 5.0
+"""The most seconds between looks for a window crossed (a quarter of the shorter window, at
+most this: a crossing is seen within a quarter of its window; issue 23: it looked every second)."""
+
+STORE_POLL = 5.0
+"""Seconds between looks at this box's free space (statvfs, on a worker thread) by the watch
+(issue 23: it looked every second; a store write that fails for space is seen at once anyway)."""
 
 K = TypeVar("K", bound=Hashable)
 """An item's key: a version's (name, number), a code tree's id."""
@@ -234,15 +242,16 @@ class CopyKeeper(Generic[K]):
 
     async def _watch(self) -> None:
         """Scan again whenever a node crosses a window (a holder's grace, a taker's freshness)
-        without an entry saying so: a crash is silence, not a command. Polls the store watch.
+        without an entry saying so: a crash is silence, not a command. Polls the store watch
+        every ``STORE_POLL`` seconds.
         A box alone (no other box to hold or take a copy) looks every ``ALONE_WATCH`` seconds."""
-        period = max(0.05, min(1.0, self.liveness().grace / 4, self.cluster.config.stale_after / 4))
+        period = max(0.05, min(WATCH_EVERY, self.liveness().grace / 4, self.cluster.config.stale_after / 4))
         loop = asyncio.get_running_loop()
         log = self.kind.log
         while True:
             await asyncio.sleep(ALONE_WATCH if self.cluster.alone else period)
             watch = self.store_watch
-            if watch is not None and loop.time() - self._polled >= 1.0:
+            if watch is not None and loop.time() - self._polled >= STORE_POLL:
                 self._polled = loop.time()
                 if await asyncio.to_thread(watch.poll):      # full, failing, or well again
                     log.info("[%s] this box's store: %s", self.node_id, watch.report()["why"] or "takes new data again")
