@@ -10,7 +10,10 @@ passphrase, and prints it: the daemon never stores it.
 An export finds everything before its status line (a job still running, a box away, a
 private dataset: a JSON error, as any request); a failure after that (a disk error midway)
 ends the file with an error record (:func:`~floydd.bundle.container.error_frame`) that the
-client raises, never with a file that looks complete.
+client raises, never with a file that looks complete. Into a handed file, only what refuses
+the export is found first (:func:`~floydd.exchange.export.find`): the jobs' records are
+gathered while the datasets are written (:class:`~floydd.exchange.export.JobFeed`), so a box
+that ran one and is away ends the progress events with that error instead.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from floydd.bundle.container import error_frame
 from floydd.errors import InvalidSpec, UserError
 from floydd.exchange import check_kdf
 from floydd.exchange.commit import commit
-from floydd.exchange.export import gather, write
+from floydd.exchange.export import JobFeed, find, gather, write
 from floydd.exchange.stage import stage
 
 routes = web.RouteTableDef()
@@ -69,10 +72,11 @@ async def export(request: web.Request) -> web.StreamResponse:
               exported_by=person, box=cluster.name)
     try:
         async with scratch(request, "exchange", "; nothing was imported or exported") as spool:
-            plan = await gather(jobs=jobs, datasets=jobs.datasets, selection=selection, refs=refs, person=person,
-                                spool=spool)
             if handed is None:
+                plan = await gather(jobs=jobs, datasets=jobs.datasets, selection=selection, refs=refs,
+                                    person=person, spool=spool)
                 return await _streamed(request, plan.estimate, run)
+            plan = await find(jobs=jobs, datasets=jobs.datasets, selection=selection, refs=refs, person=person)
 
             def into_file(progress: Progress) -> dict:
                 out = FileOut(handed.claim(), lambda done: progress(done, max(done, plan.estimate)))
@@ -93,7 +97,11 @@ async def export(request: web.Request) -> web.StreamResponse:
                 finally:
                     os.close(out.fd)
                 return {"bytes": out.position}
-            return await ndjson(request, into_file)
+            plan.jobs = feed = JobFeed(jobs, plan, spool)     # gathered while the datasets are written
+            try:
+                return await ndjson(request, into_file)
+            finally:
+                await feed.aclose()
     finally:
         if handed is not None:
             handed.close()

@@ -14,6 +14,11 @@ Two steps, so that nothing is streamed before everything was found::
     (fetched from their holders); the records        manifest, its MAC and the signature
     spooled to a scratch folder                      (:mod:`floydd.bundle.signing`)
 
+Into a file handed to the daemon, gathering is cut in two: :func:`find` (what is named, checked,
+its datasets brought here: what can refuse the export) before the file starts, then the jobs'
+records gathered by a :class:`JobFeed` while the datasets, which come first in the file and
+are most of it, are written.
+
 Memory stays bounded: a job's records are spooled one job at a time, chunks are read a few
 ahead, and ``out`` gets the file as it is written (the API streams it to the client). Trees
 are pinned meanwhile by their fetch leases, job pins and versions, and the store's shared
@@ -45,7 +50,7 @@ from floydd.model import FINAL_STATES, JobKey, JobView, Mount, check_project
 from floydd.store.keys.crypto import OVERHEAD
 from floydd.store.ids import ObjectId
 
-__all__ = ["Plan", "DatasetItem", "JobItem", "gather", "write"]
+__all__ = ["Plan", "DatasetItem", "JobItem", "JobFeed", "gather", "find", "write"]
 
 _AHEAD = 4
 _GATHER = 4
@@ -77,12 +82,13 @@ class JobItem:
 @dataclass(slots=True)
 class Plan:
     datasets: dict[str, DatasetItem] = field(default_factory=dict)      # tree hex -> the version
-    jobs: list[JobItem] = field(default_factory=list)
+    views: list[JobView] = field(default_factory=list)                 # the jobs named, in order
+    jobs: Iterable[JobItem] = field(default_factory=list)              # theirs gathered (or a JobFeed)
     skipped: list[str] = field(default_factory=list)                   # a project's jobs not ended
     estimate: int = 0                                                  # bytes of the file, about
 
     def contents(self) -> dict:
-        return {"jobs": [j.doc["id"] for j in self.jobs],
+        return {"jobs": [v.id for v in self.views],
                 "datasets": sorted(d.ref for d in self.datasets.values() if d.alone),
                 "mounted": sorted(d.ref for d in self.datasets.values() if not d.alone),
                 "skipped": self.skipped}
@@ -93,6 +99,20 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
     """Find what ``selection`` (``PROJECT`` or ``PROJECT/N``) and ``refs`` (dataset versions)
     name, for ``person``, and bring it here (see the module docstring). ``jobs`` is the
     :class:`~floydd.jobs.service.JobService`, ``datasets`` the cluster's catalog."""
+    plan = await find(jobs=jobs, datasets=datasets, selection=selection, refs=refs, person=person)
+    feed = JobFeed(jobs, plan, spool)
+    try:
+        plan.jobs = await feed.all()
+    finally:
+        await feed.aclose()
+    return plan
+
+
+async def find(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: Iterable[str], person: str) -> Plan:
+    """The first half of :func:`gather`: what is named, checked for ``person``, and its dataset
+    versions brought here; the jobs' records and trees are left to a :class:`JobFeed`.
+    Whatever refuses the export (a job not ended, someone else's, a dataset gone) is raised
+    here, before a byte of the file is written."""
     plan = Plan()
     for ref in refs:
         version = await datasets.resolve_readable(ref, person, "clone", doing="export")
@@ -105,7 +125,7 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
             ref=version["ref"], name=version["name"], version=version["version"],
             tree=ObjectId.from_hex(version["tree"]), message=version.get("message") or "",
             created=version.get("created") or 0.0, alone=True)
-    views = await _jobs(jobs, list(selection), plan)
+    plan.views = views = await _jobs(jobs, list(selection), plan)
     state = jobs.cluster.state
     for view in views:                  # an export copies each part of a job: each part's rule
         for part, verb in (("code", "clone"), ("output", "clone"), ("logs", "read"), ("metrics", "read")):
@@ -114,17 +134,56 @@ async def gather(*, jobs: Any, datasets: Any, selection: Iterable[str], refs: It
         for mount in view.data:
             if mount.tree not in plan.datasets:
                 plan.datasets[mount.tree] = await _mounted(datasets, mount, person)
-    slots = asyncio.Semaphore(_GATHER)
-
-    async def one(view: JobView) -> JobItem:
-        async with slots:
-            return await _job(jobs, view, spool)
-    plan.jobs = list(await asyncio.gather(*(one(view) for view in views)))
-    if not plan.jobs and not plan.datasets:
+    if not views and not plan.datasets:
         raise UserError("nothing to export" + (f": {', '.join(plan.skipped)} have not ended" if plan.skipped else ""),
                         hint="name ended jobs (PROJECT or PROJECT/N) or dataset versions (NAME:N)")
     plan.estimate = await _estimate(jobs.store, plan)
     return plan
+
+
+class JobFeed:
+    """The jobs of a :func:`find` plan, gathered on the loop (their records read from the boxes
+    that ran them and spooled, their code and output made complete here; :data:`_GATHER` at a
+    time) while :func:`write` runs in a thread: iterating it there yields them in order, each
+    once it is ready, so the datasets (the bulk of a file) are written meanwhile. A job that
+    fails to gather fails the iteration, hence the export. The tasks are the feed's: close it
+    (:meth:`aclose`) when the writing is over, however it ended."""
+
+    def __init__(self, service: Any, plan: Plan, spool: Path) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._plan, self._store = plan, service.store
+        slots = asyncio.Semaphore(_GATHER)
+
+        async def one(view: JobView) -> JobItem:
+            async with slots:
+                return await _job(service, view, spool)
+        self._tasks = [asyncio.create_task(one(view)) for view in plan.views]
+        self._estimated = asyncio.create_task(self._estimate())
+
+    def __iter__(self) -> Iterator[JobItem]:
+        for task in self._tasks:
+            yield asyncio.run_coroutine_threadsafe(_result(task), self._loop).result()
+
+    async def all(self) -> list[JobItem]:
+        """Every job, gathered (and the plan's estimate with them)."""
+        jobs = list(await asyncio.gather(*self._tasks))
+        await self._estimated
+        return jobs
+
+    async def aclose(self) -> None:
+        """Cancel what is still gathering and wait for it."""
+        for task in (*self._tasks, self._estimated):
+            task.cancel()
+        await asyncio.gather(*self._tasks, self._estimated, return_exceptions=True)
+
+    async def _estimate(self) -> None:
+        """The plan's estimate with its jobs, once they are gathered."""
+        plan = replace(self._plan, jobs=list(await asyncio.gather(*self._tasks)))
+        self._plan.estimate = await _estimate(self._store, plan)
+
+
+async def _result(task: asyncio.Task) -> Any:
+    return await task
 
 
 def write(plan: Plan, *, store: Any, out: IO[bytes], key: ExportKey, kdf: dict, identity: Any,
