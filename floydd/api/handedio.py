@@ -129,9 +129,18 @@ class FileIn:
 
     def read(self, n: int) -> bytes:
         data = os.read(self.fd, n)
-        self._done += len(data)
-        self._progress(self._done, max(self._done, self._total))
+        self._count(len(data))
         return data
+
+    def readinto(self, buffer) -> int:
+        """Straight into the reader's buffer (no fresh memory per read)."""
+        n = os.readv(self.fd, [buffer])
+        self._count(n)
+        return n
+
+    def _count(self, n: int) -> None:
+        self._done += n
+        self._progress(self._done, max(self._done, self._total))
 
 
 def _start_writeback(fd: int, offset: int, length: int) -> None:

@@ -51,7 +51,14 @@ class Part:
         """The part's records, opened and checked (raw sealed bytes when the reader does not
         decrypt); the part's end and hash are checked after the last."""
         if self._records is None:
-            self._records = self._reader._records(self)
+            self._records = self._reader._records(self, keep=True)
+        return self._records
+
+    def views(self) -> Iterator[memoryview]:
+        """:meth:`records` as views of the reader's buffers, each valid until the next record
+        is asked for (copy what you keep): no fresh memory per record."""
+        if self._records is None:
+            self._records = self._reader._records(self, keep=False)
         return self._records
 
 
@@ -61,7 +68,10 @@ class Reader:
     def __init__(self, src: IO[bytes], key: ExportKey | None, *, where: str = "the export",
                  decrypt: bool = True) -> None:
         self._src, self._key, self.where = src, key, where
-        self._buf, self._at = b"", 0
+        self._readinto = getattr(src, "readinto", None)
+        self._buf = bytearray(_BLOCK)           # src's bytes from _at to _end not read yet
+        self._at = self._end = 0
+        self._plain = bytearray()               # a record opened for views(), reused
         self.position = 0
         self._decrypt = decrypt and key is not None
         self._read_parts: list[dict] = []
@@ -98,7 +108,7 @@ class Reader:
                 raise self._damaged(f"what follows {self._after()} is not a part (byte {self.position - 4})")
             part = self._part_header()
             yield part
-            for _ in part.records():   # what the caller left unread is still checked
+            for _ in part.views():     # what the caller left unread is still checked
                 pass
 
     # -- internals ------------------------------------------------------------------------------
@@ -148,7 +158,8 @@ class Reader:
         self._last_name = part.label
         return part
 
-    def _records(self, part: Part) -> Iterator[bytes]:
+    def _records(self, part: Part, *, keep: bool) -> Iterator[bytes | memoryview]:
+        """``keep``: each record its own bytes; else views of buffers reused for the next."""
         hasher = part._hash
         count = size = 0
         while True:
@@ -158,16 +169,23 @@ class Reader:
             flags, n = frame[0], _U32.unpack(frame[1:])[0]
             if flags not in self._flags or not RECORD_OVERHEAD <= n <= MAX_RECORD + RECORD_OVERHEAD:
                 raise self._damaged_part(part, f"record {count} is malformed (byte {self.position - 5})")
-            sealed = self._exact(n, part.label)
+            sealed = self._view(n, part.label)
             hasher.update(frame)
             hasher.update(sealed)
-            plain: bytes | None = sealed
+            plain: bytes | memoryview | None = sealed
             if self._decrypt:
-                plain = self._sealer.open(part.index, count, flags, sealed)
+                if keep:
+                    plain = self._sealer.open(part.index, count, flags, sealed)
+                else:
+                    if len(self._plain) < n:
+                        self._plain = bytearray(max(n, _BLOCK))   # replaced: a view of the old may live on
+                    plain = self._sealer.open_into(part.index, count, flags, sealed, self._plain)
                 if plain is None:
                     raise self._damaged_part(part, f"record {count} fails authentication")
                 if flags == ZSTD:
                     plain = self._unpack(part, count, plain)
+            elif keep:
+                plain = bytes(sealed)
             count += 1
             if flags == LAST:
                 if self._decrypt and plain:
@@ -180,7 +198,7 @@ class Reader:
         self._read_parts.append({"index": part.index, "kind": part.kind, "name": part.name, "records": count,
                                  "bytes": size, "hash": hasher.hexdigest()})
 
-    def _unpack(self, part: Part, count: int, packed: bytes) -> bytes:
+    def _unpack(self, part: Part, count: int, packed: bytes | memoryview) -> bytes:
         """A compressed record's bytes; at most :data:`MAX_RECORD` of them (a record that says
         more, or does not decompress, is damage: it was sealed, so only a key holder made it)."""
         if self._unzstd is None:
@@ -249,29 +267,59 @@ class Reader:
             return self._damaged("it ends with a damaged error record")
 
     def _take(self, n: int) -> bytes:
-        """Up to ``n`` bytes (fewer only at the end of the file), read from ``src`` a block at a time."""
-        if self._at >= len(self._buf):
-            self._buf, self._at = self._src.read(max(n, _BLOCK)), 0
-        data = self._buf[self._at:self._at + n]
-        self._at += len(data)
+        """Up to ``n`` bytes (fewer only at the end of the file)."""
+        got = min(n, self._fill(n))
+        data = bytes(self._buf[self._at:self._at + got])
+        self._at += got
         return data
 
     def _exact(self, n: int, within: str) -> bytes:
-        data = self._take(n)
-        if len(data) < n:
-            pieces, got = [data], len(data)
-            while got < n:
-                more = self._take(n - got)
-                if not more:
-                    self.position += got
-                    raise Truncated(f"{self.where} ends at byte {self.position}, inside {within}: it is "
-                                    "truncated (or that part is damaged)",
-                                    hint="copy the whole file again, or export again")
-                pieces.append(more)
-                got += len(more)
-            data = b"".join(pieces)
+        """``n`` bytes (a small piece of the frame: its own bytes)."""
+        return bytes(self._view(n, within))
+
+    def _view(self, n: int, within: str) -> memoryview:
+        """``n`` bytes as a view of the buffer, valid until the next read; ``Truncated`` if the
+        file ends before."""
+        got = self._fill(n)
+        if got < n:
+            self.position += got
+            self._at = self._end
+            raise Truncated(f"{self.where} ends at byte {self.position}, inside {within}: it is "
+                            "truncated (or that part is damaged)",
+                            hint="copy the whole file again, or export again")
+        view = memoryview(self._buf)[self._at:self._at + n]
+        self._at += n
         self.position += n
-        return data
+        return view
+
+    def _fill(self, n: int) -> int:
+        """Read ``src`` until ``n`` bytes are buffered (or it ends): how many are. What is left
+        moves to the front first where ``n`` would not fit after it; a buffer too small for ``n``
+        is replaced by a larger one (views of the old one may still be alive)."""
+        have = self._end - self._at
+        if have >= n:
+            return have
+        if self._at + n > len(self._buf):
+            if n > len(self._buf):
+                new = bytearray(max(n, _BLOCK))
+                new[:have] = memoryview(self._buf)[self._at:self._end]
+                self._buf = new
+            else:
+                view = memoryview(self._buf)
+                view[:have] = view[self._at:self._end]
+            self._at, self._end = 0, have
+        while self._end - self._at < n:
+            room = memoryview(self._buf)[self._end:]
+            if self._readinto is not None:
+                got = self._readinto(room)
+            else:
+                data = self._src.read(len(room))
+                got = len(data)
+                room[:got] = data
+            if not got:
+                break
+            self._end += got
+        return self._end - self._at
 
     def _after(self) -> str:
         return self._last_name or "the header"

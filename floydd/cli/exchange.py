@@ -5,10 +5,11 @@ passphrase with scrypt) and hands it to the daemon for this one request; a key i
 printed once. The file is written next to its destination and verified (every part's hash,
 the manifest's MAC, the signature): only a whole, verified file is renamed into place. A
 daemon on this machine is handed the open file (:mod:`floydd.api.handoff`): it writes the
-export into it itself, or reads the import from it, and the CLI verifies the file it wrote
-from the page cache; elsewhere (FLOYD_HOST) the file streams in the request and is verified
-while it arrives. ``floyd import --check`` verifies a file completely (every record
-decrypted) with no daemon at all, for a site that wants to look before it imports.
+export into it itself, or reads the import from it, and the CLI verifies the file from the
+page cache as it is written (a thread reads up to what is written so far); elsewhere
+(FLOYD_HOST) the file streams in the request and is verified while it arrives. ``floyd
+import --check`` verifies a file completely (every record decrypted) with no daemon at all,
+for a site that wants to look before it imports.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import errno
 import os
 import secrets
 import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -137,12 +139,10 @@ def write_export(*, jobs: list[str], datasets: list[str], dest: Path, key_file: 
         with open(partial, "xb") as out:
             ticket = client.hand_over(out.fileno(), "w")
             if ticket is not None:              # the daemon writes (and fsyncs) it: no second stream
-                follow_progress(client.export_into(ticket, jobs=jobs, datasets=datasets, key_hex=key.hex, kdf=kdf),
-                                f"exporting to {dest.name}")
-                with open(partial, "rb") as back:
-                    reader = Reader(back, key, where=dest.name, decrypt=False)
-                    for _ in reader.parts():    # every part's hash, the MAC, the signature
-                        pass
+                with open(partial, "rb", buffering=0) as back:
+                    reader = _verified_as_written(
+                        back, key, dest.name, f"exporting to {dest.name}",
+                        client.export_into(ticket, jobs=jobs, datasets=datasets, key_hex=key.hex, kdf=kdf))
             else:
                 with client.export(jobs=jobs, datasets=datasets, key_hex=key.hex, kdf=kdf) as (stream, size), \
                         transfer_bar(f"exporting to {dest.name}") as progress:
@@ -175,6 +175,50 @@ def write_export(*, jobs: list[str], datasets: list[str], dest: Path, key_file: 
         click.echo(f"sealed under the key in {key_file}")
     else:
         click.echo("sealed under your passphrase: floyd import asks for it")
+
+
+def _verified_as_written(f, key, where: str, label: str, events):
+    """The :class:`~floydd.bundle.Reader` that verified the export file ``f`` (every part's
+    hash, the MAC, the signature) while the daemon wrote it, answering ``events``: a thread
+    reads what is in the file so far and waits for the next progress event for more. A check
+    that fails is raised at the next event, which drops the answer: the daemon stops at its
+    next write. It returns once both the check and the daemon (its fsync) are done."""
+    from floydd.bundle import Reader
+    src = _Following(f)
+    done: dict = {}
+
+    def verify() -> None:
+        try:
+            reader = Reader(src, key, where=where, decrypt=False)
+            for _ in reader.parts():
+                pass
+            done["reader"] = reader
+        except BaseException as exc:    # noqa: BLE001 - raised in the CLI's thread
+            done["error"] = exc
+
+    def tracked():
+        try:
+            for event in events:
+                if "result" in event:
+                    src.end()               # all is written and fsynced: its end is the file's end
+                else:
+                    src.tick()
+                if "error" in done:
+                    raise done["error"]
+                yield event
+        finally:
+            events.close()              # a failed check hangs up: the daemon stops writing
+    thread = threading.Thread(target=verify, name="floyd-export-verify", daemon=True)
+    thread.start()
+    try:
+        follow_progress(tracked(), label)
+        thread.join()
+    finally:
+        src.stop()
+        thread.join()
+    if "error" in done:
+        raise done["error"]
+    return done["reader"]
 
 
 def _echo_contents(contents: dict) -> None:
@@ -243,12 +287,63 @@ class _Tee:
         return data
 
 
+class _Following:
+    """The export file as the daemon writes it, for a reader in another thread: a read at the
+    end of what is written so far waits for the next event (:meth:`tick`), until :meth:`end`
+    (all is written: the end of the file is its end) or :meth:`stop` (the reader stops)."""
+
+    def __init__(self, f) -> None:
+        self._f = f
+        self._cond = threading.Condition()
+        self._ticks, self._ended, self._stopped = 0, False, False
+
+    def readinto(self, buffer) -> int:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    raise _Stopped("the export ended before its file was checked")
+                seen, ended = self._ticks, self._ended
+            n = self._f.readinto(buffer)
+            if n or ended:
+                return n
+            with self._cond:
+                self._cond.wait_for(lambda: self._ticks != seen or self._stopped)
+
+    def tick(self) -> None:
+        with self._cond:
+            self._ticks += 1
+            self._cond.notify_all()
+
+    def end(self) -> None:
+        with self._cond:
+            self._ended = True
+            self._ticks += 1
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+
+class _Stopped(Exception):
+    pass
+
+
 class _Counting:
     def __init__(self, src, progress, total: int) -> None:
         self._src, self._progress, self._total, self._done = src, progress, total, 0
 
     def read(self, n: int) -> bytes:
         data = self._src.read(n)
-        self._done += len(data)
-        self._progress(self._done, self._total)
+        self._count(len(data))
         return data
+
+    def readinto(self, buffer) -> int:
+        n = self._src.readinto(buffer)
+        self._count(n)
+        return n
+
+    def _count(self, n: int) -> None:
+        self._done += n
+        self._progress(self._done, self._total)

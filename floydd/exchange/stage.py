@@ -104,8 +104,7 @@ class _Run:
     def part(self, part) -> None:
         kind = part.kind
         if kind == parts.DATA:
-            for record in part.records():
-                view = memoryview(record)
+            for view in part.views():          # put() seals it before the next is read
                 if len(view) < ID_SIZE:
                     raise self._bad(part, "a chunk record is too short")
                 self.chunks[bytes(view[:ID_SIZE])] = self.writer.put(view[ID_SIZE:])
@@ -128,7 +127,7 @@ class _Run:
             if job is None or part.name != f"{kind} of {job.doc['id']}":
                 raise self._bad(part, "it does not follow its job")
             with open(job.folder / kind, "wb") as out:
-                for record in part.records():
+                for record in part.views():
                     out.write(record)
         else:
             raise NotAnExport(f"{self.where} holds a part of a kind this floyd does not know ({kind[:40]!r}, "

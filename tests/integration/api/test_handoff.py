@@ -8,18 +8,23 @@ import asyncio
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from floydd.api.handedio import FileOut
 from floydd.api.handoff import READ, WRITE, Handoffs
 from floydd.bundle import ExportKey, Reader
+from floydd.cli import exchange as cli_exchange
+from floydd.cli.floyd import cli as floyd_cli
 from floydd.client import Client
 from floydd.config import preset_for_tests
 from floydd.connection import Connection, handoff_path
 from floydd.errors import Forbidden, UserError
 from tests.harness.inprocess import running
-from tests.harness.wait import wait_until_async
+from tests.harness.wait import wait_until, wait_until_async
 
 
 @pytest.fixture
@@ -158,3 +163,47 @@ def _target(p: Path) -> str:
         return os.readlink(p)
     except OSError:
         return ""
+
+
+def test_an_export_that_fails_its_check_while_it_is_written_stops_there_and_leaves_no_file(tmp_path, monkeypatch):
+    """The CLI checks the file as the daemon writes it: a record that is not what the format
+    allows is refused while the daemon still writes (here it would wait 30 s after it, until
+    the CLI hangs up), the export stops there, and neither the file nor its partial is left."""
+    config = preset_for_tests(tmp_path / "state", dev_fake_gpus="1", sandbox="none")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(os.urandom(12 << 20))
+    seen = {"records": 0, "closed": None, "until": None}
+    write, close = FileOut.write, FileOut.close
+
+    def damaging_write(self, chunk) -> None:
+        if isinstance(chunk, memoryview) and len(chunk) > 64 << 10:
+            seen["records"] += 1
+            if seen["records"] == 2:
+                chunk[0] = 0x7F                         # flags no reader takes: "record 1 is malformed"
+                seen["until"] = time.monotonic() + 30
+        write(self, chunk)
+        while seen["until"] is not None and time.monotonic() < seen["until"]:
+            self._progress(self.written)               # raises once the CLI hung up
+            time.sleep(0.02)
+
+    def recorded_close(self, *, sync: bool) -> None:
+        seen["closed"] = "fsynced" if sync else "abandoned"
+        close(self, sync=sync)
+    monkeypatch.setattr(FileOut, "write", damaging_write)
+    monkeypatch.setattr(FileOut, "close", recorded_close)
+    dest = tmp_path / "out" / "mnist.floydx"
+    dest.parent.mkdir()
+    with running(config) as client:
+        for _ in client.upload(data, "mnist"):
+            pass
+        monkeypatch.setattr(cli_exchange, "connect", lambda **_: client)
+        started = time.monotonic()
+        res = CliRunner().invoke(floyd_cli, ["data", "export", "mnist:1", "--to", str(dest),
+                                             "--key-file", str(tmp_path / "k")])
+        assert res.exit_code != 0 and "is damaged in part 0" in res.output and "record 1 is malformed" in res.output, \
+            res.output
+        assert time.monotonic() - started < 20           # refused while the daemon still wrote
+        wait_until(lambda: seen["closed"] is not None, 30, what="the daemon to end the export")
+    assert seen["closed"] == "abandoned"                 # it stopped there: no fsync, no trailer
+    assert list(dest.parent.iterdir()) == []             # neither the file nor its partial

@@ -166,3 +166,36 @@ def _part_bounds(data: bytes, key: ExportKey) -> list[tuple[int, int]]:
         list(part.records())
         bounds.append((start, r.position))
     return bounds
+
+
+class _Trickle:
+    """A source with ``read`` alone, a few bytes a call (a pipe, an HTTP body)."""
+
+    def __init__(self, data: bytes, most: int = 100_003) -> None:
+        self._data, self._at, self._most = data, 0, most
+
+    def read(self, n: int) -> bytes:
+        piece = self._data[self._at:self._at + min(n, self._most)]
+        self._at += len(piece)
+        return piece
+
+
+def test_a_source_that_trickles_and_records_larger_than_the_readers_buffer_read_back(member):
+    key = ExportKey.new()
+    big = os.urandom(3 << 20)                   # more than the reader's first buffer (1 MiB)
+    parts = [("data", "data of x:1", [big, b"small", big[:5000]]), *PARTS[1:]]
+    r = Reader(_Trickle(export(member, key, parts)), key, where="x.floydx")
+    assert [(p.kind, p.name, list(p.records())) for p in r.parts()] == parts
+    assert r.origin.fingerprint == member.cluster_fingerprint
+
+
+def test_views_hold_each_record_until_the_next_in_one_reused_buffer(member):
+    key = ExportKey.new()
+    r = Reader(io.BytesIO(export(member, key)), key, where="x.floydx")
+    for part, (_, _, records) in zip(r.parts(), PARTS):
+        views = []
+        for view in part.views():
+            assert bytes(view) == records[len(views)]
+            views.append(view)
+        if part.kind == "data":                 # opened into the same buffer: no fresh memory a record
+            assert len(views) == 2 and views[0].obj is views[1].obj
