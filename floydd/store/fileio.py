@@ -2,18 +2,36 @@
 read-back into a per-thread buffer, and durability at the system-call level (fsync of a
 folder, ``syncfs``, starting writeback with ``sync_file_range``; the last two through libc,
 None where it lacks them).
+
+Direct I/O (``O_DIRECT``, :func:`write_direct`, :func:`read_back_direct`): an object's bytes
+go from our buffer to the device and are read back from it, never through the page cache.
+Why: an upload's sealed objects are not read again soon, so caching them only evicts what
+the box's people and jobs had cached (a 100 GB upload would empty it), and the kernel must
+find a fresh page for every 4 KiB written. On the development VM that last cost dominated:
+1 GiB of 4 MiB objects written and fsynced one by one ran at 243-392 MB/s buffered and at
+1,005-1,061 MB/s direct (one thread, same disk). Direct I/O needs the buffer's address, the
+offset and the length aligned to the device's block (:data:`ALIGN`, 4 KiB, enough for every
+common device): the write is padded up to a multiple of it from the buffer's spare room and
+the file cut back to its length; buffers come from :func:`aligned_buffer` (anonymous
+``mmap``: page-aligned). A filesystem without direct I/O (tmpfs, some FUSE) refuses it
+with EINVAL, and the caller (:mod:`.local`) writes through the page cache from then on.
 """
 
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["fsync_dir", "fsync_dirs"]
+__all__ = ["fsync_dir", "fsync_dirs", "ALIGN", "aligned_buffer", "write_direct", "read_back_direct"]
+
+ALIGN = 4096
+"""The alignment of direct I/O's buffers, offsets and lengths (a device's logical block is
+512 or 4,096 bytes)."""
 
 _DIR_SYNCERS = 8
 """Folders fsynced at once by :func:`fsync_dirs`."""
@@ -132,3 +150,76 @@ def _unlink_quiet(path: Path) -> None:
         os.unlink(path)
     except OSError:
         pass  # gone, or unremovable now: a temp name, which list() skips and gc removes
+
+
+def aligned_buffer(size: int) -> mmap.mmap:
+    """A zeroed, page-aligned buffer of ``size`` bytes rounded up to :data:`ALIGN`."""
+    return mmap.mmap(-1, _padded(size))
+
+
+def _padded(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _address(buf) -> int:
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+def _in_place(data: bytes | memoryview, padded: int) -> memoryview | None:
+    """``data`` and the spare room after it, ``padded`` bytes, if ``data`` is the start of
+    an :func:`aligned_buffer` with that much room (a store writer's sealed object)."""
+    if not isinstance(data, memoryview) or data.readonly or not data.contiguous or not data:
+        return None
+    buf = data.obj
+    if not isinstance(buf, mmap.mmap) or len(buf) < padded or _address(data) != _address(buf):
+        return None
+    return memoryview(buf)[:padded]
+
+
+def write_direct(fd: int, data: bytes | memoryview) -> None:
+    """Write ``data`` at the start of ``fd`` (opened ``O_DIRECT``, empty) and cut the file to
+    its length. In place when ``data`` starts an aligned buffer with room for the padding,
+    else through this thread's aligned buffer (one copy)."""
+    n = len(data)
+    padded = _padded(n)
+    view = _in_place(data, padded)
+    if view is None:
+        buf = _thread_buffer("direct_out", padded)
+        view = memoryview(buf)[:padded]
+        view[:n] = data
+    try:
+        done = 0
+        while done < padded:
+            done += os.pwritev(fd, [view[done:]], done)
+    finally:
+        view.release()
+    if padded != n:
+        os.ftruncate(fd, n)
+
+
+def read_back_direct(fd: int, size: int) -> memoryview:
+    """The bytes of ``fd`` (opened ``O_DIRECT``) as the device returns them, into this
+    thread's aligned buffer (one more than expected, to notice extra ones; a direct read
+    stops at the end of the file); the view is valid until this thread's next read-back."""
+    want = _padded(size + 1)
+    buf = _thread_buffer("direct_in", want)
+    view = memoryview(buf)[:want]
+    got = 0
+    while got < want:
+        n = os.preadv(fd, [view[got:]], got)
+        if n == 0:
+            break
+        got += n
+        if n % ALIGN:
+            break                   # the end of the file
+    return view[:min(got, size + 1)]
+
+
+def _thread_buffer(name: str, size: int) -> mmap.mmap:
+    """This thread's aligned buffer ``name`` of at least ``size`` bytes; replaced, never
+    resized (a view of the old one may still be alive)."""
+    buf = getattr(_tls, name, None)
+    if buf is None or len(buf) < size:
+        buf = aligned_buffer(max(size, _READBACK_MIN))
+        setattr(_tls, name, buf)
+    return buf

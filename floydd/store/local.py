@@ -35,6 +35,7 @@ filesystem returns for the file, not that the platter holds it; ``load(bypass_ca
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import queue
 import secrets
@@ -46,7 +47,7 @@ from floydd import log
 from floydd.errors import NotFound, StoreError, StoreFull
 from floydd.store.backend import Check
 from floydd.store.fileio import (_read_all, _read_back, _start_writeback, _syncfs, _syncfs_path, _unlink_quiet,
-                                 _write_all, fsync_dir, fsync_dirs)
+                                 _write_all, fsync_dir, fsync_dirs, read_back_direct, write_direct)
 from floydd.store.ids import ID_SIZE, ObjectId
 
 __all__ = ["LocalBackend", "fsync_dir"]
@@ -56,6 +57,9 @@ _TMP = ".tmp-"
 _HEXCHARS = frozenset("0123456789abcdef")
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _WRITEBACK_MIN = 256 << 10
+_DIRECT_MIN = 64 << 10
+"""Objects at least this large are written with direct I/O (a small one costs a padded block
+and a synchronous device write for little gain)."""
 _UNSYNCED_MAX = 64
 _PUBLISHERS = 8
 """Threads that fsync and name new objects (see _Publisher)."""
@@ -70,6 +74,9 @@ class LocalBackend:
         if sync not in ("batch", "object") or (sync == "batch" and _syncfs is None):
             raise StoreError(f"unknown or unsupported sync policy {sync!r}", hint="use 'batch' or 'object'")
         self.sync = sync
+        self.direct = hasattr(os, "O_DIRECT")
+        """Objects of :data:`_DIRECT_MIN` bytes or more are written and read back with direct
+        I/O (:mod:`.fileio`); turned off for good when the filesystem refuses it."""
         self._init_layout()
 
     def _init_layout(self) -> None:
@@ -156,6 +163,28 @@ class LocalBackend:
 
     # -- writing ------------------------------------------------------------------------
 
+    def open_new(self, path: Path, direct: bool) -> tuple[int, bool]:
+        """Create ``path`` (exclusively, not following a link) for writing and reading back:
+        (fd, whether it is open for direct I/O). Direct when asked and this filesystem
+        takes it (:mod:`.fileio`)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+        if direct and self.direct:
+            try:
+                return os.open(path, flags | os.O_DIRECT, 0o600), True
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                _unlink_quiet(path)     # some filesystems create the file before refusing
+                self.no_direct(e)
+        return os.open(path, flags, 0o600), False
+
+    def no_direct(self, why: OSError) -> None:
+        """This filesystem refused direct I/O: write through the page cache from now on."""
+        if self.direct:
+            self.direct = False
+            log.store.info("the store at %s writes through the page cache: its filesystem refused direct I/O (%s)",
+                           self.root, why.strerror or why)
+
     def batch(self) -> _LocalBatch:
         return _LocalBatch(self)
 
@@ -173,15 +202,17 @@ class _LocalBatch:
         final = self._b.path(oid)
         tmp = final.with_name(f"{_TMP}{oid.hex}-{secrets.token_hex(4)}")
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fd, direct = self._b.open_new(tmp, len(data) >= _DIRECT_MIN)
         except OSError as e:
             raise _translate(e, oid, self._b) from e
         try:
             try:
-                _write_all(fd, data)
-                if len(data) >= _WRITEBACK_MIN:
-                    _start_writeback(fd)  # the disk works while we verify; fsync finds little left
-                stored = _read_back(fd, len(data))
+                stored = self._write_direct(fd, data) if direct else None
+                if stored is None:
+                    _write_all(fd, data)
+                    if len(data) >= _WRITEBACK_MIN:
+                        _start_writeback(fd)  # the disk works while we verify; fsync finds little left
+                    stored = _read_back(fd, len(data))
             except OSError as e:
                 raise _translate(e, oid, self._b) from e
             check(stored)
@@ -197,6 +228,22 @@ class _LocalBatch:
             os.close(fd)
         else:
             self._publisher().put((fd, tmp, final, oid))  # fsync, then rename: see _Publisher
+
+    def _write_direct(self, fd: int, data: bytes | memoryview) -> memoryview | None:
+        """Write ``data`` into ``fd`` (opened ``O_DIRECT``) and read it back from the device;
+        None if the filesystem refused direct I/O after all (``fd`` is then a plain, empty
+        file again and the backend writes through the page cache from now on)."""
+        try:
+            write_direct(fd, data)
+            return read_back_direct(fd, len(data))
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            refused = e
+        self._b.no_direct(refused)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+        os.ftruncate(fd, 0)
+        return None
 
     def uses(self, oid: ObjectId) -> None:
         with self._lock:

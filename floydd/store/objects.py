@@ -26,6 +26,7 @@ read-back's decryption serialise the threads, and an upload uses about one core
 
 from __future__ import annotations
 
+import mmap
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from floydd import log
 from floydd.errors import IntegrityError, NotFound
 from floydd.store.backend import Backend
+from floydd.store.fileio import ALIGN, aligned_buffer
 from floydd.store.keys.crypto import MAX_OVERHEAD, Keys
 from floydd.store.ids import ObjectId
 
@@ -41,7 +43,10 @@ __all__ = ["Objects", "Writer", "WriteStats", "BUFFER_SIZE"]
 BUFFER_SIZE = (4 << 20) + (256 << 10) + MAX_OVERHEAD
 """A sealed object of the largest size a snapshot makes: a 4 MiB chunk (chunker
 ``max_size``) or a pack (under ``snapshot.PACK_MAX + PACK_FILE_MAX``). Writers reuse
-buffers of this size; a larger object (a tree of a huge folder) gets a one-off buffer."""
+buffers of this size; a larger object (a tree of a huge folder) gets a one-off buffer.
+They are page-aligned (:func:`floydd.store.fileio.aligned_buffer`) with room to pad, so a
+direct write goes from them as they are."""
+_BUFFER_ALIGNED = -(-BUFFER_SIZE // ALIGN) * ALIGN
 
 
 class Objects:
@@ -86,7 +91,7 @@ class Writer:
         self._batch = objects.backend.batch()
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="floydd-store")
         self._slots = threading.BoundedSemaphore(2 * max(1, workers) + 2)  # objects in flight
-        self._free: list[bytearray] = []  # sealed-object buffers of BUFFER_SIZE, reused
+        self._free: list[mmap.mmap] = []  # sealed-object buffers of BUFFER_SIZE, reused
         self._futures: list[Future] = []
         self._seen: set[ObjectId] = set()
         self._since_checkpoint = 0
@@ -125,7 +130,7 @@ class Writer:
         buf = None
         try:
             n = len(data) + MAX_OVERHEAD
-            buf = self._free.pop() if self._free and n <= BUFFER_SIZE else bytearray(max(n, BUFFER_SIZE))
+            buf = self._free.pop() if self._free and n <= BUFFER_SIZE else aligned_buffer(max(n, BUFFER_SIZE))
             sealed = self._keys.seal_into(oid, data, buf)
             future = self._pool.submit(self._save, oid, sealed, buf)
         except BaseException:
@@ -134,7 +139,7 @@ class Writer:
         self._futures.append(future)
         self._reap()
 
-    def _save(self, oid: ObjectId, sealed: memoryview, buf: bytearray) -> None:
+    def _save(self, oid: ObjectId, sealed: memoryview, buf: mmap.mmap) -> None:
         try:
             scratch = _buffer(self._tls, "plain", len(sealed))
             self._batch.save(oid, sealed, lambda stored: self._keys.check(oid, stored, scratch))
@@ -142,8 +147,8 @@ class Writer:
             del sealed
             self._release(buf)
 
-    def _release(self, buf: bytearray | None) -> None:
-        if buf is not None and len(buf) == BUFFER_SIZE:
+    def _release(self, buf: mmap.mmap | None) -> None:
+        if buf is not None and len(buf) == _BUFFER_ALIGNED:
             self._free.append(buf)  # (list.append/pop are atomic)
         self._slots.release()
 

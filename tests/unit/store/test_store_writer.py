@@ -59,3 +59,60 @@ def test_a_file_over_several_read_blocks_restores_byte_identical(store: Store, t
     tree = store.snapshot(tmp_path / "src")
     store.restore(tree, tmp_path / "out")
     assert describe(tmp_path / "out") == describe(tmp_path / "src")
+
+
+def _opened_with(monkeypatch) -> list[tuple[str, int]]:
+    """(name, flags) of every file the store creates from now on."""
+    seen, real = [], os.open
+
+    def spy(path, flags, *args, **kw):
+        if os.path.basename(str(path)).startswith(".tmp-"):
+            seen.append((os.path.basename(str(path)), flags))
+        return real(path, flags, *args, **kw)
+    monkeypatch.setattr(os, "open", spy)
+    return seen
+
+
+def test_large_objects_go_to_the_disk_directly_and_small_ones_through_the_page_cache(tmp_path: Path, monkeypatch):
+    objects = Objects(LocalBackend(tmp_path / "objects"), Keys(os.urandom(32)))
+    opened = _opened_with(monkeypatch)
+    big, small = random.Random(5).randbytes(3 << 20), random.Random(6).randbytes(1000)
+    with objects.writer(workers=2) as w:
+        ids = [w.put(big), w.put(small)]
+        w.commit()
+    assert [objects.get(i) for i in ids] == [big, small]
+    direct = {name.split("-")[1][:8]: bool(flags & os.O_DIRECT) for name, flags in opened}
+    assert direct == {ids[0].hex[:8]: True, ids[1].hex[:8]: False}
+    assert objects.backend.direct
+
+
+@pytest.mark.parametrize("refused_at", ["open", "write"])
+def test_a_filesystem_that_refuses_direct_io_gets_the_page_cache_and_loses_nothing(tmp_path: Path, monkeypatch,
+                                                                                     caplog, refused_at: str):
+    """tmpfs refuses O_DIRECT at open; some filesystems take the flag and refuse the write."""
+    import errno
+
+    from floydd.store import fileio, local
+
+    backend = LocalBackend(tmp_path / "objects")
+    objects = Objects(backend, Keys(os.urandom(32)))
+    real_open = os.open
+
+    def refusing_open(path, flags, *args, **kw):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args, **kw)
+
+    def refusing_write(fd, data):
+        raise OSError(errno.EINVAL, "Invalid argument")
+    if refused_at == "open":
+        monkeypatch.setattr(os, "open", refusing_open)
+    else:
+        monkeypatch.setattr(local, "write_direct", refusing_write)
+    data = [random.Random(7 + i).randbytes(1 << 20) for i in range(3)]
+    with caplog.at_level("INFO", logger="floydd.store"), objects.writer(workers=2) as w:
+        ids = [w.put(d) for d in data]
+        w.commit()
+    assert [objects.get(i) for i in ids] == data
+    assert not backend.direct and "refused direct I/O" in caplog.text
+    assert not list((tmp_path / "objects").glob("*/.tmp-*"))       # nothing half-written left
