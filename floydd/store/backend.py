@@ -67,6 +67,11 @@ class Backend(Protocol):
     def load(self, oid: ObjectId, *, bypass_cache: bool = False) -> bytes:
         """The stored bytes; ``bypass_cache`` asks to read the medium, not a cache."""
 
+    def check_stored(self, oid: ObjectId, check: Check) -> None:
+        """Hand ``check`` the stored bytes as the medium holds them (a view valid during the
+        call, in a buffer the backend reuses: proving a reused object keeps no copy of it);
+        ``NotFound`` if missing."""
+
     def list(self, prefix: str = "") -> Iterator[ObjectId]: ...
 
     def remove(self, oid: ObjectId) -> None: ...

@@ -31,6 +31,9 @@ class MemoryBackend:
         except KeyError:
             raise NotFound(f"object {oid.short} is not in the store") from None
 
+    def check_stored(self, oid: ObjectId, check) -> None:
+        check(self.load(oid))
+
     def list(self, prefix: str = "") -> Iterator[ObjectId]:
         with self._lock:
             ids = [oid for oid in self._objects if oid.hex.startswith(prefix)]

@@ -62,9 +62,11 @@ class Objects:
         return self.backend.has(oid)
 
     def intact(self, oid: ObjectId) -> bool:
-        """Whether the stored copy of ``oid`` opens and re-hashes (False also when it is missing)."""
+        """Whether the stored copy of ``oid`` opens and re-hashes (False also when it is
+        missing). Read into the backend's buffer and opened into this thread's: no copy kept."""
         try:
-            self.keys.open(oid, self.backend.load(oid))
+            self.backend.check_stored(oid, lambda stored: self.keys.check(
+                oid, stored, _buffer(_intact_tls, "plain", len(stored))))
         except (IntegrityError, NotFound):
             return False
         return True
@@ -204,6 +206,9 @@ class Writer:
         futures, self._futures = self._futures, []
         for f in futures:
             f.result()
+
+
+_intact_tls = threading.local()
 
 
 def _buffer(tls: threading.local, name: str, size: int) -> bytearray:

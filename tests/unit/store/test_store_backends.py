@@ -318,3 +318,16 @@ def test_commit_returns_only_once_every_object_is_named(tmp_path: Path):
         assert sorted(backend.list()) == sorted(o for o, _ in objs)  # before the batch ends
         assert not [p for p in (tmp_path / "objects").rglob(".tmp-*")]
     assert not _publish_threads()
+
+
+@pytest.mark.parametrize("size", [5, 100_000, (2 << 20) + 7])
+def test_check_stored_hands_the_stored_bytes_and_keeps_no_copy(backend, size):
+    obj = _obj(os.urandom(size))
+    _save(backend, obj)
+    seen = []
+    backend.check_stored(obj[0], lambda stored: seen.append(bytes(stored)))
+    assert seen == [obj[1]]
+    with pytest.raises(NotFound):
+        backend.check_stored(_obj(b"never saved")[0], seen.append)
+    with pytest.raises(ValueError, match="refused"):        # the check's verdict reaches the caller
+        backend.check_stored(obj[0], lambda stored: (_ for _ in ()).throw(ValueError("refused")))
