@@ -7,7 +7,9 @@ with mutual TLS on ``listen`` (:mod:`floydd.daemon.peers`), announces itself wit
 and feeds discovered peers to the transport; and it names where :mod:`floydd.daemon.main`
 serves ``/v1`` over TLS for people elsewhere (``api_listen``, :data:`keys.REMOTE_API`).
 ``pending`` in that file says what to do once on this start (found, join, recover). A clean
-stop hands over leadership and leaves the voters first (``ClusterService.close``).
+stop hands over leadership and leaves the voters first (``ClusterService.close``). What only a
+member runs (the mTLS app, joins, renewals, discovery) is imported when the box is one: a box
+alone loads neither it nor the ``cryptography`` it brings (issue 23).
 
 The cluster's dataset catalog (:class:`~floydd.cluster.replication.datasets.ClusterDatasets`) starts
 here too: on the first start of a box (or after it joined another cluster) the versions
@@ -35,11 +37,8 @@ from floydd.cluster.replication.storecare import StoreCare
 from floydd.config import settings_line
 from floydd.daemon.cluster_files import (ClusterSettings, api_address, guess_address, read_settings, split_address,
                                          write_settings)
-from floydd.daemon.peers import peer_app
 from floydd.daemon.ports import start_site
 from floydd.errors import FloyddError, UserError
-from floydd.daemon.renewal import TrustKeeper
-from floydd.daemon.joining import Trust
 from floydd.runtime import fence
 from floydd.runtime.disk import RESERVE_NAME, StoreWatch
 from floydd.security.identity import NodeIdentity
@@ -50,6 +49,7 @@ from floydd.store.keys.epochs import epoch_secret
 
 if TYPE_CHECKING:
     from floydd.cluster.net.discovery import Discovery
+    from floydd.daemon.joining import Trust
 
 __all__ = ["control_ctx"]
 
@@ -85,6 +85,7 @@ async def control_ctx(app: web.Application):
                              settings=settings_line(config))                    # audited when they change
     trust = keeper = listener = None
     if settings is not None:      # a member of a cluster of boxes: joins, the CA key, renewals
+        from floydd.daemon.joining import Trust
         secret = config.store_dir / "key"
         trust = Trust(service, identity, config.state_dir, store_secret=lambda: cluster_secret(secret.parent),
                       validity=config.cert_validity, joins_per_minute=config.join_attempts_per_minute,
@@ -109,6 +110,7 @@ async def control_ctx(app: web.Application):
     import_task = asyncio.create_task(_when_ready(app[keys.STORE_READY], datasets.import_local),
                                       name="floydd.datasets.import")
     if trust is not None:
+        from floydd.daemon.renewal import TrustKeeper
         keeper = TrustKeeper(trust, renew_before=config.cert_renew_before)
         keeper.start()
     epochs = StoreEpochs(service, app[keys.STORE], app[keys.STORE].root, rate=config.store_reseal_rate * 1e6,
@@ -155,6 +157,7 @@ async def _when_ready(ready: asyncio.Event, then) -> None:
 async def _listen(app: web.Application, service: ClusterService, identity: NodeIdentity,
                   settings: ClusterSettings, trust: Trust) -> web.AppRunner:
     """The node-to-node API with mutual TLS on ``settings.listen``."""
+    from floydd.daemon.peers import peer_app
     host, port = split_address(settings.listen)
     mtls = peer_app(service, store=app[keys.STORE], jobs=lambda: app.get(keys.JOBS), trust=trust)
     runner = web.AppRunner(mtls, access_log=None, shutdown_timeout=1.0)

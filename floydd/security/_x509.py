@@ -1,15 +1,20 @@
-"""Small certificate helpers shared by the CA, the node identity, TLS and join."""
+"""Small certificate helpers shared by the CA, the node identity, TLS and join.
+
+The functions that parse certificates import ``cryptography`` when called: node ids and
+fingerprints are wanted by a box alone, which never loads it (issue 23).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
 import secrets
-
-from cryptography import x509
-from cryptography.x509.oid import NameOID
+from typing import TYPE_CHECKING
 
 from floydd.errors import InvalidSpec
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 __all__ = ["fingerprint_of_der", "short_fingerprint", "new_node_id", "check_node_id", "node_id_of_cert",
            "load_certs", "FINGERPRINT_RE", "NODE_ID_RE"]
@@ -45,6 +50,8 @@ def check_node_id(node_id: object) -> str:
 
 def node_id_of_cert(cert: x509.Certificate) -> str | None:
     """The node id a node certificate names: its DNS SAN that agrees with its CN, else None."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
     cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     cn = cns[0].value if len(cns) == 1 else None
     if not isinstance(cn, str) or not NODE_ID_RE.fullmatch(cn):
@@ -57,6 +64,7 @@ def node_id_of_cert(cert: x509.Certificate) -> str | None:
 
 
 def load_certs(pem: bytes, what: str) -> list[x509.Certificate]:
+    from cryptography import x509
     try:
         certs = x509.load_pem_x509_certificates(pem)
     except ValueError:

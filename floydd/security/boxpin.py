@@ -32,8 +32,6 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from cryptography import x509
-
 from floydd.errors import Unauthorized
 from floydd.security._x509 import NODE_ID_RE, node_id_of_cert
 
@@ -137,6 +135,7 @@ class Presented:
 
 def presented(der: bytes) -> Presented:
     """The node id and serial (lowercase hex, as revocations name it) of a DER certificate."""
+    from cryptography import x509      # here, not at the top: the daemon's API imports this module (issue 23)
     cert = x509.load_der_x509_certificate(der)
     return Presented(node_id=node_id_of_cert(cert), serial=f"{cert.serial_number:x}")
 

@@ -7,8 +7,12 @@ Files in the identity folder (the daemon uses ``STATE/tls/``, kept 0700):
     node.pem  the node certificate followed by the CA certificate (the chain TLS presents)
     ca.pem    the cluster CA certificate this node trusts
 
-A fresh box has a node id and key but no certificate until ``floydd init`` (which makes
-the CA and signs its own certificate, :func:`init_cluster`) or ``floydd join``.
+A fresh box has a node id but no certificate until ``floydd init`` (which makes
+the CA and signs its own certificate, :func:`init_cluster`) or ``floydd join``. Its key is
+made on first use (:attr:`NodeIdentity.key`: ``init``, ``join``, the first export it signs),
+and a box alone reads it only then: a box alone starts without ``cryptography``, whose ~8 MiB
+an idle daemon would otherwise carry all day (issue 23). A member's key and certificates are
+read when it loads, as before (its TLS contexts want them at once).
 
 Renewal swaps the certificate in place: the TLS contexts made for this identity
 (:mod:`floydd.security.tls`) are remembered, and :meth:`NodeIdentity.install` loads the new
@@ -22,22 +26,22 @@ from __future__ import annotations
 
 import logging
 import ssl
+import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Callable, Iterable
-
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from cryptography.x509.oid import NameOID
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from floydd.errors import InvalidSpec, NotFound
 from floydd.security._files import ensure_private_dir, read_private, read_public, write_private, write_public
 from floydd.security._x509 import (check_node_id, fingerprint_of_der, load_certs, new_node_id, node_id_of_cert,
                                    short_fingerprint)
-from floydd.security.ca import ClusterCA
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+    from floydd.security.ca import ClusterCA
 
 __all__ = ["NodeIdentity", "make_csr", "init_cluster"]
 
@@ -46,6 +50,10 @@ log = logging.getLogger("floydd.security")
 
 def make_csr(key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey, node_id: str) -> bytes:
     """A PEM CSR with subject exactly ``CN=<node id>``, signed by ``key`` (EC P-256 or Ed25519)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.x509.oid import NameOID
     check_node_id(node_id)
     csr = (x509.CertificateSigningRequestBuilder()
            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_id)]))
@@ -61,26 +69,24 @@ class NodeIdentity:
     CERT_FILE = "node.pem"
     CA_FILE = "ca.pem"
 
-    def __init__(self, folder: Path, node_id: str, key: ec.EllipticCurvePrivateKey,
+    def __init__(self, folder: Path, node_id: str, key: ec.EllipticCurvePrivateKey | None,
                  cert: x509.Certificate | None = None, ca_cert: x509.Certificate | None = None) -> None:
         self.folder = Path(folder)
         self.node_id = check_node_id(node_id)
-        self._key = key
+        self._key = key                 # None: read, or made, on first use (:attr:`key`)
+        self._key_lock = threading.Lock()
         self.cert = cert
         self.ca_cert = ca_cert
         self._contexts: weakref.WeakSet[ssl.SSLContext] = weakref.WeakSet()
 
     @classmethod
     def load_or_create(cls, folder: Path) -> NodeIdentity:
-        """Load the identity in ``folder``, first making a node id and key if it has none."""
+        """Load the identity in ``folder``, first making a node id if it has none (and its key
+        when first used, :attr:`key`)."""
         folder = ensure_private_dir(Path(folder))
-        id_path, key_path = folder / cls.ID_FILE, folder / cls.KEY_FILE
+        id_path = folder / cls.ID_FILE
         if not id_path.exists():
             write_public(id_path, (new_node_id() + "\n").encode())
-        if not key_path.exists():
-            key = ec.generate_private_key(ec.SECP256R1())
-            write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                      serialization.NoEncryption()))
         return cls._read(folder)
 
     @classmethod
@@ -95,17 +101,20 @@ class NodeIdentity:
     @classmethod
     def _read(cls, folder: Path) -> NodeIdentity:
         node_id = read_public(folder / cls.ID_FILE).decode().strip()
-        key = serialization.load_pem_private_key(read_private(folder / cls.KEY_FILE), password=None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise InvalidSpec(f"the node key in {folder} is not an EC key", hint="remove node.key to make a new one")
-        cert = ca_cert = None
-        if (folder / cls.CERT_FILE).exists():
+        key = cert = ca_cert = None
+        if (folder / cls.CERT_FILE).exists():      # a member: its TLS wants all of it at start
+            key = _load_or_make_key(folder / cls.KEY_FILE)
             cert = load_certs(read_public(folder / cls.CERT_FILE), "node.pem")[0]
             ca_cert = load_certs(read_public(folder / cls.CA_FILE), "ca.pem")[0]
         return cls(folder, node_id, key, cert, ca_cert)
 
     @property
     def key(self) -> ec.EllipticCurvePrivateKey:
+        """The node key, read from ``node.key`` on first use, or made there (0600) if it has none."""
+        if self._key is None:
+            with self._key_lock:        # two threads asking first: one reads (or makes) it
+                if self._key is None:
+                    self._key = _load_or_make_key(self.key_path)
         return self._key
 
     @property
@@ -127,15 +136,17 @@ class NodeIdentity:
 
     @property
     def ca_pem(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization
         return self._member_ca().public_bytes(serialization.Encoding.PEM)
 
     @property
     def cluster_fingerprint(self) -> str:
         """sha256 (hex) of the cluster CA certificate this node trusts."""
+        from cryptography.hazmat.primitives import serialization
         return fingerprint_of_der(self._member_ca().public_bytes(serialization.Encoding.DER))
 
     def make_csr(self) -> bytes:
-        return make_csr(self._key, self.node_id)
+        return make_csr(self.key, self.node_id)
 
     @property
     def serial(self) -> str:
@@ -153,6 +164,7 @@ class NodeIdentity:
     @property
     def addresses(self) -> list[str]:
         """The IP addresses the node certificate names (a renewal asks for the same)."""
+        from cryptography import x509
         try:
             san = self._member_cert().extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         except x509.ExtensionNotFound:
@@ -166,6 +178,8 @@ class NodeIdentity:
 
     def install(self, cert_pem: bytes | str, ca_pem: bytes | str, *, expect_ca_fingerprint: str | None = None) -> None:
         """Check and save the node certificate and CA a cluster gave this node."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import serialization
         cert = load_certs(_b(cert_pem), "the node certificate")[0]
         ca = load_certs(_b(ca_pem), "the CA certificate")[0]
         fingerprint = fingerprint_of_der(ca.public_bytes(serialization.Encoding.DER))
@@ -177,7 +191,7 @@ class NodeIdentity:
         except (InvalidSignature, ValueError, TypeError) as exc:
             raise InvalidSpec("the node certificate was not issued by the cluster CA",
                               hint="join again with a fresh token") from exc
-        if cert.public_key() != self._key.public_key():
+        if cert.public_key() != self.key.public_key():
             raise InvalidSpec("the node certificate is for another key", hint="join again with a fresh token")
         if node_id_of_cert(cert) != self.node_id:
             raise InvalidSpec(f"the node certificate does not name this node ({self.node_id})",
@@ -214,11 +228,27 @@ def init_cluster(ca_folder: Path, tls_folder: Path, cluster_name: str, addresses
                  clock: Callable[[], float] = time.time,
                  validity: float | None = None) -> tuple[ClusterCA, NodeIdentity]:
     """``floydd init``: make the cluster CA and sign this node's own certificate with it."""
+    from floydd.security.ca import ClusterCA
     ca = ClusterCA.create(ca_folder, cluster_name, clock=clock)
     identity = NodeIdentity.load_or_create(tls_folder)
     identity.install(ca.issue_node_cert(identity.make_csr(), identity.node_id, addresses, validity=validity),
                      ca.cert_pem)
     return ca, identity
+
+
+def _load_or_make_key(path: Path) -> ec.EllipticCurvePrivateKey:
+    """The EC P-256 key in ``path``; a new one written there (0600) if it has none."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    if not path.exists():
+        key = ec.generate_private_key(ec.SECP256R1())
+        write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()))
+        return key
+    key = serialization.load_pem_private_key(read_private(path), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise InvalidSpec(f"the node key in {path.parent} is not an EC key", hint="remove node.key to make a new one")
+    return key
 
 
 def _b(text: bytes | str) -> bytes:

@@ -22,7 +22,6 @@ import ssl
 from typing import Any, Callable, Iterable
 
 from aiohttp import web
-from cryptography import x509
 
 from floydd.errors import Unauthorized
 from floydd.security._x509 import fingerprint_of_der, node_id_of_cert
@@ -106,6 +105,7 @@ def peer_certificate(obj: Any) -> tuple[str | None, str] | None:
     if known is None:           # parsed once per certificate (it was ~15 % of a busy leader's time)
         if not ssl_object.getpeercert():  # empty unless the chain was verified
             return None
+        from cryptography import x509    # here: a box alone has no peers and never loads it (issue 23)
         cert = x509.load_der_x509_certificate(der)
         known = (node_id_of_cert(cert), f"{cert.serial_number:x}")
         if len(_CERTS) >= 1024:

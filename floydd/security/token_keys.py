@@ -17,18 +17,19 @@ the proposer the leader stamped from the proposing box's certificate.
 
 The derivation (HKDF-SHA256 over the secret, with the token id in its info) is fixed: a
 token's key is the same on every box and release, so it needs no storage anywhere.
+
+``cryptography`` is imported by the functions that sign or verify, when first called: the
+replicated state imports this module, and a box whose log holds no signed command never needs
+it (an idle box alone, issue 23).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = ["signing_key", "public_key_hex", "command_message", "sign_command", "verify_command",
            "UNSIGNED_FIELDS", "PUBLIC_KEY_HEX_LEN", "SIGNATURE_HEX_LEN"]
@@ -43,6 +44,9 @@ _DOMAIN = b"floydd signed command v1\x00"
 
 def signing_key(token_id: str, secret: str) -> Ed25519PrivateKey:
     """The Ed25519 key a personal token's secret derives (the same everywhere, every time)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
     seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
                 info=_KDF_INFO + str(token_id).encode()).derive(str(secret).encode())
     return Ed25519PrivateKey.from_private_bytes(seed)
@@ -50,6 +54,7 @@ def signing_key(token_id: str, secret: str) -> Ed25519PrivateKey:
 
 def public_key_hex(key: Ed25519PrivateKey) -> str:
     """What the cluster records of a token's key (64 hex digits)."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
     return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
 
 
@@ -68,6 +73,8 @@ def sign_command(key: Ed25519PrivateKey, cmd: Mapping[str, Any], node_id: str) -
 def verify_command(public_hex: str, cmd: Mapping[str, Any], node_id: str, signature_hex: str) -> bool:
     """Whether ``signature_hex`` is the token key's (``public_hex``) over ``cmd`` from ``node_id``;
     False for anything malformed (never raises)."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     try:
         if len(public_hex) != PUBLIC_KEY_HEX_LEN or len(signature_hex) != SIGNATURE_HEX_LEN:
             return False

@@ -25,6 +25,10 @@ authentication). So a box removed from the cluster, which keeps the store secret
 *recognises* content it once had (same ids) but cannot open what is sealed under a later
 epoch, and objects re-sealed under one (in the background) no longer open with its keys. Random nonces bound a key to
 about 2**32 objects (petabytes at 1 MiB per object) before GCM's collision margin shrinks.
+
+AES-GCM (the ``cryptography`` package) is imported, and each epoch's cipher built, on the first
+seal or open under that epoch, not when a store opens: a box that starts and seals or opens
+nothing (an idle box alone, issue 23) never loads it (~8 MiB of RSS).
 """
 
 from __future__ import annotations
@@ -34,14 +38,15 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import blake3
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from floydd.errors import IntegrityError, StoreError
 from floydd.store.ids import ObjectId
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 __all__ = ["Keys", "load_or_create_secret", "read_secret", "write_secret", "epoch_of", "epoch_fingerprint",
            "SECRET_SIZE", "OVERHEAD", "MAX_OVERHEAD", "HEADER_PEEK"]
@@ -66,14 +71,15 @@ _AD_EPOCH_PREFIX = b"floydd-object-v2:"
 class Keys:
     """Keys derived from the store secret. Never printed: the repr hides everything."""
 
-    __slots__ = ("_id_key", "_aead", "_path_key", "chunker_seed", "fingerprint", "_epochs", "seal_epoch")
+    __slots__ = ("_id_key", "_path_key", "chunker_seed", "fingerprint", "_seal_keys", "_ciphers", "seal_epoch")
 
     def __init__(self, secret: bytes, epochs: Mapping[int, bytes] | None = None) -> None:
         if len(secret) != SECRET_SIZE:
             raise StoreError(f"the store secret must be {SECRET_SIZE} bytes, got {len(secret)}")
         self._id_key = _derive(secret, "floydd 2024 store object id")
-        self._aead = AESGCM(_derive(secret, "floydd 2024 store seal aes-256-gcm"))
-        self._epochs: dict[int, AESGCM] = {0: self._aead}
+        self._seal_keys: dict[int, bytes] = {0: _derive(secret, "floydd 2024 store seal aes-256-gcm")}
+        self._ciphers: dict[int, tuple[bytes, AESGCM]] = {}
+        """Each epoch's seal key and the AES-GCM built from it on its first seal or open (:meth:`_cipher`)."""
         self.seal_epoch = 0
         """The epoch new objects are sealed under: the newest this box holds the key of."""
         self._path_key = _derive(secret, "floydd 2024 store cache path")
@@ -96,12 +102,12 @@ class Keys:
             raise StoreError(f"a key epoch is a number from 1 to {MAX_EPOCH}, got {n}")
         if len(secret) != SECRET_SIZE:
             raise StoreError(f"the secret of key epoch {n} must be {SECRET_SIZE} bytes, got {len(secret)}")
-        self._epochs[n] = AESGCM(_derive(secret, "floydd 2026 store seal epoch aes-256-gcm"))
+        self._seal_keys[n] = _derive(secret, "floydd 2026 store seal epoch aes-256-gcm")
         self.seal_epoch = max(self.seal_epoch, n)
 
     def epochs(self) -> list[int]:
         """The epochs this box holds the keys of (0 always)."""
-        return sorted(self._epochs)
+        return sorted(self._seal_keys)
 
     def __reduce__(self):  # never pickled into a log, a crash dump or another process
         raise TypeError("store keys cannot be pickled")
@@ -122,7 +128,7 @@ class Keys:
         (no fresh memory per object); returns a view of the sealed bytes in it. Sealed under
         ``epoch`` (default: :attr:`seal_epoch`)."""
         epoch = self.seal_epoch if epoch is None else epoch
-        aead = self._epochs.get(epoch)
+        aead = self._cipher(epoch)
         if aead is None:
             raise StoreError(f"this box does not hold the key of epoch {epoch}")
         head = FORMAT if epoch == 0 else FORMAT_EPOCH + epoch.to_bytes(EPOCH_SIZE, "big")
@@ -146,6 +152,7 @@ class Keys:
         if len(scratch) < n:
             raise ValueError(f"check needs a scratch buffer of {n} bytes, got {len(scratch)}")
         plain = memoryview(scratch)[:n]
+        from cryptography.exceptions import InvalidTag      # loaded with the cipher, by _parse
         try:
             aead.decrypt_into(bytes(view[h:h + NONCE_SIZE]), view[h + NONCE_SIZE:], _ad(epoch, oid), plain)
         except InvalidTag:
@@ -157,11 +164,11 @@ class Keys:
         """(epoch, header length, its AEAD) of a sealed object; ``IntegrityError`` if it is not
         one, or sealed under an epoch whose key this box does not hold."""
         if len(view) >= OVERHEAD and view[:1] == FORMAT:
-            return 0, 1, self._aead
+            return 0, 1, self._cipher(0)
         if len(view) < MAX_OVERHEAD or view[:1] != FORMAT_EPOCH:
             raise _damaged(oid, "it is truncated or not a floydd object")
         epoch = int.from_bytes(view[1:HEADER_PEEK], "big")
-        aead = self._epochs.get(epoch)
+        aead = self._cipher(epoch)
         if aead is None:
             raise _damaged(oid, f"it is sealed under key epoch {epoch}, whose key this box does not hold "
                                 "(a member receives each epoch's key from another; a removed box never does)")
@@ -180,6 +187,7 @@ class Keys:
         view = memoryview(sealed)
         epoch, h, aead = self._parse(oid, view)
         nonce = bytes(view[h:h + NONCE_SIZE])
+        from cryptography.exceptions import InvalidTag      # loaded with the cipher, by _parse
         try:
             plaintext = aead.decrypt(nonce, view[h + NONCE_SIZE:], _ad(epoch, oid))
         except InvalidTag:
@@ -187,6 +195,21 @@ class Keys:
         if self.object_id(plaintext) != oid:
             raise _damaged(oid, "its content does not hash to its id")
         return plaintext
+
+    def _cipher(self, epoch: int) -> AESGCM | None:
+        """Epoch ``epoch``'s AES-GCM, built from its seal key on first use (and again if
+        :meth:`add_epoch` replaced the key); None if this box lacks the key. Threads that seal
+        and open at once may each build it the first time: the same cipher of the same key."""
+        key = self._seal_keys.get(epoch)
+        if key is None:
+            return None
+        built = self._ciphers.get(epoch)
+        if built is not None and built[0] is key:
+            return built[1]
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        aead = AESGCM(key)
+        self._ciphers[epoch] = (key, aead)
+        return aead
 
 
 def load_or_create_secret(path: Path) -> bytes:

@@ -18,6 +18,7 @@ def test_a_fresh_box_gets_a_stable_id_and_a_private_key(tmp_path):
     first = NodeIdentity.load_or_create(tmp_path / "tls")
     again = NodeIdentity.load_or_create(tmp_path / "tls")
     assert NODE_ID_RE.fullmatch(first.node_id) and again.node_id == first.node_id
+    assert not first.key_path.exists()          # made on first use: a box alone starts without it (issue 23)
     assert again.key.public_key() == first.key.public_key()
     assert stat.S_IMODE(os.stat(first.key_path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "tls").st_mode) == 0o700

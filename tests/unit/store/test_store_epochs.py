@@ -35,6 +35,20 @@ def test_an_epoch_seals_anew_under_the_same_id_and_the_base_keys_alone_cannot_op
     assert epoch_of(sealed0) == 0 and len(sealed0) == len(data) + OVERHEAD and new.open(oid, sealed0) == data
 
 
+def test_an_epoch_key_given_again_replaces_the_cipher_built_from_the_first():
+    """Each epoch's AES-GCM is built on its first seal or open (a store that opens and seals
+    nothing never loads ``cryptography``, issue 23); a key given again after that is the one used."""
+    first, second = os.urandom(32), os.urandom(32)
+    keys, data = Keys(BASE, {1: first}), b"data " * 20
+    oid = keys.object_id(data)
+    under_first = keys.seal(oid, data)                  # builds epoch 1's cipher from the first key
+    keys.add_epoch(1, second)
+    under_second = keys.seal(oid, data)
+    assert Keys(BASE, {1: second}).open(oid, under_second) == data
+    with pytest.raises(IntegrityError, match="failed authentication"):
+        keys.open(oid, under_first)
+
+
 def test_the_epoch_in_the_header_is_authenticated():
     ring = Keys(BASE, {1: os.urandom(32), 2: os.urandom(32)})
     data = os.urandom(1000)
