@@ -75,6 +75,9 @@ def test_a_box_alone_is_one_voter_and_init_keeps_its_jobs_and_datasets(tmp_path,
     box = _box(tmp_path, "solo")
     boxes.append(box)
     box.start()
+    # issue 23: idle and alone, it has not loaded cryptography (~8 MiB) nor made its node key
+    assert "cryptography" not in Path(f"/proc/{box.proc.pid}/maps").read_text()
+    assert not (box.state / "tls" / "node.key").exists() and (box.state / "tls" / "node-id").exists()
     box.floyd("init", "proj")
     members = json.loads(box.floydd("members", "--json").stdout)
     assert [(m["id"], m["role"], m["leader"]) for m in members["members"]] == [(members["node_id"], "voter", True)]
@@ -89,6 +92,7 @@ def test_a_box_alone_is_one_voter_and_init_keeps_its_jobs_and_datasets(tmp_path,
     port, api = free_ports(2)
     box.floydd("init", "--name", "lab", "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}",
             "--api-listen", f"127.0.0.1:{api}")
+    assert (box.state / "tls" / "node.key").stat().st_mode & 0o777 == 0o600
     box.start()
     members = json.loads(box.floydd("members", "--json").stdout)
     assert members["initialised"] is True

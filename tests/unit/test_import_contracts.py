@@ -64,12 +64,28 @@ def test_the_daemon_start_loads_none_of_what_it_no_longer_needs():
     brought, ~1.3 MiB) left the start path, and the OpenAPI spec (~1 MiB) loads when first asked;
     pynvml (~1.7 MiB) once NVIDIA's library is found (:mod:`floydd.node._nvml`); the other
     verbs of ``floydd`` (init, join, audit, user, ...) when named; numpy and pandas never
-    enter it."""
+    enter it. Nor does ``cryptography`` (~8 MiB, its Rust module most of it): the store's
+    AES-GCM, the node key, certificates and token signatures load it when first used, the
+    export routes (:mod:`floydd.bundle`) on the first export or import, and what only a member
+    runs (joins, renewals, the mTLS app) when the box is one."""
     loaded = _loaded_after(START_PATH)
-    assert {"floydd.records._schema", "floydd.api.jobs", "floydd.node._nvml"} <= loaded  # it did load the start path
+    assert {"floydd.records._schema", "floydd.api.jobs", "floydd.node._nvml", "floydd.store.keys.crypto",
+            "floydd.security.identity", "floydd.security.tls"} <= loaded  # it did load the start path
     for heavy in ("sqlite_utils", "dateutil", "pluggy", "numpy", "pandas", "textual", "floydd.api.openapi", "pynvml",
-                  "floydd.cli.cluster", "floydd.cli.audit", "floydd.cli.people", "floydd.cli.tokens", "floydd.present"):
+                  "floydd.cli.cluster", "floydd.cli.audit", "floydd.cli.people", "floydd.cli.tokens", "floydd.present",
+                  "cryptography", "floydd.bundle", "floydd.api.exchange", "floydd.daemon.joining",
+                  "floydd.daemon.renewal", "floydd.daemon.peers"):
         assert heavy not in loaded, f"floydd start imports {heavy}"
+
+
+def test_the_export_routes_served_before_their_module_loads_are_its_own():
+    """``floydd.api`` serves ``/v1/export`` and ``/v1/import`` with handlers that load
+    :mod:`floydd.api.exchange` on their first call: the routes it names are the module's."""
+    from floydd.api import EXCHANGE_ROUTES, exchange, routes
+    assert {(r.method, r.path, r.handler.__name__) for r in exchange.routes} == set(EXCHANGE_ROUTES)
+    served = {(r.method, r.path): r.handler for r in routes()}
+    for method, path, name in EXCHANGE_ROUTES:
+        assert served[method, path].__name__ == name and served[method, path] is not getattr(exchange, name)
 
 
 def _imports(folder: Path) -> list[tuple[str, str]]:
