@@ -18,7 +18,7 @@
 
 Compression (format 2): a record whose bytes compress (zstd level 3) to at most 31/32 of
 their size is sealed compressed, with the ZSTD flag, which the seal authenticates; others are
-sealed as they are. A large record is judged by its first 64 KiB first, so incompressible data
+sealed as they are. A large record is judged by a 64 KiB probe of its data first, so incompressible data
 (most datasets: images, weights, packed shards) costs a small probe, not a full pass. A part's
 ``bytes`` in the manifest counts what its records hold as stored (compressed where they are),
 so a reader checks it without the key. Files of format 1 (no compression) still read.
@@ -42,7 +42,7 @@ from floydd.errors import IntegrityError, UserError
 from floydd.bundle.crypto import FILE_ID_SIZE, RECORD_OVERHEAD, ExportKey
 
 __all__ = ["Writer", "PartWriter", "Damaged", "Truncated", "NotAnExport", "WrongKey", "MAGIC", "FORMAT", "FORMATS", "MAX_RECORD",
-           "LAST", "ZSTD", "error_frame"]
+           "LAST", "ZSTD", "error_frame", "compressor", "pack"]
 
 MAGIC = b"FLOYDX\x01\n"
 FORMAT = 2
@@ -59,6 +59,7 @@ _FOOTER = b"FXEND01\n"
 _U32, _U64 = struct.Struct(">I"), struct.Struct(">Q")
 _FRAME = 1 + _U32.size
 """A record's flags and length, before the sealed record."""
+_JUDGE = object()
 
 
 class Damaged(IntegrityError):
@@ -116,14 +117,8 @@ class Writer:
         if len(data) < 256:
             return None
         if self._zstd is None:
-            import zstandard       # only an export's writer needs it
-            self._zstd = zstandard.ZstdCompressor(level=_LEVEL)
-        if len(data) > 2 * _PROBE:
-            probe = self._zstd.compress(data[:_PROBE])
-            if len(probe) > _PROBE - _PROBE // 32:
-                return None
-        packed = self._zstd.compress(data)
-        return packed if len(packed) <= len(data) - len(data) // 32 else None
+            self._zstd = compressor()
+        return pack(self._zstd, data)
 
     def part(self, kind: str, name: str) -> PartWriter:
         """A new part (the previous one must be closed); use as a context manager."""
@@ -163,11 +158,13 @@ class PartWriter:
         self._closed = False
         self._w._write(head)
 
-    def write(self, data: bytes | memoryview) -> None:
-        """One record (at most :data:`MAX_RECORD` bytes)."""
+    def write(self, data: bytes | memoryview, packed: bytes | None | object = _JUDGE) -> None:
+        """One record (at most :data:`MAX_RECORD` bytes); ``packed``: what :func:`pack` made of
+        it beforehand (None: it does not compress), else it is judged here."""
         if len(data) > MAX_RECORD:
             raise ValueError(f"a record holds at most {MAX_RECORD} bytes, not {len(data)}")
-        packed = self._w.compress(data)
+        if packed is _JUDGE:
+            packed = self._w.compress(data)
         if packed is None:
             self._record(0, data)
         else:
@@ -202,6 +199,28 @@ class PartWriter:
     def __exit__(self, exc_type, *exc: object) -> None:
         if exc_type is None:
             self.close()
+
+
+def compressor():
+    """A zstd compressor for :func:`pack` (one per thread: it is not thread-safe)."""
+    import zstandard       # only an export's writer needs it
+    return zstandard.ZstdCompressor(level=_LEVEL)
+
+
+def pack(zstd, *pieces: bytes | memoryview) -> bytes | None:
+    """The record made of ``pieces`` (joined) compressed with ``zstd``, or None where that does
+    not pay (see the module docstring; a large record is judged by its last piece's first
+    64 KiB). Safe to call from other threads than the writer's, each with its own compressor."""
+    n = sum(len(p) for p in pieces)
+    if n < 256:
+        return None
+    if n > 2 * _PROBE and len(pieces[-1]) >= _PROBE:
+        probe = zstd.compress(pieces[-1][:_PROBE])
+        if len(probe) > _PROBE - _PROBE // 32:
+            return None
+    stream = zstd.compressobj(size=n)
+    packed = b"".join([*(stream.compress(p) for p in pieces), stream.flush()])
+    return packed if len(packed) <= n - n // 32 else None
 
 
 def error_frame(payload: dict) -> bytes:

@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import secrets
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +44,7 @@ import msgpack
 from floydd.cluster.state import access
 from floydd.errors import Conflict, NotFound, UserError
 from floydd.exchange import parts
-from floydd.bundle.container import MAX_RECORD, Writer
+from floydd.bundle.container import MAX_RECORD, Writer, compressor, pack
 from floydd.bundle.crypto import FILE_ID_SIZE, ExportKey
 from floydd.bundle.signing import sign, signer
 from floydd.model import FINAL_STATES, JobKey, JobView, Mount, check_project
@@ -328,6 +329,7 @@ class _Trees:
         self.trees: set[ObjectId] = set()
         self.pool: ThreadPoolExecutor | None = None
         self._buffer = bytearray()
+        self._local = threading.local()         # each pool thread's compressor
 
     def write(self, tree_id: ObjectId, what: str) -> None:
         if tree_id in self.trees:
@@ -337,14 +339,23 @@ class _Trees:
         new = [c for c in chunks if c not in self.written]
         if new:
             with self.w.part(parts.DATA, f"data of {what}") as part:
-                for oid, data in _ahead(self.pool, lambda c: self.store.read_object(c, tree_id), new):
-                    part.write(self._record(oid.raw, data))
+                for oid, (data, packed) in _ahead(self.pool, lambda c: self._load(c, tree_id), new):
+                    part.write(self._record(oid.raw, data), packed)
                     self.written.add(oid)
         with self.w.part(parts.TREE, f"tree of {what}") as part:
             part.write(tree_id.raw)
             for i in range(0, len(raw), MAX_RECORD):
                 part.write(raw[i:i + MAX_RECORD])
         self.trees.add(tree_id)
+
+    def _load(self, oid: ObjectId, tree_id: ObjectId) -> tuple[bytes, bytes | None]:
+        """A chunk and its record (its id and bytes) compressed, or None where that does not pay:
+        on the pool, a few ahead, so compressing runs beside the sealing and writing."""
+        data = self.store.read_object(oid, tree_id)
+        zstd = getattr(self._local, "zstd", None)
+        if zstd is None:
+            zstd = self._local.zstd = compressor()
+        return data, pack(zstd, oid.raw, data)
 
     def _record(self, head: bytes, data: bytes) -> memoryview:
         """``head ‖ data`` in a buffer reused from record to record (no fresh 4 MiB a chunk)."""

@@ -91,3 +91,22 @@ def test_a_compressed_record_that_lies_is_damage_naming_its_part(lone, packed):
     key = ExportKey.new()
     with pytest.raises(Damaged, match="log of a/1.*record 0 does not decompress|record 0 does not decompress"):
         read_all(_forged(lone, key, packed), key)
+
+
+def test_a_record_packed_in_pieces_elsewhere_reads_back_as_the_pieces_joined(lone, monkeypatch):
+    """An export's chunk records are compressed on its read-ahead threads (container.pack): a
+    chunk's id and its bytes, without joining them first."""
+    key, head = ExportKey.new(), os.urandom(32)
+    zstd = container.compressor()
+    assert container.pack(zstd, head, NOISE) is None                    # judged by its probe: as it is
+    packed = container.pack(zstd, head, TEXT)
+    assert packed is not None and len(packed) < len(TEXT) // 4
+    out = io.BytesIO()
+    w = Writer(out, key, kdf={"kind": "random"}, file_id=os.urandom(16), created=1.0)
+    with w.part("data", "data of a:1") as p:
+        p.write(head + TEXT, packed)
+        p.write(head + NOISE, None)
+    w.finish({}, signer(lone), lambda body: sign(lone, body))
+    _, got = read_all(out.getvalue(), key)
+    assert got == [("data", "data of a:1", [head + TEXT, head + NOISE])]
+    assert _flags(out.getvalue(), key, monkeypatch) == [ZSTD, 0, 1]
