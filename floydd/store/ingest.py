@@ -170,7 +170,7 @@ class _Ingest:
         if hit is None:
             return False
         chunks, offset = hit
-        if not all(self.writer.reuse(c) for c in chunks):
+        if not self.writer.reuse_all(chunks):
             return False
         self.hits += 1
         self._file_done(it, it.mode, it.fp[2], chunks, offset)

@@ -30,6 +30,7 @@ import mmap
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Iterable
 
 from floydd import log
 from floydd.errors import IntegrityError, NotFound
@@ -47,6 +48,9 @@ buffers of this size; a larger object (a tree of a huge folder) gets a one-off b
 They are page-aligned (:func:`floydd.store.fileio.aligned_buffer`) with room to pad, so a
 direct write goes from them as they are."""
 _BUFFER_ALIGNED = -(-BUFFER_SIZE // ALIGN) * ALIGN
+_PROVERS = 4
+"""Reused objects proven at once (reads from the device, then AES-GCM and BLAKE3, which
+release the GIL)."""
 
 
 class Objects:
@@ -100,6 +104,7 @@ class Writer:
         self._checkpoint_bytes = checkpoint_bytes
         self._closed = False
         self._tls = threading.local()
+        self._provers: ThreadPoolExecutor | None = None     # proofs of reused objects (reuse_all)
         self.stats = WriteStats()
 
     def put(self, data: bytes | memoryview, oid: ObjectId | None = None) -> ObjectId:
@@ -156,14 +161,30 @@ class Writer:
 
     def reuse(self, oid: ObjectId) -> bool:
         """Rely on an object stored earlier (a cache hit); False if it is gone."""
-        if oid in self._seen:
-            return True
-        if not self._backend.has(oid) or not self._objects.intact(oid):
-            return False                        # the caller reads the file again and puts it
-        self._batch.uses(oid)
-        self._seen.add(oid)
-        self.stats.reused_objects += 1
-        return True
+        return self.reuse_all((oid,))
+
+    def reuse_all(self, oids: Iterable[ObjectId]) -> bool:
+        """Rely on objects stored earlier (a file's chunks, from the metadata cache), each
+        proven (read, authenticated, re-hashed) first, several at once: a proof reads from
+        the device (``Backend.check_stored``), so one at a time the disk would idle between
+        them. False if any is gone or damaged: the caller reads the file again and puts it
+        (the ones proven stay relied on; a damaged one is written again by ``put``)."""
+        todo = [oid for oid in dict.fromkeys(oids) if oid not in self._seen]
+        if len(todo) > 1:
+            if self._provers is None:
+                self._provers = ThreadPoolExecutor(max_workers=_PROVERS, thread_name_prefix="floydd-store-prove")
+            proven = list(self._provers.map(self._proven, todo))
+        else:
+            proven = [self._proven(oid) for oid in todo]
+        for oid, ok in zip(todo, proven):
+            if ok:
+                self._batch.uses(oid)
+                self._seen.add(oid)
+                self.stats.reused_objects += 1
+        return all(proven)
+
+    def _proven(self, oid: ObjectId) -> bool:
+        return self._backend.has(oid) and self._objects.intact(oid)
 
     def checkpoint(self) -> None:
         """Wait for every write so far and make it durable and visible."""
@@ -181,6 +202,8 @@ class Writer:
             for f in self._futures:
                 f.cancel()
             self._pool.shutdown(wait=True)
+            if self._provers is not None:
+                self._provers.shutdown(wait=True)
         finally:
             self._batch.abort()
 

@@ -116,3 +116,23 @@ def test_a_filesystem_that_refuses_direct_io_gets_the_page_cache_and_loses_nothi
     assert [objects.get(i) for i in ids] == data
     assert not backend.direct and "refused direct I/O" in caplog.text
     assert not list((tmp_path / "objects").glob("*/.tmp-*"))       # nothing half-written left
+
+
+def test_reusing_a_files_chunks_proves_each_and_refuses_the_lot_if_one_is_damaged(tmp_path: Path):
+    objects = Objects(LocalBackend(tmp_path / "objects"), Keys(os.urandom(32)))
+    chunks = [random.Random(20 + i).randbytes(200_000) for i in range(6)]
+    with objects.writer(workers=2) as w:
+        ids = [w.put(c) for c in chunks]
+        w.commit()
+    path = objects.backend.path(ids[3])
+    damaged = bytearray(path.read_bytes())
+    damaged[len(damaged) // 2] ^= 1
+    path.write_bytes(bytes(damaged))
+    with objects.writer(workers=2) as w:
+        assert w.reuse_all(ids[:3])                 # proven at once, each of them
+        assert not w.reuse_all(ids)                 # one damaged: the caller reads the file again
+        assert w.stats.reused_objects == 5
+        assert [w.put(c) for c in chunks] == ids    # and puts it: the damaged one is written again
+        assert w.stats.healed_objects == 1 and w.stats.written_objects == 1
+        w.commit()
+    assert [objects.get(i) for i in ids] == chunks
