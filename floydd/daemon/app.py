@@ -76,7 +76,8 @@ async def _store_ctx(app: web.Application):
     pending = await asyncio.to_thread(rekey_pending, config.store_dir)
     if pending:                 # planned before the store opens: it reads the root trees only
         pending = await asyncio.to_thread(plan_rekey, config.store_dir)
-    app[keys.STORE] = store = await asyncio.to_thread(Store.open, config.store_dir, during_rekey=pending)
+    app[keys.STORE] = store = await asyncio.to_thread(Store.open, config.store_dir, during_rekey=pending,
+                                                      direct_io=config.store_direct_io)
     stop = threading.Event()
     task = None
     if pending:

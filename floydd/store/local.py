@@ -66,7 +66,7 @@ _PUBLISHERS = 8
 
 
 class LocalBackend:
-    def __init__(self, root: Path, *, sync: str | None = None) -> None:
+    def __init__(self, root: Path, *, sync: str | None = None, direct: bool = False) -> None:
         self.root = Path(root)
         self.description = f"local:{self.root}"
         if sync is None:
@@ -74,9 +74,10 @@ class LocalBackend:
         if sync not in ("batch", "object") or (sync == "batch" and _syncfs is None):
             raise StoreError(f"unknown or unsupported sync policy {sync!r}", hint="use 'batch' or 'object'")
         self.sync = sync
-        self.direct = hasattr(os, "O_DIRECT")
+        self.direct = direct and hasattr(os, "O_DIRECT")
         """Objects of :data:`_DIRECT_MIN` bytes or more are written and read back with direct
-        I/O (:mod:`.fileio`); turned off for good when the filesystem refuses it."""
+        I/O (:mod:`.fileio`), when asked (the daemon's ``store_direct_io``, off by default);
+        turned off for good when the filesystem refuses it."""
         self._init_layout()
 
     def _init_layout(self) -> None:

@@ -64,10 +64,11 @@ class Repairer(Protocol):
         """The stored copy of ``oid`` is damaged: repair it soon. Returns at once; thread-safe."""
 
 
-WORKERS = 4
-"""Threads that write, read back and check an upload's objects (and restore files): objects go
-to the device with direct I/O, each write waiting for it, so more in flight than cores keeps
-the disk busy (1 GiB in process, 2 cores: 4.5 s with 2, 3.6 s with 4, median of 2)."""
+WORKERS = 2
+"""Threads that write, read back and check an upload's objects (and restore files)."""
+WORKERS_DIRECT = 4
+"""The same with ``direct_io``: each write waits for the device, so more in flight than
+cores keeps the disk busy (1 GiB in process, 2 cores: 4.5 s with 2, 3.6 s with 4)."""
 
 
 class Store:
@@ -86,15 +87,16 @@ class Store:
         self.repairer: Repairer | None = None   # asked for good copies by reads (the daemon sets it)
 
     @classmethod
-    def open(cls, root: Path, *, backend: Backend | None = None, workers: int = WORKERS,
-             during_rekey: bool = False) -> Store:
+    def open(cls, root: Path, *, backend: Backend | None = None, workers: int | None = None,
+             during_rekey: bool = False, direct_io: bool = False) -> Store:
         """Open the store at ``root``, creating it (key, objects/, catalog.db, cache/) on first use.
         Refused (``StoreError``) while a re-key is pending, if the catalog was re-keyed to
         another key than the key file's, or (``Untrusted``) if the catalog cannot be trusted
         (:mod:`floydd.store.care.untrusted`: never taken as "no data"). ``during_rekey``: the daemon,
         whose re-key runs online (:mod:`floydd.store.keys.rekey`): the store works under the
         secret it moves to (``key.next``) from now on, the old key only recognises old
-        objects for the scrub."""
+        objects for the scrub. ``direct_io``: the local backend writes and proves objects with
+        direct I/O (:mod:`floydd.store.fileio`; the daemon's ``store_direct_io``)."""
         root = Path(root)
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         (root / "cache").mkdir(mode=0o700, exist_ok=True)
@@ -106,7 +108,9 @@ class Store:
         keys = Keys(crypto.read_secret(key_path) if moving else load_or_create_secret(key_path),
                     epochs.load_epochs(root))
         if backend is None:
-            backend = LocalBackend(root / "objects")
+            backend = LocalBackend(root / "objects", direct=direct_io)
+        if workers is None:
+            workers = WORKERS_DIRECT if direct_io else WORKERS
         store = cls(root, keys, backend, workers=workers)
         store._key_file = _identity(key_path)   # key.next becomes key by a rename: the same inode
         if moving:

@@ -28,11 +28,11 @@ def _check(oid: ObjectId):
     return lambda stored: KEYS.open(oid, stored)
 
 
-@pytest.fixture(params=["local-batch", "local-object", "memory"])
+@pytest.fixture(params=["local-batch", "local-object", "local-object-direct", "memory"])
 def backend(request, tmp_path: Path) -> Backend:
     if request.param == "memory":
         return MemoryBackend()
-    return LocalBackend(tmp_path / "objects", sync=request.param.split("-")[1])
+    return LocalBackend(tmp_path / "objects", sync=request.param.split("-")[1], direct=request.param.endswith("direct"))
 
 
 def _save(backend: Backend, *objs: tuple[ObjectId, bytes]) -> None:

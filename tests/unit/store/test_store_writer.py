@@ -15,9 +15,10 @@ from floydd.store.objects import BUFFER_SIZE, Objects
 from store_testlib import describe, write_tree
 
 
-@pytest.fixture(params=["local", "memory"])
+@pytest.fixture(params=["local", "local-direct", "memory"])
 def objects(request, tmp_path: Path) -> Objects:
-    backend = LocalBackend(tmp_path / "objects") if request.param == "local" else MemoryBackend()
+    backend = (MemoryBackend() if request.param == "memory"
+               else LocalBackend(tmp_path / "objects", direct=request.param == "local-direct"))
     return Objects(backend, Keys(os.urandom(32)))
 
 
@@ -73,8 +74,10 @@ def _opened_with(monkeypatch) -> list[tuple[str, int]]:
     return seen
 
 
-def test_large_objects_go_to_the_disk_directly_and_small_ones_through_the_page_cache(tmp_path: Path, monkeypatch):
-    objects = Objects(LocalBackend(tmp_path / "objects"), Keys(os.urandom(32)))
+def test_with_direct_io_large_objects_go_to_the_disk_directly_and_small_ones_through_the_page_cache(
+        tmp_path: Path, monkeypatch):
+    assert not LocalBackend(tmp_path / "default").direct         # off unless asked (store_direct_io)
+    objects = Objects(LocalBackend(tmp_path / "objects", direct=True), Keys(os.urandom(32)))
     opened = _opened_with(monkeypatch)
     big, small = random.Random(5).randbytes(3 << 20), random.Random(6).randbytes(1000)
     with objects.writer(workers=2) as w:
@@ -94,7 +97,7 @@ def test_a_filesystem_that_refuses_direct_io_gets_the_page_cache_and_loses_nothi
 
     from floydd.store import fileio, local
 
-    backend = LocalBackend(tmp_path / "objects")
+    backend = LocalBackend(tmp_path / "objects", direct=True)
     objects = Objects(backend, Keys(os.urandom(32)))
     real_open = os.open
 
@@ -118,8 +121,9 @@ def test_a_filesystem_that_refuses_direct_io_gets_the_page_cache_and_loses_nothi
     assert not list((tmp_path / "objects").glob("*/.tmp-*"))       # nothing half-written left
 
 
-def test_reusing_a_files_chunks_proves_each_and_refuses_the_lot_if_one_is_damaged(tmp_path: Path):
-    objects = Objects(LocalBackend(tmp_path / "objects"), Keys(os.urandom(32)))
+@pytest.mark.parametrize("direct", [False, True])
+def test_reusing_a_files_chunks_proves_each_and_refuses_the_lot_if_one_is_damaged(tmp_path: Path, direct: bool):
+    objects = Objects(LocalBackend(tmp_path / "objects", direct=direct), Keys(os.urandom(32)))
     chunks = [random.Random(20 + i).randbytes(200_000) for i in range(6)]
     with objects.writer(workers=2) as w:
         ids = [w.put(c) for c in chunks]
