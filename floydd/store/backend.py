@@ -76,7 +76,9 @@ class Backend(Protocol):
 
     def remove(self, oid: ObjectId) -> None: ...
 
-    def batch(self) -> Batch: ...
+    def batch(self, *, direct: bool | None = None) -> Batch:
+        """A batch of writes; ``direct``: write large objects bypassing any cache (data not
+        read again soon), where the backend can (None: its default)."""
 
     def clean_temp(self) -> int:
         """Remove leftovers of interrupted writes; call only while no batch is open."""

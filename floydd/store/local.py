@@ -74,10 +74,12 @@ class LocalBackend:
         if sync not in ("batch", "object") or (sync == "batch" and _syncfs is None):
             raise StoreError(f"unknown or unsupported sync policy {sync!r}", hint="use 'batch' or 'object'")
         self.sync = sync
-        self.direct = direct and hasattr(os, "O_DIRECT")
-        """Objects of :data:`_DIRECT_MIN` bytes or more are written and read back with direct
-        I/O (:mod:`.fileio`), when asked (the daemon's ``store_direct_io``, off by default);
-        turned off for good when the filesystem refuses it."""
+        self._direct_ok = hasattr(os, "O_DIRECT")
+        """Whether this filesystem takes direct I/O (False once it refused it)."""
+        self.direct = direct and self._direct_ok
+        """Batches write objects of :data:`_DIRECT_MIN` bytes or more, and proofs read, with
+        direct I/O (:mod:`.fileio`) unless a batch says otherwise (the daemon's
+        ``store_direct_io``, off by default); turned off for good when the filesystem refuses it."""
         self._init_layout()
 
     def _init_layout(self) -> None:
@@ -191,7 +193,7 @@ class LocalBackend:
         (fd, whether it is open for direct I/O). Direct when asked and this filesystem
         takes it (:mod:`.fileio`)."""
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-        if direct and self.direct:
+        if direct and self._direct_ok:
             try:
                 return os.open(path, flags | os.O_DIRECT, 0o600), True
             except OSError as e:
@@ -203,18 +205,19 @@ class LocalBackend:
 
     def no_direct(self, why: OSError) -> None:
         """This filesystem refused direct I/O: write through the page cache from now on."""
-        if self.direct:
-            self.direct = False
+        if self._direct_ok:
+            self._direct_ok = self.direct = False
             log.store.info("the store at %s writes through the page cache: its filesystem refused direct I/O (%s)",
                            self.root, why.strerror or why)
 
-    def batch(self) -> _LocalBatch:
-        return _LocalBatch(self)
+    def batch(self, *, direct: bool | None = None) -> _LocalBatch:
+        return _LocalBatch(self, self.direct if direct is None else direct)
 
 
 class _LocalBatch:
-    def __init__(self, backend: LocalBackend) -> None:
+    def __init__(self, backend: LocalBackend, direct: bool) -> None:
         self._b = backend
+        self._direct = direct
         self._lock = threading.Lock()
         self._pending: list[tuple[Path, Path]] = []  # (temp, final) waiting for commit
         self._dirs: set[str] = set()                 # fan-out folders to make durable
@@ -225,7 +228,7 @@ class _LocalBatch:
         final = self._b.path(oid)
         tmp = final.with_name(f"{_TMP}{oid.hex}-{secrets.token_hex(4)}")
         try:
-            fd, direct = self._b.open_new(tmp, len(data) >= _DIRECT_MIN)
+            fd, direct = self._b.open_new(tmp, self._direct and len(data) >= _DIRECT_MIN)
         except OSError as e:
             raise _translate(e, oid, self._b) from e
         try:

@@ -43,7 +43,7 @@ class MemoryBackend:
         with self._lock:
             self._objects.pop(oid, None)
 
-    def batch(self) -> _MemoryBatch:
+    def batch(self, *, direct: bool | None = None) -> _MemoryBatch:
         return _MemoryBatch(self)
 
     def clean_temp(self) -> int:

@@ -75,8 +75,10 @@ class Objects:
             return False
         return True
 
-    def writer(self, *, workers: int = 2, checkpoint_bytes: int = 256 << 20) -> Writer:
-        return Writer(self, workers=workers, checkpoint_bytes=checkpoint_bytes)
+    def writer(self, *, workers: int = 2, checkpoint_bytes: int = 256 << 20, direct: bool | None = None) -> Writer:
+        """``direct``: the backend's batch writes large objects bypassing its cache (None: its
+        default; :meth:`Backend.batch <floydd.store.backend.Backend.batch>`)."""
+        return Writer(self, workers=workers, checkpoint_bytes=checkpoint_bytes, direct=direct)
 
 
 @dataclass(slots=True)
@@ -90,11 +92,11 @@ class WriteStats:
 class Writer:
     """Writes for one upload. ``put`` is called from one thread; use as a context manager."""
 
-    def __init__(self, objects: Objects, *, workers: int, checkpoint_bytes: int) -> None:
+    def __init__(self, objects: Objects, *, workers: int, checkpoint_bytes: int, direct: bool | None = None) -> None:
         self._objects = objects
         self._keys = objects.keys
         self._backend = objects.backend
-        self._batch = objects.backend.batch()
+        self._batch = objects.backend.batch(direct=direct)
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="floydd-store")
         self._slots = threading.BoundedSemaphore(2 * max(1, workers) + 2)  # objects in flight
         self._free: list[mmap.mmap] = []  # sealed-object buffers of BUFFER_SIZE, reused

@@ -255,12 +255,14 @@ class Store:
         return self._healing(lambda: self._objects.get(oid), oid, tree or oid)
 
     @contextmanager
-    def writing(self) -> Iterator[Writer]:
+    def writing(self, *, direct: bool | None = None) -> Iterator[Writer]:
         """One upload of objects that come from elsewhere (an import re-seals another site's
         chunks under this store's key): a :class:`~floydd.store.objects.Writer` under the
         shared lock (gc waits), committed when the block ends cleanly, dropped otherwise. Pin
-        the trees written before the block ends, as a snapshot does."""
-        with self._shared(), self._objects.writer(workers=self.workers) as writer:
+        the trees written before the block ends, as a snapshot does. ``direct``: write with
+        direct I/O whatever ``store_direct_io`` says (and with :data:`WORKERS_DIRECT`)."""
+        workers = max(self.workers, WORKERS_DIRECT) if direct else self.workers
+        with self._shared(), self._objects.writer(workers=workers, direct=direct) as writer:
             yield writer
             writer.commit()
 

@@ -74,19 +74,25 @@ def _opened_with(monkeypatch) -> list[tuple[str, int]]:
     return seen
 
 
+@pytest.mark.parametrize("by", ["backend", "writer"])      # store_direct_io; an import's writer
 def test_with_direct_io_large_objects_go_to_the_disk_directly_and_small_ones_through_the_page_cache(
-        tmp_path: Path, monkeypatch):
+        tmp_path: Path, monkeypatch, by: str):
     assert not LocalBackend(tmp_path / "default").direct         # off unless asked (store_direct_io)
-    objects = Objects(LocalBackend(tmp_path / "objects", direct=True), Keys(os.urandom(32)))
+    objects = Objects(LocalBackend(tmp_path / "objects", direct=by == "backend"), Keys(os.urandom(32)))
     opened = _opened_with(monkeypatch)
     big, small = random.Random(5).randbytes(3 << 20), random.Random(6).randbytes(1000)
-    with objects.writer(workers=2) as w:
+    with objects.writer(workers=2, direct=True if by == "writer" else None) as w:
         ids = [w.put(big), w.put(small)]
         w.commit()
     assert [objects.get(i) for i in ids] == [big, small]
     direct = {name.split("-")[1][:8]: bool(flags & os.O_DIRECT) for name, flags in opened}
     assert direct == {ids[0].hex[:8]: True, ids[1].hex[:8]: False}
-    assert objects.backend.direct
+    assert objects.backend.direct == (by == "backend")
+    opened.clear()
+    with objects.writer(workers=2, direct=False) as w:          # a writer may also decline it
+        w.put(random.Random(8).randbytes(1 << 20))
+        w.commit()
+    assert [bool(flags & os.O_DIRECT) for _, flags in opened] == [False]
 
 
 @pytest.mark.parametrize("refused_at", ["open", "write"])
