@@ -23,6 +23,8 @@ import queue
 import threading
 from typing import Callable
 
+from floydd.store.fileio import start_writeback
+
 __all__ = ["FileOut", "FileIn", "WRITEBACK", "BUFFERS"]
 
 WRITEBACK = 32 << 20
@@ -112,7 +114,7 @@ class FileOut:
                         view = view[os.write(self.fd, view):]
                     self.written += len(data)
                     if self.written - self._synced >= WRITEBACK:
-                        _start_writeback(self.fd, self._synced, self.written - self._synced)
+                        start_writeback(self.fd, self._synced, self.written - self._synced)
                         self._synced = self.written
                 except BaseException as exc:    # raised in the export's thread
                     self._failed = exc
@@ -141,31 +143,3 @@ class FileIn:
     def _count(self, n: int) -> None:
         self._done += n
         self._progress(self._done, max(self._done, self._total))
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    """Start writing ``length`` bytes at ``offset`` back to the disk, without waiting
-    (``sync_file_range(SYNC_FILE_RANGE_WRITE)``; its errors show at the fsync); nothing where
-    there is no such call."""
-    global _sync_file_range
-    if _sync_file_range is None:
-        _sync_file_range = _libc_sync_file_range()
-    if _sync_file_range:
-        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
-
-
-def _libc_sync_file_range():
-    """libc's ``sync_file_range``, or False (ctypes is loaded here, by the first export, not
-    at the daemon's start)."""
-    import ctypes
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return False
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return call
-
-
-_SYNC_FILE_RANGE_WRITE = 2
-_sync_file_range = None

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["fsync_dir", "fsync_dirs", "ALIGN", "aligned_buffer", "write_direct", "read_back_direct"]
+__all__ = ["fsync_dir", "fsync_dirs", "start_writeback", "ALIGN", "aligned_buffer", "write_direct", "read_back_direct"]
 
 ALIGN = 4096
 """The alignment of direct I/O's buffers, offsets and lengths (a device's logical block is
@@ -67,10 +67,12 @@ _sync_file_range = _load_sync_file_range()
 _SYNC_FILE_RANGE_WRITE = 2
 
 
-def _start_writeback(fd: int) -> None:
-    """Ask the kernel to start writing the file out now (asynchronously; pages stay cached)."""
+def start_writeback(fd: int, offset: int = 0, length: int = 0) -> None:
+    """Ask the kernel to start writing ``length`` bytes at ``offset`` (0: to the end) of the
+    file out now, without waiting (``sync_file_range(SYNC_FILE_RANGE_WRITE)``; its errors show
+    at the fsync; pages stay cached); nothing where libc has no such call."""
     if _sync_file_range is not None:
-        _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
 def _syncfs_path(path: Path) -> None:

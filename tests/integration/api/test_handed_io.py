@@ -21,7 +21,7 @@ def _record(out: FileOut, n: int, fill: int) -> memoryview:
 def test_records_are_written_in_order_through_a_few_reused_buffers(tmp_path, monkeypatch):
     started: list[tuple[int, int]] = []
     monkeypatch.setattr(handedio, "WRITEBACK", 1 << 20)
-    monkeypatch.setattr(handedio, "_start_writeback", lambda fd, offset, length: started.append((offset, length)))
+    monkeypatch.setattr(handedio, "start_writeback", lambda fd, offset, length: started.append((offset, length)))
     reports: list[tuple[int, int]] = []
     path = tmp_path / "out"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
