@@ -13,7 +13,7 @@ Durability (``sync``), measured in ``bench/store_ingest.py``:
   upload saved or reused (at most 256, most already clean), so nothing is acknowledged
   before its name is durable too. Small files are packed (see ``snapshot``), so a 10k
   small-file tree costs ~100 fsyncs, not 10k. The cost depends only on our own writes.
-  The fsync and the rename run on the batch's own thread (:class:`_Publisher`), in the
+  The fsync and the rename run on the batch's own thread (:class:`~floydd.store.publish.Publisher`), in the
   order objects were verified: ``save`` returns once the object is written, started to
   write back and verified, so the caller's thread never sleeps in fsync; ``commit``
   first waits for every queued object to be fsynced and named. Same order per object
@@ -37,7 +37,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import queue
 import secrets
 import threading
 from pathlib import Path
@@ -46,9 +45,11 @@ from typing import Iterator
 from floydd import log
 from floydd.errors import NotFound, StoreError, StoreFull
 from floydd.store.backend import Check
-from floydd.store.fileio import (_read_all, _read_back, _start_writeback, _syncfs, _syncfs_path, _unlink_quiet,
-                                 _write_all, fsync_dir, fsync_dirs, read_back_direct, write_direct)
+from floydd.store.fileio import (_read_all, _read_back, _syncfs, _syncfs_path, _unlink_quiet,
+                                 _write_all, fsync_dir, fsync_dirs, read_back_direct, start_writeback,
+                                 write_direct)
 from floydd.store.ids import ID_SIZE, ObjectId
+from floydd.store.publish import Publisher
 
 __all__ = ["LocalBackend", "fsync_dir"]
 
@@ -60,9 +61,6 @@ _WRITEBACK_MIN = 256 << 10
 _DIRECT_MIN = 64 << 10
 """Objects at least this large are written with direct I/O (a small one costs a padded block
 and a synchronous device write for little gain)."""
-_UNSYNCED_MAX = 64
-_PUBLISHERS = 8
-"""Threads that fsync and name new objects (see _Publisher)."""
 
 
 class LocalBackend:
@@ -221,7 +219,7 @@ class _LocalBatch:
         self._lock = threading.Lock()
         self._pending: list[tuple[Path, Path]] = []  # (temp, final) waiting for commit
         self._dirs: set[str] = set()                 # fan-out folders to make durable
-        self._pub: _Publisher | None = None           # object mode: fsync + rename, in order
+        self._pub: Publisher | None = None           # object mode: fsync + rename, in order
 
     def save(self, oid: ObjectId, data: bytes | memoryview, check: Check) -> None:
         self._raise_failed()
@@ -237,7 +235,7 @@ class _LocalBatch:
                 if stored is None:
                     _write_all(fd, data)
                     if len(data) >= _WRITEBACK_MIN:
-                        _start_writeback(fd)  # the disk works while we verify; fsync finds little left
+                        start_writeback(fd)  # the disk works while we verify; fsync finds little left
                     stored = _read_back(fd, len(data))
             except OSError as e:
                 raise _translate(e, oid, self._b) from e
@@ -253,7 +251,7 @@ class _LocalBatch:
         if self._b.sync == "batch":
             os.close(fd)
         else:
-            self._publisher().put((fd, tmp, final, oid))  # fsync, then rename: see _Publisher
+            self._publisher().put((fd, tmp, final, oid))  # fsync, then rename: see Publisher
 
     def _write_direct(self, fd: int, data: bytes | memoryview) -> memoryview | None:
         """Write ``data`` into ``fd`` (opened ``O_DIRECT``) and read it back from the device;
@@ -306,10 +304,10 @@ class _LocalBatch:
         for tmp, _ in pending:
             _unlink_quiet(tmp)
 
-    def _publisher(self) -> _Publisher:
+    def _publisher(self) -> Publisher:
         with self._lock:
             if self._pub is None:
-                self._pub = _Publisher(self._b)
+                self._pub = Publisher(lambda e, oid: _translate(e, oid, self._b))
             return self._pub
 
     def _raise_failed(self) -> None:
@@ -322,86 +320,6 @@ class _LocalBatch:
 
     def __exit__(self, *exc: object) -> None:
         self.abort()
-
-
-class _Publisher:
-    """Object mode's second stage: ``fsync(temp)`` then ``rename(temp, final)`` for each
-    verified temp file, on :data:`_PUBLISHERS` threads of its own: several fsyncs in flight
-    at once share the file system's journal commits (on ext4, 1,500 small files: 0.24 ms an
-    fsync one at a time, 0.09-0.12 ms with 8 at once), and a small file's object no longer
-    waits behind the one before it.
-
-    A name still always means a durable, verified object (the rename follows the file's
-    fsync); ``drain`` (called by ``commit``) returns only once every queued object is
-    named, and ``commit`` then fsyncs the fan-out folders. What moved is *who waits*: the
-    worker that wrote and verified an object goes on to the next one instead of sleeping
-    in fsync, and the disk flushes while we hash and encrypt (``save`` started writeback).
-    At most ``_UNSYNCED_MAX`` files wait here (each holds an fd); ``put`` blocks beyond.
-    The first failed fsync or rename stops publishing: the files still queued are removed (one
-    another publisher was fsyncing meanwhile is named: it is durable)
-    and ``save``/``commit`` raise it.
-    """
-
-    def __init__(self, backend: LocalBackend) -> None:
-        self._b = backend
-        self._q: queue.Queue = queue.Queue(maxsize=_UNSYNCED_MAX)
-        self._failed: tuple[OSError, ObjectId] | None = None
-        self._discard = False
-        self._threads = [threading.Thread(target=self._run, name=f"floydd-store-publish-{i}", daemon=True)
-                         for i in range(_PUBLISHERS)]
-        for thread in self._threads:
-            thread.start()
-
-    def put(self, item: tuple[int, Path, Path, ObjectId]) -> None:
-        self._q.put(item)
-
-    def drain(self) -> None:
-        self._q.join()
-        self.raise_failed()
-
-    def raise_failed(self) -> None:
-        if self._failed is not None:
-            e, oid = self._failed
-            raise _translate(e, oid, self._b) from e
-
-    def close(self, *, discard: bool) -> None:
-        """Stop the thread; with ``discard``, queued files are removed, not published."""
-        self._discard = discard
-        for _ in self._threads:
-            self._q.put(None)
-        for thread in self._threads:
-            thread.join()
-
-    def _run(self) -> None:
-        while True:
-            item = self._q.get()
-            try:
-                if item is None:
-                    return
-                self._publish(*item)
-            except BaseException as e:  # noqa: BLE001 - never leave drain() waiting for nothing
-                if self._failed is None:
-                    self._failed = (e if isinstance(e, OSError) else OSError(errno.EIO, repr(e)), item[3])
-            finally:
-                self._q.task_done()
-
-    def _publish(self, fd: int, tmp: Path, final: Path, oid: ObjectId) -> None:
-        published = False
-        try:
-            if self._failed is None and not self._discard:
-                os.fsync(fd)
-                os.rename(tmp, final)
-                published = True
-        except OSError as e:
-            if self._failed is None:
-                self._failed = (e, oid)
-        finally:
-            try:
-                os.close(fd)
-            except OSError:
-                pass  # the data was fsynced (or the file is being dropped): nothing to lose
-            if not published:
-                _unlink_quiet(tmp)
 
 
 # -- helpers ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from floydd.errors import IntegrityError, NotFound, StoreError, StoreFull
-from floydd.store import Backend, LocalBackend, MemoryBackend, ObjectId, local
+from floydd.store import Backend, LocalBackend, MemoryBackend, ObjectId, local, publish
 from floydd.store.keys.crypto import Keys
 from store_testlib import wait_until_set
 
@@ -208,7 +208,7 @@ def _failing_fsync(monkeypatch, err: int, fail_on: int) -> None:
 
 @pytest.mark.parametrize("err, kind", [(errno.EIO, StoreError), (errno.ENOSPC, StoreFull)])
 def test_a_failed_fsync_names_nothing_after_it_and_commit_raises(tmp_path: Path, monkeypatch, err, kind):
-    monkeypatch.setattr(local, "_PUBLISHERS", 1)     # "after it": one publisher keeps the order
+    monkeypatch.setattr(publish, "_PUBLISHERS", 1)     # "after it": one publisher keeps the order
     backend = LocalBackend(tmp_path / "objects", sync="object")
     objs = [_obj(f"object {i}".encode() * 1000) for i in range(5)]
     _failing_fsync(monkeypatch, err, fail_on=2)
@@ -248,7 +248,7 @@ def test_with_several_publishers_a_failed_fsync_names_only_fsynced_objects_and_c
 
 
 def test_abort_drops_what_is_verified_but_not_yet_fsynced(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(local, "_PUBLISHERS", 1)     # one in flight, three queued behind it
+    monkeypatch.setattr(publish, "_PUBLISHERS", 1)     # one in flight, three queued behind it
     backend = LocalBackend(tmp_path / "objects", sync="object")
     objs = [_obj(f"queued {i}".encode() * 1000) for i in range(4)]
     entered, real = threading.Event(), os.fsync
@@ -276,7 +276,7 @@ def test_abort_drops_what_is_verified_but_not_yet_fsynced(tmp_path: Path, monkey
 
 
 def test_with_every_publisher_busy_abort_names_only_what_was_fsynced(tmp_path: Path, monkeypatch):
-    n = local._PUBLISHERS
+    n = publish._PUBLISHERS
     backend = LocalBackend(tmp_path / "objects", sync="object")
     objs = [_obj(f"many {i}".encode() * 1000) for i in range(n + 5)]
     entered, real, lock = threading.Semaphore(0), os.fsync, threading.Lock()
