@@ -39,7 +39,7 @@ from floydd.store.fileio import ALIGN, aligned_buffer
 from floydd.store.keys.crypto import MAX_OVERHEAD, Keys
 from floydd.store.ids import ObjectId
 
-__all__ = ["Objects", "Writer", "WriteStats", "BUFFER_SIZE"]
+__all__ = ["Objects", "Writer", "WriteStats", "BUFFER_SIZE", "WORKERS", "WORKERS_DIRECT"]
 
 BUFFER_SIZE = (4 << 20) + (256 << 10) + MAX_OVERHEAD
 """A sealed object of the largest size a snapshot makes: a 4 MiB chunk (chunker
@@ -48,6 +48,11 @@ buffers of this size; a larger object (a tree of a huge folder) gets a one-off b
 They are page-aligned (:func:`floydd.store.fileio.aligned_buffer`) with room to pad, so a
 direct write goes from them as they are."""
 _BUFFER_ALIGNED = -(-BUFFER_SIZE // ALIGN) * ALIGN
+WORKERS = 2
+"""Threads that write, read back and check an upload's objects (and restore files)."""
+WORKERS_DIRECT = 4
+"""The same with direct I/O: each write waits for the device, so more in flight than
+cores keeps the disk busy (1 GiB in process, 2 cores: 4.5 s with 2, 3.6 s with 4)."""
 _PROVERS = 4
 """Reused objects proven at once (reads from the device, then AES-GCM and BLAKE3, which
 release the GIL)."""
@@ -75,7 +80,7 @@ class Objects:
             return False
         return True
 
-    def writer(self, *, workers: int = 2, checkpoint_bytes: int = 256 << 20, direct: bool | None = None) -> Writer:
+    def writer(self, *, workers: int = WORKERS, checkpoint_bytes: int = 256 << 20, direct: bool | None = None) -> Writer:
         """``direct``: the backend's batch writes large objects bypassing its cache (None: its
         default; :meth:`Backend.batch <floydd.store.backend.Backend.batch>`)."""
         return Writer(self, workers=workers, checkpoint_bytes=checkpoint_bytes, direct=direct)

@@ -45,7 +45,7 @@ from floydd.store.ids import ObjectId
 from floydd.store.ignore import Ignore
 from floydd.store.local import LocalBackend
 from floydd.store.locks import StoreLock
-from floydd.store.objects import Objects, Writer
+from floydd.store.objects import WORKERS, WORKERS_DIRECT, Objects, Writer
 from floydd.store.care.restore import restore as _restore
 from floydd.store.ingest import Progress, SnapshotResult, snapshot as _snapshot
 from floydd.store.tree import Tree
@@ -62,13 +62,6 @@ class Repairer(Protocol):
 
     def damaged(self, oid: ObjectId) -> None:
         """The stored copy of ``oid`` is damaged: repair it soon. Returns at once; thread-safe."""
-
-
-WORKERS = 2
-"""Threads that write, read back and check an upload's objects (and restore files)."""
-WORKERS_DIRECT = 4
-"""The same with ``direct_io``: each write waits for the device, so more in flight than
-cores keeps the disk busy (1 GiB in process, 2 cores: 4.5 s with 2, 3.6 s with 4)."""
 
 
 class Store:
@@ -260,7 +253,7 @@ class Store:
         chunks under this store's key): a :class:`~floydd.store.objects.Writer` under the
         shared lock (gc waits), committed when the block ends cleanly, dropped otherwise. Pin
         the trees written before the block ends, as a snapshot does. ``direct``: write with
-        direct I/O whatever ``store_direct_io`` says (and with :data:`WORKERS_DIRECT`)."""
+        direct I/O whatever ``store_direct_io`` says (and with :data:`~floydd.store.objects.WORKERS_DIRECT`)."""
         workers = max(self.workers, WORKERS_DIRECT) if direct else self.workers
         with self._shared(), self._objects.writer(workers=workers, direct=direct) as writer:
             yield writer

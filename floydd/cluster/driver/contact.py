@@ -14,7 +14,7 @@ import asyncio
 
 from floydd.cluster.config import ClusterConfig
 from floydd.cluster.net import leader_contact
-from floydd.cluster.raft import RaftNode
+from floydd.cluster.raft import RaftNode, Role
 from floydd.errors import Unavailable
 
 __all__ = ["Contact"]
@@ -38,6 +38,13 @@ class Contact:
 
     def heard_leader(self) -> None:
         self.leader_heard = asyncio.get_running_loop().time()
+
+    def followed_leader_heard(self, node: RaftNode | None) -> float | None:
+        """For the raft clock: loop time of the last message from the leader ``node`` follows;
+        None unless it is a follower of a leader it has heard."""
+        if node is None or node.role != Role.FOLLOWER or node.lead is None or node.lead == self.node_id:
+            return None
+        return self.peers.get(node.lead, (None, None))[0]
 
     def leader_silent_for(self, lead: str | None) -> float | None:
         """Seconds since this node last heard from ``lead``, the leader it believes in (0 if

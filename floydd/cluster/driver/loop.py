@@ -117,7 +117,7 @@ class RaftDriver:
         self._failed: BaseException | None = None
         self._running = False
         self.clock = Clock(self, config.raft.tick_interval_ms / 1000, park_ticks=config.raft.election_ticks,
-                           leader_heard=self._leader_heard,
+                           leader_heard=lambda: self.contact.followed_leader_heard(self._node),
                            stride=lambda: config.raft.heartbeat_ticks if self.is_leader else 1)
         self.persist = Persist(node_id, self.path, self.state)
         self.contact = Contact(node_id, config)
@@ -277,14 +277,6 @@ class RaftDriver:
     @property
     def node(self) -> RaftNode | None:
         return self._node
-
-    def _leader_heard(self) -> float | None:
-        """For the clock: loop time of the last raft message from the leader this node follows;
-        None unless it follows one it has heard."""
-        node = self._node
-        if node is None or node.role != Role.FOLLOWER or node.lead is None or node.lead == self.node_id:
-            return None
-        return self.contact.peers.get(node.lead, (None, None))[0]
 
     @property
     def alone(self) -> bool:
